@@ -1,0 +1,312 @@
+#include "dlm/data/indexed_dataset.h"
+
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+
+namespace dlm::data {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr std::uint64_t kVersion = 1;
+constexpr std::size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+
+template <typename T>
+T load(const std::uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Narrows int32 ids to the dataset's dtype, refusing ids it cannot hold.
+template <typename T>
+void narrow_into(std::span<const std::int32_t> tokens, std::vector<std::uint8_t>& out, const std::string& file) {
+  out.resize(tokens.size() * sizeof(T));
+  auto* dst = reinterpret_cast<T*>(out.data());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::int32_t id = tokens[i];
+    if (id < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+        id > static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
+      fail_at(file, fmt::format("token id {} does not fit the dataset dtype", id));
+    }
+    dst[i] = static_cast<T>(id);
+  }
+}
+
+}  // namespace
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: case DType::kInt8: return 1;
+    case DType::kInt16: case DType::kUInt16: return 2;
+    case DType::kInt32: case DType::kFloat32: return 4;
+    case DType::kInt64: case DType::kFloat64: return 8;
+  }
+  fail("unknown dtype");
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: return "uint8";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat32: return "float32";
+    case DType::kUInt16: return "uint16";
+  }
+  return "?";
+}
+
+DType dtype_from_code(std::uint8_t code) {
+  if (code < 1 || code > 8) fail(fmt::format("unknown dtype code {} (expected 1..8)", code));
+  return static_cast<DType>(code);
+}
+
+DType optimal_token_dtype(std::optional<std::size_t> vocab_size) {
+  return (vocab_size && *vocab_size < 65500) ? DType::kUInt16 : DType::kInt32;
+}
+
+std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
+std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
+
+void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::int32_t* dst) {
+  auto widen = [&](auto tag) {
+    using T = decltype(tag);
+    for (std::size_t i = 0; i < count; ++i) dst[i] = static_cast<std::int32_t>(load<T>(src + i * sizeof(T)));
+  };
+  switch (dtype) {
+    case DType::kUInt8: widen(std::uint8_t{}); return;
+    case DType::kInt8: widen(std::int8_t{}); return;
+    case DType::kInt16: widen(std::int16_t{}); return;
+    case DType::kUInt16: widen(std::uint16_t{}); return;
+    case DType::kInt32: std::memcpy(dst, src, count * 4); return;
+    case DType::kInt64: widen(std::int64_t{}); return;
+    case DType::kFloat32: widen(float{}); return;
+    case DType::kFloat64: widen(double{}); return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- writer
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, DType dtype)
+    : prefix_(std::move(prefix)), dtype_(dtype), bin_(bin_path(prefix_), 4 << 20) {}
+
+void IndexedDatasetWriter::add_item(std::span<const std::int32_t> tokens) {
+  if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    fail_at(bin_path(prefix_), "sequence longer than 2^31-1 tokens (the .idx stores int32 lengths)");
+  }
+  const std::string& file = bin_.path();
+  switch (dtype_) {
+    case DType::kUInt16: narrow_into<std::uint16_t>(tokens, scratch_, file); break;
+    case DType::kInt32: bin_.write(tokens.data(), tokens.size_bytes()); scratch_.clear(); break;
+    case DType::kUInt8: narrow_into<std::uint8_t>(tokens, scratch_, file); break;
+    case DType::kInt8: narrow_into<std::int8_t>(tokens, scratch_, file); break;
+    case DType::kInt16: narrow_into<std::int16_t>(tokens, scratch_, file); break;
+    case DType::kInt64: {
+      scratch_.resize(tokens.size() * 8);
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        std::int64_t v = tokens[i];
+        std::memcpy(scratch_.data() + 8 * i, &v, 8);
+      }
+      break;
+    }
+    default: fail_at(file, fmt::format("cannot write tokens as {}", dtype_name(dtype_)));
+  }
+  if (dtype_ != DType::kInt32) bin_.write(scratch_.data(), scratch_.size());
+  lengths_.push_back(static_cast<std::int32_t>(tokens.size()));
+  tokens_ += tokens.size();
+}
+
+void IndexedDatasetWriter::end_document() {
+  document_indices_.push_back(static_cast<std::int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::add_document(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths) {
+  std::size_t at = 0;
+  for (std::int32_t len : lengths) {
+    if (len < 0 || at + static_cast<std::size_t>(len) > tokens.size()) {
+      fail_at(bin_path(prefix_), "add_document: lengths do not add up to the tokens given");
+    }
+    add_item(tokens.subspan(at, static_cast<std::size_t>(len)));
+    at += static_cast<std::size_t>(len);
+  }
+  if (at != tokens.size()) fail_at(bin_path(prefix_), "add_document: lengths do not add up to the tokens given");
+  end_document();
+}
+
+void IndexedDatasetWriter::append(const std::string& other_prefix) {
+  IndexedDataset other(other_prefix);
+  if (other.dtype() != dtype_) {
+    fail_at(idx_path(other_prefix), fmt::format("dtype {} differs from the output's {}", dtype_name(other.dtype()),
+                                                dtype_name(dtype_)));
+  }
+  auto offset = static_cast<std::int64_t>(lengths_.size());
+  const auto& lengths = other.sequence_lengths();
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    lengths_.push_back(lengths[i]);
+    bytes += static_cast<std::uint64_t>(lengths[i]) * dtype_size(dtype_);
+  }
+  tokens_ += bytes / dtype_size(dtype_);
+  const auto& docs = other.document_indices();
+  for (std::size_t i = 1; i < docs.size(); ++i) document_indices_.push_back(offset + docs[i]);
+  if (bytes > other.bin_bytes().size()) fail_at(bin_path(other_prefix), "shorter than its index says");
+  if (bytes != 0) bin_.write(other.bin_bytes().data(), bytes);
+}
+
+void IndexedDatasetWriter::finalize() {
+  if (finalized_) return;
+  AtomicFile idx(idx_path(prefix_));
+  idx.write(kMagic, sizeof kMagic);
+  idx.write_pod(kVersion);
+  idx.write_pod(static_cast<std::uint8_t>(dtype_));
+  idx.write_pod(static_cast<std::uint64_t>(lengths_.size()));
+  idx.write_pod(static_cast<std::uint64_t>(document_indices_.size()));
+  idx.write_span(std::span<const std::int32_t>(lengths_));
+  std::vector<std::int64_t> pointers(lengths_.size());
+  std::int64_t at = 0;
+  auto item = static_cast<std::int64_t>(dtype_size(dtype_));
+  for (std::size_t i = 0; i < lengths_.size(); ++i) {
+    pointers[i] = at;
+    at += static_cast<std::int64_t>(lengths_[i]) * item;
+  }
+  idx.write_span(std::span<const std::int64_t>(pointers));
+  idx.write_span(std::span<const std::int64_t>(document_indices_));
+  // .bin first: a reader that finds the .idx finds a complete .bin beside it.
+  bin_.commit();
+  idx.commit();
+  finalized_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------- reader
+
+IndexedDataset::IndexedDataset(const std::string& prefix)
+    : prefix_(prefix), idx_(idx_path(prefix)), bin_(bin_path(prefix)) {
+  const std::string file = idx_path(prefix);
+  const std::uint8_t* p = idx_.data();
+  const std::size_t size = idx_.size();
+  if (size < kHeaderBytes) {
+    fail_at(file, fmt::format("truncated header: {} bytes, expected at least {}", size, kHeaderBytes));
+  }
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0) fail_at_offset(file, 0, "bad magic, expected \"MMIDIDX\\0\\0\"");
+  auto version = load<std::uint64_t>(p + 9);
+  if (version != kVersion) fail_at_offset(file, 9, fmt::format("unsupported version {}, expected 1", version));
+  std::uint8_t code = p[17];
+  if (code < 1 || code > 8) fail_at_offset(file, 17, fmt::format("unknown dtype code {}, expected 1..8", code));
+  dtype_ = static_cast<DType>(code);
+  auto sequences = load<std::uint64_t>(p + 18);
+  auto documents = load<std::uint64_t>(p + 26);
+  // Overflow-safe size check before any view is made.
+  const std::uint64_t left = size - kHeaderBytes;
+  if (sequences > left / 12 || documents > (left - sequences * 12) / 8) {
+    fail_at(file, fmt::format("truncated: {} sequences and {} documents need {} bytes after the header, file has {}",
+                              sequences, documents, static_cast<long double>(sequences) * 12 + documents * 8.0L, left));
+  }
+  if (documents == 0) fail_at_offset(file, 26, "document count is 0, expected at least the leading 0 index");
+  const std::uint8_t* at = p + kHeaderBytes;
+  lengths_ = UnalignedArray<std::int32_t>(at, sequences);
+  at += sequences * 4;
+  pointers_ = UnalignedArray<std::int64_t>(at, sequences);
+  at += sequences * 8;
+  documents_ = UnalignedArray<std::int64_t>(at, documents);
+  // The last sequence must end inside .bin (checked per sequence by validate()).
+  if (sequences > 0) {
+    std::int64_t last_ptr = pointers_.back();
+    std::int32_t last_len = lengths_.back();
+    if (last_ptr < 0 || last_len < 0 ||
+        static_cast<std::uint64_t>(last_ptr) + static_cast<std::uint64_t>(last_len) * dtype_size(dtype_) > bin_.size()) {
+      fail_at(bin_path(prefix), fmt::format("shorter than the index says: last sequence ends at byte {}, file has {}",
+                                            static_cast<std::uint64_t>(last_ptr) +
+                                                static_cast<std::uint64_t>(last_len) * dtype_size(dtype_),
+                                            bin_.size()));
+    }
+  }
+}
+
+void IndexedDataset::validate() const {
+  const std::string file = idx_path(prefix_);
+  const std::uint64_t item = dtype_size(dtype_);
+  const std::uint64_t lengths_at = kHeaderBytes, pointers_at = lengths_at + 4 * lengths_.size();
+  const std::uint64_t documents_at = pointers_at + 8 * pointers_.size();
+  std::uint64_t expected = 0;
+  for (std::size_t i = 0; i < lengths_.size(); ++i) {
+    std::int32_t len = lengths_[i];
+    std::int64_t ptr = pointers_[i];
+    if (len < 0) fail_at_offset(file, lengths_at + 4 * i, fmt::format("sequence {} has negative length {}", i, len));
+    if (ptr < 0 || static_cast<std::uint64_t>(ptr) != expected) {
+      fail_at_offset(file, pointers_at + 8 * i,
+                     fmt::format("sequence {} pointer {} is not the running sum of lengths ({})", i, ptr, expected));
+    }
+    expected += static_cast<std::uint64_t>(len) * item;
+    if (expected > bin_.size()) {
+      fail_at(bin_path(prefix_), fmt::format("sequence {} ends at byte {}, past the end of .bin ({} bytes)", i, expected,
+                                             bin_.size()));
+    }
+  }
+  if (documents_[0] != 0) fail_at_offset(file, documents_at, "document indices must start with 0");
+  for (std::size_t d = 1; d < documents_.size(); ++d) {
+    std::int64_t v = documents_[d], prev = documents_[d - 1];
+    if (v < prev || static_cast<std::uint64_t>(v) > lengths_.size()) {
+      fail_at_offset(file, documents_at + 8 * d,
+                     fmt::format("document index {} = {} is not monotone within [0, {}]", d, v, lengths_.size()));
+    }
+  }
+  const std::uint64_t trailing = idx_.size() - (documents_at + 8 * documents_.size());
+  // Megatron's multimodal datasets append one int8 mode per sequence; anything else is corruption.
+  if (trailing != 0 && trailing != lengths_.size()) {
+    fail_at_offset(file, documents_at + 8 * documents_.size(), fmt::format("{} unexpected trailing bytes", trailing));
+  }
+}
+
+std::span<const std::uint8_t> IndexedDataset::sequence_bytes(std::size_t i, std::size_t offset, std::size_t length) const {
+  if (i >= lengths_.size()) {
+    fail_at(idx_path(prefix_), fmt::format("sequence {} out of range ({} sequences)", i, lengths_.size()));
+  }
+  auto len = static_cast<std::size_t>(lengths_[i]);
+  if (offset > len) fail_at(idx_path(prefix_), fmt::format("offset {} past sequence {} of {} tokens", offset, i, len));
+  std::size_t count = (length == npos) ? len - offset : length;
+  if (offset + count > len) {
+    fail_at(idx_path(prefix_), fmt::format("slice [{}, {}) past sequence {} of {} tokens", offset, offset + count, i, len));
+  }
+  std::uint64_t begin = static_cast<std::uint64_t>(pointers_[i]) + offset * dtype_size(dtype_);
+  std::uint64_t bytes = count * dtype_size(dtype_);
+  if (begin + bytes > bin_.size()) {
+    fail_at(bin_path(prefix_), fmt::format("sequence {} reaches byte {}, past the end ({} bytes)", i, begin + bytes,
+                                           bin_.size()));
+  }
+  return {bin_.data() + begin, bytes};
+}
+
+void IndexedDataset::read_sequence(std::size_t i, std::vector<std::int32_t>& out, std::size_t offset,
+                                   std::size_t length) const {
+  if (length == npos) {
+    if (i >= lengths_.size()) sequence_bytes(i);  // throws the range error
+    length = static_cast<std::size_t>(lengths_[i]) - std::min<std::size_t>(offset, lengths_[i]);
+  }
+  auto bytes = sequence_bytes(i, offset, length);
+  std::size_t at = out.size();
+  out.resize(at + length);
+  widen_tokens(dtype_, bytes.data(), length, out.data() + at);
+}
+
+std::vector<std::int32_t> IndexedDataset::sequence(std::size_t i, std::size_t offset, std::size_t length) const {
+  std::vector<std::int32_t> out;
+  read_sequence(i, out, offset, length);
+  return out;
+}
+
+std::vector<std::int32_t> IndexedDataset::document(std::size_t d) const {
+  if (d + 1 >= documents_.size()) {
+    fail_at(idx_path(prefix_), fmt::format("document {} out of range ({} documents)", d, num_documents()));
+  }
+  std::vector<std::int32_t> out;
+  for (auto s = documents_[d]; s < documents_[d + 1]; ++s) read_sequence(static_cast<std::size_t>(s), out);
+  return out;
+}
+
+}  // namespace dlm::data
