@@ -1,0 +1,67 @@
+// ModelConfig: the shape of a Llama/Qwen3-style transformer, and the global tensors it has.
+//
+// One definition shared by the trainer (libtrain), the checkpoint store and the Hugging Face mapping
+// (libckpt). Tensor names and layouts are megatron-core's (see docs/sharding.md):
+//   embedding.word_embeddings.weight                          [padded_vocab, hidden]
+//   decoder.layers.N.self_attention.linear_qkv.layer_norm_weight [hidden]    (input RMSNorm)
+//   decoder.layers.N.self_attention.linear_qkv.weight          [(heads + 2*groups) * head_dim, hidden]
+//       rows grouped per KV group g: [q of the heads/groups heads of g | k of g | v of g]
+//   decoder.layers.N.self_attention.q_layernorm.weight         [head_dim]   (only with qk_layernorm)
+//   decoder.layers.N.self_attention.k_layernorm.weight         [head_dim]   (only with qk_layernorm)
+//   decoder.layers.N.self_attention.linear_proj.weight         [hidden, heads * head_dim]
+//   decoder.layers.N.mlp.linear_fc1.layer_norm_weight          [hidden]     (post-attention RMSNorm)
+//   decoder.layers.N.mlp.linear_fc1.weight                     [2 * ffn, hidden]  rows [gate | up]
+//   decoder.layers.N.mlp.linear_fc2.weight                     [hidden, ffn]
+//   decoder.final_layernorm.weight                             [hidden]
+//   output_layer.weight                                        [padded_vocab, hidden] (absent when tied)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dlm::ckpt {
+
+enum class AttentionMask { kBidirectional, kCausal };
+
+struct ModelConfig {
+  int num_layers = 2;
+  int hidden_size = 64;
+  int ffn_hidden_size = 172;
+  int num_attention_heads = 4;
+  int num_query_groups = 2;           // KV heads (GQA); == heads for MHA
+  int kv_channels = 16;               // head dim; hidden / heads unless set
+  std::int64_t vocab_size = 256;      // the tokenizer's ids
+  int make_vocab_size_divisible_by = 128;
+  int max_position_embeddings = 2048;
+  double rotary_base = 10000.0;       // RoPE theta
+  double norm_epsilon = 1e-6;
+  bool qk_layernorm = false;
+  bool tie_word_embeddings = false;
+  AttentionMask attention_mask = AttentionMask::kBidirectional;
+  double init_method_std = 0.02;
+  std::optional<std::int32_t> mask_token_id;  // diffusion models
+  std::optional<std::int32_t> bos_token_id, eos_token_id, pad_token_id;
+
+  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by (Megatron's padding).
+  std::int64_t padded_vocab_size() const;
+  std::int64_t q_size() const { return std::int64_t{num_attention_heads} * kv_channels; }
+  std::int64_t kv_size() const { return std::int64_t{num_query_groups} * kv_channels; }
+  // Throws dlm::Error with a one-line reason when the shape is impossible (heads not dividing hidden
+  // when kv_channels is derived, groups not dividing heads, non-positive sizes...).
+  void validate() const;
+};
+
+enum class TensorDType { kFloat32, kBFloat16, kFloat16 };
+
+struct TensorSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  bool is_norm = false;  // RMSNorm weights: no weight decay, initialised to 1
+};
+
+// Every global tensor of the model, in a fixed order (embedding, layers in order, final norm, output).
+std::vector<TensorSpec> model_tensors(const ModelConfig& config);
+
+}  // namespace dlm::ckpt
