@@ -48,6 +48,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, std::size_t size) {
   if (fd_ < 0) fail_at(final_path_, "write after commit or abandon");
+  if (size == 0) return;  // an empty span may carry a null pointer, which memcpy must not see
   const char* src = static_cast<const char*>(data);
   if (size >= buffer_.size()) {
     flush();
