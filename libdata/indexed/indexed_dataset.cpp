@@ -75,6 +75,7 @@ std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
 std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 
 void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::int32_t* dst) {
+  if (count == 0) return;  // empty sequences: dst may be null
   auto widen = [&](auto tag) {
     using T = decltype(tag);
     for (std::size_t i = 0; i < count; ++i) dst[i] = static_cast<std::int32_t>(load<T>(src + i * sizeof(T)));
