@@ -1,0 +1,139 @@
+// MegaDLMs'/LLaDA's reverse process (the math is in include/dlm/train/sampler.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "sampling_math.h"
+
+namespace dlm::train {
+
+using detail::kGumbel;
+using detail::kRandomConfidence;
+
+Remasking parse_remasking(const std::string& name) {
+  if (name == "low_confidence") return Remasking::kLowConfidence;
+  if (name == "random") return Remasking::kRandom;
+  fail(fmt::format("--remasking: '{}' is not low_confidence or random", name));
+}
+
+std::vector<std::int64_t> transfer_counts(std::int64_t masked, std::int64_t steps) {
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(steps), masked / steps);
+  for (std::int64_t i = 0; i < masked % steps; ++i) ++counts[static_cast<std::size_t>(i)];
+  return counts;
+}
+
+void validate(const DiffusionSamplingOptions& o) {
+  if (o.gen_length <= 0) fail(fmt::format("--max-new-tokens: {} must be positive", o.gen_length));
+  if (o.block_length <= 0 || o.gen_length % o.block_length != 0)
+    fail(fmt::format("--inference-block-size {} must divide --max-new-tokens {}", o.block_length, o.gen_length));
+  const std::int64_t blocks = o.gen_length / o.block_length;
+  if (o.steps <= 0 || o.steps % blocks != 0)
+    fail(fmt::format("--sample-steps {} must be a positive multiple of the {} blocks", o.steps, blocks));
+  if (o.mask_token < 0) fail("diffusion sampling needs the mask token (--mask-token or the config's mask_token_id)");
+  if (o.temperature < 0) fail(fmt::format("--temperature: {} is negative", o.temperature));
+  if (!(o.top_p > 0 && o.top_p <= 1)) fail(fmt::format("--top-p: {} is not in (0, 1]", o.top_p));
+  if (o.cfg_scale < 0) fail(fmt::format("--cfg-scale: {} is negative", o.cfg_scale));
+}
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// The logits of x; with guidance, those of x and of x with its prompt masked, combined.
+void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vector<std::uint8_t>& is_prompt,
+                   const DiffusionSamplingOptions& o, std::vector<float>& logits) {
+  if (o.cfg_scale <= 0) {
+    model(x, logits);
+    return;
+  }
+  SequenceBatch both = x;
+  both.rows = 2 * x.rows;
+  both.ids.insert(both.ids.end(), x.ids.begin(), x.ids.end());
+  both.attention.insert(both.attention.end(), x.attention.begin(), x.attention.end());
+  both.position_ids.insert(both.position_ids.end(), x.position_ids.begin(), x.position_ids.end());
+  const std::size_t n = x.ids.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (is_prompt[i]) both.ids[n + i] = o.mask_token;
+  std::vector<float> all;
+  model(both, all);
+  const std::size_t half = all.size() / 2;
+  logits.resize(half);
+  const auto w = static_cast<float>(o.cfg_scale);
+  for (std::size_t i = 0; i < half; ++i) {
+    const float cond = all[i], uncond = all[half + i];
+    logits[i] = uncond + (w + 1.0f) * (cond - uncond);
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
+                                                          std::span<const std::vector<std::int32_t>> prompts,
+                                                          const DiffusionSamplingOptions& o) {
+  validate(o);
+  SequenceBatch x = detail::left_padded(prompts, o.gen_length, o.mask_token, o.pad_token);
+  const std::int64_t rows = x.rows, len = x.len, prompt_len = len - o.gen_length;
+  std::vector<std::uint8_t> is_prompt(x.ids.size(), 0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < prompt_len; ++j)
+      is_prompt[static_cast<std::size_t>(r * len + j)] = x.attention[static_cast<std::size_t>(r * len + j)];
+  const CounterRng rng(o.seed);
+  const std::int64_t blocks = o.gen_length / o.block_length, steps = o.steps / blocks;
+  std::vector<float> logits;
+  std::uint64_t step_serial = 0;
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t begin = prompt_len + block * o.block_length, end = begin + o.block_length;
+    std::vector<std::vector<std::int64_t>> counts;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::int64_t masked = 0;
+      for (std::int64_t j = begin; j < end; ++j) masked += x.ids[static_cast<std::size_t>(r * len + j)] == o.mask_token;
+      counts.push_back(transfer_counts(masked, steps));
+    }
+    for (std::int64_t step = 0; step < steps; ++step, ++step_serial) {
+      guided_logits(model, x, is_prompt, o, logits);
+      if (logits.size() != static_cast<std::size_t>(rows * len * vocab))
+        fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", logits.size(), rows, len, vocab));
+      std::vector<std::int32_t> x0(x.ids.size());
+      std::vector<double> confidence(x.ids.size(), kNegInf);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t j = 0; j < end; ++j) {
+          const auto i = static_cast<std::size_t>(r * len + j);
+          if (x.ids[i] != o.mask_token || !x.attention[i]) continue;
+          std::span<const float> row(logits.data() + i * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
+          std::vector<double> l(row.begin(), row.end());
+          detail::top_p_filter(l, o.top_p);
+          const std::uint64_t draw = (step_serial * static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(r)) *
+                                         static_cast<std::uint64_t>(len) + static_cast<std::uint64_t>(j);
+          x0[i] = detail::gumbel_argmax(l, o.temperature, rng, kGumbel, draw);
+          confidence[i] = o.remasking == Remasking::kLowConfidence ? detail::softmax64(row)[static_cast<std::size_t>(x0[i])]
+                                                                   : rng.uniform(kRandomConfidence, draw, 0);
+        }
+        // The k most confident masked positions of the row (ties: lower position first).
+        std::vector<std::int64_t> order(static_cast<std::size_t>(len));
+        std::iota(order.begin(), order.end(), 0);
+        const double* c = confidence.data() + r * len;
+        std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return c[a] > c[b]; });
+        const std::int64_t k = counts[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)];
+        for (std::int64_t t = 0; t < k; ++t) {
+          const auto i = static_cast<std::size_t>(r * len + order[static_cast<std::size_t>(t)]);
+          if (confidence[i] == kNegInf) break;
+          x.ids[i] = x0[i];
+        }
+      }
+    }
+  }
+  std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = prompt_len; j < len; ++j) {
+      const auto id = x.ids[static_cast<std::size_t>(r * len + j)];
+      if (o.eos && id == *o.eos) break;
+      out[static_cast<std::size_t>(r)].push_back(id);
+    }
+  return out;
+}
+
+}  // namespace dlm::train

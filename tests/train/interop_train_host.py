@@ -1,0 +1,269 @@
+"""Interop: libtrain's host-side training and sampling math against its peers and the spec.
+
+- LR schedules against megatron-core's OptimizerParamScheduler (exact, every style and WSD tail),
+- AdamW + global-norm clipping against torch.optim.AdamW and torch.nn.utils.clip_grad_norm_,
+- the diffusion (MegaDLMs/LLaDA generate) and AR samplers against a numpy implementation of
+  ../shared/specs/dlm-objective.md on a synthetic model, with the same counter-based noise.
+argv: train_host_tool"""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.environ.get("DLM_SOURCE_DIR", "."), "tests", "interop"))
+from dlm_interop import Checks, require, run  # noqa: E402
+
+np, torch = require("numpy", "torch")
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler  # noqa: E402
+
+tool = sys.argv[1]
+checks = Checks()
+
+
+def ask(request):
+    return json.loads(run([tool], input=json.dumps(request)).stdout)
+
+
+# ---- LR schedules ---------------------------------------------------------------------------------
+class _Opt:
+    param_groups = [{}]
+
+
+GBS = 8  # Megatron counts samples; dlm counts iterations
+cases = [
+    dict(style="linear", warmup=10, decay=100),
+    dict(style="cosine", warmup=10, decay=100),
+    dict(style="cosine", warmup=0, decay=37),
+    dict(style="constant", warmup=5, decay=50),
+    dict(style="inverse-square-root", warmup=7, decay=60),
+] + [dict(style="WSD", warmup=20, decay=100, wsd_decay=30, wsd_style=s)
+     for s in ("linear", "cosine", "exponential", "minus_sqrt")]
+for case in cases:
+    steps = list(range(0, case["decay"] + 15))
+    ours = ask(dict(op="lr", max_lr=2e-4, min_lr=2e-5, init_lr=1e-6, steps=steps, global_batch_size=GBS, **case))["lr"]
+    sched = OptimizerParamScheduler(
+        _Opt(), init_lr=1e-6, max_lr=2e-4, min_lr=2e-5, lr_warmup_steps=case["warmup"] * GBS,
+        lr_decay_steps=case["decay"] * GBS, lr_decay_style=case["style"], start_wd=0.1, end_wd=0.1,
+        wd_incr_steps=case["decay"] * GBS, wd_incr_style="constant",
+        wsd_decay_steps=case.get("wsd_decay", 0) * GBS or None, lr_wsd_decay_style=case.get("wsd_style"))
+    theirs = []
+    for s in steps:
+        sched.num_steps = s * GBS
+        theirs.append(sched.get_lr({}))
+    bad = [(s, a, b) for s, a, b in zip(steps, ours, theirs) if a != b]
+    checks.check(not bad, f"lr {case}: differs from megatron-core at {bad[:3]}")
+
+# ---- AdamW + clipping -----------------------------------------------------------------------------
+rng = np.random.default_rng(5)
+shapes = [(7, 5), (5,), (3, 4)]
+no_decay = [False, True, False]
+params = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+n_steps = 6
+grads = [[(rng.standard_normal(s) * (3.0 if k % 2 else 0.1)).astype(np.float32) for s in shapes] for k in range(n_steps)]
+lrs = [1e-3 * (k + 1) for k in range(n_steps)]
+opts = dict(beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, clip=1.0)
+ours = ask(dict(op="adamw", params=[p.ravel().tolist() for p in params], no_decay=no_decay,
+                grads=[[g.ravel().tolist() for g in gs] for gs in grads], lrs=lrs, **opts))["params"]
+tp = [torch.nn.Parameter(torch.from_numpy(p.copy())) for p in params]
+groups = [{"params": [p for p, nd in zip(tp, no_decay) if not nd], "weight_decay": 0.1},
+          {"params": [p for p, nd in zip(tp, no_decay) if nd], "weight_decay": 0.0}]
+topt = torch.optim.AdamW(groups, lr=1.0, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+for k in range(n_steps):
+    for p, g in zip(tp, grads[k]):
+        p.grad = torch.from_numpy(g.copy())
+    torch.nn.utils.clip_grad_norm_(tp, 1.0, foreach=False)
+    for group in topt.param_groups:
+        group["lr"] = lrs[k]
+    topt.step()
+worst = max(float(np.max(np.abs(np.array(o, dtype=np.float32) - p.detach().numpy().ravel()))) for o, p in zip(ours, tp))
+print(f"AdamW after {n_steps} clipped steps: max |dlm - torch| = {worst:.3g}")
+checks.check(worst <= 1e-6, f"AdamW differs from torch by {worst}")
+
+
+# ---- samplers: a numpy implementation of the spec -------------------------------------------------
+M32 = 0xFFFFFFFF
+
+
+def philox(ctr, key):
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0 = 0xD2511F53 * c0
+        p1 = 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def uniform(seed, domain, index, sub):
+    b = philox((index & M32, index >> 32, sub, domain), (seed & M32, seed >> 32))
+    return ((b[0] >> 5) * 67108864.0 + (b[1] >> 6)) / 9007199254740992.0
+
+
+GUMBEL, RANDOM_CONF = 11, 12
+
+
+class Synthetic:
+    def __init__(self, vocab, positions, ctx, seed):
+        r = np.random.default_rng(seed)
+        self.A = (r.standard_normal((vocab, vocab)) * 2).astype(np.float32)
+        self.B = (r.standard_normal((positions, vocab))).astype(np.float32)
+        self.C = (r.standard_normal((ctx, vocab))).astype(np.float32)
+
+    def __call__(self, ids, att, pos):
+        sums = (ids * att).sum(axis=1) % len(self.C)
+        return (self.A[ids] + self.B[pos]) + self.C[sums][:, None, :]
+
+    def tables(self):
+        return dict(A=self.A.tolist(), B=self.B.tolist(), C=self.C.tolist())
+
+
+def left_pad(prompts, extra, fill, pad):
+    longest = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), longest + extra), fill, dtype=np.int64)
+    att = np.ones_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, :longest - len(p)] = pad
+        att[r, :longest - len(p)] = 0
+        ids[r, longest - len(p):longest] = p
+    pos = np.maximum(np.cumsum(att, axis=1) - 1, 0)
+    return ids, att, pos, longest
+
+
+def softmax64(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def top_p(l, p):
+    if p >= 1:
+        return l
+    probs = softmax64(l)
+    order = np.argsort(-probs, kind="stable")
+    before = np.concatenate([[0.0], np.cumsum(probs[order])[:-1]])
+    l = l.copy()
+    l[order[before > p]] = -np.inf
+    return l
+
+
+def top_k(l, k):
+    if k <= 0 or k >= len(l):
+        return l
+    order = np.argsort(-l, kind="stable")
+    l = l.copy()
+    l[order[k:]] = -np.inf
+    return l
+
+
+def gumbel_argmax(l, temperature, seed, draw):
+    if temperature > 0:
+        u = np.array([1.0 - uniform(seed, GUMBEL, draw, v) for v in range(len(l))])
+        l = l - temperature * np.log(-np.log(u))
+    return int(np.argmax(l))
+
+
+def diffusion_reference(model, prompts, o):
+    mask = o["mask"]
+    x, att, pos, plen = left_pad(prompts, o["gen_length"], mask, 0)
+    rows, length = x.shape
+    is_prompt = np.zeros_like(x, dtype=bool)
+    is_prompt[:, :plen] = att[:, :plen] == 1
+    blocks = o["gen_length"] // o["block_length"]
+    steps = o["steps"] // blocks
+    serial = 0
+    for b in range(blocks):
+        end = plen + (b + 1) * o["block_length"]
+        n = (x[:, end - o["block_length"]:end] == mask).sum(axis=1)
+        counts = np.array([[n[r] // steps + (1 if i < n[r] % steps else 0) for i in range(steps)] for r in range(rows)])
+        for i in range(steps):
+            logits = model(x, att, pos)
+            if o.get("cfg", 0) > 0:
+                un = x.copy()
+                un[is_prompt] = mask
+                u = model(un, att, pos)
+                w = np.float32(o["cfg"])
+                logits = u + (w + np.float32(1)) * (logits - u)
+            for r in range(rows):
+                conf = np.full(length, -np.inf)
+                x0 = x[r].copy()
+                for j in range(end):
+                    if x[r, j] != mask or not att[r, j]:
+                        continue
+                    draw = (serial * rows + r) * length + j
+                    l = top_p(logits[r, j].astype(np.float64), o.get("top_p", 1.0))
+                    x0[j] = gumbel_argmax(l, o["temperature"], o["seed"], draw)
+                    if o["remasking"] == "low_confidence":
+                        conf[j] = softmax64(logits[r, j])[x0[j]]
+                    else:
+                        conf[j] = uniform(o["seed"], RANDOM_CONF, draw, 0)
+                order = np.argsort(-conf, kind="stable")[:counts[r, i]]
+                order = order[np.isfinite(conf[order])]
+                x[r, order] = x0[order]
+            serial += 1
+    out = []
+    for r in range(rows):
+        gen = x[r, plen:].tolist()
+        if "eos" in o and o["eos"] in gen:
+            gen = gen[:gen.index(o["eos"])]
+        out.append(gen)
+    return out
+
+
+def ar_reference(model, prompts, o):
+    x, att, pos, _ = left_pad(prompts, 0, 0, 0)
+    rows = len(prompts)
+    out = [[] for _ in prompts]
+    done = [False] * rows
+    for step in range(o["max_new_tokens"]):
+        logits = model(x, att, pos)
+        nxt = []
+        for r in range(rows):
+            tok = 0
+            if not done[r]:
+                l = logits[r, -1].astype(np.float64)
+                if o["temperature"] > 0:
+                    l = l / o["temperature"]
+                l = top_p(top_k(l, o.get("top_k", 0)), o.get("top_p", 1.0))
+                tok = gumbel_argmax(l, 1.0 if o["temperature"] > 0 else 0.0, o["seed"], step * rows + r)
+                if "eos" in o and tok == o["eos"]:
+                    done[r] = True
+                else:
+                    out[r].append(tok)
+            nxt.append(tok)
+        if all(done):
+            break
+        x = np.concatenate([x, np.array(nxt)[:, None]], axis=1)
+        att = np.concatenate([att, np.ones((rows, 1), dtype=att.dtype)], axis=1)
+        pos = np.concatenate([pos, pos[:, -1:] + 1], axis=1)
+    return out
+
+
+VOCAB, MASK = 16, 15
+model = Synthetic(VOCAB, 64, 7, seed=11)
+prompts = [[1, 2, 3, 4], [5, 6], [7]]
+diffusion_cases = [
+    dict(gen_length=8, steps=8, block_length=8, temperature=0.0, remasking="low_confidence", seed=0),
+    dict(gen_length=12, steps=6, block_length=4, temperature=0.0, remasking="low_confidence", seed=0),
+    dict(gen_length=12, steps=12, block_length=6, temperature=0.7, remasking="low_confidence", seed=3),
+    dict(gen_length=8, steps=4, block_length=4, temperature=1.0, remasking="random", seed=9, top_p=0.8),
+    dict(gen_length=8, steps=8, block_length=4, temperature=0.5, remasking="low_confidence", seed=2, cfg=1.5),
+    dict(gen_length=10, steps=4, block_length=5, temperature=0.0, remasking="random", seed=4, eos=3),
+]
+for case in diffusion_cases:
+    case = dict(case, mask=MASK)
+    ours = ask(dict(op="diffusion", prompts=prompts, **model.tables(), **case))["out"]
+    ref = diffusion_reference(model, prompts, case)
+    checks.check(ours == ref, f"diffusion sampler {case}: {ours} != {ref}")
+
+ar_cases = [
+    dict(max_new_tokens=10, temperature=0.0, seed=0),
+    dict(max_new_tokens=10, temperature=0.9, top_k=5, seed=1),
+    dict(max_new_tokens=10, temperature=1.2, top_p=0.7, seed=2, eos=4),
+]
+for case in ar_cases:
+    ours = ask(dict(op="ar", prompts=prompts, **model.tables(), **case))["out"]
+    ref = ar_reference(model, prompts, case)
+    checks.check(ours == ref, f"AR sampler {case}: {ours} != {ref}")
+
+checks.finish()

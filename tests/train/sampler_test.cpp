@@ -1,0 +1,99 @@
+#include <gtest/gtest.h>
+
+#include "dlm/common/error.h"
+#include "dlm/train/sampler.h"
+
+namespace dlm::train {
+namespace {
+
+constexpr std::int64_t kVocab = 8;
+constexpr std::int32_t kMask = 7;
+
+// A model that prefers token (position % 5) at every position, more strongly further right,
+// so low-confidence remasking decodes right to left within a block.
+void toy_model(const SequenceBatch& b, std::vector<float>& logits) {
+  logits.assign(static_cast<std::size_t>(b.rows * b.len * kVocab), 0.0f);
+  for (std::int64_t i = 0; i < b.rows * b.len; ++i) {
+    const auto pos = b.position_ids[static_cast<std::size_t>(i)];
+    logits[static_cast<std::size_t>(i * kVocab + pos % 5)] = 1.0f + 0.5f * static_cast<float>(pos);
+  }
+}
+
+TEST(TransferCounts, SplitsTheRemainderFirst) {
+  EXPECT_EQ(transfer_counts(10, 4), (std::vector<std::int64_t>{3, 3, 2, 2}));
+  EXPECT_EQ(transfer_counts(4, 4), (std::vector<std::int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(transfer_counts(2, 4), (std::vector<std::int64_t>{1, 1, 0, 0}));
+}
+
+TEST(DiffusionSampler, GreedyDecodesTheModelsArgmax) {
+  DiffusionSamplingOptions o;
+  o.gen_length = 8;
+  o.steps = 4;
+  o.block_length = 4;
+  o.mask_token = kMask;
+  std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3}, {4}};
+  int calls = 0;
+  LogitsFn model = [&](const SequenceBatch& b, std::vector<float>& l) {
+    ++calls;
+    EXPECT_EQ(b.len, 11);
+    EXPECT_EQ(b.attention[11], 0);  // row 1 is left-padded by two
+    EXPECT_EQ(b.position_ids[11 + 2], 0);
+    toy_model(b, l);
+  };
+  auto out = diffusion_generate(model, kVocab, prompts, o);
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(out[0], (std::vector<std::int32_t>{3, 4, 0, 1, 2, 3, 4, 0}));
+  EXPECT_EQ(out[1], (std::vector<std::int32_t>{1, 2, 3, 4, 0, 1, 2, 3}));
+}
+
+TEST(DiffusionSampler, StopsAtEosAndIsDeterministicPerSeed) {
+  DiffusionSamplingOptions o;
+  o.gen_length = 8;
+  o.steps = 8;
+  o.block_length = 4;
+  o.mask_token = kMask;
+  o.eos = 0;
+  o.temperature = 1.0;
+  o.remasking = Remasking::kRandom;
+  o.seed = 3;
+  std::vector<std::vector<std::int32_t>> prompts = {{1, 2}};
+  auto a = diffusion_generate(toy_model, kVocab, prompts, o);
+  auto b = diffusion_generate(toy_model, kVocab, prompts, o);
+  EXPECT_EQ(a, b);
+  for (auto id : a[0]) EXPECT_NE(id, 0);
+  o.temperature = 0;
+  auto greedy = diffusion_generate(toy_model, kVocab, prompts, o);
+  EXPECT_EQ(greedy[0], (std::vector<std::int32_t>{2, 3, 4}));  // cut before position 5's eos (id 0)
+}
+
+TEST(DiffusionSampler, RejectsBadShapes) {
+  DiffusionSamplingOptions o;
+  o.mask_token = kMask;
+  o.gen_length = 10;
+  o.block_length = 4;
+  EXPECT_THROW(validate(o), Error);
+  o.block_length = 5;
+  o.steps = 3;
+  EXPECT_THROW(validate(o), Error);
+  o.steps = 4;
+  EXPECT_NO_THROW(validate(o));
+  o.mask_token = -1;
+  EXPECT_THROW(validate(o), Error);
+}
+
+TEST(ArSampler, GreedyFollowsTheArgmaxAndStopsAtEos) {
+  ArSamplingOptions o;
+  o.max_new_tokens = 10;
+  o.temperature = 0;
+  o.eos = 0;
+  std::vector<std::vector<std::int32_t>> prompts = {{6, 6}};
+  auto out = ar_generate(toy_model, kVocab, prompts, o);
+  // The last position p predicts p % 5: prompt positions 0,1 -> 1, then 2, 3, 4, then 0 = eos.
+  EXPECT_EQ(out[0], (std::vector<std::int32_t>{1, 2, 3, 4}));
+  o.temperature = 1.0;
+  o.top_k = 1;  // top-1 is greedy whatever the temperature
+  EXPECT_EQ(ar_generate(toy_model, kVocab, prompts, o)[0], out[0]);
+}
+
+}  // namespace
+}  // namespace dlm::train
