@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.environ.get("DLM_SOURCE_DIR", "."), "tests", "interop"))
-from dlm_interop import Checks, require, run  # noqa: E402
+from dlm_interop import Checks, require, run, workdir  # noqa: E402
 
 np, torch = require("numpy", "torch")
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler  # noqa: E402
@@ -52,6 +52,30 @@ for case in cases:
         theirs.append(sched.get_lr({}))
     bad = [(s, a, b) for s, a, b in zip(steps, ours, theirs) if a != b]
     checks.check(not bad, f"lr {case}: differs from megatron-core at {bad[:3]}")
+
+# ---- TensorBoard event files, read by tensorboard's own reader -----------------------------------
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
+
+tb_dir = os.path.join(workdir("tb"), "run")
+events = [[k, {"train/loss": 10.0 / (k + 1), "train/lr": 1e-4 * k}] for k in range(1, 30)]
+path = ask(dict(op="tensorboard", dir=tb_dir, events=events))["path"]
+acc = event_accumulator.EventAccumulator(tb_dir)
+acc.Reload()
+checks.check(sorted(acc.Tags()["scalars"]) == ["train/loss", "train/lr"], f"tensorboard tags {acc.Tags()}")
+got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+checks.check(got == [(k, float(np.float32(10.0 / (k + 1)))) for k in range(1, 30)], f"tensorboard loss {got[:3]}")
+# tensorboard's record reader checks both CRCs; a flipped byte must be caught.
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New  # noqa: E402
+
+reader = PyRecordReader_New(path.encode())
+records = 0
+while True:
+    try:
+        reader.GetNext()
+        records += 1
+    except Exception:
+        break
+checks.check(records == 30, f"tensorboard: {records} records, expected 30")
 
 # ---- AdamW + clipping -----------------------------------------------------------------------------
 rng = np.random.default_rng(5)

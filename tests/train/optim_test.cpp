@@ -61,3 +61,14 @@ TEST(LrSchedule, RejectsInconsistentFlags) {
 
 }  // namespace
 }  // namespace dlm::train
+
+#include "dlm/train/metrics.h"
+
+namespace dlm::train {
+namespace {
+TEST(Crc32c, KnownAnswer) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+}
+}  // namespace
+}  // namespace dlm::train

@@ -1,6 +1,7 @@
 // Test driver for interop_train_host.py: reads one JSON request on stdin, prints one JSON answer.
 //   {"op": "lr", ...LrScheduleOptions fields, "steps": [...]}       -> {"lr": [...]}
 //   {"op": "adamw", "params": [[...]...], "no_decay": [...], "grads": [[[...]...]...], "lrs": [...], ...}
+//   {"op": "tensorboard", "dir": D, "events": [[step, {tag: value}]...]} -> {"path": event file}
 //   {"op": "diffusion" | "ar", "A": [[..]], "B": [[..]], "C": [[..]], "prompts": [[..]], options...}
 // The synthetic model of "diffusion"/"ar": logits[v] = A[id][v] + B[pos][v] + C[(sum of the row's
 // attended ids) % rows(C)][v], in fp32, in that order.
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlm/train/lr_schedule.h"
+#include "dlm/train/metrics.h"
 #include "dlm/train/optimizer.h"
 #include "dlm/train/sampler.h"
 
@@ -108,6 +110,11 @@ int main() {
     json a;
     if (q["op"] == "lr") a = lr(q);
     else if (q["op"] == "adamw") a = adamw(q);
+    else if (q["op"] == "tensorboard") {
+      TensorBoardWriter tb(q["dir"].get<std::string>());
+      for (const auto& e : q["events"]) tb.add_scalars(e[0].get<std::int64_t>(), e[1].get<std::map<std::string, double>>());
+      a = {{"path", tb.path()}};
+    }
     else a = sample(q);
     std::cout << a.dump() << "\n";
     return 0;
