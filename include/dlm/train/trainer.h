@@ -1,0 +1,117 @@
+// Trainer: Megatron's training loop for one model replica on one process — micro-batches accumulated
+// into a global batch, AdamW with global-norm clipping, the LR schedule, validation every N
+// iterations, a log line / JSONL / TensorBoard per log interval, periodic and on-signal checkpoints,
+// and a resume that continues the same run.
+//
+// Data order: iteration i, micro-batch m, row b reads global sample i*G + m*M + b (G global batch,
+// M micro batch) of the sample source; the objective's noise is keyed by that index and the LR by i,
+// so a resumed run needs nothing but the iteration, the weights and the optimizer's moments to draw
+// the very same numbers (docs/training.md).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlm/train/lr_schedule.h"
+#include "dlm/train/objective.h"
+#include "dlm/train/optimizer.h"
+
+namespace dlm::train {
+
+// What the trainer needs of a model; the model behind it (and its backend) stays out of sight.
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+  // Host views of every parameter and its gradient, in a fixed order (the model's tensor order).
+  virtual std::vector<ParamRef> parameters() = 0;
+  virtual void zero_grad() = 0;
+  // sum_i w_i CE_i over the batch; adds its gradient into the parameters' gradients.
+  virtual double forward_backward(const ModelBatch& batch) = 0;
+  // The same loss, no gradient.
+  virtual double forward_loss(const ModelBatch& batch) = 0;
+};
+
+// Samples of seq_length + 1 tokens by global index (libdata's GPTDataset/BlendedDataset reader).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual std::uint64_t size() const = 0;
+  virtual void read(std::uint64_t index, std::span<std::int32_t> tokens) const = 0;
+};
+
+struct TrainerOptions {
+  std::int64_t train_iters = 0;        // --train-iters
+  std::int64_t micro_batch_size = 1;   // --micro-batch-size
+  std::int64_t global_batch_size = 1;  // --global-batch-size
+  std::int64_t seq_length = 0;         // --seq-length
+  double clip_grad = 1.0;              // --clip-grad
+  std::int64_t log_interval = 1;       // --log-interval
+  std::int64_t eval_interval = 0;      // --eval-interval (0: never)
+  std::int64_t eval_iters = 1;         // --eval-iters
+  std::int64_t save_interval = 0;      // --save-interval (0: only at the end and on signals)
+  std::optional<std::int32_t> eod_token;  // with eod_mask_loss: loss_mask 0 where the label is eod
+  bool eod_mask_loss = false;          // --eod-mask-loss
+  std::int64_t exit_interval = 0;      // --exit-interval: stop (after saving) at a multiple of it
+  AdamWOptions adam;
+  LrScheduleOptions lr;
+  ObjectiveOptions objective;
+  std::string tensorboard_dir;         // --tensorboard-dir ("" = none)
+  std::string metrics_path;            // --metrics-file ("" = none): JSONL
+};
+
+// What a checkpoint holds of the run besides the weights.
+struct TrainProgress {
+  std::int64_t iteration = 0;
+  std::int64_t consumed_samples = 0;
+};
+
+// Saves the model, optimizer and progress (libckpt behind it); called at save points and on signals.
+using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer)>;
+
+struct IterationStats {
+  std::int64_t iteration = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Checks every option before any compute (dlm::Error naming the flag).
+  Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid);
+
+  // Resume from a checkpoint's progress and optimizer state (the weights are the model's business).
+  void resume(const TrainProgress& progress, AdamW optimizer_state);
+  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save`.
+  // Returns the stats of every iteration run (losses are what the resume test compares).
+  std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr);
+
+  // Mean validation loss over eval_iters global batches of the valid source (fixed samples).
+  double evaluate();
+  const TrainProgress& progress() const { return progress_; }
+  const AdamW& optimizer() const { return optimizer_; }
+
+  // The micro-batch of rows [first, first + micro_batch_size) of a source, as Megatron's GPTDataset
+  // gives it (tokens, labels, loss_mask).
+  SampleBatch read_batch(const SampleSource& source, std::uint64_t first) const;
+
+ private:
+  double train_step(std::int64_t iteration, double lr, double& grad_norm);
+  TrainerOptions options_;
+  TrainableModel& model_;
+  const SampleSource& train_;
+  const SampleSource* valid_;
+  AdamW optimizer_;
+  LrSchedule schedule_;
+  TrainProgress progress_;
+};
+
+// The entropy (nats) of the unigram distribution of the labels of the first `samples` samples: the loss
+// of a model that ignores its input, the baseline a trained model must beat.
+double unigram_entropy(const SampleSource& source, std::int64_t seq_length, std::uint64_t samples);
+
+}  // namespace dlm::train
