@@ -53,6 +53,42 @@ for case in cases:
     bad = [(s, a, b) for s, a, b in zip(steps, ours, theirs) if a != b]
     checks.check(not bad, f"lr {case}: differs from megatron-core at {bad[:3]}")
 
+# ---- the masked-diffusion loss against MegaDLMs' formula in torch ---------------------------------
+def megadlms_loss(tokens, labels, loss_mask, logits, masked, kind):
+    """pretrain_difflm's loss on the (un-shifted) batch, given the masks dlm drew."""
+    if kind == "difflm-noshift":
+        labels = labels[:, :-1]
+        loss_mask = loss_mask[:, :-1]
+        p_mask = masked.sum(dim=1, keepdim=True) / masked.shape[1]
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+        return ((ce * masked / p_mask) * loss_mask).sum() / loss_mask.sum()
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    return (ce * loss_mask).sum() / loss_mask.sum()
+
+
+B, L, V = 3, 9, 11
+for kind, seed in [("difflm-noshift", 1), ("difflm-noshift", 2), ("vanilla", 3)]:
+    gen = np.random.default_rng(seed)
+    sample = gen.integers(0, V - 1, size=(B, L + 1))
+    tokens, labels = sample[:, :-1], sample[:, 1:]
+    loss_mask = (gen.random((B, L)) > 0.2).astype(np.float32)
+    n = L - 1 if kind == "difflm-noshift" else L
+    logits = gen.standard_normal((B, n, V)).astype(np.float32)
+    got = ask(dict(op="objective", kind=kind, seed=seed, mask=V - 1, varilen_prob=0.0, iteration=0,
+                   micro_batches=1, micro_batch=0, tokens=tokens.tolist(), labels=labels.tolist(),
+                   loss_mask=loss_mask.tolist(), sample_index=[100 + b for b in range(B)],
+                   logits=logits.reshape(B * n, V).tolist()))
+    checks.check(got["seq"] == n, f"{kind}: seq {got['seq']} != {n}")
+    masked = np.array(got["masked"] or [1] * (B * n)).reshape(B, n)
+    if kind == "difflm-noshift":
+        expected_input = np.where(masked == 1, V - 1, tokens[:, 1:])
+        checks.check((np.array(got["input_ids"]).reshape(B, n) == expected_input).all(), f"{kind}: input ids")
+        checks.check((np.array(got["labels"]).reshape(B, n) == labels[:, :-1]).all(), f"{kind}: labels not un-shifted")
+        checks.check((masked.sum(axis=1) >= 1).all(), f"{kind}: a row without a masked position")
+    ref = float(megadlms_loss(torch.from_numpy(tokens), torch.from_numpy(labels), torch.from_numpy(loss_mask),
+                              torch.from_numpy(logits), torch.from_numpy(masked.astype(np.float32)), kind))
+    checks.check(abs(got["loss"] - ref) <= 1e-5 * abs(ref), f"{kind}: loss {got['loss']} != torch {ref}")
+
 # ---- TensorBoard event files, read by tensorboard's own reader -----------------------------------
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 

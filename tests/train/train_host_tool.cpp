@@ -1,6 +1,10 @@
 // Test driver for interop_train_host.py: reads one JSON request on stdin, prints one JSON answer.
 //   {"op": "lr", ...LrScheduleOptions fields, "steps": [...]}       -> {"lr": [...]}
 //   {"op": "adamw", "params": [[...]...], "no_decay": [...], "grads": [[[...]...]...], "lrs": [...], ...}
+//   {"op": "objective", "kind", "seed", "mask", "varilen_prob", "iteration", "micro_batches", "micro_batch",
+//    "tokens", "labels", "loss_mask" ([B][L]), "sample_index", "logits" ([B*L'][V])}
+//      -> {"input_ids", "labels", "position_ids", "masked", "seq", "loss"}
+//   {"op": "varilen", "prob", "length", "seeds": [...]} -> {"lengths": [...]}
 //   {"op": "tensorboard", "dir": D, "events": [[step, {tag: value}]...]} -> {"path": event file}
 //   {"op": "diffusion" | "ar", "A": [[..]], "B": [[..]], "C": [[..]], "prompts": [[..]], options...}
 // The synthetic model of "diffusion"/"ar": logits[v] = A[id][v] + B[pos][v] + C[(sum of the row's
@@ -11,6 +15,7 @@
 
 #include "dlm/train/lr_schedule.h"
 #include "dlm/train/metrics.h"
+#include "dlm/train/objective.h"
 #include "dlm/train/optimizer.h"
 #include "dlm/train/sampler.h"
 
@@ -51,6 +56,40 @@ json adamw(const json& q) {
     opt.step(refs, lrs[s]);
   }
   return {{"params", params}};
+}
+
+json objective(const json& q) {
+  ObjectiveOptions o;
+  o.kind = parse_objective_kind(q["kind"]);
+  o.seed = q["seed"];
+  o.mask_token = q["mask"];
+  o.varilen_prob = q["varilen_prob"];
+  SampleBatch s;
+  const auto tokens = q["tokens"].get<std::vector<std::vector<std::int32_t>>>();
+  const auto labels = q["labels"].get<std::vector<std::vector<std::int32_t>>>();
+  const auto mask = q["loss_mask"].get<std::vector<std::vector<float>>>();
+  s.batch = static_cast<std::int64_t>(tokens.size());
+  s.seq = static_cast<std::int64_t>(tokens[0].size());
+  for (std::size_t b = 0; b < tokens.size(); ++b) {
+    s.tokens.insert(s.tokens.end(), tokens[b].begin(), tokens[b].end());
+    s.labels.insert(s.labels.end(), labels[b].begin(), labels[b].end());
+    s.loss_mask.insert(s.loss_mask.end(), mask[b].begin(), mask[b].end());
+  }
+  s.sample_index = q["sample_index"].get<std::vector<std::uint64_t>>();
+  ModelBatch m = make_model_batch(o, s, {q["iteration"], q["micro_batches"], q["micro_batch"], true});
+  json out = {{"input_ids", m.input_ids}, {"labels", m.labels}, {"position_ids", m.position_ids},
+              {"masked", m.masked}, {"seq", m.seq}};
+  if (q.contains("logits")) {
+    std::vector<float> logits;
+    std::int64_t vocab = 0;
+    for (const auto& row : q["logits"]) {
+      vocab = static_cast<std::int64_t>(row.size());
+      for (const auto& v : row) logits.push_back(v.get<float>());
+    }
+    logits.resize(static_cast<std::size_t>(m.batch * m.seq * vocab));
+    out["loss"] = weighted_cross_entropy(logits, vocab, m);
+  }
+  return out;
 }
 
 json sample(const json& q) {
@@ -110,7 +149,13 @@ int main() {
     json a;
     if (q["op"] == "lr") a = lr(q);
     else if (q["op"] == "adamw") a = adamw(q);
-    else if (q["op"] == "tensorboard") {
+    else if (q["op"] == "objective") a = objective(q);
+    else if (q["op"] == "varilen") {
+      json lengths = json::array();
+      for (const auto& seed : q["seeds"])
+        lengths.push_back(variable_length(q["prob"], seed.get<std::uint64_t>(), q["length"]));
+      a = {{"lengths", lengths}};
+    } else if (q["op"] == "tensorboard") {
       TensorBoardWriter tb(q["dir"].get<std::string>());
       for (const auto& e : q["events"]) tb.add_scalars(e[0].get<std::int64_t>(), e[1].get<std::map<std::string, double>>());
       a = {{"path", tb.path()}};
