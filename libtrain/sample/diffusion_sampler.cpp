@@ -37,6 +37,8 @@ void validate(const DiffusionSamplingOptions& o) {
   if (o.temperature < 0) fail(fmt::format("--temperature: {} is negative", o.temperature));
   if (!(o.top_p > 0 && o.top_p <= 1)) fail(fmt::format("--top-p: {} is not in (0, 1]", o.top_p));
   if (o.cfg_scale < 0) fail(fmt::format("--cfg-scale: {} is negative", o.cfg_scale));
+  if (!(o.confidence_threshold >= 0 && o.confidence_threshold < 1))
+    fail(fmt::format("--threshold: {} is not in [0, 1)", o.confidence_threshold));
 }
 
 namespace {
@@ -73,7 +75,8 @@ void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vec
 
 std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
                                                           std::span<const std::vector<std::int32_t>> prompts,
-                                                          const DiffusionSamplingOptions& o) {
+                                                          const DiffusionSamplingOptions& o,
+                                                          std::int64_t* model_calls) {
   validate(o);
   SequenceBatch x = detail::left_padded(prompts, o.gen_length, o.mask_token, o.pad_token);
   const std::int64_t rows = x.rows, len = x.len, prompt_len = len - o.gen_length;
@@ -85,6 +88,8 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
   const std::int64_t blocks = o.gen_length / o.block_length, steps = o.steps / blocks;
   std::vector<float> logits;
   std::uint64_t step_serial = 0;
+  std::int64_t calls = 0;
+  const bool parallel = o.confidence_threshold > 0;
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t begin = prompt_len + block * o.block_length, end = begin + o.block_length;
     std::vector<std::vector<std::int64_t>> counts;
@@ -93,8 +98,17 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
       for (std::int64_t j = begin; j < end; ++j) masked += x.ids[static_cast<std::size_t>(r * len + j)] == o.mask_token;
       counts.push_back(transfer_counts(masked, steps));
     }
-    for (std::int64_t step = 0; step < steps; ++step, ++step_serial) {
+    // Parallel decoding runs until the block has no mask left; it cannot need more than K steps.
+    const std::int64_t max_steps = parallel ? o.block_length : steps;
+    for (std::int64_t step = 0; step < max_steps; ++step, ++step_serial) {
+      if (parallel) {
+        bool any = false;
+        for (std::int64_t r = 0; r < rows && !any; ++r)
+          for (std::int64_t j = begin; j < end && !any; ++j) any = x.ids[static_cast<std::size_t>(r * len + j)] == o.mask_token;
+        if (!any) break;
+      }
       guided_logits(model, x, is_prompt, o, logits);
+      ++calls;
       if (logits.size() != static_cast<std::size_t>(rows * len * vocab))
         fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", logits.size(), rows, len, vocab));
       std::vector<std::int32_t> x0(x.ids.size());
@@ -117,15 +131,17 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
         std::iota(order.begin(), order.end(), 0);
         const double* c = confidence.data() + r * len;
         std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return c[a] > c[b]; });
-        const std::int64_t k = counts[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)];
+        const std::int64_t k = parallel ? len : counts[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)];
         for (std::int64_t t = 0; t < k; ++t) {
           const auto i = static_cast<std::size_t>(r * len + order[static_cast<std::size_t>(t)]);
           if (confidence[i] == kNegInf) break;
+          if (parallel && t > 0 && confidence[i] <= o.confidence_threshold) break;
           x.ids[i] = x0[i];
         }
       }
     }
   }
+  if (model_calls) *model_calls = calls;
   std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t j = prompt_len; j < len; ++j) {

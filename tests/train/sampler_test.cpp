@@ -66,6 +66,26 @@ TEST(DiffusionSampler, StopsAtEosAndIsDeterministicPerSeed) {
   EXPECT_EQ(greedy[0], (std::vector<std::int32_t>{2, 3, 4}));  // cut before position 5's eos (id 0)
 }
 
+TEST(DiffusionSampler, ParallelDecodingUnmasksConfidentPositionsTogether) {
+  DiffusionSamplingOptions o;
+  o.gen_length = 8;
+  o.steps = 8;
+  o.block_length = 4;
+  o.mask_token = kMask;
+  std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3}};
+  std::int64_t calls = 0;
+  auto slow = diffusion_generate(toy_model, kVocab, prompts, o, &calls);
+  EXPECT_EQ(calls, 8);
+  // softmax of the toy logits at x0 is e^a / (e^a + 7) with a = 1 + pos / 2: above 0.6 from position 4 on.
+  o.confidence_threshold = 0.6;
+  auto fast = diffusion_generate(toy_model, kVocab, prompts, o, &calls);
+  EXPECT_EQ(fast, slow);  // the toy model's argmax does not depend on the context
+  EXPECT_EQ(calls, 2);    // one step per block
+  o.confidence_threshold = 0.99;  // nothing that confident: the most confident position per step
+  diffusion_generate(toy_model, kVocab, prompts, o, &calls);
+  EXPECT_EQ(calls, 8);
+}
+
 TEST(DiffusionSampler, RejectsBadShapes) {
   DiffusionSamplingOptions o;
   o.mask_token = kMask;

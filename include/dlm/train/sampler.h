@@ -12,6 +12,9 @@
 //          positions after the block and at positions already decoded
 //     the k most confident positions of each row take x0 (ties: the lower position first).
 //   The generated part is returned up to (not including) its first eos.
+//   Opt-in (Fast-dLLM's parallel decoding): with confidence_threshold > 0 a step unmasks every masked
+//   position of the block whose confidence exceeds the threshold (the most confident one at least),
+//   and a block ends when it has no mask left, so steps are spent only where the model is unsure.
 // AR: the next token of each row from its last position's logits: greedy at T = 0, else logits / T,
 //   top-k, top-p, Gumbel-max draw; a row stops at eos.
 // Random numbers come from a counter-based stream keyed by the seed (philox.h): one seed, one output.
@@ -51,6 +54,7 @@ struct DiffusionSamplingOptions {
   std::optional<std::int32_t> eos;
   std::int32_t pad_token = 0;       // fills left padding (never attended)
   std::uint64_t seed = 0;
+  double confidence_threshold = 0;  // --threshold: > 0 turns on parallel decoding (Fast-dLLM)
 };
 
 struct ArSamplingOptions {
@@ -66,10 +70,12 @@ struct ArSamplingOptions {
 // Throws dlm::Error naming the option when the shape rules above are broken.
 void validate(const DiffusionSamplingOptions& options);
 
-// Each prompt's generated tokens (not the prompt), cut at the first eos.
+// Each prompt's generated tokens (not the prompt), cut at the first eos. `model_calls`, when given,
+// receives the number of model evaluations (the cost parallel decoding saves).
 std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
                                                           std::span<const std::vector<std::int32_t>> prompts,
-                                                          const DiffusionSamplingOptions& options);
+                                                          const DiffusionSamplingOptions& options,
+                                                          std::int64_t* model_calls = nullptr);
 std::vector<std::vector<std::int32_t>> ar_generate(const LogitsFn& model, std::int64_t vocab,
                                                    std::span<const std::vector<std::int32_t>> prompts,
                                                    const ArSamplingOptions& options);
