@@ -89,6 +89,19 @@ for kind, seed in [("difflm-noshift", 1), ("difflm-noshift", 2), ("vanilla", 3)]
                               torch.from_numpy(logits), torch.from_numpy(masked.astype(np.float32)), kind))
     checks.check(abs(got["loss"] - ref) <= 1e-5 * abs(ref), f"{kind}: loss {got['loss']} != torch {ref}")
 
+# ---- the variable-length draw against numpy's legacy RandomState ---------------------------------
+for prob, length in [(0.5, 2048), (0.01, 4097), (1.0, 5), (0.3, 3)]:
+    seeds = list(range(0, 400)) + [2**31 + 7, 2**32 - 1]
+    ours = ask(dict(op="varilen", prob=prob, length=length, seeds=seeds))["lengths"]
+    theirs = []
+    for seed in seeds:
+        rs = np.random.RandomState(seed)
+        u = rs.uniform(0, 1)
+        r = rs.randint(2, length + 1)
+        theirs.append(int(r) if u < prob else length)
+    bad = [(s, a, b) for s, a, b in zip(seeds, ours, theirs) if a != b]
+    checks.check(not bad, f"variable length p={prob} L={length}: differs from numpy at {bad[:3]}")
+
 # ---- TensorBoard event files, read by tensorboard's own reader -----------------------------------
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 

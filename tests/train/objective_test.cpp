@@ -105,6 +105,22 @@ TEST(MaskedDiffusion, FixedSeedRegression) {
   EXPECT_EQ(m.masked, expected);
 }
 
+TEST(MaskedDiffusion, VariableLengthCutsEveryRowAlike) {
+  auto o = diffusion();
+  o.varilen_prob = 1.0;
+  auto s = batch_of(2, 64);
+  // numpy: RandomState(3 * 4 + 1).randint(2, 65) after one uniform() (the interop test checks the draw).
+  const std::int64_t r = variable_length(1.0, 13, 64);
+  ASSERT_GE(r, 2);
+  ASSERT_LE(r, 64);
+  auto m = make_model_batch(o, s, {3, 4, 1, true});
+  EXPECT_EQ(m.seq, r - 1);
+  EXPECT_EQ(m.labels[static_cast<std::size_t>(m.seq)], 101 + 64);  // row 1 starts at label column 0
+  // Validation never cuts; prob 0 never cuts.
+  EXPECT_EQ(make_model_batch(o, s, {3, 4, 1, false}).seq, 63);
+  EXPECT_EQ(variable_length(0.0, 13, 64), 64);
+}
+
 TEST(MaskedDiffusion, LladaWeightsByTheLevel) {
   auto o = diffusion();
   o.kind = ObjectiveKind::kDiffusionLlada;
