@@ -1,0 +1,65 @@
+#include <string>
+#include <vector>
+
+#include <boost/program_options/errors.hpp>
+#include <gtest/gtest.h>
+
+#include "dlm/common/error.h"
+#include "train_args.h"
+
+namespace dlm::tools {
+namespace {
+
+TrainArgs parse(std::vector<std::string> extra) {
+  std::vector<std::string> words = {"dlm-train", "--seq-length", "64", "--train-iters", "10", "--data-path", "d"};
+  words.insert(words.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  return parse_train_args(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string error_of(std::vector<std::string> extra) {
+  try {
+    parse(std::move(extra));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainArgs, MegatronFlagsFillTheOptions) {
+  auto a = parse({"--num-layers", "3", "--hidden-size", "96", "--num-attention-heads", "6", "--group-query-attention",
+                  "--num-query-groups", "2", "--ffn-hidden-size", "256", "--micro-batch-size", "2",
+                  "--global-batch-size", "8", "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "WSD",
+                  "--lr-wsd-decay-iters", "4", "--mask-token", "50277", "--untie-embeddings-and-output-weights",
+                  "--qk-layernorm", "--seed", "9"});
+  EXPECT_EQ(a.model.num_layers, 3);
+  EXPECT_EQ(a.model.kv_channels, 16);
+  EXPECT_EQ(a.model.num_query_groups, 2);
+  EXPECT_FALSE(a.model.tie_word_embeddings);
+  EXPECT_TRUE(a.model.qk_layernorm);
+  EXPECT_EQ(a.model.attention_mask, ckpt::AttentionMask::kBidirectional);
+  EXPECT_EQ(a.trainer.lr.decay_iters, 10);  // defaults to --train-iters
+  EXPECT_EQ(a.trainer.lr.global_batch_size, 8);
+  EXPECT_EQ(a.trainer.lr.style, train::LrDecayStyle::kWsd);
+  EXPECT_EQ(a.trainer.objective.mask_token, 50277);
+  EXPECT_EQ(a.trainer.objective.seed, 9u);
+  EXPECT_EQ(parse({"--model-running-mode", "vanilla"}).model.attention_mask, ckpt::AttentionMask::kCausal);
+  EXPECT_TRUE(parse({}).model.tie_word_embeddings);  // Megatron ties by default
+}
+
+TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
+  EXPECT_NE(error_of({"--hidden-size", "100", "--num-attention-heads", "3"}).find("--num-attention-heads 3 does not divide --hidden-size 100"), std::string::npos);
+  EXPECT_NE(error_of({"--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "3"}).find("--num-query-groups 3"), std::string::npos);
+  EXPECT_NE(error_of({"--max-position-embeddings", "32"}).find("--seq-length 64 is longer than --max-position-embeddings 32"), std::string::npos);
+  EXPECT_NE(error_of({"--lr-decay-style", "exp"}).find("--lr-decay-style"), std::string::npos);
+  EXPECT_NE(error_of({"--model-running-mode", "vanilla", "--attention-mask-type", "no_mask"}).find("causal"), std::string::npos);
+  EXPECT_NE(error_of({"--save-interval", "5"}).find("--save"), std::string::npos);
+  std::vector<std::string> words = {"dlm-train", "--train-iters", "10"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  EXPECT_THROW(parse_train_args(3, argv.data()), boost::program_options::error);  // --seq-length missing
+}
+
+}  // namespace
+}  // namespace dlm::tools

@@ -1,0 +1,61 @@
+// dlm-train: trains a masked-diffusion (or AR) language model from dlm-preprocess/dlm-blend data.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "dlm/common/log.h"
+#include "pipeline.h"
+#include "train_args.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop.store(true); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dlm::tools::TrainArgs args;
+  try {
+    args = dlm::tools::parse_train_args(argc, argv);
+  } catch (const boost::program_options::error& e) {
+    fmt::print(stderr, "dlm-train: {}\n(see dlm-train --help)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dlm-train: {}\n", e.what());
+    return 2;
+  }
+  if (args.help) {
+    fmt::print("{}", dlm::tools::train_usage());
+    return 0;
+  }
+  try {
+    // Everything that can be wrong is found here, before a parameter is allocated.
+    dlm::tools::TrainingSetup setup = dlm::tools::prepare_training(args);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    dlm::log::info("unigram entropy of the training labels: {:.4f} nats (the loss of a model that ignores its input)",
+                   setup.unigram_entropy);
+    dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get());
+    if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
+    auto stats = trainer.run(
+        [&](const dlm::train::TrainProgress& progress, dlm::train::TrainableModel&, const dlm::train::AdamW& optimizer) {
+          if (args.save.empty()) return;
+          dlm::tools::save_training_checkpoint(args, setup, progress, optimizer);
+          dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
+        },
+        &g_stop);
+    if (!stats.empty())
+      fmt::print("dlm-train: {} iterations, final loss {:.4f} (unigram baseline {:.4f})\n", stats.back().iteration,
+                 stats.back().loss, setup.unigram_entropy);
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dlm-train: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,32 @@
+// What dlm-train wires together, each piece from the library that owns it: the model (libtrain's
+// model over a backend), the sample sources (libdata's GPTDataset/BlendedDataset reader over the
+// --data-path/--split indices), the checkpoint (libckpt's native store) and the tokenizer (libdata).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "dlm/train/trainer.h"
+#include "train_args.h"
+
+namespace dlm::tools {
+
+struct ResumeState {
+  train::TrainProgress progress;
+  train::AdamW optimizer{{}};
+};
+
+struct TrainingSetup {
+  std::unique_ptr<train::TrainableModel> model;
+  std::unique_ptr<train::SampleSource> train, valid;
+  std::optional<ResumeState> resume;  // from --load
+  double unigram_entropy = 0;
+};
+
+// Opens the data and the checkpoint and checks them against the flags (vocabulary below the data's
+// largest id, missing files, a checkpoint whose config disagrees): every error before any compute.
+TrainingSetup prepare_training(TrainArgs& args);
+void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
+                              const train::AdamW& optimizer);
+
+}  // namespace dlm::tools

@@ -1,0 +1,164 @@
+#include "train_args.h"
+
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+
+namespace po = boost::program_options;
+
+namespace dlm::tools {
+namespace {
+
+struct Raw {
+  std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0, vocab_size = 0;
+  std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
+              attention = "";
+  std::int32_t mask_token = -1;
+  bool untie = false, qk_layernorm = false, group_query_attention = false;
+};
+
+po::options_description describe(TrainArgs& a, Raw& r) {
+  auto& m = a.model;
+  auto& t = a.trainer;
+  po::options_description model("model (Megatron's flags)");
+  model.add_options()
+      ("model-config", po::value(&a.model_config_file), "model shape from a dlm JSON or Hugging Face config.json")
+      ("num-layers", po::value(&m.num_layers)->default_value(m.num_layers), "transformer layers")
+      ("hidden-size", po::value(&m.hidden_size)->default_value(m.hidden_size), "hidden size")
+      ("ffn-hidden-size", po::value(&m.ffn_hidden_size)->default_value(m.ffn_hidden_size), "SwiGLU FFN size")
+      ("num-attention-heads", po::value(&m.num_attention_heads)->default_value(m.num_attention_heads), "heads")
+      ("group-query-attention", po::bool_switch(&r.group_query_attention), "use --num-query-groups KV heads")
+      ("num-query-groups", po::value(&r.num_query_groups), "KV heads (GQA)")
+      ("kv-channels", po::value(&r.kv_channels), "head dim (default hidden / heads)")
+      ("max-position-embeddings", po::value(&m.max_position_embeddings)->default_value(m.max_position_embeddings), "position table")
+      ("rotary-base", po::value(&m.rotary_base)->default_value(m.rotary_base), "RoPE theta")
+      ("norm-epsilon", po::value(&m.norm_epsilon)->default_value(m.norm_epsilon), "RMSNorm eps")
+      ("qk-layernorm", po::bool_switch(&r.qk_layernorm), "RMSNorm over each head's q and k")
+      ("untie-embeddings-and-output-weights", po::bool_switch(&r.untie), "separate output layer")
+      ("init-method-std", po::value(&m.init_method_std)->default_value(m.init_method_std), "init std")
+      ("make-vocab-size-divisible-by", po::value(&m.make_vocab_size_divisible_by)->default_value(m.make_vocab_size_divisible_by), "vocab padding")
+      ("vocab-size", po::value(&r.vocab_size), "vocabulary (default: the tokenizer's)")
+      ("attention-mask-type", po::value(&r.attention), "no_mask (bidirectional) | causal")
+      ("bf16", po::bool_switch(&a.bf16), "bf16 mixed precision (GPU backend; the CPU backend is fp32)");
+  po::options_description objective("objective (MegaDLMs' flags)");
+  objective.add_options()
+      ("model-running-mode", po::value(&r.mode)->default_value(r.mode), "difflm-noshift | vanilla (AR)")
+      ("difflm-mask-schedule", po::value(&r.schedule), "llada: LLaDA's variant of the loss")
+      ("mask-token", po::value(&r.mask_token), "mask id (default: the tokenizer's <|mask_token|>)")
+      ("difflm-varilen-prob", po::value(&t.objective.varilen_prob)->default_value(t.objective.varilen_prob), "variable-length probability")
+      ("eod-mask-loss", po::bool_switch(&t.eod_mask_loss), "no loss on eod labels");
+  po::options_description training("training");
+  training.add_options()
+      ("seq-length", po::value(&t.seq_length)->required(), "sequence length")
+      ("micro-batch-size", po::value(&t.micro_batch_size)->default_value(t.micro_batch_size), "micro-batch")
+      ("global-batch-size", po::value(&t.global_batch_size)->default_value(t.global_batch_size), "global batch (accumulated)")
+      ("train-iters", po::value(&t.train_iters)->required(), "iterations")
+      ("lr", po::value(&t.lr.max_lr)->default_value(t.lr.max_lr), "peak learning rate")
+      ("min-lr", po::value(&t.lr.min_lr)->default_value(t.lr.min_lr), "final learning rate")
+      ("lr-warmup-iters", po::value(&t.lr.warmup_iters)->default_value(0), "warmup iterations")
+      ("lr-warmup-init", po::value(&t.lr.init_lr)->default_value(0.0), "learning rate at step 0")
+      ("lr-decay-iters", po::value(&r.lr_decay_iters), "decay iterations (default --train-iters)")
+      ("lr-decay-style", po::value(&r.lr_decay_style)->default_value(r.lr_decay_style), "constant | linear | cosine | inverse-square-root | WSD")
+      ("lr-wsd-decay-style", po::value(&r.wsd_style)->default_value(r.wsd_style), "linear | cosine | exponential | minus_sqrt")
+      ("lr-wsd-decay-iters", po::value(&t.lr.wsd_decay_iters)->default_value(0), "WSD tail iterations")
+      ("weight-decay", po::value(&t.adam.weight_decay)->default_value(t.adam.weight_decay), "AdamW decay (none on norms)")
+      ("adam-beta1", po::value(&t.adam.beta1)->default_value(t.adam.beta1), "")
+      ("adam-beta2", po::value(&t.adam.beta2)->default_value(t.adam.beta2), "")
+      ("adam-eps", po::value(&t.adam.eps)->default_value(t.adam.eps), "")
+      ("clip-grad", po::value(&t.clip_grad)->default_value(t.clip_grad), "global gradient-norm limit")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "initialisation, data and noise seed")
+      ("threads", po::value(&a.threads)->default_value(0), "CPU threads (0: all cores)");
+  po::options_description data("data");
+  data.add_options()
+      ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
+      ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
+      ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached")
+      ("tokenizer-type", po::value(&a.tokenizer.type), "Megatron's tokenizer kind")
+      ("tokenizer-model", po::value(&a.tokenizer.model), "tokenizer file or folder");
+  po::options_description io("checkpoints and logging");
+  io.add_options()
+      ("save", po::value(&a.save), "checkpoint folder to write")
+      ("load", po::value(&a.load), "checkpoint folder to resume from")
+      ("save-interval", po::value(&t.save_interval)->default_value(0), "save every N iterations")
+      ("exit-interval", po::value(&t.exit_interval)->default_value(0), "save and exit at a multiple of N")
+      ("eval-interval", po::value(&t.eval_interval)->default_value(0), "validate every N iterations")
+      ("eval-iters", po::value(&t.eval_iters)->default_value(t.eval_iters), "validation batches")
+      ("log-interval", po::value(&t.log_interval)->default_value(t.log_interval), "iterations per log line")
+      ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
+      ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
+      ("help,h", po::bool_switch(&a.help), "this help");
+  po::options_description all("dlm-train: train a diffusion (or AR) language model from .bin/.idx data");
+  all.add(model).add(objective).add(training).add(data).add(io);
+  return all;
+}
+
+}  // namespace
+
+std::string train_usage() {
+  TrainArgs a;
+  Raw r;
+  std::ostringstream s;
+  s << describe(a, r);
+  return s.str();
+}
+
+TrainArgs parse_train_args(int argc, char** argv) {
+  TrainArgs a;
+  a.model.tie_word_embeddings = true;  // Megatron ties unless --untie-embeddings-and-output-weights
+  Raw r;
+  auto desc = describe(a, r);
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, desc), vm);
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      a.help = true;
+      return a;
+    }
+  po::notify(vm);
+  auto& m = a.model;
+  auto& t = a.trainer;
+  m.tie_word_embeddings = !r.untie;
+  m.qk_layernorm = r.qk_layernorm;
+  if (r.group_query_attention != (r.num_query_groups > 0))
+    fail("--group-query-attention and --num-query-groups go together");
+  m.num_query_groups = r.num_query_groups > 0 ? static_cast<int>(r.num_query_groups) : m.num_attention_heads;
+  if (r.kv_channels > 0) {
+    m.kv_channels = static_cast<int>(r.kv_channels);
+  } else {
+    if (m.num_attention_heads <= 0 || m.hidden_size % m.num_attention_heads != 0)
+      fail(fmt::format("--num-attention-heads {} does not divide --hidden-size {} (or give --kv-channels)",
+                       m.num_attention_heads, m.hidden_size));
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  if (m.num_query_groups <= 0 || m.num_attention_heads % m.num_query_groups != 0)
+    fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
+                     m.num_attention_heads));
+  if (r.vocab_size > 0) m.vocab_size = r.vocab_size;
+  if (r.mask_token >= 0) t.objective.mask_token = r.mask_token;
+  if (!r.schedule.empty() && r.schedule != "llada")
+    fail(fmt::format("--difflm-mask-schedule: '{}' is not llada", r.schedule));
+  t.objective.kind = r.schedule == "llada" ? train::ObjectiveKind::kDiffusionLlada : train::parse_objective_kind(r.mode);
+  const bool diffusion = t.objective.kind != train::ObjectiveKind::kAutoregressive;
+  const std::string attention = r.attention.empty() ? (diffusion ? "no_mask" : "causal") : r.attention;
+  if (attention == "no_mask") m.attention_mask = ckpt::AttentionMask::kBidirectional;
+  else if (attention == "causal") m.attention_mask = ckpt::AttentionMask::kCausal;
+  else fail(fmt::format("--attention-mask-type: '{}' is not no_mask or causal", attention));
+  if (!diffusion && m.attention_mask != ckpt::AttentionMask::kCausal)
+    fail("--model-running-mode vanilla trains next-token prediction: it needs --attention-mask-type causal");
+  t.objective.seed = a.seed;
+  t.lr.decay_iters = r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters;
+  t.lr.style = train::parse_lr_decay_style(r.lr_decay_style);
+  t.lr.wsd_style = train::parse_wsd_decay_style(r.wsd_style);
+  t.lr.global_batch_size = t.global_batch_size;
+  if (t.seq_length > m.max_position_embeddings)
+    fail(fmt::format("--seq-length {} is longer than --max-position-embeddings {}", t.seq_length,
+                     m.max_position_embeddings));
+  if (a.data_path.empty()) fail("--data-path is required (a dlm-preprocess output prefix)");
+  if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
+  return a;
+}
+
+}  // namespace dlm::tools

@@ -1,0 +1,36 @@
+// dlm-train's command line: Megatron's flag names (and MegaDLMs' diffusion flags) into the library's
+// option structs. Every check that needs no data runs here, before anything is read or computed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlm/ckpt/model_config.h"
+#include "dlm/data/tokenizer.h"
+#include "dlm/train/trainer.h"
+
+namespace dlm::tools {
+
+struct TrainArgs {
+  ckpt::ModelConfig model;
+  std::string model_config_file;   // --model-config: dlm JSON or a Hugging Face config.json
+  train::TrainerOptions trainer;
+  std::vector<std::string> data_path;  // --data-path [weight] prefix ...
+  std::string split = "969,30,1";      // --split
+  std::string data_cache_path;         // --data-cache-path
+  data::TokenizerOptions tokenizer;
+  std::string save, load;              // --save, --load
+  std::uint64_t seed = 1234;           // --seed
+  bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
+  int threads = 0;                     // --threads (0: all cores)
+  bool help = false;
+};
+
+// Parses argv; throws boost::program_options::error for usage errors and dlm::Error for values that
+// cannot be (heads not dividing hidden, KV heads not dividing heads, sequence beyond the position table...).
+TrainArgs parse_train_args(int argc, char** argv);
+std::string train_usage();
+
+}  // namespace dlm::tools
