@@ -1,0 +1,27 @@
+// What dlm-generate needs of a checkpoint: the model's logits as a sampler callback, and the
+// tokenizer and special ids that go with it. A native dlm checkpoint (libckpt's store) and a Hugging
+// Face folder (config.json + safetensors through libckpt's mapping) both open here.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dlm/ckpt/model_config.h"
+#include "dlm/data/tokenizer.h"
+#include "dlm/train/sampler.h"
+
+namespace dlm::tools {
+
+struct GenerationModel {
+  ckpt::ModelConfig config;
+  train::LogitsFn logits;
+  std::int64_t vocab = 0;  // logits per position (the padded vocabulary)
+  std::shared_ptr<void> keep_alive;  // owns the model behind `logits`
+};
+
+// `checkpoint`: a dlm checkpoint folder or a Hugging Face model folder; throws dlm::Error naming the
+// file and field when it cannot be used.
+GenerationModel open_generation_model(const std::string& checkpoint, int threads);
+
+}  // namespace dlm::tools

@@ -1,0 +1,109 @@
+// dlm-generate: samples text from a diffusion (or AR) model checkpoint, native or Hugging Face.
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "generation_model.h"
+
+namespace po = boost::program_options;
+using namespace dlm;
+
+int main(int argc, char** argv) {
+  std::string checkpoint, mode, remasking = "low_confidence";
+  std::vector<std::string> prompts;
+  data::TokenizerOptions tok;
+  train::DiffusionSamplingOptions d;
+  train::ArSamplingOptions ar;
+  std::int32_t mask_token = -1;
+  std::uint64_t seed = 0;
+  double temperature = 0, top_p = 1;
+  std::int64_t top_k = 0, max_new = 64, steps = 0, block = 0;
+  int threads = 0;
+  bool no_eos_stop = false;
+  po::options_description opts("dlm-generate: sample from a checkpoint (prompts from --prompt, else one per stdin line)");
+  opts.add_options()
+      ("load", po::value(&checkpoint)->required(), "dlm checkpoint folder or Hugging Face model folder")
+      ("tokenizer-type", po::value(&tok.type)->default_value("HuggingFaceTokenizer"), "Megatron's tokenizer kind")
+      ("tokenizer-model", po::value(&tok.model)->required(), "tokenizer file or folder")
+      ("prompt", po::value(&prompts)->multitoken(), "prompt(s); none: read stdin, one prompt per line")
+      ("mode", po::value(&mode), "diffusion | ar (default: from the checkpoint's attention mask)")
+      ("max-new-tokens", po::value(&max_new)->default_value(max_new), "tokens to generate (G)")
+      ("sample-steps", po::value(&steps), "diffusion steps S (default G)")
+      ("inference-block-size", po::value(&block), "block length K for semi-AR decoding (default G)")
+      ("remasking", po::value(&remasking)->default_value(remasking), "low_confidence | random")
+      ("cfg-scale", po::value(&d.cfg_scale)->default_value(0.0), "classifier-free guidance w")
+      ("threshold", po::value(&d.confidence_threshold)->default_value(0.0), "parallel decoding above this confidence")
+      ("temperature", po::value(&temperature)->default_value(temperature), "0: greedy")
+      ("top-k", po::value(&top_k)->default_value(0), "AR only; 0 disables")
+      ("top-p", po::value(&top_p)->default_value(1.0), "nucleus; 1 disables")
+      ("mask-token", po::value(&mask_token), "mask id (default: the config's or the tokenizer's)")
+      ("no-eos-stop", po::bool_switch(&no_eos_stop), "keep tokens after the first eos")
+      ("seed", po::value(&seed)->default_value(0), "sampling seed: one seed, one output")
+      ("threads", po::value(&threads)->default_value(0), "CPU threads (0: all cores)")
+      ("help,h", "this help");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("help")) {
+      std::cout << opts;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
+    return 2;
+  }
+  try {
+    if (prompts.empty())
+      for (std::string line; std::getline(std::cin, line);)
+        if (!line.empty()) prompts.push_back(line);
+    if (prompts.empty()) throw Error("no prompt: give --prompt or lines on stdin");
+    auto tokenizer = data::make_tokenizer(tok);
+    auto model = tools::open_generation_model(checkpoint, threads);
+    const auto& special = tokenizer->special_ids();
+    std::optional<std::int32_t> eos = model.config.eos_token_id ? model.config.eos_token_id : special.eos;
+    if (!eos) eos = special.eod;
+    if (no_eos_stop) eos.reset();
+    std::vector<std::vector<std::int32_t>> ids;
+    for (const auto& p : prompts) ids.push_back(tokenizer->encode(p));
+    const bool diffusion = mode.empty() ? model.config.attention_mask == ckpt::AttentionMask::kBidirectional
+                                        : mode == "diffusion";
+    if (!mode.empty() && mode != "diffusion" && mode != "ar")
+      throw Error(fmt::format("--mode: '{}' is not diffusion or ar", mode));
+    std::vector<std::vector<std::int32_t>> out;
+    if (diffusion) {
+      d.gen_length = max_new;
+      d.steps = steps > 0 ? steps : max_new;
+      d.block_length = block > 0 ? block : max_new;
+      d.temperature = temperature;
+      d.top_p = top_p;
+      d.remasking = train::parse_remasking(remasking);
+      d.mask_token = mask_token >= 0 ? mask_token
+                     : model.config.mask_token_id ? *model.config.mask_token_id
+                                                  : special.mask.value_or(-1);
+      d.eos = eos;
+      d.pad_token = special.pad.value_or(0);
+      d.seed = seed;
+      out = train::diffusion_generate(model.logits, model.vocab, ids, d);
+    } else {
+      ar.max_new_tokens = max_new;
+      ar.temperature = temperature;
+      ar.top_k = top_k;
+      ar.top_p = top_p;
+      ar.eos = eos;
+      ar.pad_token = special.pad.value_or(0);
+      ar.seed = seed;
+      out = train::ar_generate(model.logits, model.vocab, ids, ar);
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) fmt::print("{}{}\n", prompts[i], tokenizer->decode(out[i]));
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dlm-generate: {}\n", e.what());
+    return 1;
+  }
+}
