@@ -96,7 +96,7 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm)
   }
   auto params = model_.parameters();
   std::vector<std::span<float>> grads;
-  for (auto& p : params) grads.emplace_back(const_cast<float*>(p.grad.data()), p.grad.size());
+  for (auto& p : params) grads.push_back(p.grad);
   grad_norm = clip_grad_norm(grads, options_.clip_grad);
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     fail(fmt::format("iteration {}: loss {} / grad norm {} is not finite (lower --lr?)", iteration + 1, loss, grad_norm));

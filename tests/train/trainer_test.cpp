@@ -1,4 +1,6 @@
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -147,6 +149,41 @@ TEST(Trainer, ResumeContinuesTheSameRunBitForBit) {
     EXPECT_EQ(s.grad_norm, straight_stats[k].grad_norm);
   }
   EXPECT_EQ(second.table_, straight.table_);
+}
+
+TEST(Trainer, SignalStopsAfterTheIterationWithACheckpoint) {
+  SyntheticSource train(1000);
+  TableModel m;
+  std::atomic<bool> stop{true};  // as if SIGTERM arrived during the first iteration
+  int saves = 0;
+  std::int64_t saved_iteration = -1;
+  auto stats = Trainer(options(20), m, train, nullptr).run(
+      [&](const TrainProgress& p, TrainableModel&, const AdamW&) { ++saves, saved_iteration = p.iteration; }, &stop);
+  EXPECT_EQ(stats.size(), 1u);
+  EXPECT_EQ(saves, 1);
+  EXPECT_EQ(saved_iteration, 1);
+}
+
+TEST(Trainer, WritesJsonlAndTensorBoard) {
+  SyntheticSource train(1000), valid(100);
+  TableModel m;
+  auto o = options(10);
+  const std::string dir = ::testing::TempDir() + "/dlm_trainer_metrics";
+  std::filesystem::remove_all(dir);
+  o.metrics_path = dir + ".jsonl";
+  std::filesystem::remove(o.metrics_path);
+  o.tensorboard_dir = dir;
+  o.eval_interval = 10;
+  auto stats = Trainer(o, m, train, &valid).run(nullptr);
+  std::ifstream in(o.metrics_path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);  // iterations 5 and 10, then the validation at 10
+  EXPECT_EQ(lines[0].rfind("{\"iteration\": 5, \"consumed_samples\": 20, \"grad_norm\": ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[2].find("\"valid_loss\""), std::string::npos);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_EQ(files, 1);
 }
 
 TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {

@@ -31,7 +31,7 @@ struct AdamWOptions {
 struct ParamRef {
   std::string name;
   std::span<float> value;
-  std::span<const float> grad;
+  std::span<float> grad;  // mutable: clipping scales it in place
   bool decay = true;  // false for norms (TensorSpec::is_norm)
 };
 
