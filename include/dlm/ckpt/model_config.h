@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dlm::ckpt {
@@ -43,6 +44,9 @@ struct ModelConfig {
   double init_method_std = 0.02;
   std::optional<std::int32_t> mask_token_id;  // diffusion models
   std::optional<std::int32_t> bos_token_id, eos_token_id, pad_token_id;
+  // Hugging Face provenance, kept so that HF -> dlm -> HF gives back the same config.json:
+  std::string hf_architecture;  // "LlamaForCausalLM", "Qwen3ForCausalLM", "DiffLM"; "" = chosen on export
+  std::string hf_extra_json;    // JSON object of config.json fields dlm does not model ("" = none)
 
   // vocab_size rounded up to a multiple of make_vocab_size_divisible_by (Megatron's padding).
   std::int64_t padded_vocab_size() const;
@@ -60,6 +64,12 @@ struct TensorSpec {
   std::vector<std::int64_t> shape;
   bool is_norm = false;  // RMSNorm weights: no weight decay, initialised to 1
 };
+
+// dlm's own JSON form (the "model" object of a checkpoint's metadata.json): the fields above by name,
+// attention_mask "bidirectional" | "causal", absent ids omitted. Parsing rejects unknown fields and wrong
+// types with a dlm::Error naming `file` and the field, then validate()s.
+std::string model_config_to_json(const ModelConfig& config);
+ModelConfig model_config_from_json(std::string_view text, const std::string& file);
 
 // Every global tensor of the model, in a fixed order (embedding, layers in order, final norm, output).
 std::vector<TensorSpec> model_tensors(const ModelConfig& config);

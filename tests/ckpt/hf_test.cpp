@@ -1,0 +1,138 @@
+#include "dlm/ckpt/hf.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dlm/common/atomic_file.h"
+#include "dlm/common/error.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using namespace dlm::ckpt;
+using nlohmann::json;
+
+namespace {
+
+bool same_bytes(const TensorSet& a, const TensorSet& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.shape != t.shape || it->second.bytes != t.bytes) return false;
+  }
+  return true;
+}
+
+TEST(HfConfig, Qwen3DiffLmFieldsSurviveARoundTrip) {
+  const std::string text = R"({"architectures": ["DiffLM"], "model_type": "qwen3", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-06, "tie_word_embeddings": false, "attention_bias": false, "mask_token_id": 999,
+    "attn_mask_type": "bidirectional", "eos_token_id": 7, "sliding_window": null, "use_cache": true,
+    "rope_scaling": null, "hidden_act": "silu", "torch_dtype": "bfloat16"})";
+  const ModelConfig c = model_config_from_hf_json(text, "config.json");
+  EXPECT_EQ(c.hf_architecture, "DiffLM");
+  EXPECT_TRUE(c.qk_layernorm);
+  EXPECT_EQ(c.kv_channels, 32);  // head_dim, not hidden / heads
+  EXPECT_EQ(c.num_query_groups, 2);
+  EXPECT_EQ(c.padded_vocab_size(), 1024);
+  EXPECT_EQ(c.mask_token_id, 999);
+  EXPECT_EQ(c.eos_token_id, 7);
+  EXPECT_EQ(c.attention_mask, AttentionMask::kBidirectional);
+  EXPECT_DOUBLE_EQ(c.rotary_base, 1e6);
+  // Through dlm's own JSON (a checkpoint's metadata) and back to config.json.
+  const ModelConfig back = model_config_from_json(model_config_to_json(c), "metadata.json");
+  json in = json::parse(text), out = json::parse(model_config_to_hf_json(back, TensorDType::kBFloat16));
+  for (auto& [k, v] : in.items()) EXPECT_EQ(out[k], v) << k;
+  EXPECT_EQ(out["head_dim"], 32);
+}
+
+TEST(HfConfig, LlamaDefaultsAndErrors) {
+  const ModelConfig c = model_config_from_hf_json(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+    "eos_token_id": [1, 2]})", "c.json");
+  EXPECT_FALSE(c.qk_layernorm);
+  EXPECT_EQ(c.num_query_groups, 4);
+  EXPECT_EQ(c.kv_channels, 16);
+  EXPECT_EQ(c.attention_mask, AttentionMask::kCausal);
+  EXPECT_FALSE(c.eos_token_id.has_value());
+  EXPECT_EQ(json::parse(model_config_to_hf_json(c, TensorDType::kFloat32))["eos_token_id"], json({1, 2}));
+  auto err = [](const std::string& t) {
+    try {
+      model_config_from_hf_json(t, "c.json");
+    } catch (const dlm::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err(R"({"hidden_size": 64})").find("c.json: missing field 'intermediate_size'"), std::string::npos);
+  EXPECT_NE(err(R"({"architectures": ["GPT2LMHeadModel"]})").find("not supported"), std::string::npos);
+  EXPECT_NE(err(R"({"hidden_size": "64"})").find("field 'hidden_size': wrong type"), std::string::npos);
+  EXPECT_NE(err(R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "vocab_size": 256, "attention_bias": true})").find("attention_bias"), std::string::npos);
+  EXPECT_THROW(model_config_from_json(R"({"num_layers": 2, "bogus": 1})", "m.json"), dlm::Error);
+}
+
+TEST(HfMapping, QkvGroupedPerKvHeadAndFc1GateUp) {
+  ModelConfig c = test::small_config();
+  c.num_layers = 1;
+  const TensorSet native = test::random_model(c, 1);
+  const TensorSet hf = native_to_hf(c, native, TensorDType::kFloat32);
+  const std::int64_t d = 8, h = 32;
+  const auto& qkv = native.at("decoder.layers.0.self_attention.linear_qkv.weight").f32();
+  const auto& k = hf.at("model.layers.0.self_attn.k_proj.weight").f32();
+  const auto& q = hf.at("model.layers.0.self_attn.q_proj.weight").f32();
+  // Group 1 of 2 (heads 2, 3): rows [4d, 6d) are q heads 2-3, [6d, 7d) k head 1, [7d, 8d) v head 1.
+  EXPECT_EQ(qkv[(4 * d) * h + 5], q[(2 * d) * h + 5]);
+  EXPECT_EQ(qkv[(6 * d + 3) * h + 7], k[(d + 3) * h + 7]);
+  const auto& fc1 = native.at("decoder.layers.0.mlp.linear_fc1.weight").f32();
+  EXPECT_EQ(fc1[48 * h], hf.at("model.layers.0.mlp.up_proj.weight").f32()[0]);
+  EXPECT_EQ(hf.at("model.embed_tokens.weight").shape[0], 300);  // padding removed
+  EXPECT_FALSE(hf.count("model.layers.1.self_attn.q_proj.weight"));
+}
+
+TEST(HfMapping, FolderRoundTripIsBitExactAndCopiesTokenizer) {
+  for (bool tied : {false, true}) {
+    const auto dir = test::fresh_dir(tied ? "hf_tied" : "hf");
+    const ModelConfig c = test::small_config(true, tied);
+    const TensorSet native = test::random_model(c, 7);
+    dlm::write_file_atomically((dir / "tokenizer.json").string(), "{\"version\": \"1.0\"}");
+    export_hf_folder((dir / "out").string(), c, native, {.tokenizer_dir = dir.string(), .max_shard_bytes = 20000});
+    EXPECT_TRUE(fs::exists(dir / "out" / "model.safetensors.index.json"));
+    EXPECT_TRUE(fs::exists(dir / "out" / "tokenizer.json"));
+    const HfModel back = load_hf_folder((dir / "out").string());
+    EXPECT_TRUE(same_bytes(back.tensors, native));
+    EXPECT_EQ(back.config.tie_word_embeddings, tied);
+    EXPECT_EQ(back.config.padded_vocab_size(), 384);
+  }
+}
+
+TEST(HfMapping, MissingAndUnexpectedTensorsAreNamed) {
+  const auto dir = test::fresh_dir("hf");
+  const ModelConfig c = test::small_config();
+  TensorSet hf = native_to_hf(c, test::random_model(c, 3), TensorDType::kBFloat16);
+  hf["model.layers.0.self_attn.q_proj.bias"] = Tensor::zeros("model.layers.0.self_attn.q_proj.bias", {32});
+  std::vector<TensorView> views;
+  for (auto& [n, t] : hf) views.push_back(t.view());
+  write_safetensors_folder(dir.string(), views);
+  try {
+    hf_to_native(c, SafetensorsFolder(dir.string()));
+    FAIL();
+  } catch (const dlm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected tensor 'model.layers.0.self_attn.q_proj.bias'"), std::string::npos) << e.what();
+  }
+  views.clear();
+  hf.erase("model.layers.0.self_attn.q_proj.bias");
+  hf.erase("model.layers.2.mlp.up_proj.weight");
+  for (auto& [n, t] : hf) views.push_back(t.view());
+  write_safetensors_folder(dir.string(), views);
+  try {
+    hf_to_native(c, SafetensorsFolder(dir.string()));
+    FAIL();
+  } catch (const dlm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers.2.mlp.up_proj.weight' is missing"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
