@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
+#include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
 
 namespace dlm::train {
@@ -22,7 +24,7 @@ class TableModel final : public TrainableModel {
     for (std::size_t i = 0; i < table_.size(); ++i) table_[i] = 0.01f * static_cast<float>((i * 7919) % 13) - 0.06f;
   }
   std::vector<ParamRef> parameters() override {
-    return {{"table", table_, gtable_, true}, {"bias", bias_, gbias_, false}};
+    return {{"table", table_, gtable_, true, {kVocab, kVocab}}, {"bias", bias_, gbias_, false, {kVocab}}};
   }
   void zero_grad() override {
     std::fill(gtable_.begin(), gtable_.end(), 0.0f);
@@ -184,6 +186,58 @@ TEST(Trainer, WritesJsonlAndTensorBoard) {
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   EXPECT_EQ(files, 1);
+}
+
+TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
+  SyntheticSource train(1000);
+  const std::string dir = ::testing::TempDir() + "/dlm_train_ckpt";
+  std::filesystem::remove_all(dir);
+  ckpt::ModelConfig config;  // stands for the model's shape in the metadata
+  TableModel straight;
+  auto straight_stats = Trainer(options(16), straight, train, nullptr).run(nullptr);
+
+  auto o = options(16);
+  o.exit_interval = 6;
+  o.save_interval = 3;
+  TableModel first;
+  SaveFn save = [&](const TrainProgress& p, TrainableModel& m, const AdamW& a) {
+    save_train_checkpoint(dir, config, m.parameters(), a, p, {{"seed", "1234"}});
+  };
+  auto first_stats = Trainer(o, first, train, nullptr).run(save);
+  ASSERT_EQ(first_stats.size(), 6u);
+  EXPECT_EQ(read_text_file(dir + "/latest_checkpointed_iteration.txt"), "6\n");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/iter_0000003/model.safetensors"));
+
+  TableModel second;
+  auto params = second.parameters();
+  auto loaded = load_train_checkpoint(dir, params, options(16).adam);
+  check_config_matches(config, loaded.config, loaded.dir);
+  restore_weights(loaded, params);
+  EXPECT_EQ(loaded.progress.iteration, 6);
+  EXPECT_EQ(loaded.progress.consumed_samples, 24);
+  EXPECT_EQ(loaded.metadata.at("seed"), "1234");
+  Trainer resumed(options(16), second, train, nullptr);
+  resumed.resume(loaded.progress, loaded.optimizer);
+  auto rest = resumed.run(save);
+  ASSERT_EQ(rest.size(), 10u);
+  for (std::size_t k = 0; k < 16; ++k) {
+    const auto& s = k < 6 ? first_stats[k] : rest[k - 6];
+    EXPECT_EQ(s.loss, straight_stats[k].loss) << "iteration " << k + 1;
+  }
+  EXPECT_EQ(second.table_, straight.table_);
+  EXPECT_EQ(read_text_file(dir + "/latest_checkpointed_iteration.txt"), "16\n");
+}
+
+TEST(TrainCheckpoint, ConfigDisagreeingWithTheFlagsIsAnError) {
+  ckpt::ModelConfig flags, saved;
+  saved.hidden_size = 128;
+  try {
+    check_config_matches(flags, saved, "ck/iter_0000010/model.safetensors");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "ck/iter_0000010/model.safetensors: the checkpoint has --hidden-size 128, the flags say 64");
+  }
+  EXPECT_THROW(load_train_checkpoint(::testing::TempDir() + "/no_such_checkpoint", {}, {}), Error);
 }
 
 TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {

@@ -33,6 +33,7 @@ struct ParamRef {
   std::span<float> value;
   std::span<float> grad;  // mutable: clipping scales it in place
   bool decay = true;  // false for norms (TensorSpec::is_norm)
+  std::vector<std::int64_t> shape;  // the global shape, for checkpoints ({numel} when empty)
 };
 
 class AdamW {
