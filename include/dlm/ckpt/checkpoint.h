@@ -1,0 +1,117 @@
+// The native distributed checkpoint: HDF5 shard files written by each rank, metadata.json, and a
+// model.h5 of virtual datasets that shows every global tensor whole (h5py reads it with no dlm code).
+//
+//   ROOT/latest                      "iter_0000100\n", replaced atomically after the folder is final
+//   ROOT/iter_0000100/metadata.json  format, model config, parallel layout, every global tensor's shape,
+//                                    dtype and which file holds which slice (with XXH64 checksums),
+//                                    training state
+//   ROOT/iter_0000100/rank_tp00_pp01.h5   /model/<name>, /exp_avg/<name>, /exp_avg_sq/<name>: the
+//                                    rank's local fp32 tensors (sharding.h), only those it saves
+//   ROOT/iter_0000100/model.h5       /model/<name>, ... as virtual datasets of global shape
+// Master weights and Adam moments are stored in model space (global tensor slices), so a checkpoint
+// loads under any TP/PP/DP layout; a rank loading reads only the hyperslabs it needs.
+//
+// Commit protocol: everything is written into ROOT/iter_XXXXXXX.tmp/ and fsynced; the folder is renamed
+// to iter_XXXXXXX and the root fsynced; then `latest` is replaced (temp + fsync + rename). A crash at any
+// point leaves `latest` naming the previous complete checkpoint; readers never open a *.tmp folder.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dlm/ckpt/model_config.h"
+#include "dlm/ckpt/sharding.h"
+#include "dlm/ckpt/tensor.h"
+
+namespace dlm::ckpt {
+
+// What a run needs besides tensors to continue where it stopped. The *_json fields are JSON texts the
+// trainer owns (stored as JSON objects in metadata.json; "" is stored as {}).
+struct TrainingState {
+  std::int64_t iteration = 0;
+  std::int64_t consumed_samples = 0;
+  std::int64_t optimizer_steps = 0;
+  std::string lr_schedule_json, rng_json, data_json, args_json;
+};
+
+// Parameters and (optionally, when non-empty) AdamW moments, by global tensor name. For a rank they
+// hold the local shapes of rank_shards(); for the whole model, the global shapes.
+struct TrainingTensors {
+  TensorSet params, exp_avg, exp_avg_sq;
+  bool has_optimizer() const { return !exp_avg.empty(); }
+};
+
+// metadata.json, parsed.
+struct ShardRecord {
+  std::string file;                              // relative to the checkpoint folder
+  std::vector<std::int64_t> local_shape;
+  std::vector<ShardPiece> pieces;
+  std::map<std::string, std::string> checksums;  // group ("model", "exp_avg", ...) -> "xxh64:..."
+};
+struct TensorRecord {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  TensorDType dtype = TensorDType::kFloat32;
+  bool is_norm = false;
+  std::vector<ShardRecord> shards;
+};
+struct CheckpointMetadata {
+  int version = 1;
+  ModelConfig config;
+  ParallelLayout layout;
+  TrainingState state;
+  std::vector<std::string> groups;  // "model" and, with an optimizer, "exp_avg", "exp_avg_sq"
+  std::vector<TensorRecord> tensors;
+};
+std::string metadata_to_json(const CheckpointMetadata& metadata);
+// Checks types, ranges and that every slice lies inside its tensor and file dataset; throws dlm::Error
+// naming `file` and the field.
+CheckpointMetadata metadata_from_json(std::string_view text, const std::string& file);
+
+// "iter_0000100".
+std::string iteration_dir_name(std::int64_t iteration);
+// A checkpoint folder from a root (through `latest`) or a folder holding metadata.json. Refuses *.tmp.
+std::string resolve_checkpoint(const std::string& path);
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string root, std::int64_t iteration, ModelConfig config, ParallelLayout layout);
+  // Rank 0, before any rank writes: removes stale *.tmp folders under root and creates the temp folder.
+  void begin();
+  // Every (tp_rank, pp_rank) with dp_rank 0 writes its own shard file from its local tensors.
+  void write_rank(int tp_rank, int pp_rank, const TrainingTensors& local);
+  // Rank 0, after every rank wrote: metadata.json, model.h5, fsync, rename, `latest`. Returns the final folder.
+  std::string commit(TrainingState state);
+  const std::string& temp_dir() const { return temp_dir_; }
+
+ private:
+  std::string root_, temp_dir_, final_dir_;
+  std::int64_t iteration_;
+  ModelConfig config_;
+  ParallelLayout layout_;
+};
+
+// Saves whole-model tensors under `layout` by running every rank's write_rank in this process (the same
+// code path a distributed run takes). Returns the final folder.
+std::string save_checkpoint(const std::string& root, const ModelConfig& config, const ParallelLayout& layout,
+                            const TrainingTensors& global, const TrainingState& state);
+
+class CheckpointReader {
+ public:
+  // `path`: a root with `latest` or a checkpoint folder.
+  explicit CheckpointReader(const std::string& path);
+  const std::string& dir() const { return dir_; }
+  const CheckpointMetadata& metadata() const { return metadata_; }
+  // The local tensors of (tp_rank, pp_rank) under `layout` (any layout: only the needed slabs are read).
+  // Source datasets read whole have their checksums verified.
+  TrainingTensors read_rank(const ParallelLayout& layout, int tp_rank, int pp_rank, bool with_optimizer = true) const;
+  TrainingTensors read_global(bool with_optimizer = true) const { return read_rank({}, 0, 0, with_optimizer); }
+
+ private:
+  std::string dir_;
+  CheckpointMetadata metadata_;
+};
+
+}  // namespace dlm::ckpt

@@ -1,0 +1,123 @@
+// CheckpointReader: loads any rank of any TP/PP layout from a checkpoint saved under another one.
+//
+// For each tensor the target rank holds, every (source piece, target piece) pair along the same
+// dimension that overlaps becomes one copy. A source dataset whose copies cover all of it is read whole
+// (and its checksum verified); otherwise only the overlapping hyperslabs are read.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "dlm/ckpt/checkpoint.h"
+#include "dlm/common/atomic_file.h"
+#include "h5.h"
+#include "hash.h"
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+
+namespace dlm::ckpt {
+
+namespace fs = std::filesystem;
+
+CheckpointReader::CheckpointReader(const std::string& path) : dir_(resolve_checkpoint(path)) {
+  const std::string meta = (fs::path(dir_) / "metadata.json").string();
+  metadata_ = metadata_from_json(read_text_file(meta), meta);
+  for (const TensorRecord& t : metadata_.tensors)
+    for (const ShardRecord& s : t.shards)
+      if (!fs::exists(fs::path(dir_) / s.file)) fail_at(meta, fmt::format("shard file '{}' is missing", s.file));
+}
+
+namespace {
+
+struct Copy {
+  int dim;
+  std::int64_t src_start, dst_start, length;
+};
+
+}  // namespace
+
+TrainingTensors CheckpointReader::read_rank(const ParallelLayout& layout, int tp_rank, int pp_rank, bool with_optimizer) const {
+  const ModelConfig& c = metadata_.config;
+  const std::vector<TensorShard> targets = rank_shards(c, layout, tp_rank, pp_rank);
+  const bool optimizer = with_optimizer && metadata_.groups.size() == 3;
+  std::map<std::string, const TensorRecord*> records;
+  for (const TensorRecord& t : metadata_.tensors) records[t.name] = &t;
+  std::map<std::string, std::unique_ptr<detail::H5File>> files;
+  auto file = [&](const std::string& name) -> const detail::H5File& {
+    auto& f = files[name];
+    if (!f) f = std::make_unique<detail::H5File>(detail::H5File::open_read((fs::path(dir_) / name).string()));
+    return *f;
+  };
+
+  TrainingTensors out;
+  for (const TensorShard& target : targets) {
+    auto rec = records.find(target.name);
+    if (rec == records.end()) fail_at(dir_, fmt::format("checkpoint has no tensor '{}' (its config disagrees)", target.name));
+    const TensorRecord& record = *rec->second;
+    if (record.shape != target.global_shape)
+      fail_at(dir_, fmt::format("tensor '{}' is [{}] in the checkpoint, [{}] in the model", target.name,
+                                fmt::join(record.shape, ", "), fmt::join(target.global_shape, ", ")));
+    std::vector<std::int64_t> covered(target.pieces.size(), 0);
+    std::vector<std::pair<const ShardRecord*, std::vector<Copy>>> plan;
+    for (const ShardRecord& src : record.shards) {
+      std::vector<Copy> copies;
+
+      for (const ShardPiece& sp : src.pieces) {
+        for (std::size_t i = 0; i < target.pieces.size(); ++i) {
+          const ShardPiece& tp = target.pieces[i];
+          if (tp.dim != sp.dim) fail_at(dir_, fmt::format("tensor '{}': saved and loaded slices split different dimensions", target.name));
+          const std::int64_t lo = std::max(sp.global_start, tp.global_start);
+          const std::int64_t hi = std::min(sp.global_start + sp.length, tp.global_start + tp.length);
+          if (lo >= hi) continue;
+          copies.push_back({sp.dim, sp.local_start + (lo - sp.global_start), tp.local_start + (lo - tp.global_start), hi - lo});
+          covered[i] += hi - lo;
+
+        }
+      }
+      if (!copies.empty()) plan.emplace_back(&src, std::move(copies));
+    }
+    for (std::size_t i = 0; i < target.pieces.size(); ++i)
+      if (covered[i] != target.pieces[i].length)
+        fail_at(dir_, fmt::format("tensor '{}': the shard files cover {} of the {} elements needed along dimension {}", target.name,
+                                  covered[i], target.pieces[i].length, target.pieces[i].dim));
+
+    auto load_group = [&](const std::string& group) {
+      Tensor local = Tensor::zeros(target.name, target.local_shape);
+      for (const auto& [src, copies] : plan) {
+        const detail::H5File& h5 = file(src->file);
+        const int dim = copies.front().dim;
+        std::int64_t used = 0;
+        for (const Copy& cp : copies) used += cp.length;
+        if (h5.shape_f32(group, target.name) != src->local_shape)
+          fail_at(h5.path(), fmt::format("dataset /{}/{} does not have the shape metadata.json gives", group, target.name));
+        if (used == src->local_shape[dim]) {  // the whole source dataset is needed: read it, verify it
+          const bool direct = copies.size() == 1 && src->local_shape == target.local_shape && copies[0].src_start == 0 && copies[0].dst_start == 0;
+          Tensor whole = direct ? Tensor() : Tensor::zeros(target.name, src->local_shape);
+          Tensor& buffer = direct ? local : whole;
+          h5.read_f32(group, target.name, buffer.f32().data());
+          const std::string sum = detail::checksum_string(buffer.bytes.data(), buffer.bytes.size());
+          if (sum != src->checksums.at(group))
+            fail_at(h5.path(), fmt::format("dataset /{}/{}: checksum mismatch ({} read, {} recorded): the file is damaged",
+                                           group, target.name, sum, src->checksums.at(group)));
+          if (!direct)
+            for (const Copy& cp : copies) copy_slab(whole, cp.src_start, local, cp.dst_start, cp.dim, cp.length);
+        } else {
+          for (const Copy& cp : copies)
+            h5.read_slab_f32(group, target.name, src->local_shape, {cp.dim, cp.src_start, cp.length}, local.f32().data(),
+                             target.local_shape, {cp.dim, cp.dst_start, cp.length});
+        }
+      }
+      return local;
+    };
+    out.params[target.name] = load_group("model");
+    if (optimizer) {
+      out.exp_avg[target.name] = load_group("exp_avg");
+      out.exp_avg_sq[target.name] = load_group("exp_avg_sq");
+    }
+  }
+  return out;
+}
+
+}  // namespace dlm::ckpt

@@ -1,0 +1,154 @@
+// CheckpointWriter: each rank's shard file, then metadata.json, model.h5 and the commit (checkpoint.h).
+#include <filesystem>
+
+#include "dlm/ckpt/checkpoint.h"
+#include "dlm/common/atomic_file.h"
+#include "h5.h"
+#include "hash.h"
+#include "json_fields.h"
+
+namespace dlm::ckpt {
+
+namespace fs = std::filesystem;
+using detail::json;
+
+namespace {
+
+std::string rank_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.h5", tp_rank, pp_rank); }
+// Each rank's checksums travel to the committing rank through a small file beside its shard.
+std::string rank_sums_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.sums.json", tp_rank, pp_rank); }
+
+const Tensor& local_tensor(const TensorSet& set, const TensorShard& s, const std::string& group) {
+  auto it = set.find(s.name);
+  if (it == set.end()) fail(fmt::format("checkpoint save: {} tensor '{}' is missing", group, s.name));
+  if (it->second.shape != s.local_shape || it->second.dtype != TensorDType::kFloat32)
+    fail(fmt::format("checkpoint save: {} tensor '{}' is {} [{}], the rank's shard is F32 [{}]", group, s.name,
+                     dtype_name(it->second.dtype), fmt::join(it->second.shape, ", "), fmt::join(s.local_shape, ", ")));
+  return it->second;
+}
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(std::string root, std::int64_t iteration, ModelConfig config, ParallelLayout layout)
+    : root_(std::move(root)), iteration_(iteration), config_(std::move(config)), layout_(std::move(layout)) {
+  if (iteration < 0) fail(fmt::format("checkpoint save: negative iteration {}", iteration));
+  config_.validate();
+  layout_.validate(config_);
+  final_dir_ = (fs::path(root_) / iteration_dir_name(iteration)).string();
+  temp_dir_ = final_dir_ + ".tmp";
+}
+
+void CheckpointWriter::begin() {
+  if (fs::exists(final_dir_)) fail_at(final_dir_, "already exists: this iteration was saved before");
+  fs::create_directories(root_);
+  for (const auto& entry : fs::directory_iterator(root_))
+    if (entry.is_directory() && entry.path().filename().string().ends_with(".tmp")) fs::remove_all(entry.path());
+  fs::create_directories(temp_dir_);
+}
+
+void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensors& local) {
+  const std::vector<TensorShard> shards = rank_shards(config_, layout_, tp_rank, pp_rank);
+  const std::string path = (fs::path(temp_dir_) / rank_file(tp_rank, pp_rank)).string();
+  detail::H5File h5 = detail::H5File::create(path);
+  json sums = json::object();
+  const std::pair<const char*, const TensorSet*> groups[] = {
+      {"model", &local.params}, {"exp_avg", &local.exp_avg}, {"exp_avg_sq", &local.exp_avg_sq}};
+  for (const TensorShard& s : shards) {
+    if (!s.saved) continue;
+    for (const auto& [group, set] : groups) {
+      if (set != &local.params && !local.has_optimizer()) continue;
+      const Tensor& t = local_tensor(*set, s, group);
+      h5.write_f32(group, s.name, s.local_shape, t.f32().data());
+      sums[s.name][group] = detail::checksum_string(t.bytes.data(), t.bytes.size());
+    }
+  }
+  h5.close();
+  detail::fsync_file(path);
+  write_file_atomically((fs::path(temp_dir_) / rank_sums_file(tp_rank, pp_rank)).string(), sums.dump());
+}
+
+std::string CheckpointWriter::commit(TrainingState state) {
+  state.iteration = iteration_;
+  CheckpointMetadata m;
+  m.config = config_;
+  m.layout = layout_;
+  m.layout.layers_per_stage = layout_.stage_layers(config_);
+  m.state = std::move(state);
+  std::map<std::string, TensorRecord> records;
+  for (const TensorSpec& spec : model_tensors(config_)) records[spec.name] = {spec.name, spec.shape, TensorDType::kFloat32, spec.is_norm, {}};
+  bool optimizer = false;
+  std::vector<std::string> sums_files;
+  for (int pp = 0; pp < layout_.pp; ++pp) {
+    for (int tp = 0; tp < layout_.tp; ++tp) {
+      const std::string sums_path = (fs::path(temp_dir_) / rank_sums_file(tp, pp)).string();
+      if (!fs::exists(sums_path)) fail_at(temp_dir_, fmt::format("rank tp {} pp {} did not write its shard", tp, pp));
+      const json sums = detail::parse_json(read_text_file(sums_path), sums_path);
+      sums_files.push_back(sums_path);
+      for (const TensorShard& s : rank_shards(config_, layout_, tp, pp)) {
+        if (!s.saved) continue;
+        if (!sums.contains(s.name)) fail_at(sums_path, fmt::format("no checksum for tensor '{}'", s.name));
+        ShardRecord r{rank_file(tp, pp), s.local_shape, s.pieces, {}};
+        for (auto& [group, sum] : sums[s.name].items()) r.checksums[group] = sum.get<std::string>();
+        optimizer = r.checksums.count("exp_avg") > 0;
+        records[s.name].shards.push_back(std::move(r));
+      }
+    }
+  }
+  m.groups = {"model"};
+  if (optimizer) m.groups = {"model", "exp_avg", "exp_avg_sq"};
+  for (const TensorSpec& spec : model_tensors(config_)) m.tensors.push_back(std::move(records[spec.name]));
+
+  // model.h5: one virtual dataset per global tensor and group, pointing into the rank files by
+  // relative name (HDF5 resolves those against model.h5's own folder, so the rename keeps them valid).
+  const std::string vds_path = (fs::path(temp_dir_) / "model.h5").string();
+  detail::H5File vds = detail::H5File::create(vds_path);
+  for (const std::string& group : m.groups) {
+    for (const TensorRecord& t : m.tensors) {
+      std::vector<detail::H5File::VirtualSource> sources;
+      for (const ShardRecord& s : t.shards)
+        for (const ShardPiece& p : s.pieces)
+          sources.push_back({s.file, "/" + group + "/" + t.name, s.local_shape, {p.dim, p.local_start, p.length}, {p.dim, p.global_start, p.length}});
+      vds.create_virtual_f32(group, t.name, t.shape, sources);
+    }
+  }
+  vds.close();
+  detail::fsync_file(vds_path);
+  write_file_atomically((fs::path(temp_dir_) / "metadata.json").string(), metadata_to_json(m));
+  for (const std::string& f : sums_files) fs::remove(f);
+  fsync_directory(temp_dir_);
+
+  // A folder cannot replace another atomically, so an iteration is saved once.
+  if (fs::exists(final_dir_)) fail_at(final_dir_, "already exists: this iteration was saved before");
+  fs::rename(temp_dir_, final_dir_);
+  fsync_directory(root_);
+  write_file_atomically((fs::path(root_) / "latest").string(), iteration_dir_name(iteration_) + "\n");
+  return final_dir_;
+}
+
+std::string save_checkpoint(const std::string& root, const ModelConfig& config, const ParallelLayout& layout,
+                            const TrainingTensors& global, const TrainingState& state) {
+  CheckpointWriter w(root, state.iteration, config, layout);
+  w.begin();
+  for (int pp = 0; pp < layout.pp; ++pp) {
+    for (int tp = 0; tp < layout.tp; ++tp) {
+      TrainingTensors local;
+      for (const TensorShard& s : rank_shards(config, layout, tp, pp)) {
+        if (!s.saved) continue;
+        auto cut = [&](const TensorSet& from, TensorSet& to, const char* group) {
+          auto it = from.find(s.name);
+          if (it == from.end()) fail(fmt::format("checkpoint save: {} tensor '{}' is missing", group, s.name));
+          to[s.name] = extract_shard(it->second, s);
+        };
+        cut(global.params, local.params, "model");
+        if (global.has_optimizer()) {
+          cut(global.exp_avg, local.exp_avg, "exp_avg");
+          cut(global.exp_avg_sq, local.exp_avg_sq, "exp_avg_sq");
+        }
+      }
+      w.write_rank(tp, pp, local);
+    }
+  }
+  return w.commit(state);
+}
+
+}  // namespace dlm::ckpt
