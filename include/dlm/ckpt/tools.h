@@ -1,0 +1,46 @@
+// What dlm-ckpt does, as library calls: convert between native and Hugging Face checkpoints (and
+// between parallel layouts), validate one, compare two, describe one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dlm/ckpt/checkpoint.h"
+#include "dlm/ckpt/hf.h"
+
+namespace dlm::ckpt {
+
+enum class CheckpointKind { kNative, kHuggingFace };
+// kHuggingFace when the folder has config.json, kNative when it has metadata.json or `latest`.
+CheckpointKind detect_kind(const std::string& path);
+
+struct ConvertOptions {
+  CheckpointKind from = CheckpointKind::kHuggingFace, to = CheckpointKind::kNative;
+  ParallelLayout layout;                        // native output
+  TensorDType dtype = TensorDType::kFloat32;    // HF output
+  int make_vocab_size_divisible_by = 128;       // HF input
+  std::string tokenizer_dir;                    // HF output: where tokenizer files come from ("" = the input's)
+};
+// native -> native reshards rank by rank (each target rank reads only its hyperslabs and writes its own
+// file); HF input goes through the whole model. Native output keeps the input's training state, and
+// tokenizer files travel in the checkpoint folder's tokenizer/ subfolder.
+std::string convert_checkpoint(const std::string& input, const std::string& output, const ConvertOptions& options);
+
+// The model config and global fp32 weights of either kind.
+HfModel load_any(const std::string& path, int make_vocab_size_divisible_by = 128);
+
+struct Report {
+  std::vector<std::string> lines;   // what was checked, one line each
+  std::vector<std::string> errors;  // what failed, one line each
+  bool ok() const { return errors.empty(); }
+};
+// Native: structure, every global tensor covered exactly once by slices, shapes against the config,
+// checksums of every dataset, NaN/Inf in every tensor, model.h5 opens. HF: config, safetensors headers,
+// the tensor mapping, NaN/Inf.
+Report validate_checkpoint(const std::string& path);
+// Tensor-by-tensor: max |a - b| and whether |a - b| <= atol + rtol * |b| everywhere.
+Report compare_checkpoints(const std::string& a, const std::string& b, double rtol, double atol);
+// Tensors, sizes, layout, training state.
+std::string inspect_checkpoint(const std::string& path);
+
+}  // namespace dlm::ckpt
