@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -14,12 +15,23 @@
 
 namespace dlm::ckpt::test {
 
+// Removes every folder fresh_dir() made when the test program ends.
+class TempDirs : public ::testing::Environment {
+ public:
+  std::vector<std::filesystem::path> dirs;
+  void TearDown() override {
+    for (const auto& d : dirs) std::filesystem::remove_all(d);
+  }
+};
+inline TempDirs* const temp_dirs = static_cast<TempDirs*>(::testing::AddGlobalTestEnvironment(new TempDirs));
+
 inline std::filesystem::path fresh_dir(const std::string& tag) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   auto dir = std::filesystem::temp_directory_path() /
              ("dlm_ckpt_" + tag + "_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_dirs->dirs.push_back(dir);
   return dir;
 }
 
