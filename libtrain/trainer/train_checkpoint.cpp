@@ -1,44 +1,32 @@
 #include "dlm/train/train_checkpoint.h"
 
 #include <cstring>
-#include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include "dlm/ckpt/safetensors.h"
-#include "dlm/common/atomic_file.h"
+#include "dlm/ckpt/checkpoint.h"
 #include "dlm/common/error.h"
 
 namespace dlm::train {
 namespace {
 
-std::string iteration_dir(const std::string& save, std::int64_t iteration) {
-  return fmt::format("{}/iter_{:07}", save, iteration);
-}
-
-ckpt::TensorView view_of(const std::string& name, std::span<const float> values, std::vector<std::int64_t> shape = {}) {
+ckpt::Tensor tensor_of(const std::string& name, std::span<const float> values, std::vector<std::int64_t> shape) {
   if (shape.empty()) shape = {static_cast<std::int64_t>(values.size())};
   if (ckpt::element_count(shape) != static_cast<std::int64_t>(values.size()))
     fail(fmt::format("checkpoint: tensor {} has {} values for its shape", name, values.size()));
-  return {name, ckpt::TensorDType::kFloat32, std::move(shape),
-          {reinterpret_cast<const std::uint8_t*>(values.data()), values.size_bytes()}};
+  auto t = ckpt::Tensor::zeros(name, std::move(shape));
+  std::memcpy(t.bytes.data(), values.data(), values.size_bytes());
+  return t;
 }
 
-std::int64_t metadata_int(const ckpt::SafetensorsFile& f, const std::string& key) {
-  auto it = f.metadata().find(key);
-  if (it == f.metadata().end()) fail_at(f.path(), fmt::format("metadata has no \"{}\"", key));
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    fail_at(f.path(), fmt::format("metadata \"{}\" is '{}', expected an integer", key, it->second));
-  }
-}
-
-void copy_fp32(const ckpt::TensorView& v, std::span<float> out, const std::string& file) {
-  if (v.dtype != ckpt::TensorDType::kFloat32 || v.bytes.size() != out.size_bytes())
-    fail_at(file, fmt::format("tensor {}: expected {} fp32 values, found {} bytes of {}", v.name, out.size(),
-                              v.bytes.size(), ckpt::dtype_name(v.dtype)));
-  std::memcpy(out.data(), v.bytes.data(), v.bytes.size());
+void copy_fp32(const ckpt::TensorSet& set, const std::string& name, std::span<float> out, const std::string& file) {
+  auto it = set.find(name);
+  if (it == set.end()) fail_at(file, fmt::format("no tensor {}", name));
+  const auto& t = it->second;
+  if (t.dtype != ckpt::TensorDType::kFloat32 || t.bytes.size() != out.size_bytes())
+    fail_at(file, fmt::format("tensor {}: expected {} fp32 values, found {} bytes", name, out.size(), t.bytes.size()));
+  std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
 }
 
 }  // namespace
@@ -46,78 +34,57 @@ void copy_fp32(const ckpt::TensorView& v, std::span<float> out, const std::strin
 void save_train_checkpoint(const std::string& save_dir, const ckpt::ModelConfig& config,
                            std::span<const ParamRef> params, const AdamW& optimizer, const TrainProgress& progress,
                            const std::map<std::string, std::string>& extra_metadata) {
-  const std::string dir = iteration_dir(save_dir, progress.iteration);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail_at(dir, fmt::format("cannot create the checkpoint folder: {}", ec.message()));
-  std::vector<ckpt::TensorView> weights, moments;
-  for (const auto& p : params) weights.push_back(view_of(p.name, p.value, p.shape));
-  for (std::size_t t = 0; t < optimizer.exp_avg().size() && t < params.size(); ++t) {
-    moments.push_back(view_of("exp_avg." + params[t].name, optimizer.exp_avg()[t], params[t].shape));
-    moments.push_back(view_of("exp_avg_sq." + params[t].name, optimizer.exp_avg_sq()[t], params[t].shape));
+  ckpt::TrainingTensors global;
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    const auto& p = params[t];
+    global.params.emplace(p.name, tensor_of(p.name, p.value, p.shape));
+    if (t < optimizer.exp_avg().size()) {
+      global.exp_avg.emplace(p.name, tensor_of(p.name, optimizer.exp_avg()[t], p.shape));
+      global.exp_avg_sq.emplace(p.name, tensor_of(p.name, optimizer.exp_avg_sq()[t], p.shape));
+    }
   }
-  ckpt::SafetensorsMetadata meta(extra_metadata.begin(), extra_metadata.end());
-  meta["model_config"] = ckpt::model_config_to_json(config);
-  meta["iteration"] = std::to_string(progress.iteration);
-  meta["consumed_samples"] = std::to_string(progress.consumed_samples);
-  meta["adam_steps"] = std::to_string(optimizer.steps());
-  ckpt::write_safetensors(dir + "/optimizer.safetensors", moments, {{"adam_steps", meta["adam_steps"]}});
-  ckpt::write_safetensors(dir + "/model.safetensors", weights, meta);
-  fsync_directory(dir);
-  write_file_atomically(save_dir + "/latest_checkpointed_iteration.txt", std::to_string(progress.iteration) + "\n");
+  ckpt::TrainingState state;
+  state.iteration = progress.iteration;
+  state.consumed_samples = progress.consumed_samples;
+  state.optimizer_steps = optimizer.steps();
+  state.args_json = nlohmann::json(extra_metadata).dump();
+  ckpt::save_checkpoint(save_dir, config, ckpt::ParallelLayout{}, global, state);
 }
 
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
                                       const AdamWOptions& adam) {
+  ckpt::CheckpointReader reader(load_dir);
+  const auto& md = reader.metadata();
   TrainCheckpoint c;
-  const std::string tracker = load_dir + "/latest_checkpointed_iteration.txt";
-  if (std::filesystem::exists(tracker)) {
-    const std::string text = read_text_file(tracker);
-    std::int64_t iteration = 0;
-    try {
-      iteration = std::stoll(text);
-    } catch (const std::exception&) {
-      fail_at_line(tracker, 1, fmt::format("'{}' is not an iteration number", text));
-    }
-    c.dir = iteration_dir(load_dir, iteration);
-  } else if (std::filesystem::exists(load_dir + "/model.safetensors")) {
-    c.dir = load_dir;
-  } else {
-    fail_at(load_dir, "not a dlm checkpoint: no latest_checkpointed_iteration.txt and no model.safetensors");
+  c.dir = reader.dir();
+  c.config = md.config;
+  c.progress.iteration = md.state.iteration;
+  c.progress.consumed_samples = md.state.consumed_samples;
+  if (!md.state.args_json.empty()) {
+    auto j = nlohmann::json::parse(md.state.args_json, nullptr, false);
+    if (j.is_object())
+      for (auto it = j.begin(); it != j.end(); ++it)
+        if (it->is_string()) c.metadata[it.key()] = it->get<std::string>();
   }
-  ckpt::SafetensorsFile model(c.dir + "/model.safetensors");
-  ckpt::SafetensorsFile moments(c.dir + "/optimizer.safetensors");
-  c.metadata = model.metadata();
-  auto cfg = c.metadata.find("model_config");
-  if (cfg == c.metadata.end()) fail_at(model.path(), "metadata has no \"model_config\"");
-  c.config = ckpt::model_config_from_json(cfg->second, model.path());
-  c.progress.iteration = metadata_int(model, "iteration");
-  c.progress.consumed_samples = metadata_int(model, "consumed_samples");
-  for (const auto& v : model.tensors()) c.weights.emplace(v.name, ckpt::Tensor::copy_of(v));
+  const bool with_optimizer = md.state.optimizer_steps > 0;
+  auto tensors = reader.read_global(with_optimizer);
+  c.weights = std::move(tensors.params);
   c.optimizer = AdamW(adam);
-  const auto steps = metadata_int(model, "adam_steps");
-  c.optimizer.set_steps(steps);
-  if (steps > 0) {
+  c.optimizer.set_steps(md.state.optimizer_steps);
+  const std::string file = c.dir + "/metadata.json";
+  if (with_optimizer) {
     for (const auto& p : params) {
-      for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
-        const auto* v = moments.find(kind + p.name);
-        if (!v) fail_at(moments.path(), fmt::format("no tensor {}{}", kind, p.name));
-        auto& dst = std::string_view(kind) == "exp_avg." ? c.optimizer.exp_avg() : c.optimizer.exp_avg_sq();
-        dst.emplace_back(p.value.size());
-        copy_fp32(*v, dst.back(), moments.path());
-      }
+      c.optimizer.exp_avg().emplace_back(p.value.size());
+      copy_fp32(tensors.exp_avg, p.name, c.optimizer.exp_avg().back(), file);
+      c.optimizer.exp_avg_sq().emplace_back(p.value.size());
+      copy_fp32(tensors.exp_avg_sq, p.name, c.optimizer.exp_avg_sq().back(), file);
     }
   }
   return c;
 }
 
 void restore_weights(const TrainCheckpoint& c, std::span<const ParamRef> params) {
-  const std::string file = c.dir + "/model.safetensors";
-  for (const auto& p : params) {
-    auto it = c.weights.find(p.name);
-    if (it == c.weights.end()) fail_at(file, fmt::format("no tensor {}", p.name));
-    copy_fp32(it->second.view(), p.value, file);
-  }
+  for (const auto& p : params) copy_fp32(c.weights, p.name, p.value, c.dir + "/metadata.json");
 }
 
 void check_config_matches(const ckpt::ModelConfig& f, const ckpt::ModelConfig& c, const std::string& file) {

@@ -16,19 +16,46 @@ namespace {
 constexpr std::int64_t kVocab = 12;
 constexpr std::int32_t kMask = 11;
 
-// A model small enough to reason about: logits of position i = table[input_i] + bias (bias is a
-// "norm": no weight decay). Gradients come from the reference weighted cross-entropy.
+// A model small enough to reason about, carrying the tensors of a real (tiny) model config so that it
+// checkpoints like one: logits of position i = embedding[input_i] + final_layernorm (used as a bias; a
+// norm, so no weight decay). The layer tensors are carried along untouched by the loss.
+ckpt::ModelConfig table_config() {
+  ckpt::ModelConfig c;
+  c.num_layers = 1;
+  c.hidden_size = kVocab;
+  c.ffn_hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.num_query_groups = 2;
+  c.kv_channels = 6;
+  c.vocab_size = kVocab;
+  c.make_vocab_size_divisible_by = 1;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
 class TableModel final : public TrainableModel {
  public:
-  TableModel() : table_(kVocab * kVocab), bias_(kVocab), gtable_(table_.size()), gbias_(bias_.size()) {
-    for (std::size_t i = 0; i < table_.size(); ++i) table_[i] = 0.01f * static_cast<float>((i * 7919) % 13) - 0.06f;
+  TableModel() : specs_(ckpt::model_tensors(table_config())) {
+    for (std::size_t k = 0; k < specs_.size(); ++k) {
+      const auto n = static_cast<std::size_t>(ckpt::element_count(specs_[k].shape));
+      values_.emplace_back(n, 0.0f);
+      grads_.emplace_back(n, 0.0f);
+      if (specs_[k].name == "decoder.final_layernorm.weight") bias_index_ = k;
+    }
+    auto& t = table();
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.01f * static_cast<float>((i * 7919) % 13) - 0.06f;
   }
+  std::vector<float>& table() { return values_[0]; }  // embedding.word_embeddings.weight
+  std::vector<float>& bias() { return values_[bias_index_]; }
   std::vector<ParamRef> parameters() override {
-    return {{"table", table_, gtable_, true, {kVocab, kVocab}}, {"bias", bias_, gbias_, false, {kVocab}}};
+    std::vector<ParamRef> out;
+    for (std::size_t k = 0; k < specs_.size(); ++k)
+      out.push_back({specs_[k].name, values_[k], grads_[k], !specs_[k].is_norm, specs_[k].shape});
+    return out;
   }
   void zero_grad() override {
-    std::fill(gtable_.begin(), gtable_.end(), 0.0f);
-    std::fill(gbias_.begin(), gbias_.end(), 0.0f);
+    for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
   }
   double forward_backward(const ModelBatch& b) override {
     auto logits = forward(b);
@@ -37,14 +64,12 @@ class TableModel final : public TrainableModel {
     for (std::size_t i = 0; i < b.input_ids.size(); ++i)
       for (std::int64_t v = 0; v < kVocab; ++v) {
         const float g = d[i * kVocab + static_cast<std::size_t>(v)];
-        gtable_[static_cast<std::size_t>(b.input_ids[i] * kVocab + v)] += g;
-        gbias_[static_cast<std::size_t>(v)] += g;
+        grads_[0][static_cast<std::size_t>(b.input_ids[i] * kVocab + v)] += g;
+        grads_[bias_index_][static_cast<std::size_t>(v)] += g;
       }
     return loss;
   }
   double forward_loss(const ModelBatch& b) override { return weighted_cross_entropy(forward(b), kVocab, b); }
-
-  std::vector<float> table_, bias_, gtable_, gbias_;
 
  private:
   std::vector<float> forward(const ModelBatch& b) {
@@ -52,9 +77,12 @@ class TableModel final : public TrainableModel {
     for (std::size_t i = 0; i < b.input_ids.size(); ++i)
       for (std::int64_t v = 0; v < kVocab; ++v)
         logits[i * kVocab + static_cast<std::size_t>(v)] =
-            table_[static_cast<std::size_t>(b.input_ids[i] * kVocab + v)] + bias_[static_cast<std::size_t>(v)];
+            values_[0][static_cast<std::size_t>(b.input_ids[i] * kVocab + v)] + values_[bias_index_][static_cast<std::size_t>(v)];
     return logits;
   }
+  std::vector<ckpt::TensorSpec> specs_;
+  std::vector<std::vector<float>> values_, grads_;
+  std::size_t bias_index_ = 0;
 };
 
 // Token j of sample s: a skewed, deterministic stream (ids 0..9), eod = 10 every 9 tokens.
@@ -121,7 +149,7 @@ TEST(Trainer, ResumeContinuesTheSameRunBitForBit) {
   // 10 iterations, "killed" by --exit-interval with a save, then a fresh process resumes.
   struct Saved {
     TrainProgress progress;
-    std::vector<float> table, bias;
+    std::vector<std::vector<float>> values;
     AdamW adam{{}};
   } saved;
   TableModel first;
@@ -129,16 +157,15 @@ TEST(Trainer, ResumeContinuesTheSameRunBitForBit) {
   o.exit_interval = 10;
   auto first_stats = Trainer(o, first, train, nullptr).run([&](const TrainProgress& p, TrainableModel&, const AdamW& a) {
     saved.progress = p;
-    saved.table = first.table_;
-    saved.bias = first.bias_;
+    for (auto& p : first.parameters()) saved.values.emplace_back(p.value.begin(), p.value.end());
     saved.adam = a;
   });
   ASSERT_EQ(first_stats.size(), 10u);
   ASSERT_EQ(saved.progress.iteration, 10);
 
   TableModel second;
-  second.table_ = saved.table;
-  second.bias_ = saved.bias;
+  auto params = second.parameters();
+  for (std::size_t k = 0; k < params.size(); ++k) std::copy(saved.values[k].begin(), saved.values[k].end(), params[k].value.begin());
   Trainer resumed(options(20), second, train, nullptr);
   resumed.resume(saved.progress, saved.adam);
   auto second_stats = resumed.run(nullptr);
@@ -150,7 +177,7 @@ TEST(Trainer, ResumeContinuesTheSameRunBitForBit) {
     EXPECT_EQ(s.lr, straight_stats[k].lr);
     EXPECT_EQ(s.grad_norm, straight_stats[k].grad_norm);
   }
-  EXPECT_EQ(second.table_, straight.table_);
+  EXPECT_EQ(second.table(), straight.table());
 }
 
 TEST(Trainer, SignalStopsAfterTheIterationWithACheckpoint) {
@@ -192,7 +219,7 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   SyntheticSource train(1000);
   const std::string dir = ::testing::TempDir() + "/dlm_train_ckpt";
   std::filesystem::remove_all(dir);
-  ckpt::ModelConfig config;  // stands for the model's shape in the metadata
+  const ckpt::ModelConfig config = table_config();
   TableModel straight;
   auto straight_stats = Trainer(options(16), straight, train, nullptr).run(nullptr);
 
@@ -205,8 +232,8 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   };
   auto first_stats = Trainer(o, first, train, nullptr).run(save);
   ASSERT_EQ(first_stats.size(), 6u);
-  EXPECT_EQ(read_text_file(dir + "/latest_checkpointed_iteration.txt"), "6\n");
-  EXPECT_TRUE(std::filesystem::exists(dir + "/iter_0000003/model.safetensors"));
+  EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000006\n");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/iter_0000003/metadata.json"));
 
   TableModel second;
   auto params = second.parameters();
@@ -224,18 +251,18 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
     const auto& s = k < 6 ? first_stats[k] : rest[k - 6];
     EXPECT_EQ(s.loss, straight_stats[k].loss) << "iteration " << k + 1;
   }
-  EXPECT_EQ(second.table_, straight.table_);
-  EXPECT_EQ(read_text_file(dir + "/latest_checkpointed_iteration.txt"), "16\n");
+  EXPECT_EQ(second.table(), straight.table());
+  EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000016\n");
 }
 
 TEST(TrainCheckpoint, ConfigDisagreeingWithTheFlagsIsAnError) {
   ckpt::ModelConfig flags, saved;
   saved.hidden_size = 128;
   try {
-    check_config_matches(flags, saved, "ck/iter_0000010/model.safetensors");
+    check_config_matches(flags, saved, "ck/iter_0000010/metadata.json");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "ck/iter_0000010/model.safetensors: the checkpoint has --hidden-size 128, the flags say 64");
+    EXPECT_STREQ(e.what(), "ck/iter_0000010/metadata.json: the checkpoint has --hidden-size 128, the flags say 64");
   }
   EXPECT_THROW(load_train_checkpoint(::testing::TempDir() + "/no_such_checkpoint", {}, {}), Error);
 }

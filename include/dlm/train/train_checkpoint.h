@@ -1,11 +1,10 @@
-// Training checkpoints on disk, through libckpt: a folder per save, Megatron's layout,
-//   <save>/latest_checkpointed_iteration.txt        the iteration of the newest complete checkpoint
-//   <save>/iter_0000100/model.safetensors           fp32 weights, dlm's global tensor names
-//   <save>/iter_0000100/optimizer.safetensors       exp_avg.<name>, exp_avg_sq.<name> (fp32)
-// with the run's state in the safetensors metadata of model.safetensors: "model_config" (dlm's JSON),
-// "iteration", "consumed_samples", "adam_steps", and whatever the caller adds (the flags). Every file is
-// written atomically and the tracker last, so an interrupted save leaves the previous checkpoint the
-// newest complete one. Weights and moments are stored bit for bit: a resume continues the same run.
+// Training checkpoints on disk, in libckpt's native distributed format (dlm/ckpt/checkpoint.h):
+// ROOT/latest -> iter_XXXXXXX/ with metadata.json (model config, tensors, training state) and HDF5
+// shards of the weights and the AdamW moments (fp32, model space), committed atomically: an
+// interrupted save leaves `latest` naming the previous complete checkpoint. The training state holds
+// iteration, consumed samples and optimizer steps; the data order, the noise and the LR are functions
+// of those, so a resume continues the same run bit for bit. `dlm-ckpt convert` turns the folder into a
+// Hugging Face model. Parameters must be the model's global tensors (model_tensors(config)).
 #pragma once
 
 #include <map>
@@ -32,7 +31,7 @@ struct TrainCheckpoint {
   std::map<std::string, std::string> metadata;
 };
 
-// Reads the newest checkpoint of `load_dir` (its tracker file), or the folder itself when it is an
+// Reads the newest checkpoint of `load_dir` (through `latest`), or the folder itself when it is an
 // iter_* folder. The moments are ordered as `params` (names) and get `adam` as options. Throws
 // dlm::Error naming the file and tensor when something is missing or has another shape.
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
