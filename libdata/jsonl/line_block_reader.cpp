@@ -39,7 +39,7 @@ bool LineBlockReader::next(LineBlock& block) {
     block.file = name_;
     block.first_line = next_line_;
     block.bytes.resize(std::max(block_bytes_, carry_.size()) + padding);
-    std::memcpy(block.bytes.data(), carry_.data(), carry_.size());
+    if (!carry_.empty()) std::memcpy(block.bytes.data(), carry_.data(), carry_.size());
     std::size_t used = carry_.size();
     carry_.clear();
     // Read until the block is full and holds a '\n', or the file ends.
