@@ -61,6 +61,8 @@ struct TokenizerOptions {
   std::vector<std::string> tiktoken_special_tokens;     // --tiktoken-special-tokens
   std::optional<std::size_t> vocab_size;                // --vocab-size (NullTokenizer)
   std::optional<std::int32_t> mask_token;               // --mask-token overrides the mask id
+  bool hf_include_special_tokens = false;  // --tokenizer-hf-include-special-tokens: add the
+                                           // post-processor's bos/eos (Megatron's default: no)
 };
 
 // Builds the tokenizer the options name; throws dlm::Error naming the file and field that is wrong,

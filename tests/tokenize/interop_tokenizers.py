@@ -1,0 +1,4 @@
+"""Placeholder: the parity test lands in the next commit."""
+import sys
+print("skipped: not yet written")
+sys.exit(77)
