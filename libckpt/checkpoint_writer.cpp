@@ -50,7 +50,9 @@ void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensor
   const std::vector<TensorShard> shards = rank_shards(config_, layout_, tp_rank, pp_rank);
   const std::string path = (fs::path(temp_dir_) / rank_file(tp_rank, pp_rank)).string();
   detail::H5File h5 = detail::H5File::create(path);
-  json sums = json::object();
+  // HDF5 lays out the file and its metadata; the tensor bytes then go straight to their offsets.
+  std::vector<detail::Extent> extents;
+  std::vector<std::pair<std::string, std::string>> names;  // (tensor, group) of each extent
   const std::pair<const char*, const TensorSet*> groups[] = {
       {"model", &local.params}, {"exp_avg", &local.exp_avg}, {"exp_avg_sq", &local.exp_avg_sq}};
   for (const TensorShard& s : shards) {
@@ -58,12 +60,14 @@ void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensor
     for (const auto& [group, set] : groups) {
       if (set != &local.params && !local.has_optimizer()) continue;
       const Tensor& t = local_tensor(*set, s, group);
-      h5.write_f32(group, s.name, s.local_shape, t.f32().data());
-      sums[s.name][group] = detail::checksum_string(t.bytes.data(), t.bytes.size());
+      extents.push_back({h5.allocate_f32(group, s.name, s.local_shape), t.bytes.data(), t.bytes.size()});
+      names.emplace_back(s.name, group);
     }
   }
   h5.close();
-  detail::fsync_file(path);
+  const std::vector<std::string> checksums = detail::write_extents(path, extents);
+  json sums = json::object();
+  for (std::size_t i = 0; i < names.size(); ++i) sums[names[i].first][names[i].second] = checksums[i];
   write_file_atomically((fs::path(temp_dir_) / rank_sums_file(tp_rank, pp_rank)).string(), sums.dump());
 }
 

@@ -41,7 +41,9 @@ H5File H5File::create(const std::string& path) {
   quiet_hdf5();
   H5File f;
   f.path_ = path;
-  f.file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_alignment(fapl.get(), 4096, 4096);
+  f.file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (f.file_.get() < 0) fail_at(path, "cannot create the HDF5 file");
   return f;
 }
@@ -73,6 +75,19 @@ void H5File::write_f32(const std::string& group, const std::string& name, const 
   for (std::int64_t x : shape) n *= x;
   if (n > 0 && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     fail_at(path_, fmt::format("cannot write dataset /{}/{} (disk full?)", group, name));
+}
+
+std::uint64_t H5File::allocate_f32(const std::string& group, const std::string& name, const std::vector<std::int64_t>& shape) {
+  const hid_t g = group_for_write(group);
+  H5Handle s = space(shape, nullptr, path_);
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+  H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  H5Handle d(H5Dcreate2(g, name.c_str(), H5T_IEEE_F32LE, s.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
+  if (d.get() < 0) fail_at(path_, fmt::format("cannot create dataset /{}/{}", group, name));
+  const haddr_t offset = H5Dget_offset(d.get());
+  return offset == HADDR_UNDEF ? 0 : static_cast<std::uint64_t>(offset);
 }
 
 std::vector<std::int64_t> H5File::shape_f32(const std::string& group, const std::string& name) const {

@@ -49,13 +49,17 @@ struct Slab {
 
 class H5File {
  public:
-  static H5File create(const std::string& path);  // truncates
+  // Truncates. Objects of 4 KiB and more are aligned to 4 KiB in the file (so O_DIRECT can write them).
+  static H5File create(const std::string& path);
   static H5File open_read(const std::string& path);
   const std::string& path() const { return path_; }
   hid_t id() const { return file_.get(); }
 
   // Writes an fp32 dataset "/group/name" of `shape` from `data` (contiguous layout).
   void write_f32(const std::string& group, const std::string& name, const std::vector<std::int64_t>& shape, const float* data);
+  // Creates "/group/name" with its contiguous storage allocated now and never filled by HDF5; returns
+  // the file offset of its bytes (the caller writes them after close(); see write_extents).
+  std::uint64_t allocate_f32(const std::string& group, const std::string& name, const std::vector<std::int64_t>& shape);
   // The shape of "/group/name"; throws when it does not exist or is not fp32.
   std::vector<std::int64_t> shape_f32(const std::string& group, const std::string& name) const;
   // Reads all of "/group/name" (of shape `shape`) into `out`.
@@ -82,6 +86,17 @@ class H5File {
   H5Handle file_;
   std::vector<std::pair<std::string, H5Handle>> groups_;
 };
+
+// Writes byte ranges of an existing file at their offsets and fsyncs it: through O_DIRECT and an aligned
+// double buffer (the page cache halves the write speed of large checkpoints), buffered where the file
+// system refuses O_DIRECT or for unaligned heads and tails. Returns the XXH64 checksum string of each
+// extent, computed while its bytes pass through the buffer.
+struct Extent {
+  std::uint64_t offset = 0;
+  const std::uint8_t* data = nullptr;
+  std::size_t size = 0;
+};
+std::vector<std::string> write_extents(const std::string& path, const std::vector<Extent>& extents);
 
 // fsync of a closed file by path (HDF5 has no fsync of its own).
 void fsync_file(const std::string& path);

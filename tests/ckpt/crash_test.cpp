@@ -49,8 +49,12 @@ TrainingTensors state_of(const ModelConfig& c, std::int64_t iteration) {
 TEST(CrashSafety, SigkillDuringSaveNeverBreaksLatest) {
   const auto root = test::fresh_dir("crash") / "ckpt";
   const ModelConfig c = crash_config();
+  // Kill instants spread over about two saves, whatever this machine's disk makes a save cost.
+  const auto t0 = std::chrono::steady_clock::now();
+  save_checkpoint((root.parent_path() / "timing").string(), c, {.tp = 2, .pp = 2}, state_of(c, 0), {});
+  const auto save_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(1234);
-  std::uniform_int_distribution<int> delay_us(0, 80000);
+  std::uniform_int_distribution<long> delay_us(0, 2 * save_us);
   int kills = 0, with_tmp = 0, checked = 0;
   for (int round = 0; round < 24; ++round) {
     const pid_t child = ::fork();
@@ -62,7 +66,9 @@ TEST(CrashSafety, SigkillDuringSaveNeverBreaksLatest) {
         ::_exit(3);
       }
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng) + (round == 0 ? 150000 : 0)));
+    if (round == 0)  // the first round lets one checkpoint complete, so that every later one has a `latest`
+      for (int i = 0; i < 2000 && !fs::exists(root / "latest"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
