@@ -10,13 +10,14 @@
 #include "text.h"
 
 namespace dlm::data::tok {
+
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
 namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 Decoder decoder_of(Decoder::Kind kind) {
   Decoder d;
@@ -379,18 +380,7 @@ void read_tokenizer_config(const std::string& path, HfConfig& c) {
 
 }  // namespace
 
-HfConfig load_hf_config(const std::string& given) {
-  std::string file = given;
-  std::string config_file;
-  if (fs::is_directory(given)) {
-    file = (fs::path(given) / "tokenizer.json").string();
-    if (!fs::exists(file)) fail_at(given, "no tokenizer.json in this folder");
-  }
-  if (fs::path(file).filename() == "tokenizer.json") {
-    const auto cfg = fs::path(file).parent_path() / "tokenizer_config.json";
-    if (fs::exists(cfg)) config_file = cfg.string();
-  }
-  const json j = parse(file);
+HfConfig hf_config_from_json(const nlohmann::json& j, const std::string& file) {
   Reader r{file};
   if (!j.is_object()) r.bad("(top level)", "expected a JSON object");
   for (const char* k : {"truncation", "padding"})
@@ -407,6 +397,23 @@ HfConfig load_hf_config(const std::string& given) {
   const json d = j.value("decoder", json());
   c.has_decoder = !d.is_null();
   r.decoder(d, "decoder", c.decoders);
+  return c;
+}
+
+nlohmann::json read_json(const std::string& path) { return parse(path); }
+
+HfConfig load_hf_config(const std::string& given) {
+  std::string file = given;
+  std::string config_file;
+  if (fs::is_directory(given)) {
+    file = (fs::path(given) / "tokenizer.json").string();
+    if (!fs::exists(file)) fail_at(given, "no tokenizer.json in this folder");
+  }
+  if (fs::path(file).filename() == "tokenizer.json") {
+    const auto cfg = fs::path(file).parent_path() / "tokenizer_config.json";
+    if (fs::exists(cfg)) config_file = cfg.string();
+  }
+  HfConfig c = hf_config_from_json(parse(file), file);
   if (!config_file.empty()) read_tokenizer_config(config_file, c);
   return c;
 }

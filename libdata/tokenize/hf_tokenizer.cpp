@@ -126,11 +126,12 @@ void split_by(const PreTokenizer& p, std::string_view text, std::vector<Span>& m
 
 }  // namespace
 
-HuggingFaceTokenizer::HuggingFaceTokenizer(HfConfig config, bool include_special_tokens)
+HuggingFaceTokenizer::HuggingFaceTokenizer(HfConfig config, bool include_special_tokens, std::string kind)
     : c_(std::move(config)),
       raw_(c_.raw_added),
       normalized_(c_.normalized_added),
-      include_special_tokens_(include_special_tokens) {}
+      include_special_tokens_(include_special_tokens),
+      kind_(std::move(kind)) {}
 
 void HuggingFaceTokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) const {
   if (valid_utf8(text)) {

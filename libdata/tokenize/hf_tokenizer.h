@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -59,24 +60,32 @@ struct HfConfig {
   SpecialIds special;
 };
 
+// The GPT-2 pre-tokenizer pattern (ByteLevel's use_regex).
+extern const char* const kGpt2Pattern;
+
 // Reads `path` (a tokenizer.json, or a folder holding one and maybe tokenizer_config.json).
 HfConfig load_hf_config(const std::string& path);
+// The same from parsed JSON; errors name `file`.
+HfConfig hf_config_from_json(const nlohmann::json& j, const std::string& file);
+// Parses a JSON file; a syntax error names the file and byte offset.
+nlohmann::json read_json(const std::string& path);
 
 class HuggingFaceTokenizer final : public Tokenizer {
  public:
-  HuggingFaceTokenizer(HfConfig config, bool include_special_tokens);
+  // `kind` is the --tokenizer-type this configuration came from (GPT2BPETokenizer builds one too).
+  HuggingFaceTokenizer(HfConfig config, bool include_special_tokens, std::string kind = "HuggingFaceTokenizer");
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override;
   std::string decode(std::span<const std::int32_t> ids) const override;
   std::size_t vocab_size() const override { return c_.vocab_size; }
   const SpecialIds& special_ids() const override { return c_.special; }
-  std::string_view kind() const override { return "HuggingFaceTokenizer"; }
-  SpecialIds& mutable_special_ids() { return c_.special; }
+  std::string_view kind() const override { return kind_; }
 
  private:
   void encode_valid(std::string_view text, std::vector<std::int32_t>& out) const;
   HfConfig c_;
   AddedTokenMatcher raw_, normalized_;
   bool include_special_tokens_;
+  std::string kind_;
 };
 
 }  // namespace dlm::data::tok

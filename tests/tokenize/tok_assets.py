@@ -165,25 +165,21 @@ def make_files(out):
     files["trained_metaspace"] = os.path.join(out, "trained-metaspace.json")
 
     # Converted by transformers: the SentencePiece Llama-2-style model and the tekken rank file.
-    try:
-        from transformers.convert_slow_tokenizer import TikTokenConverter
-        files.update(_convert_tekken(out))
-    except Exception as e:  # the converter's API moves between transformers versions
-        print(f"note: tekken conversion unavailable: {e}")
-    try:
-        files.update(_convert_spm(out))
-    except Exception as e:
-        print(f"note: sentencepiece conversion unavailable: {e}")
+    files.update(_convert_tekken(out))
+    files.update(_convert_spm(out))
+    # Megatron's TikTokenizer reads a bare JSON list of ranks; tekken files hold it under "vocab".
+    ranks = os.path.join(out, "tekken-ranks.json")
+    with open(ranks, "w") as f:
+        json.dump(json.load(open(tekken_path()))["vocab"], f)
+    files["tekken_ranks"] = ranks
     return files
 
 
 def _convert_tekken(out):
-    from transformers.convert_slow_tokenizer import TikTokenConverter
     d = json.load(open(tekken_path()))
     nspecial = d["config"].get("default_num_special_tokens", 1000)
     nvocab = d["config"]["default_vocab_size"] - nspecial
     ranks = {base64.b64decode(x["token_bytes"]): x["rank"] for x in d["vocab"][:nvocab]}
-    conv = TikTokenConverter.__new__(TikTokenConverter)
     tok = _tiktoken_json(ranks, d["config"]["pattern"])
     path = os.path.join(out, "tekken-converted.json")
     tok.save(path)
@@ -191,7 +187,8 @@ def _convert_tekken(out):
 
 
 def _tiktoken_json(ranks, pattern):
-    """A byte-level BPE tokenizer.json made the way transformers' TikTokenConverter makes it."""
+    """A byte-level BPE tokenizer.json laid out as transformers' TikTokenConverter lays it out (merges
+    from every split of every token, ordered by rank; Split on the pattern, then ByteLevel)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, Regex
     from transformers.convert_slow_tokenizer import bytes_to_unicode
     b2u = bytes_to_unicode()
@@ -219,11 +216,32 @@ def _tiktoken_json(ranks, pattern):
 
 
 def _convert_spm(out):
-    from transformers import LlamaTokenizerFast
-    tok = LlamaTokenizerFast(vocab_file=spm_model_path(), legacy=False, from_slow=True)
-    path = os.path.join(out, "mistral-v1-converted")
-    tok.save_pretrained(path)
-    return {"spm_converted": os.path.join(path, "tokenizer.json")}
+    """Llama-2/Mistral-style tokenizer.json from the SentencePiece model, laid out as transformers'
+    LlamaConverter lays it out (Metaspace prepend "first" without splitting, byte fallback, merges
+    from the vocabulary ordered by the merged piece's id). transformers 5's own converter fails on
+    this input, so the same layout is written here."""
+    import sentencepiece as spm
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, AddedToken
+    sp = spm.SentencePieceProcessor(model_file=spm_model_path())
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    merges = []
+    for piece, pid in vocab.items():
+        if sp.is_control(pid) or sp.is_unknown(pid) or sp.is_byte(pid):
+            continue
+        for k in range(1, len(piece)):
+            l, r = piece[:k], piece[k:]
+            if l in vocab and r in vocab:
+                merges.append((pid, vocab[l], vocab[r], l, r))
+    merges.sort()
+    t = Tokenizer(models.BPE(vocab, [(l, r) for *_, l, r in merges], unk_token="<unk>", fuse_unk=True,
+                             byte_fallback=True))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    t.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                   decoders.Strip(" ", 1, 0)])
+    t.add_special_tokens([AddedToken(x, normalized=False, special=True) for x in ["<unk>", "<s>", "</s>"]])
+    path = os.path.join(out, "llama-style.json")
+    t.save(path)
+    return {"llama_style": path}
 
 
 if __name__ == "__main__":
