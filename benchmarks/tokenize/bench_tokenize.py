@@ -1,0 +1,90 @@
+"""dlm's tokenizers beside `tokenizers` (batch encode) and `tiktoken` (batch encode) on the same text,
+in one run; prints MB/s and ratios.
+
+usage: .venv/bin/python benchmarks/tokenize/bench_tokenize.py [--mb 20] [--build build]
+Text: tests/tokenize/tok_assets.corpus (stdlib sources, /usr/share/doc, multilingual package data).
+Byte-level BPE: the tekken rank file both as tiktoken (TikTokenizer) and as its converted 131k
+tokenizer.json (HuggingFaceTokenizer), and gptneox-dlm's tokenizer.json. SentencePiece: mistral's
+tokenizer.model.v1 beside sentencepiece's own encoder. The peers use every core for their batch
+calls; dlm is timed on 1 and 2 threads. Warm word caches on both sides (best of --repeat passes)."""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "tokenize"))
+import tok_assets  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mb", type=float, default=20.0)
+ap.add_argument("--repeat", type=int, default=3)
+ap.add_argument("--build", default="build")
+args = ap.parse_args()
+bench = os.path.join(args.build, "benchmarks", "tokenize", "tokenize_bench")
+work = tempfile.mkdtemp(prefix="dlm_bench_tok_")
+files = tok_assets.make_files(os.path.join(work, "assets"))
+docs = tok_assets.corpus(args.mb)
+nbytes = sum(len(d.encode()) for d in docs)
+docs_path = os.path.join(work, "docs.bin")
+with open(docs_path, "wb") as f:
+    for d in docs:
+        b = d.encode()
+        f.write(struct.pack("<I", len(b)) + b)
+print(f"text: {nbytes / 1e6:.1f} MB, {len(docs)} documents; {os.cpu_count()} cores")
+
+
+def ours(flags, threads):
+    out = subprocess.run([bench, "--threads", str(threads), "--repeat", str(args.repeat), docs_path, *flags],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def best(fn):
+    t = 1e30
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        ids = fn()
+        t = min(t, time.perf_counter() - t0)
+    return nbytes / 1e6 / t, sum(len(x) for x in ids)
+
+
+import sentencepiece as spm  # noqa: E402
+import tiktoken  # noqa: E402
+from tokenizers import Tokenizer  # noqa: E402
+from megatron.core.tokenizers.text.libraries.tiktoken_tokenizer import TikTokenTokenizer  # noqa: E402
+
+rows = []
+tik = TikTokenTokenizer(files["tekken_ranks"], pattern="v2").tokenizer
+peers = {"tiktoken": best(lambda: tik.encode_batch(docs, allowed_special="all"))}
+hf_tekken = Tokenizer.from_file(files["tekken_converted"])
+peers["tokenizers"] = best(lambda: [e.ids for e in hf_tekken.encode_batch(docs, add_special_tokens=False)])
+for threads in (1, 2):
+    r = ours(["--type", "TikTokenizer", "--model", files["tekken_ranks"], "--tiktoken-pattern", "v2"], threads)
+    assert r["ids"] == peers["tiktoken"][1], "id counts differ from tiktoken"
+    rows.append(("tekken 131k, TikTokenizer", threads, r["mb_per_s"], peers))
+    r = ours(["--type", "HuggingFaceTokenizer", "--model", files["tekken_converted"]], threads)
+    assert r["ids"] == peers["tokenizers"][1], "id counts differ from tokenizers"
+    rows.append(("tekken 131k, tokenizer.json", threads, r["mb_per_s"], peers))
+
+neox = Tokenizer.from_file(os.path.join(files["gptneox"], "tokenizer.json"))
+neox_peer = {"tokenizers": best(lambda: [e.ids for e in neox.encode_batch(docs, add_special_tokens=False)])}
+for threads in (1, 2):
+    r = ours(["--type", "HuggingFaceTokenizer", "--model", files["gptneox"]], threads)
+    assert r["ids"] == neox_peer["tokenizers"][1]
+    rows.append(("gptneox-dlm tokenizer.json", threads, r["mb_per_s"], neox_peer))
+
+sp = spm.SentencePieceProcessor(model_file=files["spm"])
+sp_peer = {"sentencepiece (1 thread)": best(lambda: [sp.encode(d) for d in docs]),
+           "sentencepiece batch": best(lambda: sp.encode(docs, num_threads=os.cpu_count()))}
+for threads in (1, 2):
+    r = ours(["--type", "SentencePieceTokenizer", "--model", files["spm"]], threads)
+    rows.append(("mistral .model v1, SentencePieceTokenizer", threads, r["mb_per_s"], sp_peer))
+
+print(f"{'tokenizer':44} {'dlm threads':>11} {'dlm MB/s':>9}  peers (MB/s, dlm/peer)")
+for name, threads, mbs, p in rows:
+    cells = ", ".join(f"{k} {v[0]:.2f} ({mbs / v[0]:.2f}x)" for k, v in p.items())
+    print(f"{name:44} {threads:>11} {mbs:>9.2f}  {cells}")

@@ -1,0 +1,66 @@
+// Encode throughput of one dlm tokenizer over a documents file (records: u32 byte length, bytes),
+// with N threads taking documents in turn. Prints one JSON line: MB/s of the best of --repeat
+// passes, and the id count (which the Python side checks against the peers').
+//
+//   tokenize_bench --threads N --repeat R DOCS <tokenize_tool flags: --type ... --model ...>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlm/data/tokenizer.h"
+
+int main(int argc, char** argv) try {
+  dlm::data::TokenizerOptions o;
+  int threads = 1, repeat = 3;
+  std::string docs_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const std::string v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--threads") threads = std::stoi(v), ++i;
+    else if (a == "--repeat") repeat = std::stoi(v), ++i;
+    else if (a == "--type") o.type = v, ++i;
+    else if (a == "--model") o.model = v, ++i;
+    else if (a == "--vocab-file") o.vocab_file = v, ++i;
+    else if (a == "--merge-file") o.merge_file = v, ++i;
+    else if (a == "--tiktoken-pattern") o.tiktoken_pattern = v, ++i;
+    else docs_path = a;
+  }
+  std::ifstream in(docs_path, std::ios::binary);
+  std::vector<std::string> docs;
+  std::size_t bytes = 0;
+  std::uint32_t n;
+  while (in.read(reinterpret_cast<char*>(&n), 4)) {
+    docs.emplace_back(n, '\0');
+    in.read(docs.back().data(), n);
+    bytes += n;
+  }
+  const auto tokenizer = dlm::data::make_tokenizer(o);
+  double best = 1e30;
+  std::size_t ids = 0;
+  for (int r = 0; r < repeat; ++r) {
+    std::vector<std::size_t> counts(static_cast<std::size_t>(threads));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        std::vector<std::int32_t> out;
+        for (std::size_t d = static_cast<std::size_t>(t); d < docs.size(); d += static_cast<std::size_t>(threads)) {
+          out.clear();
+          tokenizer->encode(docs[d], out);
+          counts[static_cast<std::size_t>(t)] += out.size();
+        }
+      });
+    for (auto& th : pool) th.join();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ids = 0;
+    for (auto c : counts) ids += c;
+  }
+  std::cout << "{\"mb_per_s\": " << bytes / 1e6 / best << ", \"ids\": " << ids << ", \"bytes\": " << bytes << "}\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "tokenize_bench: " << e.what() << "\n";
+  return 1;
+}
