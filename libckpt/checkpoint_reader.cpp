@@ -8,14 +8,13 @@
 #include <map>
 #include <memory>
 
-#include "dlm/ckpt/checkpoint.h"
-#include "dlm/common/atomic_file.h"
-#include "h5.h"
-#include "hash.h"
-
 #include <fmt/format.h>
 
+#include "dlm/ckpt/checkpoint.h"
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
+#include "h5.h"
+#include "hash.h"
 
 namespace dlm::ckpt {
 

@@ -19,6 +19,8 @@ inline json parse_json(std::string_view text, const std::string& file) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     fail_at_offset(file, e.byte > 0 ? e.byte - 1 : 0, "not valid JSON");
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    fail_at(file, fmt::format("not valid JSON ({})", e.what()));
   }
 }
 

@@ -71,6 +71,8 @@ SafetensorsHeader parse_safetensors(std::span<const std::uint8_t> bytes, const s
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   } catch (const json::parse_error& e) {
     fail_at_offset(file, 8 + (e.byte > 0 ? e.byte - 1 : 0), "header is not valid JSON");
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    fail_at_offset(file, 8, fmt::format("header is not valid JSON ({})", e.what()));
   }
   if (!header.is_object()) fail_at_offset(file, 8, "header must be a JSON object");
   SafetensorsHeader out;
@@ -156,6 +158,8 @@ SafetensorsFolder::SafetensorsFolder(const std::string& dir) {
       j = json::parse(read_text_file(index.string()));
     } catch (const json::parse_error& e) {
       fail_at_offset(index.string(), e.byte, "not valid JSON");
+    } catch (const json::exception& e) {
+      fail_at(index.string(), fmt::format("not valid JSON ({})", e.what()));
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail_at(index.string(), "expected an object with a 'weight_map' object");

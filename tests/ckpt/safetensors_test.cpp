@@ -82,6 +82,7 @@ TEST(Safetensors, BadInputsNameTheProblem) {
   EXPECT_NE(error_of(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)).find("gap"), std::string::npos);
   EXPECT_NE(error_of(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6)).find("2 bytes after"), std::string::npos);
   EXPECT_NE(error_of(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", 4)).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(image(R"({"__metadata__":7e554})", 0)).find("not valid JSON"), std::string::npos);  // found by the fuzzer
   EXPECT_NE(error_of(image(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4)).find("negative"), std::string::npos);
   EXPECT_NE(error_of(image(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,4]}})", 4)).find("overflows"), std::string::npos);
   EXPECT_NE(error_of(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)), "x");

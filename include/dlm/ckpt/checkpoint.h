@@ -33,7 +33,7 @@ struct TrainingState {
   std::int64_t iteration = 0;
   std::int64_t consumed_samples = 0;
   std::int64_t optimizer_steps = 0;
-  std::string lr_schedule_json, rng_json, data_json, args_json;
+  std::string lr_schedule_json{}, rng_json{}, data_json{}, args_json{};
 };
 
 // Parameters and (optionally, when non-empty) AdamW moments, by global tensor name. For a rank they

@@ -50,7 +50,7 @@ HfModel load_hf_folder(const std::string& dir, int make_vocab_size_divisible_by 
 
 struct HfExportOptions {
   TensorDType dtype = TensorDType::kFloat32;
-  std::string tokenizer_dir;  // its tokenizer files (tokenizer.json, tokenizer_config.json...) are copied
+  std::string tokenizer_dir{};  // its tokenizer files (tokenizer.json, tokenizer_config.json...) are copied
   std::uint64_t max_shard_bytes = 5ull << 30;
 };
 void export_hf_folder(const std::string& dir, const ModelConfig& config, const TensorSet& native, const HfExportOptions& options = {});

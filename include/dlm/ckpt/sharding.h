@@ -29,7 +29,7 @@ struct ParallelLayout {
   int tp = 1;
   int pp = 1;
   int dp = 1;                         // recorded only: every DP replica holds the same model-space state
-  std::vector<int> layers_per_stage;  // empty = balanced, the first num_layers % pp stages one layer more
+  std::vector<int> layers_per_stage{};  // empty = balanced, the first num_layers % pp stages one layer more
 
   // Layers of each stage (length pp, summing to num_layers); throws dlm::Error when impossible.
   std::vector<int> stage_layers(const ModelConfig& config) const;

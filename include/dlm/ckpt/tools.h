@@ -16,10 +16,10 @@ CheckpointKind detect_kind(const std::string& path);
 
 struct ConvertOptions {
   CheckpointKind from = CheckpointKind::kHuggingFace, to = CheckpointKind::kNative;
-  ParallelLayout layout;                        // native output
+  ParallelLayout layout{};                      // native output
   TensorDType dtype = TensorDType::kFloat32;    // HF output
   int make_vocab_size_divisible_by = 128;       // HF input
-  std::string tokenizer_dir;                    // HF output: where tokenizer files come from ("" = the input's)
+  std::string tokenizer_dir{};                  // HF output: where tokenizer files come from ("" = the input's)
 };
 // native -> native reshards rank by rank (each target rank reads only its hyperslabs and writes its own
 // file); HF input goes through the whole model. Native output keeps the input's training state, and
