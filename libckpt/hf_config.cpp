@@ -52,6 +52,8 @@ ModelConfig model_config_from_hf_json(std::string_view text, const std::string& 
   read_field(j, "head_dim", c.kv_channels, file);
   read_field(j, "max_position_embeddings", c.max_position_embeddings, file);
   read_field(j, "rope_theta", c.rotary_base, file);
+  // transformers 5 writes the RoPE settings as rope_parameters {rope_theta, rope_type}.
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) read_field(*rp, "rope_theta", c.rotary_base, file);
   read_field(j, "rms_norm_eps", c.norm_epsilon, file);
   read_field(j, "initializer_range", c.init_method_std, file);
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, file);
@@ -107,14 +109,17 @@ std::string model_config_to_hf_json(const ModelConfig& c, TensorDType dtype) {
   j["head_dim"] = c.kv_channels;
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rope_theta"] = c.rotary_base;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) j["rope_parameters"]["rope_theta"] = c.rotary_base;
+  else j["rope_theta"] = c.rotary_base;
   j["rms_norm_eps"] = c.norm_epsilon;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["initializer_range"] = c.init_method_std;
   j["attention_bias"] = false;
   if (arch == "LlamaForCausalLM") j["mlp_bias"] = false;
   j["hidden_act"] = j.value("hidden_act", std::string{"silu"});
-  j["torch_dtype"] = dtype == TensorDType::kFloat32 ? "float32" : dtype == TensorDType::kBFloat16 ? "bfloat16" : "float16";
+  const char* dtype_text = dtype == TensorDType::kFloat32 ? "float32" : dtype == TensorDType::kBFloat16 ? "bfloat16" : "float16";
+  j["torch_dtype"] = dtype_text;
+  if (j.contains("dtype")) j["dtype"] = dtype_text;  // transformers 5's name for it
   if (c.mask_token_id) j["mask_token_id"] = *c.mask_token_id;
   if (arch == "DiffLM" || c.attention_mask != AttentionMask::kCausal)
     j["attn_mask_type"] = c.attention_mask == AttentionMask::kCausal ? "causal" : "bidirectional";

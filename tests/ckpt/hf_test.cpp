@@ -48,6 +48,19 @@ TEST(HfConfig, Qwen3DiffLmFieldsSurviveARoundTrip) {
   EXPECT_EQ(out["head_dim"], 32);
 }
 
+TEST(HfConfig, Transformers5RopeParametersAndDtype) {
+  const std::string text = R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "vocab_size": 1000, "dtype": "float32", "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})";
+  ModelConfig c = model_config_from_hf_json(text, "config.json");
+  EXPECT_DOUBLE_EQ(c.rotary_base, 1e6);
+  c.rotary_base = 5e5;
+  const json out = json::parse(model_config_to_hf_json(c, TensorDType::kBFloat16));
+  EXPECT_EQ(out["rope_parameters"]["rope_theta"], 5e5);
+  EXPECT_FALSE(out.contains("rope_theta"));
+  EXPECT_EQ(out["dtype"], "bfloat16");
+}
+
 TEST(HfConfig, LlamaDefaultsAndErrors) {
   const ModelConfig c = model_config_from_hf_json(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,

@@ -97,6 +97,10 @@ def case(kind, tied, mask):
         cfg_out = json.load(open(f"{w}/hf_out/config.json"))
         diff = {k for k in cfg_in if k not in ("transformers_version",) and cfg_in[k] != cfg_out.get(k)}
         c.check(not diff, f"{name}: config.json fields changed: {diff}")
+        meta = json.load(open(os.path.join(w, "tp4", open(f"{w}/tp4/latest").read().strip(), "metadata.json")))
+        theta = cfg_in.get("rope_theta", cfg_in.get("rope_parameters", {}).get("rope_theta"))
+        c.check(meta["model"]["rotary_base"] == theta, f"{name}: rotary_base {meta['model']['rotary_base']} != {theta}")
+        c.check(meta["model"]["num_query_groups"] == 4 and meta["model"]["kv_channels"] == 16, f"{name}: native config")
         c.check(os.path.exists(f"{w}/hf_out/tokenizer.json"), f"{name}: tokenizer.json not copied along")
 
         # transformers loads the export with nothing missing or unexpected, and computes the same logits.
