@@ -36,7 +36,10 @@ def multilingual_text(limit=3_000_000):
     """Non-Latin text from package data: translated .po catalogues, CLDR-style locale data, emoji names."""
     parts = []
     total = 0
-    patterns = [
+    langs = ["ja", "zh_CN", "ko", "hi", "ar", "ru", "el", "he", "th", "zh_TW", "bn", "fa", "uk", "ta", "ka", "am"]
+    patterns = [STDLIB + "/test/cjkencodings/*-utf8.txt"]
+    patterns += [f"/usr/share/locale/{lang}/LC_MESSAGES/*.mo" for lang in langs]
+    patterns += [
         "/usr/share/locale/*/LC_MESSAGES/*.mo",
         site_packages() + "/**/locale/**/*.po",
         site_packages() + "/babel/locale-data/*.dat",
@@ -45,7 +48,7 @@ def multilingual_text(limit=3_000_000):
     ]
     for pat in patterns:
         for p in sorted(glob.glob(pat, recursive=True)):
-            data = _read(p, 200_000)
+            data = _read(p, 25_000)
             # .mo catalogues are binary with UTF-8 strings inside: keep the valid UTF-8 runs.
             text = data.decode("utf-8", "ignore")
             text = "".join(ch for ch in text if ch.isprintable() or ch in "\n\t ")
