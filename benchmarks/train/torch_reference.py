@@ -1,0 +1,239 @@
+"""PyTorch reference of dlm's model and masked-diffusion objective, for the GPU comparison (issue 8).
+
+The model is Llama/Qwen3-shaped as dlm's ModelConfig describes it (RMSNorm, fused QKV with rows grouped per KV
+group, optional QK-norm, RoPE, SwiGLU, no biases, untied output layer); the loss is MegaDLMs' difflm-noshift
+(per sequence t ~ U(0,1), masked = u < t with at least one position, weight masked / p_mask, mean over
+positions), trained the way a PyTorch user would: torch.compile, SDPA, bf16 autocast over fp32 parameters,
+fused AdamW, global-norm clipping at 1.0.
+
+FLOPs per token (device.md's rule, PaLM's): 6 x parameters other than the input embedding, plus attention
+12 x layers x seq x heads x head_dim (bidirectional: every query sees every key); MFU against 989 TFLOP/s.
+
+The sampler is MegaDLMs' generate (the same as LLaDA's): no cache, greedy x0, low-confidence remasking with
+its float64 softmax, per-row top-k, blocks left to right.
+
+usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --no-compile]
+       torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --steps 256 --block 32]
+Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads.
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+PEAK_TFLOPS = 989.0
+
+CONFIGS = {
+    # name: layers, hidden, heads, kv heads, head dim, ffn, vocab, qk-norm, seq, micro-batch
+    "350m": dict(layers=24, hidden=1024, heads=16, groups=8, head_dim=64, ffn=2816, vocab=50304, qk_norm=True,
+                 seq=2048, batch=8),
+    "qwen3-1.7b": dict(layers=28, hidden=2048, heads=16, groups=8, head_dim=128, ffn=6144, vocab=151936,
+                       qk_norm=True, seq=2048, batch=4),
+    "megadlm-1.7b": dict(layers=28, hidden=2048, heads=16, groups=16, head_dim=128, ffn=6144, vocab=50304,
+                         qk_norm=True, seq=2048, batch=4),
+    "tiny": dict(layers=2, hidden=64, heads=4, groups=2, head_dim=16, ffn=172, vocab=256, qk_norm=True, seq=32,
+                 batch=2),
+}
+
+
+def model_flops_per_token(c, seq, causal=False):
+    """6 x (parameters but the input embedding) + attention, per token of a training step."""
+    d, hd = c["hidden"], c["head_dim"]
+    q, kv = c["heads"] * hd, c["groups"] * hd
+    per_layer = d * (q + 2 * kv) + q * d + d * 2 * c["ffn"] + c["ffn"] * d + 2 * d + (2 * hd if c["qk_norm"] else 0)
+    params = c["layers"] * per_layer + d + c["vocab"] * d
+    attention = 12 * c["layers"] * seq * q * (0.5 if causal else 1.0)
+    return 6 * params + attention
+
+
+def rope_tables(seq, head_dim, base, device):
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    ang = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv)
+    return ang.cos(), ang.sin()
+
+
+def rope(x, cos, sin):
+    """Rotate-half RoPE (HF / megatron-core's non-interleaved form); x: [B, S, heads, head_dim]."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h].float(), x[..., h:].float()
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c, causal):
+        super().__init__()
+        d, hd = c["hidden"], c["head_dim"]
+        self.h, self.g, self.hd, self.causal = c["heads"], c["groups"], hd, causal
+        self.ln1 = torch.nn.Parameter(torch.ones(d))
+        self.qkv = torch.nn.Linear(d, (self.h + 2 * self.g) * hd, bias=False)
+        self.qn = torch.nn.Parameter(torch.ones(hd)) if c["qk_norm"] else None
+        self.kn = torch.nn.Parameter(torch.ones(hd)) if c["qk_norm"] else None
+        self.proj = torch.nn.Linear(self.h * hd, d, bias=False)
+        self.ln2 = torch.nn.Parameter(torch.ones(d))
+        self.fc1 = torch.nn.Linear(d, 2 * c["ffn"], bias=False)
+        self.fc2 = torch.nn.Linear(c["ffn"], d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        per = self.h // self.g
+        qkv = self.qkv(F.rms_norm(x, (x.shape[-1],), self.ln1, 1e-6)).view(b, s, self.g, per + 2, self.hd)
+        q = qkv[:, :, :, :per].reshape(b, s, self.h, self.hd)
+        k, v = qkv[:, :, :, per], qkv[:, :, :, per + 1]
+        if self.qn is not None:
+            q = F.rms_norm(q, (self.hd,), self.qn, 1e-6)
+            k = F.rms_norm(k, (self.hd,), self.kn, 1e-6)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=self.causal, enable_gqa=self.g != self.h)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, self.h * self.hd))
+        gate, up = self.fc1(F.rms_norm(x, (x.shape[-1],), self.ln2, 1e-6)).chunk(2, dim=-1)
+        return x + self.fc2(F.silu(gate) * up)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, c, causal=False):
+        super().__init__()
+        self.c = c
+        self.emb = torch.nn.Embedding(c["vocab"], c["hidden"])
+        self.layers = torch.nn.ModuleList(Block(c, causal) for _ in range(c["layers"]))
+        self.ln_f = torch.nn.Parameter(torch.ones(c["hidden"]))
+        self.out = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
+        for p in self.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+
+    def forward(self, ids):
+        cos, sin = rope_tables(ids.shape[1], self.c["head_dim"], 10000.0, ids.device)
+        x = self.emb(ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6))
+
+
+def diffusion_loss(model, tokens, mask_id):
+    """MegaDLMs' difflm-noshift loss on a batch of clean sequences (loss mask all ones)."""
+    b, l = tokens.shape
+    t = torch.rand(b, 1, device=tokens.device)
+    masked = torch.rand(b, l, device=tokens.device) < t
+    none = ~masked.any(dim=1)
+    forced = torch.randint(0, l, (b,), device=tokens.device)
+    masked[torch.arange(b, device=tokens.device), forced] |= none
+    p_mask = masked.float().mean(dim=1, keepdim=True)
+    logits = model(torch.where(masked, torch.full_like(tokens, mask_id), tokens))
+    ce = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten(), reduction="none").view(b, l)
+    return (ce * masked / p_mask).sum() / (b * l)
+
+
+def train(args):
+    c = dict(CONFIGS[args.config])
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    b, s = args.batch or c["batch"], args.seq or c["seq"]
+    torch.manual_seed(0)
+    model = Model(c).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=dev == "cuda")
+    loss_fn = torch.compile(diffusion_loss) if args.compile else diffusion_loss
+    tokens = torch.randint(0, c["vocab"] - 1, (args.steps + args.warmup, b, s), device=dev)
+
+    def step(i):
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            loss = loss_fn(model, tokens[i], c["vocab"] - 1)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for i in range(args.warmup):
+        step(i)
+    if dev == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    losses = [step(args.warmup + i).detach() for i in range(args.steps)]
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / args.steps
+    tps = b * s / dt
+    flops = model_flops_per_token(c, s)
+    out = dict(peer="torch", mode="train", config=args.config, batch=b, seq=s, compile=args.compile,
+               step_ms=dt * 1e3, tokens_per_s=tps, mfu=tps * flops / (PEAK_TFLOPS * 1e12),
+               loss=float(losses[-1]), flops_per_token=flops,
+               peak_gib=torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0)
+    print(json.dumps(out), flush=True)
+
+
+@torch.no_grad()
+def generate(model, prompt, gen, steps, block, mask_id):
+    """MegaDLMs' generate: greedy x0, low-confidence remasking (float64 softmax), per-row top-k."""
+    b = prompt.shape[0]
+    x = torch.cat([prompt, torch.full((b, gen), mask_id, dtype=prompt.dtype, device=prompt.device)], dim=1)
+    p_len, blocks = prompt.shape[1], gen // block
+    per_block = steps // blocks
+    for blk in range(blocks):
+        lo, hi = p_len + blk * block, p_len + (blk + 1) * block
+        n = (x[:, lo:hi] == mask_id).sum(dim=1, keepdim=True)
+        counts = (n // per_block).repeat(1, per_block)
+        counts += torch.arange(per_block, device=x.device)[None, :] < (n % per_block)
+        for i in range(per_block):
+            is_mask = x == mask_id
+            logits = model(x)
+            x0 = logits.argmax(dim=-1)
+            conf = torch.gather(torch.softmax(logits.double(), dim=-1), -1, x0[..., None]).squeeze(-1)
+            conf[:, hi:] = -math.inf
+            x0 = torch.where(is_mask, x0, x)
+            conf = torch.where(is_mask, conf, torch.full_like(conf, -math.inf))
+            transfer = torch.zeros_like(is_mask)
+            for r in range(b):
+                _, idx = torch.topk(conf[r], k=int(counts[r, i]))
+                transfer[r, idx] = True
+            x = torch.where(transfer, x0, x)
+    return x
+
+
+def sample(args):
+    c = dict(CONFIGS[args.config])
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    model = Model(c).to(dev).to(torch.bfloat16).eval()
+    fwd = torch.compile(model) if args.compile else model
+    prompt = torch.randint(0, c["vocab"] - 1, (args.batch, args.prompt), device=dev)
+    generate(fwd, prompt, args.block, args.block, args.block, c["vocab"] - 1)  # warm-up / compile
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    x = generate(fwd, prompt, args.gen, args.sample_steps, args.block, c["vocab"] - 1)
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    out = dict(peer="torch", mode="sample", config=args.config, batch=args.batch, compile=args.compile,
+               prompt=args.prompt, gen=args.gen, steps=args.sample_steps, block=args.block, seconds=dt,
+               tokens_per_s=args.batch * args.gen / dt, first=int(x[0, args.prompt]))
+    print(json.dumps(out), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["train", "sample"])
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="350m")
+    ap.add_argument("--batch", type=int, default=0, help="micro-batch (train) or prompts (sample); 0 = config's")
+    ap.add_argument("--seq", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=10, help="timed training steps")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--gen", type=int, default=256)
+    ap.add_argument("--sample-steps", type=int, default=256)
+    ap.add_argument("--block", type=int, default=32)
+    args = ap.parse_args()
+    if args.mode == "sample" and args.batch == 0:
+        args.batch = 1
+    train(args) if args.mode == "train" else sample(args)
+
+
+if __name__ == "__main__":
+    main()
