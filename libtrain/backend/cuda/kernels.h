@@ -1,0 +1,114 @@
+// The CUDA backend's kernels: one op per .cu file beside this header, forward and backward together,
+// each launched on a caller's stream. C++17 and plain pointers, so that nvcc (C++17 here) and the
+// C++20 model code share it. Row-major throughout; bf16 activations, fp32 norm weights, fp32 gradients
+// of weights. Launchers check nothing themselves: the caller checks cudaGetLastError() (check_cuda).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dlm::train::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Throws dlm::Error "<what>: <cudaGetErrorString>" when `status` is not cudaSuccess.
+void check_cuda(cudaError_t status, const char* what);
+
+// rmsnorm.cu: fused residual add + RMSNorm.
+//   forward: s = x + add (add may be null: s = x); y = s * rstd * w, rstd = 1 / sqrt(mean(s^2) + eps).
+//   s_out receives s (may alias x when add is null it is not written).
+void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd,
+                     int rows, int dim, float eps, cudaStream_t stream);
+//   backward: with g = dy * w and xh = s * rstd, ds = rstd * (g - xh * mean(g * xh)); dres += ds (fp32),
+//   dres_bf16 = bf16(dres) (the next GEMM's input); dw += sum_rows dy * xh (deterministic: per-block
+//   partials, then a fixed-order sum). `partial` holds rmsnorm_partial_floats(rows, dim) floats.
+void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, float* dres,
+                      bf16* dres_bf16, float* dw, float* partial, int rows, int dim, cudaStream_t stream);
+std::int64_t rmsnorm_partial_floats(int rows, int dim);
+
+// qk_norm_rope.cu: per-head RMSNorm of q and k (optional) then rotate-half RoPE, on the fused QKV
+// layout [tokens, groups * (heads/groups + 2) * head_dim] (per group: its q heads, k, v). v is copied.
+//   q' = rope(norm(q) * qn), k' = rope(norm(k) * kn); rope on pair (i, i + d/2) with angle pos * theta_i:
+//   (a, b) -> (a cos - b sin, b cos + a sin). cos/sin: [max_pos, head_dim / 2] tables.
+struct QkvShape {
+  int tokens, heads, groups, head_dim;
+  bool qk_norm;
+  float eps;
+};
+void qk_norm_rope_forward(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd /*[tokens, heads+groups]*/,
+                          const float* qn, const float* kn, const int* positions, const float* cos_table,
+                          const float* sin_table, cudaStream_t stream);
+//   backward: un-rotate (the transpose of the rotation), then the RMSNorm backward per head; dqn/dkn
+//   accumulate (+=) deterministically through `partial` (qk_norm_partial_floats floats).
+void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd,
+                           const float* qn, const float* kn, const int* positions, const float* cos_table,
+                           const float* sin_table, bf16* dqkv, float* dqn, float* dkn, float* partial,
+                           cudaStream_t stream);
+std::int64_t qk_norm_partial_floats(const QkvShape& s);
+
+// swiglu.cu: gu = [gate | up] per row (the fc1 layout), h = silu(gate) * up.
+void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream);
+//   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
+void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream);
+
+// embedding.cu: x[t] = table[ids[t]]; backward dtable[id] += sum of dx over the tokens holding id, one block
+// per distinct id in a fixed order (CSR built on the host: order[] lists token indices grouped by id,
+// starts[u]..starts[u+1] those of unique id uids[u]): deterministic, no atomics.
+void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, int dim, cudaStream_t stream);
+void embedding_backward(const float* dx, const int* uids, const int* starts, const int* order, int unique,
+                        float* dtable, int dim, cudaStream_t stream);
+
+// cross_entropy.cu: per row r of bf16 logits [rows, vocab] (row stride ld): loss[r] = w[r] * (lse - x[label]),
+// and in place x <- bf16(w[r] * (softmax(x) - onehot(label))), the gradient of sum_r loss[r]. fp32 math, one
+// pass for max and sum (online softmax), no fp32 logits stored.
+void cross_entropy_forward_backward(bf16* logits, std::int64_t ld, const int* labels, const float* weights,
+                                    float* loss, int rows, int vocab, cudaStream_t stream);
+
+// masking.cu: MegaDLMs' difflm-noshift noise drawn on the device with the host's counter-based stream
+// (philox.h, objective.h): for row b of clean inputs, t = U(kNoiseLevel, sample_b, 0); masked_j =
+// U(kNoiseMask, sample_b, j) < t, one forced position when none; input_j = mask_token where masked;
+// weight_j = loss_mask_j * n / count / mask_sum where masked, else 0. Bit-identical to make_model_batch.
+void diffusion_noise(const int* clean, const float* loss_mask, const std::uint64_t* sample_index, int batch, int n,
+                     std::uint64_t seed, int mask_token, double mask_sum, int* input_ids, float* weights,
+                     std::uint8_t* masked, cudaStream_t stream);
+
+// adamw.cu: multi-tensor AdamW over many tensors in one launch, fp32 master weights and moments, a bf16
+// copy of the new weights written beside them (see optimizer.h for the update), and the global norm.
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  bf16* param_bf16;  // may be null
+  std::int64_t numel;
+  float weight_decay;
+};
+// sum of squares of every gradient into *sumsq (double, one slot) in a fixed order (deterministic).
+// `partial` holds grad_norm_partial_doubles() doubles.
+void grad_sumsq(const AdamWTensor* tensors_device, int count, double* partial, double* sumsq, cudaStream_t stream);
+int grad_norm_partial_doubles();
+// One step; grads are scaled by clip_scale_from(sumsq) on the fly: min(1, max_norm / (sqrt(sumsq) + 1e-6)).
+void adamw_step(const AdamWTensor* tensors_device, int count, const double* sumsq, double max_norm, float lr,
+                float beta1, float beta2, float eps, int step, cudaStream_t stream);
+
+// attention.cu: flash attention (online softmax, fp32 accumulation, mma.sync bf16) reading q, k, v in
+// place from the fused QKV layout (QkvShape), output o [tokens, heads * head_dim] and lse [batch, heads, seq].
+//   o = softmax(q k^T / sqrt(d) [+ causal mask]) v; lse = log sum exp of the scaled scores.
+// backward recomputes P from lse: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = dS K / sqrt(d),
+// dK = dS^T Q / sqrt(d); written into the fused dqkv layout. Deterministic (no atomics: one kernel owns
+// dK, dV per key block, another dQ per query block). head_dim in {16, 32, 64, 128}.
+struct AttentionShape {
+  int batch, seq, heads, groups, head_dim;
+  bool causal;
+};
+void attention_forward(const AttentionShape& s, const bf16* qkv, bf16* o, float* lse, cudaStream_t stream);
+void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
+                        float* delta /*[batch, heads, seq]*/, bf16* dqkv, cudaStream_t stream);
+
+// convert.cu
+void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream);
+void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
+
+}  // namespace dlm::train::cuda

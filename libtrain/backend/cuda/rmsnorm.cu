@@ -1,0 +1,125 @@
+// Fused residual add + RMSNorm, forward and backward.
+//   s = x + add;  rstd = 1 / sqrt(mean(s^2) + eps);  y = s * rstd * w
+//   backward, with g = dy * w and xh = s * rstd:  ds = rstd * (g - xh * mean(g * xh));  dw = sum_rows dy * xh
+// The residual sum s is rounded to bf16 before it is normalised, so that the backward sees exactly what
+// the forward normalised. Weight gradients are summed per block into fixed columns of shared memory and
+// then over blocks in a fixed order: the result does not depend on scheduling (deterministic mode free).
+#include "common.cuh"
+#include "kernels.h"
+
+namespace dlm::train::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 264;  // two per H100 multiprocessor
+
+__global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf16* add, bf16* s_out, const float* w,
+                                                        bf16* y, float* rstd, int dim, float eps) {
+  __shared__ float scratch[32];
+  const std::int64_t row = blockIdx.x;
+  const auto* xr = reinterpret_cast<const Bf16x8*>(x + row * dim);
+  const auto* ar = add ? reinterpret_cast<const Bf16x8*>(add + row * dim) : nullptr;
+  auto* sr = reinterpret_cast<Bf16x8*>(s_out + row * dim);
+  const int vecs = dim / 8;
+  float ss = 0.0f;
+  for (int v = threadIdx.x; v < vecs; v += kThreads) {
+    float a[8];
+    Bf16x8 p = xr[v];
+    if (ar) {
+      float b[8];
+      unpack8(p, a);
+      unpack8(ar[v], b);
+      for (int i = 0; i < 8; ++i) a[i] += b[i];
+      p = pack8(a);
+      sr[v] = p;
+    }
+    unpack8(p, a);
+    for (int i = 0; i < 8; ++i) ss += a[i] * a[i];
+  }
+  ss = block_sum(ss, scratch);
+  const float r = rsqrtf(ss / static_cast<float>(dim) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  const Bf16x8* src = ar ? sr : xr;
+  auto* yr = reinterpret_cast<Bf16x8*>(y + row * dim);
+  for (int v = threadIdx.x; v < vecs; v += kThreads) {
+    float a[8];
+    unpack8(src[v], a);
+    for (int i = 0; i < 8; ++i) a[i] *= r * w[v * 8 + i];
+    yr[v] = pack8(a);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf16* s, const float* w,
+                                                        const float* rstd, float* dres, bf16* dres_bf16,
+                                                        float* partial, int rows, int dim) {
+  extern __shared__ float dw_acc[];
+  __shared__ float scratch[32];
+  const int vecs = dim / 8;
+  for (int v = threadIdx.x; v < vecs; v += kThreads)
+    for (int i = 0; i < 8; ++i) dw_acc[v * 8 + i] = 0.0f;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float r = rstd[row];
+    const auto* dyr = reinterpret_cast<const Bf16x8*>(dy + static_cast<std::int64_t>(row) * dim);
+    const auto* sr = reinterpret_cast<const Bf16x8*>(s + static_cast<std::int64_t>(row) * dim);
+    float dot = 0.0f;
+    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+      float d[8], x[8];
+      unpack8(dyr[v], d);
+      unpack8(sr[v], x);
+      for (int i = 0; i < 8; ++i) dot += d[i] * w[v * 8 + i] * x[i] * r;
+    }
+    dot = block_sum(dot, scratch) / static_cast<float>(dim);
+    float* dr = dres + static_cast<std::int64_t>(row) * dim;
+    auto* db = reinterpret_cast<Bf16x8*>(dres_bf16 + static_cast<std::int64_t>(row) * dim);
+    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+      float d[8], x[8], acc[8];
+      unpack8(dyr[v], d);
+      unpack8(sr[v], x);
+      auto* d4 = reinterpret_cast<float4*>(dr + v * 8);
+      float4 lo = d4[0], hi = d4[1];
+      acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
+      for (int i = 0; i < 8; ++i) {
+        const float xh = x[i] * r;
+        acc[i] += r * (d[i] * w[v * 8 + i] - xh * dot);
+        dw_acc[v * 8 + i] += d[i] * xh;
+      }
+      d4[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      d4[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      db[v] = pack8(acc);
+    }
+  }
+  for (int v = threadIdx.x; v < vecs; v += kThreads)
+    for (int i = 0; i < 8; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * dim + v * 8 + i] = dw_acc[v * 8 + i];
+}
+
+// dw[j] += sum over blocks b of partial[b][j], b in order.
+__global__ void sum_partials(const float* partial, int blocks, int dim, float* dw) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  float acc = 0.0f;
+  for (int b = 0; b < blocks; ++b) acc += partial[static_cast<std::int64_t>(b) * dim + j];
+  dw[j] += acc;
+}
+
+int backward_blocks(int rows) { return rows < kMaxBlocks ? rows : kMaxBlocks; }
+
+}  // namespace
+
+void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd, int rows,
+                     int dim, float eps, cudaStream_t stream) {
+  rmsnorm_fwd<<<rows, kThreads, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps);
+}
+
+std::int64_t rmsnorm_partial_floats(int rows, int dim) { return std::int64_t{backward_blocks(rows)} * dim; }
+
+void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, float* dres, bf16* dres_bf16,
+                      float* dw, float* partial, int rows, int dim, cudaStream_t stream) {
+  const int blocks = backward_blocks(rows);
+  const auto smem = static_cast<std::size_t>(dim) * sizeof(float);
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(rmsnorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  rmsnorm_bwd<<<blocks, kThreads, smem, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
+  sum_partials<<<(dim + 255) / 256, 256, 0, stream>>>(partial, blocks, dim, dw);
+}
+
+}  // namespace dlm::train::cuda

@@ -1,0 +1,76 @@
+// Model behind the trainer's TrainableModel and the samplers' LogitsFn.
+#include "dlm/train/model_adapters.h"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+
+namespace dlm::train {
+
+namespace {
+
+class TrainableTransformer final : public TrainableModel {
+ public:
+  explicit TrainableTransformer(Model& model) : model_(model) {
+    for (auto& p : model_.parameters()) {
+      std::span<float> value = model_.backend().host_f32(p.value), grad = model_.backend().host_f32(p.grad);
+      if (value.empty() || grad.empty())
+        fail(fmt::format("model: the {} backend's parameters are not host fp32 memory; its optimizer must run there",
+                         model_.backend().name()));
+      refs_.push_back({p.spec.name, value, grad, !p.spec.is_norm, p.spec.shape});
+    }
+  }
+  std::vector<ParamRef> parameters() override { return refs_; }
+  void zero_grad() override { model_.zero_grad(); }
+  double forward_backward(const ModelBatch& batch) override { return run(batch, true); }
+  double forward_loss(const ModelBatch& batch) override { return run(batch, false); }
+
+ private:
+  double run(const ModelBatch& batch, bool backward) {
+    ModelInput in;
+    in.batch = batch.batch;
+    in.seq = batch.seq;
+    in.ids = batch.input_ids;
+    in.positions = batch.position_ids;
+    in.attention = batch.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional;
+    model_.forward(in);
+    const std::vector<float> ce = model_.cross_entropy(batch.labels);
+    if (batch.weights.size() != ce.size())
+      fail(fmt::format("model: {} loss weights for {} positions", batch.weights.size(), ce.size()));
+    double loss = 0;
+    for (std::size_t i = 0; i < ce.size(); ++i) loss += double(batch.weights[i]) * ce[i];
+    if (backward) model_.backward(batch.weights);
+    return loss;
+  }
+
+  Model& model_;
+  std::vector<ParamRef> refs_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainableModel> make_trainable_model(Model& model) {
+  return std::make_unique<TrainableTransformer>(model);
+}
+
+LogitsFn make_logits_fn(Model& model) {
+  return [&model](const SequenceBatch& batch, std::vector<float>& logits) {
+    ModelInput in;
+    in.batch = batch.rows;
+    in.seq = batch.len;
+    in.ids = batch.ids;
+    in.positions = batch.position_ids;
+    in.key_valid = batch.attention;
+    in.attention = model.default_attention();
+    const Tensor& out = model.forward(in);
+    const std::int64_t vocab = model.config().vocab_size, width = model.config().padded_vocab_size();
+    logits.resize(static_cast<std::size_t>(out.numel()));
+    model.backend().copy_to_host(out, logits);
+    for (std::int64_t r = 0; r < batch.rows * batch.len; ++r)
+      for (std::int64_t j = vocab; j < width; ++j) logits[r * width + j] = -std::numeric_limits<float>::infinity();
+  };
+}
+
+}  // namespace dlm::train

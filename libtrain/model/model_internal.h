@@ -1,0 +1,33 @@
+// What model.cpp (parameters) and model_forward.cpp (the passes) share.
+#pragma once
+
+#include <vector>
+
+#include "dlm/train/model.h"
+
+namespace dlm::train {
+
+// Indices into Model::params_ of one layer's tensors (-1 when absent: QK-norm off).
+struct Model::Layer {
+  int norm1 = -1, qkv = -1, q_norm = -1, k_norm = -1, proj = -1, norm2 = -1, fc1 = -1, fc2 = -1;
+};
+
+// The activations of one forward, [N = batch * seq] rows, kept for backward. Reallocated only when
+// the batch shape changes.
+struct Model::Activations {
+  struct Layer {
+    Tensor x, xn1, rstd1, qkv, q, k, v, qn, kn, rstd_q, rstd_k, q_rope, k_rope, attn, lse, h, xn2, rstd2, gate_up,
+        act;
+  };
+  std::int64_t batch = 0, seq = 0;
+  AttentionKind attention = AttentionKind::kBidirectional;
+  bool has_key_valid = false;
+  Tensor ids, positions, key_valid, labels, weights;
+  std::vector<Layer> layers;
+  Tensor xf, xnf, rstdf, logits, ce, ce_lse;
+  bool has_ce = false;
+  // Gradient scratch: the residual stream, the branch inputs, and per-op outputs.
+  Tensor dx, dtmp, dxn, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
+};
+
+}  // namespace dlm::train
