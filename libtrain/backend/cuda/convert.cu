@@ -13,7 +13,26 @@ __global__ void fill(float* p, float value, std::int64_t n) {
   if (i < n) p[i] = value;
 }
 
+__device__ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+__global__ void normal(float* p, std::int64_t n, float std, std::uint64_t seed) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const std::uint64_t h = mix(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i));
+  const float u1 = (static_cast<float>(h >> 40) + 1.0f) / 16777217.0f, u2 = static_cast<float>((h >> 8) & 0xFFFFFF) / 16777216.0f;
+  p[i] = std * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+
 }  // namespace
+
+void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaStream_t stream) {
+  if (n > 0) normal<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, n, std, seed);
+}
 
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream) {
   if (n > 0) to_bf16<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(in, out, n);

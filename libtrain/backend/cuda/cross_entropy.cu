@@ -1,4 +1,6 @@
 // Weighted cross-entropy over the vocabulary, straight from bf16 logits, gradient written in place.
+// Rows hold ld columns (the padded vocabulary, a multiple of 8); columns >= vocab never enter the softmax
+// (Megatron slices them away) and get a zero gradient.
 //   lse = max + log sum exp(x - max)   (one pass: online max and rescaled sum, fp32)
 //   loss_r = w_r * (lse - x_label);  dx_v = w_r * (exp(x_v - lse) - [v == label])
 // The caller runs it on chunks of rows of the logits GEMM, so neither fp32 logits nor more than one
@@ -21,11 +23,12 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 
 __global__ void __launch_bounds__(kThreads) ce_kernel(bf16* logits, std::int64_t ld, const int* labels,
                                                       const float* weights, float* loss, int vocab) {
+  const int cols = static_cast<int>(ld);
   __shared__ float sm[32], ss[32];
   const std::int64_t row = blockIdx.x;
   bf16* x = logits + row * ld;
   const float w = weights[row];
-  const int vecs = vocab / 8;
+  const int vecs = cols / 8;
   auto* xv = reinterpret_cast<Bf16x8*>(x);
   if (w == 0.0f) {
     float z[8] = {};
@@ -37,10 +40,10 @@ __global__ void __launch_bounds__(kThreads) ce_kernel(bf16* logits, std::int64_t
   for (int v = threadIdx.x; v < vecs; v += kThreads) {
     float a[8];
     unpack8(xv[v], a);
-    float mx = a[0];
-    for (int i = 1; i < 8; ++i) mx = fmaxf(mx, a[i]);
+    float mx = -FLT_MAX;
+    for (int i = 0; i < 8; ++i) mx = v * 8 + i < vocab ? fmaxf(mx, a[i]) : mx;
     float part = 0.0f;
-    for (int i = 0; i < 8; ++i) part += __expf(a[i] - mx);
+    for (int i = 0; i < 8; ++i) part += v * 8 + i < vocab ? __expf(a[i] - mx) : 0.0f;
     merge(m, s, mx, part);
   }
   for (int o = 16; o > 0; o >>= 1) {
@@ -60,7 +63,8 @@ __global__ void __launch_bounds__(kThreads) ce_kernel(bf16* logits, std::int64_t
   for (int v = threadIdx.x; v < vecs; v += kThreads) {
     float a[8];
     unpack8(xv[v], a);
-    for (int i = 0; i < 8; ++i) a[i] = w * (__expf(a[i] - lse) - (v * 8 + i == label ? 1.0f : 0.0f));
+    for (int i = 0; i < 8; ++i)
+      a[i] = v * 8 + i < vocab ? w * (__expf(a[i] - lse) - (v * 8 + i == label ? 1.0f : 0.0f)) : 0.0f;
     xv[v] = pack8(a);
   }
 }

@@ -60,7 +60,7 @@ void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, i
 void embedding_backward(const float* dx, const int* uids, const int* starts, const int* order, int unique,
                         float* dtable, int dim, cudaStream_t stream);
 
-// cross_entropy.cu: per row r of bf16 logits [rows, vocab] (row stride ld): loss[r] = w[r] * (lse - x[label]),
+// cross_entropy.cu: per row r of bf16 logits [rows, ld] (ld = padded vocabulary, columns >= vocab ignored): loss[r] = w[r] * (lse - x[label]),
 // and in place x <- bf16(w[r] * (softmax(x) - onehot(label))), the gradient of sum_r loss[r]. fp32 math, one
 // pass for max and sum (online softmax), no fp32 logits stored.
 void cross_entropy_forward_backward(bf16* logits, std::int64_t ld, const int* labels, const float* weights,
@@ -110,5 +110,7 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // convert.cu
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream);
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
+// p[i] = std * N(0, 1) from a hash of (seed, i) (Box-Muller): fast device init for benchmarks.
+void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaStream_t stream);
 
 }  // namespace dlm::train::cuda

@@ -1,0 +1,386 @@
+// CudaModel: the training step as one sequence of kernels on one stream (see cuda_model.h).
+// Activations kept for the backward per layer: the residual streams entering each norm (bf16), the normed
+// inputs of the GEMMs, QKV before and after QK-norm + RoPE, the attention output and its lse, fc1's output
+// and SwiGLU's; nothing is recomputed. The residual gradient is carried in fp32.
+#include "dlm/train/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "gemm.h"
+#include "kernels.h"
+
+namespace dlm::train {
+
+using namespace dlm::train::cuda;
+
+namespace {
+
+constexpr std::int64_t kAlign = 64;  // elements: keeps every tensor 256-byte aligned
+constexpr std::size_t kLogitsBudget = std::size_t{3} << 29;  // bf16 logits of one chunk, bytes
+
+struct LayerParams {
+  int ln1, qkv, qn, kn, proj, ln2, fc1, fc2;
+};
+struct LayerActs {
+  bf16 *res1, *h1, *qkv_raw, *qkv_rot, *att, *res2, *h2, *gu, *act;
+  float *rstd1, *qk_rstd, *lse, *rstd2;
+};
+
+}  // namespace
+
+struct CudaModel::Impl {
+  ckpt::ModelConfig cfg;
+  std::vector<ckpt::TensorSpec> specs;
+  std::vector<std::int64_t> offset;
+  std::unordered_map<std::string, int> index;
+  std::int64_t total = 0;
+  std::vector<void*> owned, acts_owned;
+  std::size_t bytes = 0, act_bytes = 0;
+  float *master = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
+  bf16* w16 = nullptr;
+  float *rope_cos = nullptr, *rope_sin = nullptr;
+  AdamWTensor* adam_dev = nullptr;
+  double *norm_partial = nullptr, *sumsq = nullptr;
+  int steps = 0;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<Gemm> gemm;
+  std::vector<LayerParams> lp;
+  int emb = -1, lnf = -1, out = -1;
+  // activations for T = B * S tokens
+  std::int64_t B = 0, S = 0, T = 0, chunk = 0;
+  std::vector<LayerActs> la;
+  bf16 *tmp = nullptr, *res_f = nullptr, *hf = nullptr, *logits = nullptr, *dres16 = nullptr, *dh = nullptr;
+  bf16 *dact = nullptr, *dgu = nullptr, *datt = nullptr, *dqkv_rot = nullptr, *dqkv = nullptr;
+  float *rstd_f = nullptr, *dres = nullptr, *delta = nullptr, *partial = nullptr, *loss_rows = nullptr;
+  float* weights = nullptr;
+  int *ids = nullptr, *labels = nullptr, *pos = nullptr, *uids = nullptr, *starts = nullptr, *order = nullptr;
+
+  template <typename T>
+  T* alloc(std::int64_t n, std::vector<void*>& list, std::size_t& counter) {
+    void* p = nullptr;
+    const auto size = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T);
+    check_cuda(cudaMalloc(&p, size), "cudaMalloc");
+    list.push_back(p);
+    counter += size;
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  T* act(std::int64_t n) { return alloc<T>(n, acts_owned, act_bytes); }
+
+  int d() const { return cfg.hidden_size; }
+  int ffn() const { return cfg.ffn_hidden_size; }
+  int qdim() const { return static_cast<int>(cfg.q_size()); }
+  int qkvdim() const { return static_cast<int>(cfg.q_size() + 2 * cfg.kv_size()); }
+  int vpad() const { return static_cast<int>(cfg.padded_vocab_size()); }
+  const bf16* W(int p) const { return w16 + offset[p]; }
+  float* F(int p) const { return master + offset[p]; }
+  float* G(int p) const { return grad + offset[p]; }
+  int find(const std::string& name) const {
+    auto it = index.find(name);
+    return it == index.end() ? -1 : it->second;
+  }
+
+  void free_acts() {
+    for (void* p : acts_owned) cudaFree(p);
+    acts_owned.clear();
+    act_bytes = 0;
+    la.clear();
+    T = 0;
+  }
+
+  void ensure_acts(std::int64_t batch, std::int64_t seq) {
+    if (batch == B && seq == S && T > 0) return;
+    free_acts();
+    B = batch, S = seq, T = batch * seq;
+    const std::int64_t heads = cfg.num_attention_heads, norms = heads + cfg.num_query_groups;
+    la.resize(static_cast<std::size_t>(cfg.num_layers));
+    for (auto& a : la) {
+      a.res1 = act<bf16>(T * d()), a.h1 = act<bf16>(T * d()), a.qkv_raw = act<bf16>(T * qkvdim());
+      a.qkv_rot = act<bf16>(T * qkvdim()), a.att = act<bf16>(T * qdim()), a.res2 = act<bf16>(T * d());
+      a.h2 = act<bf16>(T * d()), a.gu = act<bf16>(T * 2 * ffn()), a.act = act<bf16>(T * ffn());
+      a.rstd1 = act<float>(T), a.qk_rstd = act<float>(T * norms), a.lse = act<float>(T * heads), a.rstd2 = act<float>(T);
+    }
+    chunk = std::min<std::int64_t>(T, std::max<std::int64_t>(64, static_cast<std::int64_t>(kLogitsBudget / (2 * vpad())) / 64 * 64));
+    tmp = act<bf16>(T * d()), res_f = act<bf16>(T * d()), hf = act<bf16>(T * d()), dres16 = act<bf16>(T * d());
+    dh = act<bf16>(T * d()), logits = act<bf16>(chunk * vpad()), dact = act<bf16>(T * ffn());
+    dgu = act<bf16>(T * 2 * ffn()), datt = act<bf16>(T * qdim()), dqkv_rot = act<bf16>(T * qkvdim());
+    dqkv = act<bf16>(T * qkvdim());
+    rstd_f = act<float>(T), dres = act<float>(T * d()), delta = act<float>(T * heads), loss_rows = act<float>(T);
+    QkvShape qs{static_cast<int>(T), cfg.num_attention_heads, cfg.num_query_groups, cfg.kv_channels, cfg.qk_layernorm, 0};
+    partial = act<float>(std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs)));
+    weights = act<float>(T), ids = act<int>(T), labels = act<int>(T), pos = act<int>(T);
+    uids = act<int>(T), starts = act<int>(T + 1), order = act<int>(T);
+  }
+
+  void refresh_bf16(int p) {
+    f32_to_bf16(F(p), w16 + offset[p], numel(p), stream);
+    check_cuda(cudaGetLastError(), "f32_to_bf16");
+  }
+  std::int64_t numel(int p) const {
+    std::int64_t n = 1;
+    for (auto s : specs[static_cast<std::size_t>(p)].shape) n *= s;
+    return n;
+  }
+};
+
+bool CudaModel::device_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  config.validate();
+  if (!device_available()) fail("CudaModel: no CUDA device");
+  const int hd = config.kv_channels;
+  if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
+    fail(fmt::format("CudaModel: kv_channels {} unsupported (16, 32, 64 or 128)", hd));
+  if (config.hidden_size % 8 != 0 || config.ffn_hidden_size % 8 != 0)
+    fail("CudaModel: hidden_size and ffn_hidden_size must be multiples of 8");
+  I.cfg = std::move(config);
+  I.specs = ckpt::model_tensors(I.cfg);
+  for (std::size_t i = 0; i < I.specs.size(); ++i) {
+    I.index[I.specs[i].name] = static_cast<int>(i);
+    I.offset.push_back(I.total);
+    I.total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+  }
+  I.emb = I.find("embedding.word_embeddings.weight");
+  I.lnf = I.find("decoder.final_layernorm.weight");
+  I.out = I.cfg.tie_word_embeddings ? I.emb : I.find("output_layer.weight");
+  for (int l = 0; l < I.cfg.num_layers; ++l) {
+    const std::string p = fmt::format("decoder.layers.{}.", l);
+    I.lp.push_back({I.find(p + "self_attention.linear_qkv.layer_norm_weight"), I.find(p + "self_attention.linear_qkv.weight"),
+                    I.find(p + "self_attention.q_layernorm.weight"), I.find(p + "self_attention.k_layernorm.weight"),
+                    I.find(p + "self_attention.linear_proj.weight"), I.find(p + "mlp.linear_fc1.layer_norm_weight"),
+                    I.find(p + "mlp.linear_fc1.weight"), I.find(p + "mlp.linear_fc2.weight")});
+  }
+  check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  I.gemm = std::make_unique<Gemm>();
+  I.master = I.alloc<float>(I.total, I.owned, I.bytes);
+  I.grad = I.alloc<float>(I.total, I.owned, I.bytes);
+  I.m = I.alloc<float>(I.total, I.owned, I.bytes);
+  I.v = I.alloc<float>(I.total, I.owned, I.bytes);
+  I.w16 = I.alloc<bf16>(I.total, I.owned, I.bytes);
+  check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.total, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.total, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "memset");
+  // RoPE tables in double, rounded once: angle = pos * theta^(-2i/D).
+  const int half = hd / 2, max_pos = I.cfg.max_position_embeddings + 1;
+  std::vector<float> c(static_cast<std::size_t>(max_pos) * half), s(c.size());
+  for (int p = 0; p < max_pos; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double a = p * std::pow(I.cfg.rotary_base, -2.0 * i / hd);
+      c[static_cast<std::size_t>(p) * half + i] = static_cast<float>(std::cos(a));
+      s[static_cast<std::size_t>(p) * half + i] = static_cast<float>(std::sin(a));
+    }
+  I.rope_cos = I.alloc<float>(static_cast<std::int64_t>(c.size()), I.owned, I.bytes);
+  I.rope_sin = I.alloc<float>(static_cast<std::int64_t>(c.size()), I.owned, I.bytes);
+  check_cuda(cudaMemcpy(I.rope_cos, c.data(), c.size() * 4, cudaMemcpyHostToDevice), "copy rope");
+  check_cuda(cudaMemcpy(I.rope_sin, s.data(), s.size() * 4, cudaMemcpyHostToDevice), "copy rope");
+  I.adam_dev = I.alloc<AdamWTensor>(static_cast<std::int64_t>(I.specs.size()), I.owned, I.bytes);
+  I.norm_partial = I.alloc<double>(grad_norm_partial_doubles(), I.owned, I.bytes);
+  I.sumsq = I.alloc<double>(1, I.owned, I.bytes);
+}
+
+CudaModel::~CudaModel() {
+  if (!impl_) return;
+  impl_->free_acts();
+  for (void* p : impl_->owned) cudaFree(p);
+  impl_->gemm.reset();
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+const ckpt::ModelConfig& CudaModel::config() const { return impl_->cfg; }
+std::int64_t CudaModel::parameter_count() const {
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < impl_->specs.size(); ++i) n += impl_->numel(static_cast<int>(i));
+  return n;
+}
+std::size_t CudaModel::device_bytes() const { return impl_->bytes + impl_->act_bytes; }
+void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
+
+void CudaModel::init(std::uint64_t seed) {
+  auto& I = *impl_;
+  for (std::size_t i = 0; i < I.specs.size(); ++i) {
+    const int p = static_cast<int>(i);
+    if (I.specs[i].is_norm) fill_f32(I.F(p), 1.0f, I.numel(p), I.stream);
+    else init_normal(I.F(p), I.numel(p), static_cast<float>(I.cfg.init_method_std), seed * 1000003 + i, I.stream);
+    I.refresh_bf16(p);
+  }
+  synchronize();
+}
+
+void CudaModel::import_parameter(std::string_view name, std::span<const float> values) {
+  auto& I = *impl_;
+  const int p = I.find(std::string(name));
+  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
+  if (static_cast<std::int64_t>(values.size()) != I.numel(p))
+    fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.numel(p), values.size()));
+  check_cuda(cudaMemcpy(I.F(p), values.data(), values.size() * 4, cudaMemcpyHostToDevice), "import");
+  I.refresh_bf16(p);
+  synchronize();
+}
+
+namespace {
+std::vector<float> download(const float* src, std::int64_t n) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  check_cuda(cudaMemcpy(out.data(), src, out.size() * 4, cudaMemcpyDeviceToHost), "export");
+  return out;
+}
+}  // namespace
+
+std::vector<float> CudaModel::export_parameter(std::string_view name) const {
+  const int p = impl_->find(std::string(name));
+  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
+  synchronize();
+  return download(impl_->F(p), impl_->numel(p));
+}
+
+std::vector<float> CudaModel::export_gradient(std::string_view name) const {
+  const int p = impl_->find(std::string(name));
+  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
+  synchronize();
+  return download(impl_->G(p), impl_->numel(p));
+}
+
+void CudaModel::zero_grad() {
+  check_cuda(cudaMemsetAsync(impl_->grad, 0, sizeof(float) * impl_->total, impl_->stream), "zero_grad");
+}
+
+double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) {
+  auto& I = *impl_;
+  std::vector<AdamWTensor> list;
+  for (std::size_t i = 0; i < I.specs.size(); ++i) {
+    const int p = static_cast<int>(i);
+    list.push_back({I.F(p), I.G(p), I.m + I.offset[i], I.v + I.offset[i], I.w16 + I.offset[i], I.numel(p),
+                    I.specs[i].is_norm ? 0.0f : static_cast<float>(o.weight_decay)});
+  }
+  check_cuda(cudaMemcpyAsync(I.adam_dev, list.data(), list.size() * sizeof(AdamWTensor), cudaMemcpyHostToDevice,
+                             I.stream),
+             "adamw list");
+  const int n = static_cast<int>(list.size());
+  grad_sumsq(I.adam_dev, n, I.norm_partial, I.sumsq, I.stream);
+  cuda::adamw_step(I.adam_dev, n, I.sumsq, max_norm, static_cast<float>(lr), static_cast<float>(o.beta1),
+             static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps, I.stream);
+  check_cuda(cudaGetLastError(), "adamw");
+  double sumsq = 0;
+  check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
+  synchronize();
+  return std::sqrt(sumsq);
+}
+
+double CudaModel::forward_backward(const CudaBatch& b) {
+  auto& I = *impl_;
+  const auto& c = I.cfg;
+  const std::int64_t n = b.batch * b.seq;
+  if (b.batch <= 0 || b.seq <= 0 || static_cast<std::int64_t>(b.ids.size()) != n ||
+      static_cast<std::int64_t>(b.labels.size()) != n || static_cast<std::int64_t>(b.weights.size()) != n ||
+      (!b.positions.empty() && static_cast<std::int64_t>(b.positions.size()) != n))
+    fail(fmt::format("CudaModel: micro-batch columns disagree with its shape {} x {}", b.batch, b.seq));
+  if (b.seq > c.max_position_embeddings)
+    fail(fmt::format("CudaModel: seq {} beyond max_position_embeddings {}", b.seq, c.max_position_embeddings));
+  std::vector<std::int32_t> positions(b.positions.begin(), b.positions.end());
+  if (positions.empty())
+    for (std::int64_t i = 0; i < n; ++i) positions.push_back(static_cast<std::int32_t>(i % b.seq));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (b.ids[i] < 0 || b.ids[i] >= c.vocab_size)
+      fail(fmt::format("CudaModel: token {} at position {} outside the vocabulary of {}", b.ids[i], i, c.vocab_size));
+    if (b.weights[i] != 0 && (b.labels[i] < 0 || b.labels[i] >= c.vocab_size))
+      fail(fmt::format("CudaModel: label {} at position {} outside the vocabulary of {}", b.labels[i], i, c.vocab_size));
+    if (positions[i] < 0 || positions[i] > c.max_position_embeddings)
+      fail(fmt::format("CudaModel: position {} at {} beyond max_position_embeddings", positions[i], i));
+  }
+  I.ensure_acts(b.batch, b.seq);
+  const cudaStream_t st = I.stream;
+  // Tokens grouped by id for the embedding backward (deterministic, no atomics).
+  std::vector<int> order(static_cast<std::size_t>(n)), uids, starts;
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return b.ids[x] < b.ids[y]; });
+  for (std::int64_t k = 0; k < n; ++k)
+    if (k == 0 || b.ids[order[k]] != b.ids[order[k - 1]]) {
+      uids.push_back(b.ids[order[k]]);
+      starts.push_back(static_cast<int>(k));
+    }
+  starts.push_back(static_cast<int>(n));
+  auto up = [&](void* dst, const void* src, std::size_t bytes) {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
+  };
+  up(I.ids, b.ids.data(), n * 4), up(I.labels, b.labels.data(), n * 4), up(I.weights, b.weights.data(), n * 4);
+  up(I.pos, positions.data(), n * 4), up(I.order, order.data(), n * 4);
+  up(I.uids, uids.data(), uids.size() * 4), up(I.starts, starts.data(), starts.size() * 4);
+
+  const int T = static_cast<int>(n), d = I.d(), F = I.ffn(), qd = I.qdim(), qkv = I.qkvdim(), V = I.vpad();
+  const auto eps = static_cast<float>(c.norm_epsilon);
+  const QkvShape qs{T, c.num_attention_heads, c.num_query_groups, c.kv_channels, c.qk_layernorm, eps};
+  const AttentionShape as{static_cast<int>(b.batch), static_cast<int>(b.seq), c.num_attention_heads,
+                          c.num_query_groups, c.kv_channels, b.causal};
+  auto& gm = *I.gemm;
+  const float* no_norm = nullptr;
+
+  embedding_forward(I.ids, I.W(I.emb), I.la[0].res1, T, d, st);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const auto& P = I.lp[static_cast<std::size_t>(l)];
+    auto& A = I.la[static_cast<std::size_t>(l)];
+    if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
+    else rmsnorm_forward(I.la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
+    gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+    qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
+                         P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, st);
+    attention_forward(as, A.qkv_rot, A.att, A.lse, st);
+    gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp, false, d, 0, st);
+    rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), A.h2, A.rstd2, T, d, eps, st);
+    gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
+    swiglu_forward(A.gu, A.act, T, F, st);
+    gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp, false, d, 0, st);
+  }
+  rmsnorm_forward(I.la.back().res2, I.tmp, I.res_f, I.F(I.lnf), I.hf, I.rstd_f, T, d, eps, st);
+  check_cuda(cudaGetLastError(), "forward");
+
+  // Output layer and loss, a chunk of rows at a time: logits, in-place CE gradient, then both GEMMs back.
+  for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
+    gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+    cross_entropy_forward_backward(I.logits, V, I.labels + c0, I.weights + c0, I.loss_rows + c0, rows,
+                                   static_cast<int>(c.vocab_size), st);
+    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, I.dh + c0 * d, false, d, 0, st);
+    gm.run(true, false, V, d, rows, I.logits, V, I.hf + c0 * d, d, I.G(I.out), true, d, 1, st);
+  }
+  check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * n * d, st), "memset");
+  rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial, T, d, st);
+  for (int l = c.num_layers - 1; l >= 0; --l) {
+    const auto& P = I.lp[static_cast<std::size_t>(l)];
+    auto& A = I.la[static_cast<std::size_t>(l)];
+    gm.run(true, false, d, F, T, I.dres16, d, A.act, F, I.G(P.fc2), true, F, 1, st);
+    gm.run(false, false, T, F, d, I.dres16, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
+    swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
+    gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, 1, st);
+    gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh, false, d, 0, st);
+    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres, I.dres16, I.G(P.ln2), I.partial, T, d, st);
+    gm.run(true, false, d, qd, T, I.dres16, d, A.att, qd, I.G(P.proj), true, qd, 1, st);
+    gm.run(false, false, T, qd, d, I.dres16, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
+    attention_backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
+    qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
+                          P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, I.dqkv,
+                          P.qn >= 0 ? I.G(P.qn) : nullptr, P.kn >= 0 ? I.G(P.kn) : nullptr, I.partial, st);
+    gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, 1, st);
+    gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh, false, d, 0, st);
+    rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, T, d, st);
+  }
+  embedding_backward(I.dres, I.uids, I.starts, I.order, static_cast<int>(uids.size()), I.G(I.emb), d, st);
+  check_cuda(cudaGetLastError(), "backward");
+  std::vector<float> loss(static_cast<std::size_t>(n));
+  check_cuda(cudaMemcpyAsync(loss.data(), I.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "loss");
+  synchronize();
+  double total = 0;
+  for (float x : loss) total += x;
+  return total;
+}
+
+}  // namespace dlm::train

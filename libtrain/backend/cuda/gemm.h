@@ -1,0 +1,36 @@
+// cuBLASLt GEMMs in row-major terms: bf16 operands, fp32 accumulation, bf16 or fp32 output.
+//   C[M, N] = alpha * op(A) op(B) + beta * C,  op(A) [M, K], op(B) [K, N]
+// Row-major C is column-major C^T = op(B)^T op(A)^T, so B's memory is cuBLASLt's first operand. Algorithms
+// come from cuBLASLt's heuristic once per shape and are cached.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <tuple>
+
+#include "kernels.h"
+
+namespace dlm::train::cuda {
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // c_f32 false: C is bf16; true: C is fp32 (weight gradients: beta 1 accumulates across micro-batches).
+  void run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb, void* c,
+           bool c_f32, int ldc, float beta, cudaStream_t stream);
+
+ private:
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, bool>;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = std::size_t{64} << 20;
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;
+};
+
+}  // namespace dlm::train::cuda
