@@ -1,0 +1,50 @@
+"""dlm's CUDA training step beside the PyTorch reference, in one run on one GPU: tokens/s, MFU (989 TFLOP/s)
+and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both).
+
+usage: compare.py --bench build/benchmarks/train/cuda_train_bench [--configs 350m,qwen3-1.7b] [--steps 10]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, timeout):
+    print("+", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    sys.stdout.write(p.stderr[-3000:])
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        print(f"  failed (exit {p.returncode}): {p.stdout[-2000:]}", flush=True)
+        return None
+    print("  " + lines[-1], flush=True)
+    return json.loads(lines[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--configs", default="350m,qwen3-1.7b")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    rows = []
+    for cfg in args.configs.split(","):
+        ours = run([args.bench, cfg, str(args.steps), "3"], 600)
+        ref = run([args.python, os.path.join(HERE, "torch_reference.py"), "train", "--config", cfg,
+                   "--steps", str(args.steps), "--warmup", "3"], 900)
+        rows.append((cfg, ours, ref))
+    print("| model | dlm tokens/s | dlm MFU | dlm GiB | PyTorch tokens/s | PyTorch MFU | PyTorch GiB | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for cfg, ours, ref in rows:
+        o = f"{ours['tokens_per_s']:.0f} | {100 * ours['mfu']:.1f}% | {ours['peak_gib']:.1f}" if ours else "failed | | "
+        r = f"{ref['tokens_per_s']:.0f} | {100 * ref['mfu']:.1f}% | {ref['peak_gib']:.1f}" if ref else "failed | | "
+        ratio = f"{ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ours and ref else "-"
+        print(f"| {cfg} | {o} | {r} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()

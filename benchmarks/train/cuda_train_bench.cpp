@@ -1,0 +1,91 @@
+// One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
+// over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
+// usage: cuda_train_bench CONFIG [STEPS [WARMUP]]   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "dlm/train/cuda_model.h"
+#include "dlm/train/objective.h"
+
+namespace {
+
+struct Shape {
+  int layers, hidden, heads, groups, head_dim, ffn;
+  long long vocab;
+  int seq, batch;
+};
+
+bool lookup(const std::string& name, Shape& s) {
+  if (name == "350m") s = {24, 1024, 16, 8, 64, 2816, 50304, 2048, 8};
+  else if (name == "qwen3-1.7b") s = {28, 2048, 16, 8, 128, 6144, 151936, 2048, 4};
+  else if (name == "megadlm-1.7b") s = {28, 2048, 16, 16, 128, 6144, 50304, 2048, 4};
+  else if (name == "tiny") s = {2, 64, 4, 2, 16, 176, 256, 32, 2};
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Shape s{};
+  if (argc < 2 || !lookup(argv[1], s)) {
+    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP]]\n");
+    return 2;
+  }
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
+  try {
+    dlm::ckpt::ModelConfig c;
+    c.num_layers = s.layers, c.hidden_size = s.hidden, c.num_attention_heads = s.heads;
+    c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
+    c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
+    dlm::train::CudaModel model(c);
+    model.init(1);
+    dlm::train::ObjectiveOptions o;
+    o.mask_token = static_cast<int>(s.vocab - 1);
+    o.varilen_prob = 0;
+    dlm::train::AdamWOptions adam{0.9, 0.95, 1e-8, 0.1};
+    std::mt19937 rng(0);
+    // The sample has seq + 1 tokens so that the un-shifted input has seq positions, as in the torch reference.
+    auto make = [&](std::uint64_t step) {
+      dlm::train::SampleBatch b;
+      b.batch = s.batch, b.seq = s.seq + 1;
+      for (long long i = 0; i < b.batch * b.seq; ++i) {
+        b.tokens.push_back(static_cast<int>(rng() % (s.vocab - 1)));
+        b.labels.push_back(static_cast<int>(rng() % (s.vocab - 1)));
+      }
+      b.loss_mask.assign(b.tokens.size(), 1.0f);
+      for (int k = 0; k < s.batch; ++k) b.sample_index.push_back(step * s.batch + k);
+      return dlm::train::make_model_batch(o, b, {static_cast<std::int64_t>(step), 1, 0, true});
+    };
+    double loss = 0;
+    auto step = [&](std::uint64_t i) {
+      const auto mb = make(i);
+      loss = model.forward_backward({mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
+      model.adamw_step(adam, 2e-4, 1.0);
+      model.zero_grad();
+    };
+    for (int i = 0; i < warmup; ++i) step(static_cast<std::uint64_t>(i));
+    model.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step(static_cast<std::uint64_t>(warmup + i));
+    model.synchronize();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+    const double q = double(s.heads) * s.head_dim, kv = double(s.groups) * s.head_dim, d = s.hidden;
+    const double per_layer = d * (q + 2 * kv) + q * d + d * 2 * s.ffn + double(s.ffn) * d + 2 * d + 2 * s.head_dim;
+    const double params = s.layers * per_layer + d + double(s.vocab) * d;
+    const double flops = 6 * params + 12.0 * s.layers * s.seq * q;
+    const double tps = double(s.batch) * s.seq / dt;
+    std::printf(
+        "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"step_ms\": %.3f, "
+        "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, \"peak_gib\": %.2f}\n",
+        argv[1], s.batch, s.seq, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
+        double(model.device_bytes()) / (1ull << 30));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_train_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+// Small helpers of the GPU tests: device vectors, bf16 on the host, comparisons.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace dlm::gpu_test {
+
+inline bool have_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+template <typename T>
+class DeviceVec {
+ public:
+  explicit DeviceVec(std::size_t n) : n_(n) { EXPECT_EQ(cudaMalloc(&p_, std::max<std::size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  explicit DeviceVec(const std::vector<T>& host) : DeviceVec(host.size()) { upload(host); }
+  ~DeviceVec() { cudaFree(p_); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  T* get() const { return p_; }
+  void upload(const std::vector<T>& host) { cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> download() const {
+    std::vector<T> out(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(out.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return out;
+  }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_;
+};
+
+// Random bf16 values, and the same values back as floats (what the kernel really sees).
+inline std::vector<__nv_bfloat16> random_bf16(std::size_t n, std::mt19937& rng, float scale, std::vector<float>& as_float) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<__nv_bfloat16> out(n);
+  as_float.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = __float2bfloat16(dist(rng));
+    as_float[i] = __bfloat162float(out[i]);
+  }
+  return out;
+}
+inline std::vector<float> to_float(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
+  return out;
+}
+
+// ||a - b|| / ||b||
+inline double rel_error(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return -2;
+    ab += double{a[i]} * b[i], aa += double{a[i]} * a[i], bb += double{b[i]} * b[i];
+  }
+  return ab / std::sqrt(std::max(aa * bb, 1e-300));
+}
+
+}  // namespace dlm::gpu_test
