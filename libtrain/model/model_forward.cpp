@@ -75,21 +75,6 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
   a->logits = f32({n, vp});
   a->ce = f32({n});
   a->ce_lse = f32({n});
-  a->dx = f32({n, h});
-  a->dtmp = f32({n, h});
-  a->dxn = f32({n, h});
-  a->dattn = f32({n, heads * d});
-  a->dq = f32({n, heads, d});
-  a->dk = f32({n, g, d});
-  a->dv = f32({n, g, d});
-  if (c.qk_layernorm) {
-    a->dqn = f32({n, heads, d});
-    a->dkn = f32({n, g, d});
-  }
-  a->dqkv = f32({n, c.q_size() + 2 * c.kv_size()});
-  a->dact = f32({n, f});
-  a->dgate_up = f32({n, 2 * f});
-  a->dlogits = f32({n, vp});
   acts_ = std::move(a);
 }
 
@@ -180,6 +165,25 @@ void Model::backward(std::span<const float> weights) {
   if (static_cast<std::int64_t>(weights.size()) != B * L)
     fail(fmt::format("model: {} loss weights for {} positions", weights.size(), B * L));
   Backend& be = backend_;
+  if (!a.dx.defined()) {  // gradient scratch: first backward() of this shape (inference never pays for it)
+    const std::int64_t n = B * L, h = c.hidden_size, f = c.ffn_hidden_size;
+    auto f32 = [&](std::vector<std::int64_t> shape) { return be.alloc(std::move(shape), DType::kF32); };
+    a.dx = f32({n, h});
+    a.dtmp = f32({n, h});
+    a.dxn = f32({n, h});
+    a.dattn = f32({n, heads * d});
+    a.dq = f32({n, heads, d});
+    a.dk = f32({n, g, d});
+    a.dv = f32({n, g, d});
+    if (c.qk_layernorm) {
+      a.dqn = f32({n, heads, d});
+      a.dkn = f32({n, g, d});
+    }
+    a.dqkv = f32({n, c.q_size() + 2 * c.kv_size()});
+    a.dact = f32({n, f});
+    a.dgate_up = f32({n, 2 * f});
+    a.dlogits = f32({n, c.padded_vocab_size()});
+  }
   be.copy_from_host(a.weights, weights);
   const Tensor no_mask;
   const Tensor& key_valid = a.has_key_valid ? a.key_valid : no_mask;

@@ -26,7 +26,7 @@ struct Model::Activations {
   std::vector<Layer> layers;
   Tensor xf, xnf, rstdf, logits, ce, ce_lse;
   bool has_ce = false;
-  // Gradient scratch: the residual stream, the branch inputs, and per-op outputs.
+  // Gradient scratch (allocated by the first backward()): the residual stream, branch inputs, op outputs.
   Tensor dx, dtmp, dxn, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
 };
 
