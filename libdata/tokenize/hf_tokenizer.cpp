@@ -1,11 +1,10 @@
 #include "hf_tokenizer.h"
 
-#include <utf8proc.h>
-
 #include <deque>
 
 #include "dlm/common/error.h"
 #include "text.h"
+#include "unicode_normalize.h"
 
 namespace dlm::data::tok {
 namespace {
@@ -15,31 +14,6 @@ struct Split {
   std::string_view text;
   std::int32_t id = -1;
 };
-
-std::string unicode_normalize(std::string_view s, Normalizer::Kind kind) {
-  using K = Normalizer::Kind;
-  // Code points below U+0300 are stable under NFC: skip the library for such text.
-  if (kind == K::kNfc) {
-    bool stable = true;
-    for (unsigned char b : s) stable = stable && b < 0xCC;
-    if (stable) return std::string(s);
-  } else {
-    bool ascii = true;
-    for (unsigned char b : s) ascii = ascii && b < 0x80;
-    if (ascii) return std::string(s);
-  }
-  int options = UTF8PROC_STABLE;
-  if (kind == K::kNfc || kind == K::kNfkc) options |= UTF8PROC_COMPOSE;
-  if (kind == K::kNfd || kind == K::kNfkd) options |= UTF8PROC_DECOMPOSE;
-  if (kind == K::kNfkc || kind == K::kNfkd) options |= UTF8PROC_COMPAT;
-  utf8proc_uint8_t* out = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                              static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
-  if (n < 0) fail(std::string("unicode normalization failed: ") + utf8proc_errmsg(n));
-  std::string result(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
-  std::free(out);
-  return result;
-}
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   if (s.find(from) == std::string::npos) return;
@@ -79,8 +53,12 @@ std::string normalize(std::string_view text, const std::vector<Normalizer>& step
           s = std::move(out);
         }
         break;
-      default:
-        s = unicode_normalize(s, n.kind);
+      default: {
+        using K = Normalizer::Kind;
+        const auto form = n.kind == K::kNfc ? UnicodeForm::kNfc : n.kind == K::kNfd ? UnicodeForm::kNfd
+                          : n.kind == K::kNfkc ? UnicodeForm::kNfkc : UnicodeForm::kNfkd;
+        s = unicode_normalize(s, form);
+      }
     }
   }
   return s;
