@@ -1,5 +1,7 @@
-// dlm-preprocess: JSONL -> Megatron .bin/.idx, and the dataset chores around it (validate, merge).
+// dlm-preprocess: JSONL -> Megatron .bin/.idx (Megatron's tools/preprocess_data.py flags), and the dataset
+// chores around it: validate, merge (tools/merge_datasets.py), inspect.
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -8,20 +10,27 @@
 
 #include "dlm/common/error.h"
 #include "dlm/data/indexed_dataset.h"
+#include "dlm/data/preprocess_inspect.h"
+#include "preprocess_command.h"
+#include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: dlm-preprocess validate PREFIX...\n"
+    "usage: dlm-preprocess --input IN --output-prefix OUT --tokenizer-type T [options]   (--help for all)\n"
+    "       dlm-preprocess validate PREFIX...\n"
     "       dlm-preprocess merge --input PREFIX... --output-prefix OUT\n"
+    "       dlm-preprocess inspect PREFIX [--documents N] [--top N] [--tokenizer-* ...]\n"
     "\n"
-    "  validate  check .bin/.idx pairs (header, counts, pointers, document indices)\n"
-    "  merge     concatenate datasets in order (Megatron's tools/merge_datasets.py)\n";
+    "  (default)  tokenize JSONL into {OUT}_{key}_document.bin/.idx, byte-identical to Megatron's\n"
+    "  validate   check .bin/.idx pairs (header, counts, pointers, document indices)\n"
+    "  merge      concatenate datasets in order (Megatron's tools/merge_datasets.py)\n"
+    "  inspect    counts, document lengths, most frequent ids; first documents detokenized\n";
 
 int run_validate(const std::vector<std::string>& prefixes) {
-  if (prefixes.empty()) throw dlm::Error("validate: expected at least one PREFIX");
+  if (prefixes.empty()) throw po::error("validate: expected at least one PREFIX");
   for (const auto& prefix : prefixes) {
     dlm::data::IndexedDataset ds(prefix);
     ds.validate();
@@ -49,19 +58,43 @@ int run_merge(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_inspect(const std::vector<std::string>& args) {
+  po::options_description opts("inspect options");
+  std::string prefix;
+  std::size_t documents = 3, top = 10;
+  dlm::data::TokenizerOptions tokenizer_options;
+  opts.add_options()("prefix", po::value(&prefix)->required(), "dataset prefix (PREFIX.bin, PREFIX.idx)")(
+      "documents", po::value(&documents)->default_value(3), "documents to print detokenized (needs --tokenizer-*)")(
+      "top", po::value(&top)->default_value(10), "most frequent ids to list");
+  dlm::tools::add_tokenizer_flags(opts, tokenizer_options);
+  po::positional_options_description positional;
+  positional.add("prefix", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).positional(positional).run(), vm);
+  po::notify(vm);
+  dlm::data::IndexedDataset ds(prefix);
+  std::unique_ptr<dlm::data::Tokenizer> tokenizer;
+  if (!tokenizer_options.type.empty()) tokenizer = dlm::data::make_tokenizer(tokenizer_options);
+  auto stats = dlm::data::inspect_dataset(ds, top);
+  std::fputs(dlm::data::format_stats(ds, stats, tokenizer.get(), documents).c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+  if (args.empty() || args[0] == "-h") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   try {
-    std::string command = args[0];
+    const std::string& command = args[0];
     std::vector<std::string> rest(args.begin() + 1, args.end());
     if (command == "validate") return run_validate(rest);
     if (command == "merge") return run_merge(rest);
+    if (command == "inspect") return run_inspect(rest);
+    if (command.rfind("--", 0) == 0) return dlm::tools::run_preprocess(args);
     fmt::print(stderr, "dlm-preprocess: unknown command '{}'\n{}", command, kUsage);
     return 2;
   } catch (const po::error& e) {
