@@ -18,7 +18,7 @@ APT_PACKAGES=(
   libpcre2-dev libutf8proc-dev libfmt-dev nlohmann-json3-dev
   libopenblas-dev
   clang libclang-rt-14-dev
-  python3-venv
+  python3-venv time
 )
 
 missing=()

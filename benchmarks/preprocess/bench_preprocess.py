@@ -84,14 +84,15 @@ def run_dlm(tool, jsonl, prefix, keys, workers):
     cmd = [tool, "--input", jsonl, "--output-prefix", prefix, "--json-keys", *keys, "--workers", str(workers),
            "--append-eod", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", corpus.GPTNEOX,
            "--quiet"]
+    # Peak RSS through /usr/bin/time: a child forked from this Python process inherits its high-water
+    # mark (torch and megatron-core are loaded here), so wait4's ru_maxrss would report ours, not dlm's.
     start = time.time()
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(p.pid, 0)
+    p = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M", *cmd], stderr=subprocess.PIPE, text=True)
     seconds = time.time() - start
-    err = p.stderr.read()
-    if status != 0:
-        sys.exit(f"dlm-preprocess failed: {err}")
-    return seconds, usage.ru_maxrss / 1024
+    if p.returncode != 0:
+        sys.exit(f"dlm-preprocess failed: {p.stderr}")
+    rss_kb = int(p.stderr.strip().splitlines()[-1].split("=")[1])
+    return seconds, rss_kb / 1024
 
 
 def main():

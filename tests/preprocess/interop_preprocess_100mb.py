@@ -3,9 +3,8 @@ Python reference (tokenizers + megatron-core's IndexedDatasetBuilder, Megatron's
 
 Runs (workers, input, keys): (1, plain, 2), (2, zst, 1), (8, plain, 1), (8, zst, 2); so each worker
 count, each input kind and each key count meets the 100 MB corpus. DLM_PREPROCESS_FULL=1 runs all 12
-combinations. Prints each run's time and peak RSS. argv: dlm-preprocess"""
+combinations. Prints each run's time (peak memory: benchmarks/preprocess). argv: dlm-preprocess"""
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -47,10 +46,8 @@ for workers, source, nkeys in runs:
            "--tokenizer-model", corpus.GPTNEOX, "--log-interval", "100000"]
     t = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     checks.check(p.returncode == 0, f"{cmd} exited {p.returncode}: {p.stderr[-500:]}")
-    print(f"dlm {workers} workers, {source}, {nkeys} keys: {time.time() - t:.1f}s, "
-          f"peak RSS of the runs so far {rss:.0f} MB", flush=True)
+    print(f"dlm {workers} workers, {source}, {nkeys} keys: {time.time() - t:.1f}s", flush=True)
     for key in keys:
         same = corpus.same_files(f"{prefix}_{key}_document", os.path.join(work, f"ref_{key}_document"))
         checks.check(same is True, f"{workers} workers, {source}, {nkeys} keys, {key}: {same}")
