@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target with clang under ASan+UBSan and runs each for SECONDS (default 600).
-# usage: scripts/fuzz.sh [SECONDS] [TARGET...]     logs: build-fuzz/logs/<target>.log
+# Builds every libFuzzer target with clang under ASan+UBSan (libraries instrumented for coverage) and
+# runs each for SECONDS (default 600), FUZZ_JOBS at a time (default 1), at low CPU priority.
+# usage: [FUZZ_JOBS=N] scripts/fuzz.sh [SECONDS] [TARGET...]
+# logs: build-fuzz/logs/<target>.log; crashes: build-fuzz/crashes/<target>-crash-*; exit 1 on any finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
@@ -11,16 +13,22 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cd tests/fuzz && ls *_fuzz.cpp | sed 's/\.cpp$//')
 fi
-cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
-mkdir -p build-fuzz/logs
-for t in "${targets[@]}"; do
-  name=${t%_fuzz}
-  corpus=build-fuzz/corpus/$name
+cmake --build build-fuzz -j "${BUILD_JOBS:-2}" --target "${targets[@]}"
+mkdir -p build-fuzz/logs build-fuzz/crashes
+
+run_one() {
+  local t=$1 seconds=$2 name=${1%_fuzz}
+  local corpus=build-fuzz/corpus/$name seeds=tests/fuzz/corpus/$name
   mkdir -p "$corpus"
-  seeds=tests/fuzz/corpus/$name
   [ -d "$seeds" ] || seeds=""
-  echo "fuzz: $t for ${seconds}s"
-  ./build-fuzz/tests/fuzz/"$t" -max_total_time="$seconds" -print_final_stats=1 "$corpus" $seeds \
-    > build-fuzz/logs/"$t".log 2>&1 || { echo "fuzz: $t FOUND A CRASH: see build-fuzz/logs/$t.log"; exit 1; }
-  grep -E "stat::number_of_executed_units|Done" build-fuzz/logs/"$t".log | tail -2
-done
+  echo "fuzz: $t for ${seconds}s: build-fuzz/tests/fuzz/$t -max_total_time=$seconds -rss_limit_mb=4096 $corpus $seeds"
+  if nice -n 19 ./build-fuzz/tests/fuzz/"$t" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=4096 \
+       -artifact_prefix=build-fuzz/crashes/"$t"- "$corpus" $seeds > build-fuzz/logs/"$t".log 2>&1; then
+    echo "fuzz: $t ok, $(grep -Eo 'stat::number_of_executed_units: [0-9]+' build-fuzz/logs/"$t".log)"
+  else
+    echo "fuzz: $t FOUND A CRASH: see build-fuzz/logs/$t.log"
+    return 1
+  fi
+}
+export -f run_one
+printf '%s\n' "${targets[@]}" | xargs -P "${FUZZ_JOBS:-1}" -I{} bash -c "run_one {} $seconds"
