@@ -1,0 +1,301 @@
+// BlendedMegatronDatasetBuilder and BlendedDataset: which GPTDatasets each split is made of, how
+// many samples each is asked for, and the blend over them (with its cache).
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "dlm/common/atomic_file.h"
+#include "dlm/common/error.h"
+#include "dlm/common/log.h"
+#include "dlm/data/blend.h"
+#include "md5.h"
+#include "py_json.h"
+
+namespace dlm::data {
+
+namespace detail {
+PyDict gpt_identifiers(const std::string& prefix, std::optional<std::int64_t> num_samples, Split split,
+                       const GptIndexConfig& config);
+bool file_exists(const std::string& path);
+}  // namespace detail
+
+std::size_t SplitDataset::size() const {
+  return blended ? indices.dataset_index.size() : datasets.front()->size();
+}
+
+std::pair<std::size_t, std::size_t> SplitDataset::locate(std::size_t i) const {
+  if (!blended) return {0, i};
+  return {static_cast<std::size_t>(indices.dataset_index[i]), static_cast<std::size_t>(indices.dataset_sample_index[i])};
+}
+
+namespace {
+
+using Sizes = std::array<std::optional<std::int64_t>, 3>;
+
+class Builder {
+ public:
+  explicit Builder(const BuilderConfig& config) : config_(config) {}
+
+  std::array<std::optional<SplitDataset>, 3> build();
+
+ private:
+  std::shared_ptr<const IndexedDataset> open(const std::string& prefix);
+  std::array<std::shared_ptr<const GptDataset>, 3> gpt_splits(const std::string& prefix, const SplitMatrix& matrix,
+                                                              const Sizes& sizes, const GptIndexConfig& gpt);
+  std::optional<SplitDataset> blend_split(Split split, std::vector<std::shared_ptr<const GptDataset>> datasets,
+                                          std::optional<std::vector<double>> weights, std::optional<std::int64_t> size);
+
+  const BuilderConfig& config_;
+  std::map<std::string, std::shared_ptr<const IndexedDataset>> opened_;
+  std::optional<DType> dtype_;
+  std::string dtype_prefix_;
+};
+
+std::shared_ptr<const IndexedDataset> Builder::open(const std::string& prefix) {
+  auto it = opened_.find(prefix);
+  if (it != opened_.end()) return it->second;
+  auto ds = std::make_shared<const IndexedDataset>(prefix);
+  if (dtype_ && *dtype_ != ds->dtype())
+    fail_at(idx_path(prefix), std::string("token dtype ") + dtype_name(ds->dtype()) + " differs from " +
+                                  dtype_name(*dtype_) + " of " + dtype_prefix_ + "; blended datasets must share one dtype");
+  if (!dtype_) {
+    dtype_ = ds->dtype();
+    dtype_prefix_ = prefix;
+  }
+  std::int64_t tokens = 0;
+  const auto& lengths = ds->sequence_lengths();
+  for (std::size_t i = 0; i < lengths.size(); ++i) tokens += lengths[i];
+  const std::int64_t need = std::int64_t{config_.gpt.sequence_length} + (config_.gpt.add_extra_token_to_sequence ? 1 : 0);
+  if (tokens < need)
+    fail_at(idx_path(prefix), "the dataset holds " + std::to_string(tokens) + " tokens, fewer than one sample of " +
+                                  std::to_string(need) + " (sequence length longer than the dataset)");
+  opened_.emplace(prefix, ds);
+  return ds;
+}
+
+// _build_megatron_dataset_splits: one GPTDataset per split the matrix keeps.
+std::array<std::shared_ptr<const GptDataset>, 3> Builder::gpt_splits(const std::string& prefix, const SplitMatrix& matrix,
+                                                                     const Sizes& sizes, const GptIndexConfig& gpt) {
+  auto ds = open(prefix);
+  std::array<std::shared_ptr<const GptDataset>, 3> out;
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!matrix[i]) continue;
+    const auto [begin, end] = split_range(*matrix[i], ds->num_sequences());
+    out[i] = std::make_shared<const GptDataset>(ds, prefix, begin, end, sizes[i], static_cast<Split>(i), gpt);
+  }
+  return out;
+}
+
+std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::shared_ptr<const GptDataset>> datasets,
+                                                 std::optional<std::vector<double>> weights,
+                                                 std::optional<std::int64_t> size) {
+  SplitDataset out;
+  out.split = split;
+  out.blended = true;
+  out.blend_size = size;
+  if (weights) {
+    out.weights = normalize_weights(*weights);
+  } else {
+    for (const auto& d : datasets) {
+      if (d->size() == 0)
+        fail_at(idx_path(d->prefix()), std::string("the ") + split_name(split) + " split has no samples to blend");
+      out.weights.push_back(static_cast<double>(d->size()));
+    }
+    if (size) out.weights = normalize_weights(out.weights);
+    else out.integer_weights = true;
+  }
+  out.datasets = std::move(datasets);
+
+  detail::PyDict ids;
+  ids.emplace_back("class", "BlendedDataset");
+  detail::PyList members;
+  for (const auto& d : out.datasets)
+    members.emplace_back(detail::gpt_identifiers(d->prefix(), d->num_samples_requested(), d->split(), d->config()));
+  ids.emplace_back("datasets", std::move(members));
+  ids.emplace_back("split", split_name(split));
+  detail::PyList weights_list;
+  for (double w : out.weights)
+    weights_list.push_back(out.integer_weights ? detail::PyValue(static_cast<std::int64_t>(w)) : detail::PyValue(w));
+  ids.emplace_back("weights", std::move(weights_list));
+  ids.emplace_back("size", size ? detail::PyValue(*size) : detail::PyValue(nullptr));
+  out.description = detail::py_json_dumps(ids);
+  out.description_hash = detail::md5_hex(out.description);
+
+  std::string base;
+  if (config_.gpt.cache_path)
+    base = *config_.gpt.cache_path + "/" + out.description_hash + "-BlendedDataset-" + split_name(split) + "-";
+  const std::string files[] = {base + "description.txt", base + "dataset_index.npy", base + "dataset_sample_index.npy"};
+  const std::int64_t n = size ? *size : [&] {
+    std::int64_t t = 0;
+    for (double w : out.weights) t += static_cast<std::int64_t>(w);
+    return t;
+  }();
+  if (!base.empty() && detail::file_exists(files[0]) && detail::file_exists(files[1]) && detail::file_exists(files[2])) {
+    std::string why, where;
+    try {
+      if (read_text_file(files[0]) != out.description) {
+        why = "its description differs from this blend's";
+        where = files[0];
+      } else {
+        BlendingIndices cached{NpyArray::load(files[1]), NpyArray::load(files[2])};
+        const auto& di = cached.dataset_index;
+        const auto& si = cached.dataset_sample_index;
+        where = files[1];
+        if (di.type() != NpyType::kInt16 || di.size() != static_cast<std::size_t>(n)) why = "expected int16[" + std::to_string(n) + "]";
+        if (why.empty() && (si.type() != NpyType::kInt64 || si.size() != static_cast<std::size_t>(n))) {
+          why = "expected int64[" + std::to_string(n) + "]";
+          where = files[2];
+        }
+        for (std::size_t i = 0; why.empty() && i < di.size(); ++i)
+          if (di[i] < 0 || static_cast<std::size_t>(di[i]) >= out.datasets.size() || si[i] < 0 ||
+              static_cast<std::size_t>(si[i]) >= out.datasets[static_cast<std::size_t>(di[i])]->size())
+            why = "entry " + std::to_string(i) + " names no sample";
+        if (why.empty()) {
+          out.indices = std::move(cached);
+          out.loaded_from_cache = true;
+          return out;
+        }
+      }
+    } catch (const Error& e) {
+      why = e.message();
+      where = e.where().file.empty() ? files[1] : e.where().file;
+    }
+    if (!config_.gpt.write_cache) fail_at(where, "index cache is unusable (" + why + "); remove it or allow rebuilding");
+    log::warning("{}: index cache is unusable ({}); rebuilding it", where, why);
+  }
+
+  if (size) {
+    out.indices = build_blending_indices(out.weights, *size);
+  } else {
+    std::vector<std::int64_t> sizes;
+    for (double w : out.weights) sizes.push_back(static_cast<std::int64_t>(w));
+    out.indices = build_exhaustive_blending_indices(sizes);
+  }
+  std::vector<std::int64_t> counts(out.datasets.size(), 0);
+  const auto& di = out.indices.dataset_index;
+  for (std::size_t i = 0; i < di.size(); ++i) ++counts[static_cast<std::size_t>(di[i])];
+  for (std::size_t d = 0; d < counts.size(); ++d)
+    if (static_cast<std::size_t>(counts[d]) > out.datasets[d]->size())
+      fail_at(idx_path(out.datasets[d]->prefix()),
+              std::string("the ") + split_name(split) + " blend takes " + std::to_string(counts[d]) +
+                  " samples from this dataset, which has " + std::to_string(out.datasets[d]->size()) +
+                  "; raise the surplus (mid_level_dataset_surplus " + std::to_string(config_.mid_level_dataset_surplus) + ")");
+  if (!base.empty() && config_.gpt.write_cache) {
+    std::error_code ec;
+    std::filesystem::create_directories(*config_.gpt.cache_path, ec);
+    if (ec) fail_at(*config_.gpt.cache_path, "cannot create the index cache folder: " + ec.message());
+    out.indices.dataset_index.save(files[1]);
+    out.indices.dataset_sample_index.save(files[2]);
+    write_file_atomically(files[0], out.description);
+  }
+  return out;
+}
+
+std::array<std::optional<SplitDataset>, 3> Builder::build() {
+  std::array<std::optional<SplitDataset>, 3> result;
+  const double surplus = config_.mid_level_dataset_surplus;
+  // _get_size_per_split_per_dataset: ceil(ceil(size * w) * (1 + surplus)).
+  auto per_dataset = [&](const std::vector<double>& weights, const Sizes& sizes, double margin, std::size_t d) {
+    Sizes out;
+    for (std::size_t i = 0; i < 3; ++i)
+      if (sizes[i]) out[i] = static_cast<std::int64_t>(std::ceil(std::ceil(static_cast<double>(*sizes[i]) * weights[d]) * (1 + margin)));
+    return out;
+  };
+  auto single = [&](std::shared_ptr<const GptDataset> d, Split split) {
+    SplitDataset s;
+    s.split = split;
+    s.datasets.push_back(std::move(d));
+    return s;
+  };
+
+  if (config_.blend) {
+    if (!config_.split) fail("--split is required with --data-path");
+    const Blend& blend = *config_.blend;
+    GptIndexConfig gpt = config_.gpt;
+    gpt.split = *config_.split;
+    gpt.split_matrix = split_matrix(parse_split(*config_.split));
+    const SplitMatrix& matrix = *gpt.split_matrix;
+    if (blend.prefixes.size() == 1 && !blend.weights) {
+      const auto splits = gpt_splits(blend.prefixes[0], matrix, config_.sizes, gpt);
+      for (std::size_t i = 0; i < 3; ++i)
+        if (splits[i]) result[i] = single(splits[i], static_cast<Split>(i));
+      return result;
+    }
+    std::optional<std::vector<double>> weights;
+    if (blend.weights) weights = normalize_weights(*blend.weights);
+    for (std::size_t i = 0; i < 3; ++i)
+      if (weights && matrix[i] && !config_.sizes[i])
+        fail(std::string("a weighted blend needs a sample count for the ") + split_name(static_cast<Split>(i)) + " split");
+    std::array<std::vector<std::shared_ptr<const GptDataset>>, 3> members;
+    for (std::size_t d = 0; d < blend.prefixes.size(); ++d) {
+      const Sizes sizes = weights ? per_dataset(*weights, config_.sizes, surplus, d) : Sizes{};
+      const auto splits = gpt_splits(blend.prefixes[d], matrix, sizes, gpt);
+      for (std::size_t i = 0; i < 3; ++i) members[i].push_back(splits[i]);
+    }
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (!matrix[i]) continue;
+      std::optional<std::int64_t> size;
+      if (weights) {
+        std::int64_t total = 0;
+        for (std::size_t d = 0; d < blend.prefixes.size(); ++d) total += *per_dataset(*weights, config_.sizes, 0.0, d)[i];
+        size = total;
+      } else if (config_.sizes[i]) {
+        std::int64_t available = 0;
+        for (const auto& m : members[i]) available += static_cast<std::int64_t>(m->size());
+        size = std::min(*config_.sizes[i], available);
+      }
+      result[i] = blend_split(static_cast<Split>(i), members[i], weights, size);
+    }
+    return result;
+  }
+
+  bool any = false;
+  for (const auto& b : config_.blend_per_split) any = any || b.has_value();
+  if (!any) fail("no data: give --data-path, or --train-data-path / --valid-data-path / --test-data-path");
+  if (config_.split) fail("--split cannot be used with per-split data paths");
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!config_.blend_per_split[i]) continue;
+    const Blend& blend = *config_.blend_per_split[i];
+    const auto split = static_cast<Split>(i);
+    SplitMatrix spoof;
+    spoof[i] = std::make_pair(0.0, 1.0);
+    Sizes sizes{std::int64_t{0}, std::int64_t{0}, std::int64_t{0}};
+    sizes[i] = config_.sizes[i];
+    GptIndexConfig gpt = config_.gpt;
+    gpt.split.reset();
+    gpt.split_matrix.reset();
+    if (blend.prefixes.size() == 1) {
+      result[i] = single(gpt_splits(blend.prefixes[0], spoof, sizes, gpt)[i], split);
+      continue;
+    }
+    std::optional<std::vector<double>> weights;
+    if (blend.weights) weights = normalize_weights(*blend.weights);
+    if (weights && !sizes[i]) fail(std::string("a weighted blend needs a sample count for the ") + split_name(split) + " split");
+    std::vector<std::shared_ptr<const GptDataset>> members;
+    for (std::size_t d = 0; d < blend.prefixes.size(); ++d) {
+      const Sizes want = weights ? per_dataset(*weights, sizes, surplus, d) : Sizes{};
+      members.push_back(gpt_splits(blend.prefixes[d], spoof, want, gpt)[i]);
+    }
+    std::optional<std::int64_t> size;
+    if (weights) {
+      std::int64_t total = 0;
+      for (std::size_t d = 0; d < blend.prefixes.size(); ++d) total += *per_dataset(*weights, sizes, 0.0, d)[i];
+      size = total;
+    } else if (sizes[i]) {
+      std::int64_t available = 0;
+      for (const auto& m : members) available += static_cast<std::int64_t>(m->size());
+      size = std::min(*sizes[i], available);
+    }
+    result[i] = blend_split(split, std::move(members), weights, size);
+  }
+  return result;
+}
+
+}  // namespace
+
+std::array<std::optional<SplitDataset>, 3> build_datasets(const BuilderConfig& config) {
+  if (config.gpt.sequence_length <= 1) fail("--seq-length must be at least 2");
+  return Builder(config).build();
+}
+
+}  // namespace dlm::data

@@ -1,0 +1,174 @@
+// GPTDataset: its unique description, its cache files, and loading or building its index.
+#include "dlm/data/gpt_dataset.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "dlm/common/atomic_file.h"
+#include "dlm/common/error.h"
+#include "dlm/common/log.h"
+#include "md5.h"
+#include "py_json.h"
+
+namespace dlm::data {
+
+namespace detail {
+
+PyValue split_matrix_value(const std::optional<SplitMatrix>& matrix) {
+  if (!matrix) return nullptr;
+  PyList rows;
+  for (std::size_t i = 0; i < matrix->size(); ++i) {
+    const auto& row = (*matrix)[i];
+    if (!row) {
+      rows.emplace_back(nullptr);
+    } else if (i == 0) {
+      // Megatron's running sums start from the integer 0, so the first book-end prints as "0".
+      rows.emplace_back(PyList{PyValue(std::int64_t{0}), PyValue(row->second)});
+    } else {
+      rows.emplace_back(PyList{PyValue(row->first), PyValue(row->second)});
+    }
+  }
+  return rows;
+}
+
+PyValue optional_int(std::optional<std::int64_t> v) { return v ? PyValue(*v) : PyValue(nullptr); }
+
+// MegatronDataset.unique_identifiers: class, path, num_samples, split, then the key config
+// attributes (random_seed, sequence_length, split, split_matrix, tokenizer) in that order.
+PyDict gpt_identifiers(const std::string& prefix, std::optional<std::int64_t> num_samples, Split split,
+                       const GptIndexConfig& config) {
+  PyDict d;
+  d.emplace_back("class", "GPTDataset");
+  d.emplace_back("dataset_path", prefix);
+  d.emplace_back("num_samples", optional_int(num_samples));
+  d.emplace_back("index_split", split_name(split));
+  d.emplace_back("random_seed", std::int64_t{config.random_seed});
+  d.emplace_back("sequence_length", std::int64_t{config.sequence_length});
+  d.emplace_back("split", config.split ? PyValue(*config.split) : PyValue(nullptr));
+  d.emplace_back("split_matrix", split_matrix_value(config.split_matrix));
+  d.emplace_back("tokenizer", py_json_parse(config.tokenizer_identifiers, "tokenizer identifiers"));
+  return d;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace detail
+
+namespace {
+
+// The counts the index must have, from the lengths alone (to check a cached index cheaply).
+struct Counts { std::int64_t tokens, epochs, samples; };
+Counts expected_counts(const IndexedDataset& ds, std::int64_t begin, std::int64_t end,
+                       std::optional<std::int64_t> num_samples, bool drop_last, const GptIndexConfig& c) {
+  std::int64_t tokens = 0;
+  const auto& lengths = ds.sequence_lengths();
+  for (std::int64_t i = begin; i < end; ++i) tokens += lengths[static_cast<std::size_t>(i)];
+  const std::int32_t extra = c.add_extra_token_to_sequence ? 1 : 0;
+  std::int64_t epochs = 1;
+  if (num_samples && tokens > 0) epochs = std::max<std::int64_t>(1, (*num_samples * c.sequence_length + extra + tokens - 1) / tokens);
+  const std::int64_t total = epochs * tokens - extra;
+  const std::int64_t samples = drop_last ? total / c.sequence_length
+      : static_cast<std::int64_t>(std::ceil(static_cast<float>(total) / static_cast<float>(c.sequence_length)));
+  return {tokens, epochs, samples};
+}
+
+}  // namespace
+
+GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::string prefix, std::int64_t begin,
+                       std::int64_t end, std::optional<std::int64_t> num_samples, Split split,
+                       const GptIndexConfig& config)
+    : dataset_(std::move(dataset)), prefix_(std::move(prefix)), begin_(begin), end_(end),
+      num_samples_(num_samples), split_(split), config_(config) {
+  description_ = detail::py_json_dumps(detail::gpt_identifiers(prefix_, num_samples_, split_, config_));
+  hash_ = detail::md5_hex(description_);
+  const std::string cache = config_.cache_path ? *config_.cache_path : prefix_ + "/cache/GPTDataset_indices";
+  if (config_.write_cache || config_.cache_path) cache_base_ = cache + "/" + hash_ + "-GPTDataset-" + split_name(split_) + "-";
+  if (begin_ >= end_)
+    fail_at(idx_path(prefix_), std::string("the ") + split_name(split_) + " split holds no sequences (range [" +
+                                  std::to_string(begin_) + ", " + std::to_string(end_) + "))");
+  if (!cache_base_.empty() && try_load_cache()) return;
+
+  const auto lengths = dataset_->sequence_lengths().to_vector();
+  const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
+  try {
+    index_ = build_gpt_index(lengths, begin_, end_, num_samples_, drop_last, config_);
+  } catch (const Error& e) {
+    fail_at(idx_path(prefix_), std::string(split_name(split_)) + " split: " + e.message());
+  }
+  if (cache_base_.empty() || !config_.write_cache) return;
+  std::error_code ec;
+  std::filesystem::create_directories(cache, ec);
+  if (ec) fail_at(cache, "cannot create the index cache folder: " + ec.message());
+  // Arrays first, description last: a description marks a complete set (Megatron checks all four).
+  index_.document_index.save(cache_base_ + "document_index.npy");
+  index_.sample_index.save(cache_base_ + "sample_index.npy");
+  index_.shuffle_index.save(cache_base_ + "shuffle_index.npy");
+  write_file_atomically(cache_base_ + "description.txt", description_);
+}
+
+bool GptDataset::try_load_cache() {
+  const std::string files[] = {cache_base_ + "description.txt", cache_base_ + "document_index.npy",
+                               cache_base_ + "sample_index.npy", cache_base_ + "shuffle_index.npy"};
+  for (const auto& f : files)
+    if (!detail::file_exists(f)) return false;
+  auto reject = [&](const std::string& file, const std::string& why) {
+    if (!config_.write_cache) fail_at(file, "index cache is unusable (" + why + "); remove it or allow rebuilding");
+    log::warning("{}: index cache is unusable ({}); rebuilding it", file, why);
+    return false;
+  };
+  if (read_text_file(files[0]) != description_) return reject(files[0], "its description differs from this dataset's");
+  GptIndex index;
+  try {
+    index.document_index = NpyArray::load(files[1]);
+    index.sample_index = NpyArray::load(files[2]);
+    index.shuffle_index = NpyArray::load(files[3]);
+  } catch (const Error& e) {
+    return reject(e.where().file, e.message());
+  }
+  const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
+  const Counts c = expected_counts(*dataset_, begin_, end_, num_samples_, drop_last, config_);
+  const auto docs = static_cast<std::size_t>(c.epochs * (end_ - begin_));
+  const auto samples = static_cast<std::size_t>(c.samples);
+  const auto& di = index.document_index;
+  const auto& si = index.sample_index;
+  const auto& sh = index.shuffle_index;
+  if (di.type() != NpyType::kInt32 || di.shape().size() != 1 || di.size() != docs)
+    return reject(files[1], "expected int32[" + std::to_string(docs) + "]");
+  if ((si.type() != NpyType::kInt32 && si.type() != NpyType::kInt64) || si.shape().size() != 2 ||
+      si.shape()[0] != samples + 1 || si.shape()[1] != 2)
+    return reject(files[2], "expected int32 or int64 [" + std::to_string(samples + 1) + ", 2]");
+  if ((sh.type() != NpyType::kUInt32 && sh.type() != NpyType::kInt64) || sh.shape().size() != 1 || sh.size() != samples)
+    return reject(files[3], "expected uint32 or int64 [" + std::to_string(samples) + "]");
+  for (std::size_t i = 0; i < di.size(); ++i)
+    if (di[i] < begin_ || di[i] >= end_) return reject(files[1], "entry " + std::to_string(i) + " is outside the split");
+  for (std::size_t i = 0; i < si.size(); i += 2)
+    if (si[i] < 0 || static_cast<std::size_t>(si[i]) >= docs || si[i + 1] < 0)
+      return reject(files[2], "row " + std::to_string(i / 2) + " points outside the document index");
+  for (std::size_t i = 0; i < sh.size(); ++i)
+    if (sh[i] < 0 || static_cast<std::size_t>(sh[i]) >= samples)
+      return reject(files[3], "entry " + std::to_string(i) + " is not a sample id");
+  index.num_epochs = c.epochs;
+  index.tokens_per_epoch = c.tokens;
+  index.separate_final_epoch = false;
+  if (c.epochs > 1) {
+    const std::int32_t extra = config_.add_extra_token_to_sequence ? 1 : 0;
+    const std::int64_t before = ((c.epochs - 1) * c.tokens - extra) / config_.sequence_length;
+    const std::int64_t per_epoch = (c.tokens - extra) / config_.sequence_length;
+    index.separate_final_epoch = *num_samples_ - before < static_cast<std::int64_t>(0.80 * static_cast<double>(per_epoch));
+  }
+  index_ = std::move(index);
+  from_cache_ = true;
+  return true;
+}
+
+GptDataset::Span GptDataset::sample_span(std::size_t i) const {
+  const auto& si = index_.sample_index;
+  return {si[2 * i], si[2 * i + 1], si[2 * i + 2], si[2 * i + 3]};
+}
+
+}  // namespace dlm::data

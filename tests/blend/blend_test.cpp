@@ -1,0 +1,260 @@
+// GPTDataset / BlendedDataset indices against values printed by megatron-core 0.16.1 (its
+// helpers_cpp, _build_document_index, _build_shuffle_index, normalize, parse_and_normalize_split),
+// the sample reader on hand-made data, and every bad input of issue 5 as a one-line error.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "dlm/common/error.h"
+#include "dlm/data/blend.h"
+#include "dlm/data/blend_args.h"
+#include "dlm/data/sample_reader.h"
+
+namespace fs = std::filesystem;
+using namespace dlm::data;
+
+namespace {
+
+template <typename T = std::int64_t>
+std::vector<T> values(const NpyArray& a) {
+  std::vector<T> out;
+  for (std::size_t i = 0; i < a.size(); ++i) out.push_back(static_cast<T>(a[i]));
+  return out;
+}
+
+TEST(Blending, WeightedIndicesMatchHelpers) {
+  const std::vector<double> w{0.5, 0.3, 0.2};
+  const auto b = build_blending_indices(w, 12);
+  EXPECT_EQ(b.dataset_index.type(), NpyType::kInt16);
+  EXPECT_EQ(b.dataset_sample_index.type(), NpyType::kInt64);
+  EXPECT_EQ(values(b.dataset_index), (std::vector<std::int64_t>{0, 1, 2, 0, 1, 0, 2, 0, 1, 0, 0, 1}));
+  EXPECT_EQ(values(b.dataset_sample_index), (std::vector<std::int64_t>{0, 0, 0, 1, 1, 2, 1, 3, 2, 4, 5, 3}));
+}
+
+TEST(Blending, ExhaustiveIndicesMatchHelpers) {
+  const std::vector<std::int64_t> sizes{2, 4, 3};
+  const auto b = build_exhaustive_blending_indices(sizes);
+  EXPECT_EQ(values(b.dataset_index), (std::vector<std::int64_t>{1, 2, 0, 1, 2, 1, 0, 2, 1}));
+  EXPECT_EQ(values(b.dataset_sample_index), (std::vector<std::int64_t>{0, 0, 0, 1, 1, 2, 1, 2, 3}));
+}
+
+TEST(Blending, WeightsAndSplits) {
+  const std::vector<double> w{3, 1, 2.5};
+  const auto n = normalize_weights(w);
+  EXPECT_DOUBLE_EQ(n[0], 0.46153846153846156);
+  EXPECT_DOUBLE_EQ(n[1], 0.15384615384615385);
+  EXPECT_DOUBLE_EQ(n[2], 0.38461538461538464);
+
+  const auto s = parse_split("969,30,1");
+  EXPECT_DOUBLE_EQ(s[0], 0.969);
+  EXPECT_DOUBLE_EQ(s[1], 0.03);
+  EXPECT_DOUBLE_EQ(s[2], 0.001);
+  const auto m = split_matrix(s);
+  ASSERT_TRUE(m[0] && m[1] && m[2]);
+  EXPECT_DOUBLE_EQ(m[1]->first, 0.969);
+  EXPECT_DOUBLE_EQ(m[1]->second, 0.999);
+  EXPECT_DOUBLE_EQ(m[2]->second, 1.0);
+
+  const auto z = split_matrix(parse_split("8,0,2"));
+  ASSERT_TRUE(m[0]);
+  EXPECT_FALSE(z[1].has_value());
+  EXPECT_DOUBLE_EQ(z[2]->first, 0.8);
+  // round(0.8 * 11) = 9, round(2.5) = 2 (ties to even).
+  EXPECT_EQ(split_range({0.0, 0.8}, 11), (std::pair<std::int64_t, std::int64_t>{0, 9}));
+  EXPECT_EQ(split_range({0.0, 0.5}, 5).second, 2);
+
+  const std::vector<std::string> args{"0.3 /a/b", "0.7", "/c/d"};
+  const auto b = parse_blend(args);
+  EXPECT_EQ(b.prefixes, (std::vector<std::string>{"/a/b", "/c/d"}));
+  EXPECT_EQ(*b.weights, (std::vector<double>{0.3, 0.7}));
+  const std::vector<std::string> plain{"/a/b /c/d"};
+  EXPECT_FALSE(parse_blend(plain).weights.has_value());
+}
+
+// lengths [5 3 7 2 9], seed 7, L = 4 with the extra token: 26 tokens per epoch.
+TEST(GptIndex, TwoEpochsMatchMegatron) {
+  const std::vector<std::int32_t> lengths{5, 3, 7, 2, 9};
+  GptIndexConfig c;
+  c.random_seed = 7;
+  c.sequence_length = 4;
+  const auto ix = build_gpt_index(lengths, 0, 5, 12, true, c);
+  EXPECT_EQ(ix.num_epochs, 2);
+  EXPECT_FALSE(ix.separate_final_epoch);
+  EXPECT_EQ(ix.document_index.type(), NpyType::kInt32);
+  EXPECT_EQ(ix.sample_index.type(), NpyType::kInt32);
+  EXPECT_EQ(ix.shuffle_index.type(), NpyType::kUInt32);
+  EXPECT_EQ(values(ix.document_index), (std::vector<std::int64_t>{3, 0, 0, 2, 1, 4, 2, 3, 1, 4}));
+  EXPECT_EQ(values(ix.sample_index), (std::vector<std::int64_t>{0, 0, 1, 2, 2, 1, 3, 0, 3, 4, 4, 1, 5, 2, 5, 6, 6, 1,
+                                                                6, 5, 8, 0, 9, 1, 9, 5}));
+  EXPECT_EQ(values(ix.shuffle_index), (std::vector<std::int64_t>{1, 3, 2, 5, 9, 0, 4, 6, 7, 8, 11, 10}));
+}
+
+TEST(GptIndex, SeparateFinalEpochMatchesMegatron) {
+  const std::vector<std::int32_t> lengths{5, 3, 7, 2, 9};
+  GptIndexConfig c;
+  c.random_seed = 7;
+  c.sequence_length = 4;
+  const auto ix = build_gpt_index(lengths, 0, 5, 8, true, c);
+  EXPECT_EQ(ix.num_epochs, 2);
+  EXPECT_TRUE(ix.separate_final_epoch);
+  EXPECT_EQ(values(ix.document_index), (std::vector<std::int64_t>{0, 3, 2, 1, 4, 2, 1, 0, 4, 3}));
+  EXPECT_EQ(values(ix.sample_index), (std::vector<std::int64_t>{0, 0, 0, 4, 2, 1, 2, 5, 3, 2, 4, 3, 4, 7, 5, 2, 5, 6,
+                                                                7, 0, 7, 4, 8, 3, 8, 7}));
+  EXPECT_EQ(values(ix.shuffle_index), (std::vector<std::int64_t>{4, 5, 3, 2, 1, 0, 7, 8, 9, 11, 10, 6}));
+}
+
+TEST(GptIndex, KeepsLastPartialWithoutExtraToken) {
+  // helpers_cpp.build_sample_idx_int32(sizes, [3 0 0 2 1 4 2 3 1 4], 4, 2, 26, False, 0).
+  const std::vector<std::int32_t> lengths{5, 3, 7, 2, 9};
+  GptIndexConfig c;
+  c.random_seed = 7;
+  c.sequence_length = 4;
+  c.add_extra_token_to_sequence = false;
+  const auto ix = build_gpt_index(lengths, 0, 5, 13, false, c);
+  EXPECT_EQ(values(ix.document_index), (std::vector<std::int64_t>{3, 0, 0, 2, 1, 4, 2, 3, 1, 4}));
+  EXPECT_EQ(values(ix.sample_index), (std::vector<std::int64_t>{0, 0, 1, 2, 2, 1, 2, 5, 3, 4, 4, 1, 5, 2, 5, 6, 6, 1,
+                                                                6, 5, 7, 2, 9, 1, 9, 5, 9, 9}));
+}
+
+class BlendFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dlm_blend_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Documents of `lengths` tokens: document d holds 100 * d + 1, 100 * d + 2, ..., then eod (0).
+  std::string write(const std::string& name, const std::vector<int>& lengths, DType dtype = DType::kInt32) {
+    const std::string p = (dir_ / name).string();
+    IndexedDatasetWriter w(p, dtype);
+    for (std::size_t d = 0; d < lengths.size(); ++d) {
+      std::vector<std::int32_t> t;
+      for (int k = 1; k < lengths[d]; ++k) t.push_back(static_cast<std::int32_t>(100 * d) + k);
+      t.push_back(0);
+      w.add_item(t);
+      w.end_document();
+    }
+    w.finalize();
+    return p;
+  }
+
+  BuilderConfig config(std::vector<std::string> data_path, std::int32_t seq, std::int64_t train = 10) {
+    MegatronDataArgs a;
+    a.data_path = std::move(data_path);
+    a.split = "1,0,0";
+    a.seq_length = seq;
+    a.train_samples = train;
+    a.global_batch_size = 1;
+    a.eval_iters = 0;
+    a.data_cache_path = (dir_ / "cache").string();
+    return builder_config(a);
+  }
+
+  fs::path dir_;
+};
+
+// Runs f, expects a dlm::Error whose one-line message contains every one of `parts`.
+template <typename F>
+void expect_error(F f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const dlm::Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+  }
+}
+
+TEST_F(BlendFiles, SampleReaderAssemblesDocumentsAndEodOptions) {
+  const auto p = write("a", {3, 4, 5});
+  auto splits = build_datasets(config({p}, 4, 2));
+  ASSERT_TRUE(splits[0]);
+  const auto& ds = *splits[0]->datasets[0];
+  EXPECT_EQ(ds.index().tokens_per_epoch, 12);
+  SampleOptions o;
+  o.eod = 0;
+  o.reset_position_ids = true;
+  o.reset_attention_mask = true;
+  o.eod_mask_loss = true;
+  SampleReader r(*splits[0], o);
+  ASSERT_EQ(r.size(), 2u);  // (12 - 1) / 4
+  // Rebuild each sample from the index by hand: concatenate the shuffled documents, cut at 4.
+  std::vector<std::int32_t> stream;
+  const std::vector<std::vector<std::int32_t>> docs{{1, 2, 0}, {101, 102, 103, 0}, {201, 202, 203, 204, 0}};
+  for (std::size_t i = 0; i < ds.index().document_index.size(); ++i) {
+    const auto& d = docs[static_cast<std::size_t>(ds.index().document_index[i])];
+    stream.insert(stream.end(), d.begin(), d.end());
+  }
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const auto row = static_cast<std::size_t>(ds.index().shuffle_index[i]);
+    const Sample s = r.read(i);
+    const std::vector<std::int32_t> want(stream.begin() + static_cast<std::ptrdiff_t>(4 * row),
+                                         stream.begin() + static_cast<std::ptrdiff_t>(4 * row + 5));
+    EXPECT_EQ(s.tokens, std::vector<std::int32_t>(want.begin(), want.begin() + 4));
+    EXPECT_EQ(s.labels, std::vector<std::int32_t>(want.begin() + 1, want.end()));
+    std::int32_t pos = 0, seg = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(s.position_ids[k], pos);
+      EXPECT_EQ(s.segment_ids[k], seg);
+      EXPECT_EQ(s.loss_mask[k], want[k] == 0 ? 0.0f : 1.0f);
+      pos = want[k] == 0 ? 0 : pos + 1;
+      seg += want[k] == 0;
+    }
+  }
+}
+
+TEST_F(BlendFiles, CacheIsReusedAndStaleCacheRebuilt) {
+  const auto p = write("a", {30, 40, 50, 20});
+  const auto first = build_datasets(config({p}, 8, 20));
+  EXPECT_FALSE(first[0]->datasets[0]->loaded_from_cache());
+  const auto again = build_datasets(config({p}, 8, 20));
+  EXPECT_TRUE(again[0]->datasets[0]->loaded_from_cache());
+  EXPECT_EQ(values(again[0]->datasets[0]->index().shuffle_index), values(first[0]->datasets[0]->index().shuffle_index));
+  // Truncate the cached shuffle index: rebuilt (same values), or refused when rebuilding is off.
+  const std::string shuffle = first[0]->datasets[0]->cache_base() + "shuffle_index.npy";
+  fs::resize_file(shuffle, 60);
+  auto c = config({p}, 8, 20);
+  c.gpt.write_cache = false;
+  expect_error([&] { build_datasets(c); }, {shuffle, "index cache is unusable"});
+  const auto rebuilt = build_datasets(config({p}, 8, 20));
+  EXPECT_FALSE(rebuilt[0]->datasets[0]->loaded_from_cache());
+  EXPECT_EQ(values(rebuilt[0]->datasets[0]->index().shuffle_index), values(first[0]->datasets[0]->index().shuffle_index));
+}
+
+TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
+  const auto a = write("a", {30, 40, 50});
+  const auto b16 = write("b", {30, 40}, DType::kUInt16);
+  // Missing prefix.
+  expect_error([&] { build_datasets(config({(dir_ / "nope").string()}, 8)); }, {"nope.idx"});
+  // Corrupt .idx: a truncated header.
+  const auto bad = write("bad", {10, 10});
+  fs::resize_file(bad + ".idx", 12);
+  expect_error([&] { build_datasets(config({bad}, 8)); }, {"bad.idx"});
+  // Weights <= 0 or not numbers.
+  expect_error([&] { build_datasets(config({"0 " + a + " 1 " + a}, 8)); }, {"--data-path", "weight '0'", "> 0"});
+  expect_error([&] { build_datasets(config({"-1 " + a + " 1 " + a}, 8)); }, {"--data-path", "weight '-1'"});
+  expect_error([&] { build_datasets(config({"x1 " + a + " 1 " + a}, 8)); }, {"--data-path", "'x1'", "not a number"});
+  expect_error([&] { build_datasets(config({"nan " + a + " 1 " + a}, 8)); }, {"weight 'nan'"});
+  // Splits summing to 0.
+  expect_error([&] { parse_split("0,0,0"); }, {"--split '0,0,0'", "sum to 0"});
+  expect_error([&] { parse_split("1,2,3,4"); }, {"4 parts"});
+  // Mismatched dtypes.
+  expect_error([&] { build_datasets(config({"1 " + a + " 1 " + b16}, 8)); }, {"b.idx", "uint16", "int32"});
+  // A sequence length longer than the whole dataset.
+  expect_error([&] { build_datasets(config({a}, 200)); }, {"a.idx", "120 tokens", "201"});
+  // Flags.
+  MegatronDataArgs m;
+  m.data_path = {a};
+  m.seq_length = 8;
+  m.global_batch_size = 1;
+  expect_error([&] { builder_config(m); }, {"--train-samples", "--train-iters"});
+}
+
+}  // namespace
