@@ -133,6 +133,7 @@ std::string save_checkpoint(const std::string& root, const ModelConfig& config, 
                             const TrainingTensors& global, const TrainingState& state) {
   CheckpointWriter w(root, state.iteration, config, layout);
   w.begin();
+  try {  // a failed save (a full disk) leaves no temp folder behind
   for (int pp = 0; pp < layout.pp; ++pp) {
     for (int tp = 0; tp < layout.tp; ++tp) {
       TrainingTensors local;
@@ -153,6 +154,11 @@ std::string save_checkpoint(const std::string& root, const ModelConfig& config, 
     }
   }
   return w.commit(state);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(w.temp_dir(), ec);
+    throw;
+  }
 }
 
 }  // namespace dlm::ckpt
