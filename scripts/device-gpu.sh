@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
 # On the GPU machine, in the repository root: the GPU tests, the CPU-parity tests and the training benchmark
 # beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
-# usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b]
+# usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
+WHAT=${3:-tests,bench}
 OUT=${OUT:-/tmp/dlm-out}
 mkdir -p "$OUT"
 SP=/opt/torch/.venv/lib/python3.12/site-packages
+PY=python3
+[ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
 export LD_LIBRARY_PATH=$PWD/$C/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
 export PYTHONUNBUFFERED=1
+date -u | tee "$OUT/date.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$OUT/gpu.txt"
-echo "== tests"
-"$C/dlm_gpu_smoke_tests" 2>&1 | tail -3
-timeout 300 "$C/dlm_gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|actual|cosine|error" | head -80
-echo "== benchmark"
-python3 benchmarks/train/compare.py --bench "$C/cuda_train_bench" --configs "$CONFIGS" 2>&1 | tee "$OUT/bench.log" | grep -vE "^\s*$" | tail -40
+$PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
+if [[ $WHAT == *tests* ]]; then
+  echo "== tests"
+  timeout 60 "$C/dlm_gpu_smoke_tests" 2>&1 | tail -3
+  timeout 300 "$C/dlm_gpu_tests" 2>&1 > "$OUT/gpu_tests.log"; echo "dlm_gpu_tests exit $?"
+  grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|actual|cosine|error|rel|first" "$OUT/gpu_tests.log" | head -120
+  echo "== tiny step"
+  timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
+fi
+if [[ $WHAT == *profile* ]]; then
+  echo "== profile (one 350m step)"
+  NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$NSYS" ]; then
+    timeout 240 "$NSYS" profile -o "$OUT/step350m" --force-overwrite true "$C/cuda_train_bench" 350m 2 1 > "$OUT/nsys.log" 2>&1
+    timeout 120 "$NSYS" stats --report cuda_gpu_kern_sum --format csv "$OUT/step350m.nsys-rep" > "$OUT/kernels.csv" 2>&1
+    rm -f "$OUT"/step350m.*
+    head -25 "$OUT/kernels.csv" | cut -c1-220
+  else
+    echo "no nsys"
+  fi
+fi
+if [[ $WHAT == *bench* ]]; then
+  echo "== benchmark"
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs "$CONFIGS" 2>&1 | tee "$OUT/bench.log" | grep -vE "^\s*$" | tail -40
+fi
+if [[ $WHAT == *sample* ]]; then
+  echo "== sampling"
+  $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" 2>&1 | tee "$OUT/sample.log" | grep -vE "^\s*$" | tail -30
+fi

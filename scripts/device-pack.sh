@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-cuda}
-ninja -C "$B" -j2 dlm_gpu_smoke_tests dlm_gpu_tests cuda_train_bench
+ninja -C "$B" -j2 dlm_gpu_smoke_tests dlm_gpu_tests cuda_train_bench cuda_sample_bench
 D=$B/devcarry
 rm -rf "$D" && mkdir -p "$D/lib"
-cp "$B/tests/gpu/dlm_gpu_smoke_tests" "$B/tests/gpu/dlm_gpu_tests" "$B/benchmarks/train/cuda_train_bench" "$D/"
+cp "$B/tests/gpu/dlm_gpu_smoke_tests" "$B/tests/gpu/dlm_gpu_tests" "$B/benchmarks/train/cuda_train_bench" \
+  "$B/benchmarks/train/cuda_sample_bench" "$D/"
 for bin in "$D/dlm_gpu_tests" "$D/cuda_train_bench"; do
   ldd "$bin" | awk '/=>/{print $3}' | grep -E 'simdjson|hdf5|boost_program|libsz|libaec|libfmt|libopenblas|libgfortran|libquadmath|libsentencepiece|libutf8proc|libpcre2|libzstd|libdlm' | xargs -r -I{} cp -L {} "$D/lib/"
 done

@@ -14,7 +14,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def run(cmd, timeout):
     print("+", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  timed out after {timeout} s", flush=True)
+        return None
     sys.stdout.write(p.stderr[-3000:])
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -33,9 +37,9 @@ def main():
     args = ap.parse_args()
     rows = []
     for cfg in args.configs.split(","):
-        ours = run([args.bench, cfg, str(args.steps), "3"], 600)
+        ours = run([args.bench, cfg, str(args.steps), "3"], 180)
         ref = run([args.python, os.path.join(HERE, "torch_reference.py"), "train", "--config", cfg,
-                   "--steps", str(args.steps), "--warmup", "3"], 900)
+                   "--steps", str(args.steps), "--warmup", "3"], 330)
         rows.append((cfg, ours, ref))
     print("| model | dlm tokens/s | dlm MFU | dlm GiB | PyTorch tokens/s | PyTorch MFU | PyTorch GiB | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

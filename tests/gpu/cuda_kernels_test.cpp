@@ -105,7 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttentionCase{2, 100, 4, 2, 64, false}, AttentionCase{2, 100, 4, 2, 64, true},
                                            AttentionCase{1, 130, 2, 1, 128, false},
                                            AttentionCase{1, 130, 2, 2, 128, true},
-                                           AttentionCase{2, 40, 4, 2, 16, true}, AttentionCase{1, 64, 2, 1, 32, false}));
+                                           AttentionCase{2, 40, 4, 2, 16, true}, AttentionCase{1, 64, 2, 1, 32, false},
+                                           AttentionCase{3, 100, 4, 2, 32, true}, AttentionCase{3, 99, 4, 2, 32, false}));
 
 TEST(CrossEntropy, LossAndGradientOverTheRealVocabulary) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";

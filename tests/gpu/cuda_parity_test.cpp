@@ -4,7 +4,9 @@
 // agree within bf16 noise.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
@@ -67,37 +69,108 @@ struct Pair {
   }
 };
 
-void check_step(ObjectiveKind kind) {
-  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  auto c = small_config();
+// Compares one step on both backends; `causal` overrides the objective's attention when set.
+void check_batch(const ckpt::ModelConfig& c, ModelBatch b, const char* what) {
   Pair pair(c);
-  ObjectiveOptions o;
-  o.kind = kind, o.mask_token = 499, o.varilen_prob = 0;
-  const ModelBatch b = batch_for(o, 3, 100, 1);
   const double want = pair.cpu_loss(b), got = pair.gpu_loss(b);
-  EXPECT_NEAR(got, want, 1e-2 * std::abs(want)) << objective_kind_name(kind);
+  EXPECT_NEAR(got, want, 1e-2 * std::abs(want)) << what;
+  double worst = 1;
+  std::string worst_name;
   for (const auto& p : pair.model.parameters()) {
     const auto g = pair.gpu.export_gradient(p.spec.name), w = pair.model.export_gradient(p.spec.name);
-    EXPECT_GE(gpu_test::cosine(g, w), 0.999) << p.spec.name;
+    const double cos = gpu_test::cosine(g, w);
+    EXPECT_GE(cos, 0.999) << what << ": " << p.spec.name;
+    if (cos < worst) worst = cos, worst_name = p.spec.name;
   }
+  std::printf("[parity] %s: loss cpu %.6f gpu %.6f, worst cosine %.6f (%s)\n", what, want, got, worst,
+              worst_name.c_str());
+}
+
+void check_step(ObjectiveKind kind) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  ObjectiveOptions o;
+  o.kind = kind, o.mask_token = 499, o.varilen_prob = 0;
+  check_batch(small_config(), batch_for(o, 3, 100, 1), objective_kind_name(kind));
 }
 
 TEST(CudaParity, DiffusionStepMatchesCpuBackend) { check_step(ObjectiveKind::kDiffusion); }
 TEST(CudaParity, CausalStepMatchesCpuBackend) { check_step(ObjectiveKind::kAutoregressive); }
 
-TEST(CudaParity, HundredStepLossCurvesAgree) {
+// The attention mask alone flipped on each objective's batch, and a one-layer model: where a mismatch
+// appears tells which part disagrees.
+TEST(CudaParity, AttentionKindSwapped) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  ObjectiveOptions o;
+  o.mask_token = 499, o.varilen_prob = 0;
+  ModelBatch d = batch_for(o, 3, 100, 1);
+  d.causal = true;
+  check_batch(small_config(), d, "diffusion batch, causal attention");
+  o.kind = ObjectiveKind::kAutoregressive;
+  ModelBatch a = batch_for(o, 3, 100, 1);
+  a.causal = false;
+  check_batch(small_config(), a, "autoregressive batch, bidirectional attention");
+  auto one = small_config();
+  one.num_layers = 1;
+  check_batch(one, batch_for(o, 3, 100, 1), "one layer, autoregressive");
+  auto wide = small_config();
+  wide.kv_channels = 64, wide.num_query_groups = 4;
+  check_batch(wide, batch_for(o, 2, 128, 1), "head_dim 64, MHA, seq 128, autoregressive");
+}
+
+// Forward only: logits of every position against the CPU backend's; reports the worst row, so that a
+// disagreement confined to some positions (a tile edge, a causal prefix) shows where it is.
+void check_logits(const ckpt::ModelConfig& c, const ModelBatch& b, const char* what) {
+  Pair pair(c);
+  ModelInput in{b.batch, b.seq, b.input_ids, b.position_ids, {},
+                b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional};
+  const Tensor& t = pair.model.forward(in);
+  const auto cpu_all = pair.cpu->host_f32(t);
+  const auto gpu = pair.gpu.forward_logits(b.batch, b.seq, b.causal, b.input_ids, b.position_ids);
+  const std::int64_t V = c.vocab_size, P = c.padded_vocab_size();
+  double worst = 0;
+  std::int64_t worst_row = -1;
+  for (std::int64_t r = 0; r < b.batch * b.seq; ++r) {
+    std::vector<float> g(gpu.begin() + r * V, gpu.begin() + (r + 1) * V);
+    std::vector<double> w(cpu_all.begin() + r * P, cpu_all.begin() + r * P + V);
+    const double e = gpu_test::rel_error(g, w);
+    if (e > worst) worst = e, worst_row = r;
+  }
+  std::printf("[logits] %s: worst row %lld (batch %lld, position %lld) relative error %.5f\n", what,
+              static_cast<long long>(worst_row), static_cast<long long>(worst_row / b.seq),
+              static_cast<long long>(worst_row % b.seq), worst);
+  EXPECT_LT(worst, 2e-2) << what;
+}
+
+TEST(CudaParity, LogitsMatchCpuBackend) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  ObjectiveOptions o;
+  o.mask_token = 499, o.varilen_prob = 0;
+  check_logits(small_config(), batch_for(o, 3, 100, 1), "diffusion");
+  o.kind = ObjectiveKind::kAutoregressive;
+  check_logits(small_config(), batch_for(o, 3, 100, 1), "autoregressive");
+  ModelBatch a = batch_for(o, 3, 100, 1);
+  a.causal = false;
+  check_logits(small_config(), a, "autoregressive batch, bidirectional");
+  auto one = small_config();
+  one.num_layers = 1;
+  check_logits(one, batch_for(o, 3, 100, 1), "one layer, autoregressive");
+}
+
+// 100 AdamW steps on both backends from the same weights. Single micro-batch losses are noisy and two runs
+// that differ by bf16 rounding drift apart step by step, so the curves are compared as means over windows
+// of 10 steps.
+void check_curves(ObjectiveKind kind, double lr) {
   auto c = small_config();
   Pair pair(c);
   ObjectiveOptions o;
-  o.mask_token = 499, o.varilen_prob = 0;
+  o.kind = kind, o.mask_token = 499, o.varilen_prob = 0;
   AdamWOptions ao{0.9, 0.95, 1e-8, 0.1};
   AdamW host(ao);
-  std::vector<double> cpu, gpu;
+  std::vector<double> cpu(10, 0.0), gpu(10, 0.0);
   for (int step = 0; step < 100; ++step) {
-    const ModelBatch b = batch_for(o, 2, 64, 1000 + step);
-    cpu.push_back(pair.cpu_loss(b));
-    gpu.push_back(pair.gpu_loss(b));
+    const ModelBatch b = batch_for(o, 4, 64, 1000 + step);
+    cpu[step / 10] += pair.cpu_loss(b) / 10;
+    gpu[step / 10] += pair.gpu_loss(b) / 10;
     std::vector<ParamRef> refs;
     std::vector<std::span<float>> grads;
     for (auto& p : pair.model.parameters()) {
@@ -105,17 +178,25 @@ TEST(CudaParity, HundredStepLossCurvesAgree) {
       grads.push_back(refs.back().grad);
     }
     clip_grad_norm(grads, 1.0);
-    host.step(refs, 3e-3);
+    host.step(refs, lr);
     pair.model.zero_grad();
-    pair.gpu.adamw_step(ao, 3e-3, 1.0);
+    pair.gpu.adamw_step(ao, lr, 1.0);
     pair.gpu.zero_grad();
   }
-  EXPECT_LT(cpu.back(), 0.7 * cpu.front()) << "the reference did not learn: the test would prove nothing";
   double worst = 0;
-  for (std::size_t i = 0; i < cpu.size(); ++i) worst = std::max(worst, std::abs(gpu[i] - cpu[i]) / cpu[i]);
-  // Masked-diffusion losses of one micro-batch are noisy; bf16 rounding moves them by well under 5%.
-  EXPECT_LT(worst, 5e-2) << "first " << cpu.front() << " vs " << gpu.front() << ", last " << cpu.back() << " vs "
-                         << gpu.back();
+  for (std::size_t w = 0; w < cpu.size(); ++w) {
+    std::printf("[curve] %s steps %zu-%zu: cpu %.5f gpu %.5f\n", objective_kind_name(kind), 10 * w, 10 * w + 9,
+                cpu[w], gpu[w]);
+    worst = std::max(worst, std::abs(gpu[w] - cpu[w]) / cpu[w]);
+  }
+  EXPECT_LT(cpu.back(), 0.9 * cpu.front()) << "the reference did not learn: the test would prove nothing";
+  EXPECT_LT(worst, 3e-2) << objective_kind_name(kind);
+}
+
+TEST(CudaParity, HundredStepLossCurvesAgree) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  check_curves(ObjectiveKind::kAutoregressive, 1e-3);
+  check_curves(ObjectiveKind::kDiffusion, 1e-3);
 }
 
 }  // namespace

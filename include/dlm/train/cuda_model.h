@@ -49,6 +49,15 @@ class CudaModel {
   // Forward and backward of sum_i weights_i * CE_i over the real vocabulary; gradients accumulate (+=).
   // Returns the loss (double sum of the per-token terms).
   double forward_backward(const CudaBatch& batch);
+  // Forward only: fp32 logits [batch * seq, vocab_size] (bf16 values), for sampling and parity checks.
+  // positions may be empty (0..seq-1 per row).
+  std::vector<float> forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
+                                    std::span<const std::int32_t> ids, std::span<const std::int32_t> positions);
+  // Forward only, then per position the most likely token and its probability (fp32 softmax over the real
+  // vocabulary): the diffusion samplers' greedy x0 and confidence, with no logits leaving the device.
+  void greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
+                     std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
+                     std::vector<float>& confidence);
   void zero_grad();
   // Global-norm clipping (max_norm <= 0: none) then AdamW at lr, all on the device; returns the norm.
   double adamw_step(const AdamWOptions& options, double lr, double max_norm);
@@ -57,6 +66,9 @@ class CudaModel {
   std::size_t device_bytes() const;
 
  private:
+  // logits set: forward only, logits out; greedy set too: forward only, greedy tokens out and the
+  // confidences in *logits.
+  double step(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy = nullptr);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -149,7 +149,11 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     I.index[I.specs[i].name] = static_cast<int>(i);
     I.offset.push_back(I.total);
-    I.total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+    // The output layer's GEMMs run over the padded vocabulary: its rows past vocab_size exist (zero).
+    const bool out_rows = I.specs[i].name == (I.cfg.tie_word_embeddings ? "embedding.word_embeddings.weight"
+                                                                          : "output_layer.weight");
+    const std::int64_t n = out_rows ? I.cfg.padded_vocab_size() * I.cfg.hidden_size : I.numel(static_cast<int>(i));
+    I.total += (std::max(n, I.numel(static_cast<int>(i))) + kAlign - 1) / kAlign * kAlign;
   }
   I.emb = I.find("embedding.word_embeddings.weight");
   I.lnf = I.find("decoder.final_layernorm.weight");
@@ -168,6 +172,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
   I.m = I.alloc<float>(I.total, I.owned, I.bytes);
   I.v = I.alloc<float>(I.total, I.owned, I.bytes);
   I.w16 = I.alloc<bf16>(I.total, I.owned, I.bytes);
+  check_cuda(cudaMemsetAsync(I.w16, 0, sizeof(bf16) * I.total, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.master, 0, sizeof(float) * I.total, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.total, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.total, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "memset");
@@ -182,11 +188,14 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
     }
   I.rope_cos = I.alloc<float>(static_cast<std::int64_t>(c.size()), I.owned, I.bytes);
   I.rope_sin = I.alloc<float>(static_cast<std::int64_t>(c.size()), I.owned, I.bytes);
-  check_cuda(cudaMemcpy(I.rope_cos, c.data(), c.size() * 4, cudaMemcpyHostToDevice), "copy rope");
-  check_cuda(cudaMemcpy(I.rope_sin, s.data(), s.size() * 4, cudaMemcpyHostToDevice), "copy rope");
+  // Every copy goes through the model's own stream: it is non-blocking, so a cudaMemcpy on the legacy stream
+  // (which returns before a pageable upload lands) would not be ordered before the kernels that read it.
+  check_cuda(cudaMemcpyAsync(I.rope_cos, c.data(), c.size() * 4, cudaMemcpyHostToDevice, I.stream), "copy rope");
+  check_cuda(cudaMemcpyAsync(I.rope_sin, s.data(), s.size() * 4, cudaMemcpyHostToDevice, I.stream), "copy rope");
   I.adam_dev = I.alloc<AdamWTensor>(static_cast<std::int64_t>(I.specs.size()), I.owned, I.bytes);
   I.norm_partial = I.alloc<double>(grad_norm_partial_doubles(), I.owned, I.bytes);
   I.sumsq = I.alloc<double>(1, I.owned, I.bytes);
+  check_cuda(cudaStreamSynchronize(I.stream), "CudaModel");
 }
 
 CudaModel::~CudaModel() {
@@ -223,15 +232,16 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
   if (static_cast<std::int64_t>(values.size()) != I.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.numel(p), values.size()));
-  check_cuda(cudaMemcpy(I.F(p), values.data(), values.size() * 4, cudaMemcpyHostToDevice), "import");
+  check_cuda(cudaMemcpyAsync(I.F(p), values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
   I.refresh_bf16(p);
   synchronize();
 }
 
 namespace {
-std::vector<float> download(const float* src, std::int64_t n) {
+std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
   std::vector<float> out(static_cast<std::size_t>(n));
-  check_cuda(cudaMemcpy(out.data(), src, out.size() * 4, cudaMemcpyDeviceToHost), "export");
+  check_cuda(cudaMemcpyAsync(out.data(), src, out.size() * 4, cudaMemcpyDeviceToHost, stream), "export");
+  check_cuda(cudaStreamSynchronize(stream), "export");
   return out;
 }
 }  // namespace
@@ -240,14 +250,14 @@ std::vector<float> CudaModel::export_parameter(std::string_view name) const {
   const int p = impl_->find(std::string(name));
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
   synchronize();
-  return download(impl_->F(p), impl_->numel(p));
+  return download(impl_->F(p), impl_->numel(p), impl_->stream);
 }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
   const int p = impl_->find(std::string(name));
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
   synchronize();
-  return download(impl_->G(p), impl_->numel(p));
+  return download(impl_->G(p), impl_->numel(p), impl_->stream);
 }
 
 void CudaModel::zero_grad() {
@@ -276,7 +286,27 @@ double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) 
   return std::sqrt(sumsq);
 }
 
-double CudaModel::forward_backward(const CudaBatch& b) {
+double CudaModel::forward_backward(const CudaBatch& b) { return step(b, nullptr); }
+
+std::vector<float> CudaModel::forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
+                                             std::span<const std::int32_t> ids,
+                                             std::span<const std::int32_t> positions) {
+  const std::vector<std::int32_t> labels(ids.size(), 0);
+  const std::vector<float> weights(ids.size(), 0.0f);
+  std::vector<float> logits;
+  step({batch, seq, causal, ids, labels, positions, weights}, &logits);
+  return logits;
+}
+
+void CudaModel::greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
+                              std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
+                              std::vector<float>& confidence) {
+  const std::vector<std::int32_t> labels(ids.size(), 0);
+  const std::vector<float> weights(ids.size(), 0.0f);
+  step({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens);
+}
+
+double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy) {
   auto& I = *impl_;
   const auto& c = I.cfg;
   const std::int64_t n = b.batch * b.seq;
@@ -343,6 +373,35 @@ double CudaModel::forward_backward(const CudaBatch& b) {
   rmsnorm_forward(I.la.back().res2, I.tmp, I.res_f, I.F(I.lnf), I.hf, I.rstd_f, T, d, eps, st);
   check_cuda(cudaGetLastError(), "forward");
 
+  if (greedy) {
+    for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
+      gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+      // The labels and per-row loss columns are free in a forward-only pass.
+      cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(c.vocab_size), I.labels + c0, I.loss_rows + c0, st);
+    }
+    greedy->resize(static_cast<std::size_t>(n));
+    logits_out->resize(static_cast<std::size_t>(n));
+    check_cuda(cudaMemcpyAsync(greedy->data(), I.labels, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
+    check_cuda(cudaMemcpyAsync(logits_out->data(), I.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
+    synchronize();
+    return 0;
+  }
+  if (logits_out) {
+    const std::int64_t vocab = c.vocab_size;
+    std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
+    for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
+      gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+      check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), I.logits, V * sizeof(bf16),
+                                   vocab * sizeof(bf16), rows, cudaMemcpyDeviceToHost, st),
+                 "logits");
+      synchronize();
+    }
+    logits_out->resize(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) (*logits_out)[i] = __bfloat162float(host[i]);
+    return 0;
+  }
   // Output layer and loss, a chunk of rows at a time: logits, in-place CE gradient, then both GEMMs back.
   for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
     const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));

@@ -66,6 +66,10 @@ void embedding_backward(const float* dx, const int* uids, const int* starts, con
 void cross_entropy_forward_backward(bf16* logits, std::int64_t ld, const int* labels, const float* weights,
                                     float* loss, int rows, int vocab, cudaStream_t stream);
 
+// greedy.cu: per row, the argmax over the first `vocab` columns (first on ties) and its softmax probability.
+void greedy_tokens(const bf16* logits, std::int64_t ld, int rows, int vocab, int* token, float* confidence,
+                   cudaStream_t stream);
+
 // masking.cu: MegaDLMs' difflm-noshift noise drawn on the device with the host's counter-based stream
 // (philox.h, objective.h): for row b of clean inputs, t = U(kNoiseLevel, sample_b, 0); masked_j =
 // U(kNoiseMask, sample_b, j) < t, one forced position when none; input_j = mask_token where masked;
