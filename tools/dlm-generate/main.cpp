@@ -24,12 +24,14 @@ int main(int argc, char** argv) {
   double temperature = 0, top_p = 1;
   std::int64_t top_k = 0, max_new = 64, steps = 0, block = 0;
   int threads = 0;
+  std::size_t vocab_size = 0;
   bool no_eos_stop = false;
   po::options_description opts("dlm-generate: sample from a checkpoint (prompts from --prompt, else one per stdin line)");
   opts.add_options()
       ("load", po::value(&checkpoint)->required(), "dlm checkpoint folder or Hugging Face model folder")
       ("tokenizer-type", po::value(&tok.type)->default_value("HuggingFaceTokenizer"), "Megatron's tokenizer kind")
       ("tokenizer-model", po::value(&tok.model)->required(), "tokenizer file or folder")
+      ("vocab-size", po::value(&vocab_size), "NullTokenizer's vocabulary")
       ("prompt", po::value(&prompts)->multitoken(), "prompt(s); none: read stdin, one prompt per line")
       ("mode", po::value(&mode), "diffusion | ar (default: from the checkpoint's attention mask)")
       ("max-new-tokens", po::value(&max_new)->default_value(max_new), "tokens to generate (G)")
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
+    if (vocab_size > 0) tok.vocab_size = vocab_size;
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
     return 2;
@@ -100,7 +103,13 @@ int main(int argc, char** argv) {
       ar.seed = seed;
       out = train::ar_generate(model.logits, model.vocab, ids, ar);
     }
-    for (std::size_t i = 0; i < out.size(); ++i) fmt::print("{}{}\n", prompts[i], tokenizer->decode(out[i]));
+    // Prompt and continuation decoded together: tokenizers that join pieces (SentencePiece's word
+    // boundary, NullTokenizer's spaces) place the seam as they would inside one text.
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      std::vector<std::int32_t> all = ids[i];
+      all.insert(all.end(), out[i].begin(), out[i].end());
+      fmt::print("{}\n", tokenizer->decode(all));
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dlm-generate: {}\n", e.what());

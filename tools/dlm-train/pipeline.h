@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 
+#include "dlm/ckpt/model_config.h"
+#include "dlm/data/tokenizer.h"
 #include "dlm/train/trainer.h"
 #include "train_args.h"
 
@@ -17,6 +19,9 @@ struct ResumeState {
 };
 
 struct TrainingSetup {
+  ckpt::ModelConfig config;                   // the flags' (or --model-config's), vocabulary resolved
+  std::unique_ptr<data::Tokenizer> tokenizer;  // none without --tokenizer-type
+  std::shared_ptr<void> owned;                // the backend, the model and the split indices behind these
   std::unique_ptr<train::TrainableModel> model;
   std::unique_ptr<train::SampleSource> train, valid;
   std::optional<ResumeState> resume;  // from --load

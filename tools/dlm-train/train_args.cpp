@@ -136,7 +136,7 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (m.num_query_groups <= 0 || m.num_attention_heads % m.num_query_groups != 0)
     fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
                      m.num_attention_heads));
-  if (r.vocab_size > 0) m.vocab_size = r.vocab_size;
+  if (r.vocab_size > 0) m.vocab_size = r.vocab_size, a.vocab_size_given = true;
   if (r.mask_token >= 0) t.objective.mask_token = r.mask_token;
   if (!r.schedule.empty() && r.schedule != "llada")
     fail(fmt::format("--difflm-mask-schedule: '{}' is not llada", r.schedule));

@@ -23,6 +23,7 @@ struct TrainArgs {
   data::TokenizerOptions tokenizer;
   std::string save, load;              // --save, --load
   std::uint64_t seed = 1234;           // --seed
+  bool vocab_size_given = false;       // --vocab-size was set (else: the tokenizer's, or the model config's)
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
   int threads = 0;                     // --threads (0: all cores)
   bool help = false;

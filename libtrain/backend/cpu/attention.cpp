@@ -65,7 +65,7 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
   const float *pq = f32(q), *pk = f32(k), *pv = f32(v);
   const std::uint8_t* pvalid = key_valid.defined() ? u8(key_valid) : nullptr;
   float *po = f32(out), *plse = f32(lse);
-  parallel_for(s.b * s.g, 1, [&](std::int64_t first, std::int64_t last) {
+  parallel_blas_for(s.b * s.g, 1, [&](std::int64_t first, std::int64_t last) {
     std::vector<float> S(static_cast<std::size_t>(s.l * s.l));
     for (std::int64_t task = first; task < last; ++task) {
       const std::int64_t b = task / s.g, g = task % s.g;
@@ -110,7 +110,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   const float *pq = f32(q), *pk = f32(k), *pv = f32(v), *po = f32(out), *plse = f32(lse), *pdo = f32(dout);
   const std::uint8_t* pvalid = key_valid.defined() ? u8(key_valid) : nullptr;
   float *pdq = f32(dq), *pdk = f32(dk), *pdv = f32(dv);
-  parallel_for(s.b * s.g, 1, [&](std::int64_t first, std::int64_t last) {
+  parallel_blas_for(s.b * s.g, 1, [&](std::int64_t first, std::int64_t last) {
     std::vector<float> P(static_cast<std::size_t>(s.l * s.l)), dP(P.size());
     for (std::int64_t task = first; task < last; ++task) {
       const std::int64_t b = task / s.g, g = task % s.g;

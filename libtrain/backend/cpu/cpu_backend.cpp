@@ -89,6 +89,23 @@ void CpuBackend::parallel_for(std::int64_t n, std::int64_t grain,
   });
 }
 
+void CpuBackend::parallel_blas_for(std::int64_t n, std::int64_t grain,
+                                  const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (pool_.size() <= 1 || n <= grain) {
+    body(0, n);
+    return;
+  }
+  const int blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  try {
+    parallel_for(n, grain, body);
+  } catch (...) {
+    openblas_set_num_threads(blas_threads);
+    throw;
+  }
+  openblas_set_num_threads(blas_threads);
+}
+
 Tensor CpuBackend::alloc(std::vector<std::int64_t> shape, DType dtype) {
   if (dtype == DType::kBF16) fail("cpu backend: bf16 storage is not supported (the CPU backend is fp32)");
   std::int64_t n = 1;

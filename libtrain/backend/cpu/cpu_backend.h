@@ -51,6 +51,9 @@ class CpuBackend final : public Backend {
 
   // body(begin, end) over [0, n) on the pool; small n runs inline (thread hand-off costs more).
   void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
+  // parallel_for over a body that calls BLAS: OpenBLAS runs single-threaded meanwhile, because its own
+  // threads fighting the pool's for the cores spun 85% of a training step away in exec_blas_async.
+  void parallel_blas_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
 
  private:
   ThreadPool pool_;

@@ -1,0 +1,236 @@
+// dlm-train's wiring: tokenizer -> model config -> sample indices -> model (CPU backend) -> resume.
+// Every check runs before the first parameter is allocated, so a bad run fails in milliseconds.
+#include "pipeline.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "dlm/ckpt/checkpoint.h"
+#include "dlm/ckpt/hf.h"
+#include "dlm/common/error.h"
+#include "dlm/common/log.h"
+#include "dlm/data/blend_args.h"
+#include "dlm/data/sample_reader.h"
+#include "dlm/train/model.h"
+#include "dlm/train/model_adapters.h"
+#include "dlm/train/train_checkpoint.h"
+
+namespace dlm::tools {
+namespace {
+
+// One split's samples (GPTDataset or BlendedDataset) as the trainer reads them: seq_length + 1 raw
+// tokens. Megatron pads only past the very end of the data; a padded position reads as id 0, its
+// embedding-safe value.
+class SplitSource final : public train::SampleSource {
+ public:
+  explicit SplitSource(std::shared_ptr<const data::SplitDataset> split)
+      : split_(std::move(split)), reader_(*split_, data::SampleOptions{}) {}
+  std::uint64_t size() const override { return reader_.size(); }
+  void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
+    thread_local std::vector<std::int32_t> raw;
+    reader_.raw_tokens(static_cast<std::size_t>(index), raw);
+    if (raw.size() != tokens.size())
+      fail(fmt::format("sample {}: {} tokens, the trainer wants {} (--seq-length + 1)", index, raw.size(), tokens.size()));
+    for (std::size_t i = 0; i < raw.size(); ++i) tokens[i] = raw[i] < 0 ? 0 : raw[i];
+  }
+
+ private:
+  std::shared_ptr<const data::SplitDataset> split_;
+  data::SampleReader reader_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(fmt::format("{}: cannot open the model config", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A Hugging Face config.json names its model_type; dlm's own JSON has no such field.
+ckpt::ModelConfig model_config_file(const std::string& path, int divisible_by) {
+  const std::string text = read_text(path);
+  if (text.find("\"model_type\"") != std::string::npos) return ckpt::model_config_from_hf_json(text, path, divisible_by);
+  return ckpt::model_config_from_json(text, path);
+}
+
+// The largest id in a dataset's .bin: a model whose vocabulary is smaller would index past its
+// embedding table, so this is checked before training rather than found as a crash.
+std::int64_t max_token(const data::IndexedDataset& d) {
+  const auto bytes = d.bin_bytes();
+  std::int64_t best = -1;
+  auto scan = [&](auto zero) {
+    using T = decltype(zero);
+    const std::size_t n = bytes.size() / sizeof(T);
+    T m = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+      m = std::max(m, v);
+    }
+    best = static_cast<std::int64_t>(m);
+  };
+  switch (d.dtype()) {
+    case data::DType::kUInt8: scan(std::uint8_t{}); break;
+    case data::DType::kUInt16: scan(std::uint16_t{}); break;
+    case data::DType::kInt16: scan(std::int16_t{}); break;
+    case data::DType::kInt32: scan(std::int32_t{}); break;
+    case data::DType::kInt64: scan(std::int64_t{}); break;
+    default: fail(fmt::format("{}: token dtype {} is not an integer type", data::idx_path(d.prefix()), data::dtype_name(d.dtype())));
+  }
+  return best;
+}
+
+void resolve_model_config(TrainArgs& args, TrainingSetup& setup) {
+  ckpt::ModelConfig& m = args.model;
+  if (!args.model_config_file.empty()) {
+    const ckpt::AttentionMask mask = m.attention_mask;
+    m = model_config_file(args.model_config_file, m.make_vocab_size_divisible_by);
+    m.attention_mask = mask;  // the objective's flags decide the attention
+    if (args.trainer.seq_length > m.max_position_embeddings)
+      fail(fmt::format("--seq-length {} is longer than {}'s max_position_embeddings {}", args.trainer.seq_length,
+                       args.model_config_file, m.max_position_embeddings));
+  } else if (!args.vocab_size_given) {
+    if (!setup.tokenizer) fail("the vocabulary is unknown: give --vocab-size, --tokenizer-type/--tokenizer-model or --model-config");
+    m.vocab_size = static_cast<std::int64_t>(setup.tokenizer->vocab_size());
+  }
+  auto& objective = args.trainer.objective;
+  if (objective.kind != train::ObjectiveKind::kAutoregressive) {
+    if (objective.mask_token < 0 && m.mask_token_id) objective.mask_token = *m.mask_token_id;
+    if (objective.mask_token < 0 && setup.tokenizer && setup.tokenizer->special_ids().mask)
+      objective.mask_token = *setup.tokenizer->special_ids().mask;
+    if (objective.mask_token < 0)
+      fail("a diffusion objective needs a mask token: give --mask-token, or a tokenizer with <|mask_token|>");
+    if (objective.mask_token >= m.vocab_size)
+      fail(fmt::format("--mask-token {} is outside the vocabulary of {} ids", objective.mask_token, m.vocab_size));
+    m.mask_token_id = objective.mask_token;
+  }
+  if (setup.tokenizer) {
+    const auto& s = setup.tokenizer->special_ids();
+    if (!m.eos_token_id) m.eos_token_id = s.eos ? s.eos : s.eod;
+    if (!m.bos_token_id && s.bos) m.bos_token_id = s.bos;
+    if (!m.pad_token_id && s.pad) m.pad_token_id = s.pad;
+  }
+  train::Model::check_config(m);
+  setup.config = m;
+}
+
+struct Splits {
+  std::array<std::optional<data::SplitDataset>, 3> splits;
+};
+
+void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Splits>& keep) {
+  data::MegatronDataArgs d;
+  d.data_path = args.data_path;
+  d.split = args.split;
+  d.seq_length = static_cast<std::int32_t>(args.trainer.seq_length);
+  d.train_iters = args.trainer.train_iters;
+  d.global_batch_size = args.trainer.global_batch_size;
+  d.eval_iters = args.trainer.eval_iters;
+  // Megatron sizes the validation split by its eval interval; without one, evaluate() never runs, and one
+  // round of eval_iters batches is enough to check the split is buildable.
+  d.eval_interval = args.trainer.eval_interval > 0 ? args.trainer.eval_interval : args.trainer.train_iters + 1;
+  d.seed = static_cast<std::uint32_t>(args.seed);
+  if (!args.data_cache_path.empty()) d.data_cache_path = args.data_cache_path;
+  keep = std::make_shared<Splits>();
+  keep->splits = data::build_datasets(data::builder_config(d));
+  auto& train = keep->splits[0];
+  if (!train || train->size() == 0) fail(fmt::format("--split {}: the training split is empty", args.split));
+  // The split holds shared pointers of the datasets; the aliasing pointer keeps `keep` alive.
+  setup.train = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*train));
+  if (args.trainer.eval_interval > 0) {
+    auto& valid = keep->splits[1];
+    if (!valid || valid->size() == 0)
+      fail(fmt::format("--eval-interval {} needs validation data, and --split {} leaves none", args.trainer.eval_interval,
+                       args.split));
+    setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
+  }
+  std::int64_t largest = -1;
+  std::string where;
+  for (const auto& split : keep->splits)
+    if (split)
+      for (const auto& gpt : split->datasets) {
+        const std::int64_t m = max_token(gpt->dataset());
+        if (m > largest) largest = m, where = data::bin_path(gpt->prefix());
+      }
+  if (largest >= setup.config.vocab_size)
+    fail(fmt::format("{}: the data holds token id {}, but the vocabulary has {} ids (--vocab-size or the tokenizer)",
+                     where, largest, setup.config.vocab_size));
+}
+
+struct ModelOwner {
+  std::unique_ptr<train::Backend> backend;
+  std::unique_ptr<train::Model> model;
+  std::shared_ptr<Splits> splits;
+};
+
+}  // namespace
+
+TrainingSetup prepare_training(TrainArgs& args) {
+  TrainingSetup setup;
+  if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  resolve_model_config(args, setup);
+  auto& t = args.trainer;
+  if (t.eod_mask_loss) {
+    if (!setup.tokenizer) fail("--eod-mask-loss needs --tokenizer-type (the eod id)");
+    t.eod_token = setup.tokenizer->eod();
+  }
+  if (args.bf16) log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  auto owner = std::make_shared<ModelOwner>();
+  open_data(args, setup, owner->splits);
+
+  // The checkpoint's config before the model: one that disagrees is reported before any allocation.
+  if (!args.load.empty()) {
+    if (!std::filesystem::exists(args.load)) fail(fmt::format("--load {}: no such folder", args.load));
+    const ckpt::CheckpointReader reader(args.load);
+    train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
+  }
+  owner->backend = train::make_cpu_backend(args.threads);
+  owner->model = std::make_unique<train::Model>(setup.config, *owner->backend);
+  setup.model = train::make_trainable_model(*owner->model);
+  if (!args.load.empty()) {
+    const auto params = setup.model->parameters();
+    train::TrainCheckpoint checkpoint = train::load_train_checkpoint(args.load, params, t.adam);
+    train::restore_weights(checkpoint, params);
+    setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};
+    log::info("resuming {} at iteration {}", checkpoint.dir, setup.resume->progress.iteration);
+  } else {
+    owner->model->init(args.seed);
+  }
+  log::info("model: {} layers, hidden {}, {} parameters, vocabulary {} (padded {}), {} attention",
+            setup.config.num_layers, setup.config.hidden_size, owner->model->parameter_count(), setup.config.vocab_size,
+            setup.config.padded_vocab_size(),
+            setup.config.attention_mask == ckpt::AttentionMask::kCausal ? "causal" : "bidirectional");
+  setup.unigram_entropy = train::unigram_entropy(*setup.train, t.seq_length, 256);
+  setup.owned = owner;
+  return setup;
+}
+
+void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
+                              const train::AdamW& optimizer) {
+  std::string data;
+  for (const auto& p : args.data_path) data += (data.empty() ? "" : " ") + p;
+  const std::map<std::string, std::string> run = {
+      {"data_path", data},
+      {"split", args.split},
+      {"seq_length", std::to_string(args.trainer.seq_length)},
+      {"global_batch_size", std::to_string(args.trainer.global_batch_size)},
+      {"micro_batch_size", std::to_string(args.trainer.micro_batch_size)},
+      {"train_iters", std::to_string(args.trainer.train_iters)},
+      {"seed", std::to_string(args.seed)},
+      {"objective", std::string(train::objective_kind_name(args.trainer.objective.kind))},
+      {"tokenizer_type", args.tokenizer.type},
+      {"tokenizer_model", args.tokenizer.model},
+  };
+  const auto params = setup.model->parameters();
+  train::save_train_checkpoint(args.save, setup.config, params, optimizer, progress, run);
+}
+
+}  // namespace dlm::tools
