@@ -1,20 +1,45 @@
 // Encode throughput of one dlm tokenizer over a documents file (records: u32 byte length, bytes),
 // with N threads taking documents in turn. Prints one JSON line: MB/s of the best of --repeat
-// passes, and the id count (which the Python side checks against the peers').
+// passes, the id count (which the Python side checks against the peers'), and for a SentencePiece
+// model the encoder it took (--sentencepiece-library forces libsentencepiece's).
 //
 //   tokenize_bench --threads N --repeat R DOCS <tokenize_tool flags: --type ... --model ...>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../../libdata/tokenize/kinds.h"
 #include "dlm/data/tokenizer.h"
+
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) try {
   dlm::data::TokenizerOptions o;
   int threads = 1, repeat = 3;
+  bool sp_library = false;
   std::string docs_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -26,6 +51,7 @@ int main(int argc, char** argv) try {
     else if (a == "--vocab-file") o.vocab_file = v, ++i;
     else if (a == "--merge-file") o.merge_file = v, ++i;
     else if (a == "--tiktoken-pattern") o.tiktoken_pattern = v, ++i;
+    else if (a == "--sentencepiece-library") sp_library = true;
     else docs_path = a;
   }
   std::ifstream in(docs_path, std::ios::binary);
@@ -37,7 +63,7 @@ int main(int argc, char** argv) try {
     in.read(docs.back().data(), n);
     bytes += n;
   }
-  const auto tokenizer = dlm::data::make_tokenizer(o);
+  const auto tokenizer = sp_library ? dlm::data::tok::make_sentencepiece_tokenizer(o, false) : dlm::data::make_tokenizer(o);
   double best = 1e30;
   std::size_t ids = 0;
   for (int r = 0; r < repeat; ++r) {
@@ -58,7 +84,8 @@ int main(int argc, char** argv) try {
     ids = 0;
     for (auto c : counts) ids += c;
   }
-  std::cout << "{\"mb_per_s\": " << bytes / 1e6 / best << ", \"ids\": " << ids << ", \"bytes\": " << bytes << "}\n";
+  std::cout << "{\"mb_per_s\": " << bytes / 1e6 / best << ", \"ids\": " << ids << ", \"bytes\": " << bytes
+            << ", \"encoder\": \"" << json_escape(dlm::data::tok::sentencepiece_encoder(*tokenizer)) << "\"}\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "tokenize_bench: " << e.what() << "\n";

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dlm/data/tokenizer.h"
 
@@ -11,6 +12,11 @@ std::unique_ptr<Tokenizer> make_null_tokenizer(const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> make_hf_tokenizer(const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> make_tiktokenizer(const TokenizerOptions& options);
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const TokenizerOptions& options);
+// `native` false keeps every encode in libsentencepiece (tests compare the two encoders).
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const TokenizerOptions& options, bool native = true);
+
+// How a SentencePiece tokenizer encodes: "native BPE", or "libsentencepiece: <why not native>";
+// empty for the other kinds.
+std::string sentencepiece_encoder(const Tokenizer& t);
 
 }  // namespace dlm::data::tok

@@ -1,28 +1,72 @@
-// SentencePieceTokenizer / Llama2Tokenizer: a .model file through libsentencepiece itself, as
-// megatron-core's SentencePieceTokenizer does (encode_as_ids: no bos/eos added; eod = eos).
+// SentencePieceTokenizer / Llama2Tokenizer: a .model file, as megatron-core's SentencePieceTokenizer
+// encodes it (encode_as_ids: no bos/eos added; eod = eos).
+//
+// libsentencepiece always loads the file (it validates it and decodes). Encoding goes through dlm's
+// native SentencePiece BPE (sentencepiece_bpe.h) when the model is one it reproduces exactly, and
+// through libsentencepiece otherwise: Debian's 0.1.97 encodes BPE at 0.6x the speed of the 0.2.x
+// that the Python package bundles, which the native encoder was written to close.
 #include <sentencepiece_processor.h>
+
+#include <cstring>
+#include <optional>
 
 #include "dlm/common/error.h"
 #include "kinds.h"
+#include "sentencepiece_bpe.h"
+#include "sentencepiece_model.h"
 #include "text.h"
 
 namespace dlm::data::tok {
 namespace {
 
+using Type = SentencePieceModel::PieceType;
+
+// Whether the pieces read from the proto are the ones libsentencepiece loaded (they must be; a
+// difference would mean the proto was read wrongly here, so the native encoder is not used).
+bool same_pieces(const SentencePieceModel& m, const sentencepiece::SentencePieceProcessor& sp) {
+  if (static_cast<std::size_t>(sp.GetPieceSize()) != m.pieces.size()) return false;
+  for (std::size_t i = 0; i < m.pieces.size(); ++i) {
+    const int id = static_cast<int>(i);
+    const auto& p = m.pieces[i];
+    const float score = sp.GetScore(id);
+    if (sp.IdToPiece(id) != p.piece || std::memcmp(&score, &p.score, sizeof score) != 0 ||
+        sp.IsUnknown(id) != (p.type == Type::kUnknown) || sp.IsControl(id) != (p.type == Type::kControl) ||
+        sp.IsByte(id) != (p.type == Type::kByte) || sp.IsUnused(id) != (p.type == Type::kUnused))
+      return false;
+  }
+  return true;
+}
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  SentencePieceTokenizer(const std::string& path, std::string kind) : kind_(std::move(kind)) {
+  SentencePieceTokenizer(const std::string& path, std::string kind, bool allow_native) : kind_(std::move(kind)) {
     const auto status = sp_.Load(path);
     if (!status.ok()) fail_at(path, "not a SentencePiece model: " + status.ToString());
     auto role = [&](int id) { return id >= 0 ? std::optional<std::int32_t>(id) : std::nullopt; };
     ids_.bos = role(sp_.bos_id());
     ids_.eos = ids_.eod = role(sp_.eos_id());
     ids_.pad = role(sp_.pad_id());
+
+    const SentencePieceModel model = parse_sentencepiece_model(sp_.serialized_model_proto(), path);
+    if (!allow_native) {
+      encoder_ = "libsentencepiece: the native encoder was turned off";
+    } else if (auto why = SentencePieceBpe::unsupported(model)) {
+      encoder_ = "libsentencepiece: " + *why;
+    } else if (!same_pieces(model, sp_)) {
+      encoder_ = "libsentencepiece: the pieces read from the proto differ from libsentencepiece's";
+    } else {
+      native_.emplace(model);
+      encoder_ = "native BPE";
+    }
   }
 
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
     std::string repaired;
     if (!valid_utf8(text)) text = repaired = repair_utf8(text);
+    if (native_) {
+      native_->encode(text, out);
+      return;
+    }
     std::vector<int> ids;
     const auto status = sp_.Encode(absl::string_view(text.data(), text.size()), &ids);
     if (!status.ok()) fail("SentencePiece encode failed: " + status.ToString());
@@ -40,18 +84,26 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::size_t vocab_size() const override { return static_cast<std::size_t>(sp_.GetPieceSize()); }
   const SpecialIds& special_ids() const override { return ids_; }
   std::string_view kind() const override { return kind_; }
+  const std::string& encoder() const { return encoder_; }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
+  std::optional<SentencePieceBpe> native_;
+  std::string encoder_;
   SpecialIds ids_;
   std::string kind_;
 };
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const TokenizerOptions& o) {
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const TokenizerOptions& o, bool native) {
   if (o.model.empty()) fail(o.type + " needs --tokenizer-model (a SentencePiece .model file)");
-  return std::make_unique<SentencePieceTokenizer>(o.model, o.type);
+  return std::make_unique<SentencePieceTokenizer>(o.model, o.type, native);
+}
+
+std::string sentencepiece_encoder(const Tokenizer& t) {
+  const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&t);
+  return sp ? sp->encoder() : std::string();
 }
 
 }  // namespace dlm::data::tok

@@ -3,7 +3,10 @@
 // as (u32 count, int32 ids).
 //
 //   tokenize_tool [--type T] [--model M] [--vocab-file F] [--merge-file F] [--tiktoken-pattern P]
-//                 [--vocab-size N] [--include-special] [--threads N] encode|decode|info [IN OUT]
+//                 [--vocab-size N] [--include-special] [--threads N] [--sentencepiece-library]
+//                 encode|decode|info [IN OUT]
+// --sentencepiece-library keeps a SentencePiece model's encodes in libsentencepiece; `info` says which
+// encoder a SentencePiece model takes ("encoder").
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -14,6 +17,7 @@
 
 #include "dlm/common/error.h"
 #include "dlm/data/tokenizer.h"
+#include "../../libdata/tokenize/kinds.h"
 
 namespace {
 
@@ -50,6 +54,7 @@ void put_optional(nlohmann::json& j, const char* key, const std::optional<std::i
 int main(int argc, char** argv) try {
   dlm::data::TokenizerOptions o;
   int threads = 1;
+  bool sp_library = false;
   std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -65,9 +70,10 @@ int main(int argc, char** argv) try {
     else if (a == "--vocab-size") o.vocab_size = std::stoul(value());
     else if (a == "--include-special") o.hf_include_special_tokens = true;
     else if (a == "--threads") threads = std::stoi(value());
+    else if (a == "--sentencepiece-library") sp_library = true;
     else rest.push_back(a);
   }
-  const auto tokenizer = dlm::data::make_tokenizer(o);
+  const auto tokenizer = sp_library ? dlm::data::tok::make_sentencepiece_tokenizer(o, false) : dlm::data::make_tokenizer(o);
   if (rest.empty() || rest[0] == "info") {
     const auto& s = tokenizer->special_ids();
     nlohmann::json j;
@@ -78,6 +84,7 @@ int main(int argc, char** argv) try {
     put_optional(j, "eos", s.eos);
     put_optional(j, "pad", s.pad);
     put_optional(j, "mask", s.mask);
+    if (const auto e = dlm::data::tok::sentencepiece_encoder(*tokenizer); !e.empty()) j["encoder"] = e;
     std::cout << j.dump() << "\n";
     return 0;
   }
