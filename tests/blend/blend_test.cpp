@@ -1,8 +1,11 @@
 // GPTDataset / BlendedDataset indices against values printed by megatron-core 0.16.1 (its
 // helpers_cpp, _build_document_index, _build_shuffle_index, normalize, parse_and_normalize_split),
 // the sample reader on hand-made data, and every bad input of issue 5 as a one-line error.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -237,6 +240,21 @@ TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   const auto bad = write("bad", {10, 10});
   fs::resize_file(bad + ".idx", 12);
   expect_error([&] { build_datasets(config({bad}, 8)); }, {"bad.idx"});
+  // Missing .bin beside its .idx.
+  const auto nobin = write("nobin", {10, 10});
+  fs::remove(nobin + ".bin");
+  expect_error([&] { build_datasets(config({nobin}, 8)); }, {"nobin.bin"});
+  // Corrupt .idx: wrong magic.
+  const auto magic = write("magic", {10, 10});
+  {
+    std::fstream f(magic + ".idx", std::ios::in | std::ios::out | std::ios::binary);
+    f.write("XXIDIDX", 7);
+  }
+  expect_error([&] { build_datasets(config({magic}, 8)); }, {"magic.idx"});
+  // Corrupt .bin: shorter than the .idx says.
+  const auto short_bin = write("short", {10, 10});
+  fs::resize_file(short_bin + ".bin", 30);
+  expect_error([&] { build_datasets(config({short_bin}, 8)); }, {"short"});
   // Weights <= 0 or not numbers.
   expect_error([&] { build_datasets(config({"0 " + a + " 1 " + a}, 8)); }, {"--data-path", "weight '0'", "> 0"});
   expect_error([&] { build_datasets(config({"-1 " + a + " 1 " + a}, 8)); }, {"--data-path", "weight '-1'"});
@@ -245,6 +263,14 @@ TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   // Splits summing to 0.
   expect_error([&] { parse_split("0,0,0"); }, {"--split '0,0,0'", "sum to 0"});
   expect_error([&] { parse_split("1,2,3,4"); }, {"4 parts"});
+  auto zero_split = config({a}, 8);
+  zero_split.split = "0, 0, 0";
+  expect_error([&] { build_datasets(zero_split); }, {"--split '0, 0, 0'", "sum to 0"});
+  // A split left without documents (megatron-core loops forever on it).
+  const auto twenty = write("twenty", std::vector<int>(20, 10));
+  auto empty_test = config({twenty}, 8);
+  empty_test.split = "969,30,1";
+  expect_error([&] { build_datasets(empty_test); }, {"twenty.idx", "test split holds no sequences"});
   // Mismatched dtypes.
   expect_error([&] { build_datasets(config({"1 " + a + " 1 " + b16}, 8)); }, {"b.idx", "uint16", "int32"});
   // A sequence length longer than the whole dataset.
@@ -255,6 +281,34 @@ TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   m.seq_length = 8;
   m.global_batch_size = 1;
   expect_error([&] { builder_config(m); }, {"--train-samples", "--train-iters"});
+}
+
+// The tool reports each of these on one line of stderr and exits 1.
+TEST_F(BlendFiles, ToolPrintsOneLineErrors) {
+  const std::string tool = std::string(DLM_BINARY_DIR) + "/tools/dlm-blend/dlm-blend";
+  if (!fs::exists(tool)) GTEST_SKIP() << tool << " is not built";
+  const auto a = write("a", {30, 40, 50});
+  const std::string common = " --train-samples 10 --global-batch-size 1 --eval-iters 0 --data-cache-path " +
+                             (dir_ / "cache").string();
+  const std::pair<std::string, std::string> cases[] = {
+      {"--seq-length 8 --data-path " + (dir_ / "nope").string() + " --split 1,0,0", "nope.idx"},
+      {"--seq-length 8 --data-path '0 " + a + " 1 " + a + "' --split 1,0,0", "weight '0'"},
+      {"--seq-length 8 --data-path 'one " + a + " 1 " + a + "' --split 1,0,0", "not a number"},
+      {"--seq-length 8 --data-path " + a + " --split 0,0,0", "sum to 0"},
+      {"--data-path " + a + " --split 1,0,0 --seq-length 500", "sequence length longer than the dataset"},
+  };
+  for (const auto& [flags, expect] : cases) {
+    const std::string cmd = tool + " build" + common + " " + flags + " 2>&1 >/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string err;
+    char buf[512];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) err.append(buf, n);
+    const int status = ::pclose(p);
+    EXPECT_EQ(WEXITSTATUS(status), 1) << cmd;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find(expect), std::string::npos) << "'" << expect << "' not in: " << err;
+  }
 }
 
 }  // namespace

@@ -40,6 +40,10 @@ TOKENIZER = NullTokenizer(VOCAB)
 EOD = TOKENIZER.eod
 c = Checks()
 root = workdir("blend")
+# BlendedDataset asks torch.distributed for its rank: one process, gloo, rendezvous through a file.
+import torch.distributed  # noqa: E402
+
+torch.distributed.init_process_group("gloo", init_method=f"file://{root}/rendezvous", rank=0, world_size=1)
 
 
 def make_dataset(name, docs, rng, dtype):
@@ -55,7 +59,7 @@ def make_dataset(name, docs, rng, dtype):
 
 
 rng = np.random.default_rng(5)
-A = make_dataset("a", 300, rng, np.uint16)
+A = make_dataset("a", 600, rng, np.uint16)  # 969,30,1 leaves the test split 1 document
 B = make_dataset("b", 120, rng, np.uint16)
 C = make_dataset("c", 500, rng, np.uint16)
 BIG = make_dataset("big", 900, rng, np.uint16)  # for seq 2048
@@ -145,8 +149,12 @@ def parse_sample(text):
     return out
 
 
+# `interop_blend.py NAME...` runs only the named cases.
+only = set(sys.argv[1:])
 seen = {"multi_epoch": 0, "separate_final": 0, "one_epoch_multi": 0}
 for k in CASES:
+    if only and k["name"] not in only:
+        continue
     name = k["name"]
     dm, dd = os.path.join(root, name, "megatron"), os.path.join(root, name, "dlm")
     splits = megatron_build(k, dm)
@@ -199,6 +207,8 @@ for k in CASES:
 
 c.check(seen["multi_epoch"] > 0, "no case built more than one epoch")
 c.check(seen["separate_final"] > 0, "no case took the separate-final-epoch path")
+c.check(seen["multi_epoch"] > seen["separate_final"], "no multi-epoch case shuffled its final epoch with the others")
 print(f"grid: {seen['multi_epoch']} multi-epoch datasets, {seen['separate_final']} with a separate final epoch")
+torch.distributed.destroy_process_group()
 shutil.rmtree(root, ignore_errors=True)
 c.finish()
