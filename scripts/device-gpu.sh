@@ -25,16 +25,10 @@ if [[ $WHAT == *tests* ]]; then
   timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
 fi
 if [[ $WHAT == *profile* ]]; then
-  echo "== profile (one 350m step)"
-  NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-  if [ -n "$NSYS" ]; then
-    timeout 240 "$NSYS" profile -o "$OUT/step350m" --force-overwrite true "$C/cuda_train_bench" 350m 2 1 > "$OUT/nsys.log" 2>&1
-    timeout 120 "$NSYS" stats --report cuda_gpu_kern_sum --format csv "$OUT/step350m.nsys-rep" > "$OUT/kernels.csv" 2>&1
-    rm -f "$OUT"/step350m.*
-    head -25 "$OUT/kernels.csv" | cut -c1-220
-  else
-    echo "no nsys"
-  fi
+  for cfg in ${CONFIGS//,/ }; do
+    echo "== phase times ($cfg, DLM_CUDA_PROFILE=1: events after each phase, so the step is slower than unprofiled)"
+    DLM_CUDA_PROFILE=1 timeout 240 "$C/cuda_train_bench" "$cfg" 3 2 2>&1 | tee -a "$OUT/profile.log"
+  done
 fi
 if [[ $WHAT == *bench* ]]; then
   echo "== benchmark"

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
     };
     for (int i = 0; i < warmup; ++i) step(static_cast<std::uint64_t>(i));
     model.synchronize();
+    (void)model.profile_report();  // the warm-up steps' times are not reported
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step(static_cast<std::uint64_t>(warmup + i));
     model.synchronize();
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
         "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, \"peak_gib\": %.2f}\n",
         argv[1], s.batch, s.seq, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
         double(model.device_bytes()) / (1ull << 30));
+    if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_train_bench: %s\n", e.what());
     return 1;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,9 @@ class CudaModel {
   void synchronize() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;
+  // With DLM_CUDA_PROFILE=1: GPU time per phase (GEMMs, attention, norms...) over the steps since the last
+  // report; otherwise a header line only.
+  std::string profile_report();
 
  private:
   // logits set: forward only, logits out; greedy set too: forward only, greedy tokens out and the

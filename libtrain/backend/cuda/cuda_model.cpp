@@ -15,6 +15,7 @@
 #include "dlm/common/error.h"
 #include "gemm.h"
 #include "kernels.h"
+#include "phase_timer.h"
 
 namespace dlm::train {
 
@@ -36,6 +37,7 @@ struct LayerActs {
 }  // namespace
 
 struct CudaModel::Impl {
+  PhaseTimer timer;
   ckpt::ModelConfig cfg;
   std::vector<ckpt::TensorSpec> specs;
   std::vector<std::int64_t> offset;
@@ -212,6 +214,8 @@ std::int64_t CudaModel::parameter_count() const {
   for (std::size_t i = 0; i < impl_->specs.size(); ++i) n += impl_->numel(static_cast<int>(i));
   return n;
 }
+std::string CudaModel::profile_report() { return impl_->timer.report(); }
+
 std::size_t CudaModel::device_bytes() const { return impl_->bytes + impl_->act_bytes; }
 void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
 
@@ -276,9 +280,12 @@ double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) 
                              I.stream),
              "adamw list");
   const int n = static_cast<int>(list.size());
+  I.timer.start(I.stream);
   grad_sumsq(I.adam_dev, n, I.norm_partial, I.sumsq, I.stream);
   cuda::adamw_step(I.adam_dev, n, I.sumsq, max_norm, static_cast<float>(lr), static_cast<float>(o.beta1),
              static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps, I.stream);
+  I.timer.mark("grad norm + adamw", I.stream);
+  I.timer.finish();
   check_cuda(cudaGetLastError(), "adamw");
   double sumsq = 0;
   check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
@@ -354,23 +361,36 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
   auto& gm = *I.gemm;
   const float* no_norm = nullptr;
 
+  auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
+  I.timer.start(st);
   embedding_forward(I.ids, I.W(I.emb), I.la[0].res1, T, d, st);
+  mark("embedding fwd");
   for (int l = 0; l < c.num_layers; ++l) {
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = I.la[static_cast<std::size_t>(l)];
     if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
     else rmsnorm_forward(I.la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
+    mark("rmsnorm fwd");
     gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+    mark("gemm qkv fwd");
     qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
                          P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, st);
+    mark("qk-norm+rope fwd");
     attention_forward(as, A.qkv_rot, A.att, A.lse, st);
+    mark("attention fwd");
     gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp, false, d, 0, st);
+    mark("gemm proj fwd");
     rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), A.h2, A.rstd2, T, d, eps, st);
+    mark("rmsnorm fwd");
     gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
+    mark("gemm fc1 fwd");
     swiglu_forward(A.gu, A.act, T, F, st);
+    mark("swiglu fwd");
     gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp, false, d, 0, st);
+    mark("gemm fc2 fwd");
   }
   rmsnorm_forward(I.la.back().res2, I.tmp, I.res_f, I.F(I.lnf), I.hf, I.rstd_f, T, d, eps, st);
+  mark("rmsnorm fwd");
   check_cuda(cudaGetLastError(), "forward");
 
   if (greedy) {
@@ -406,33 +426,48 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
   for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
     const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
     gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+    mark("gemm logits fwd");
     cross_entropy_forward_backward(I.logits, V, I.labels + c0, I.weights + c0, I.loss_rows + c0, rows,
                                    static_cast<int>(c.vocab_size), st);
+    mark("cross-entropy");
     gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, I.dh + c0 * d, false, d, 0, st);
     gm.run(true, false, V, d, rows, I.logits, V, I.hf + c0 * d, d, I.G(I.out), true, d, 1, st);
+    mark("gemm logits bwd");
   }
   check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * n * d, st), "memset");
   rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial, T, d, st);
   for (int l = c.num_layers - 1; l >= 0; --l) {
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = I.la[static_cast<std::size_t>(l)];
+    mark("rmsnorm bwd");
     gm.run(true, false, d, F, T, I.dres16, d, A.act, F, I.G(P.fc2), true, F, 1, st);
     gm.run(false, false, T, F, d, I.dres16, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
+    mark("gemm fc2 bwd");
     swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
+    mark("swiglu bwd");
     gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, 1, st);
     gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh, false, d, 0, st);
+    mark("gemm fc1 bwd");
     rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres, I.dres16, I.G(P.ln2), I.partial, T, d, st);
+    mark("rmsnorm bwd");
     gm.run(true, false, d, qd, T, I.dres16, d, A.att, qd, I.G(P.proj), true, qd, 1, st);
     gm.run(false, false, T, qd, d, I.dres16, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
+    mark("gemm proj bwd");
     attention_backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
+    mark("attention bwd");
     qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
                           P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, I.dqkv,
                           P.qn >= 0 ? I.G(P.qn) : nullptr, P.kn >= 0 ? I.G(P.kn) : nullptr, I.partial, st);
+    mark("qk-norm+rope bwd");
     gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, 1, st);
     gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh, false, d, 0, st);
+    mark("gemm qkv bwd");
     rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, T, d, st);
   }
+  mark("rmsnorm bwd");
   embedding_backward(I.dres, I.uids, I.starts, I.order, static_cast<int>(uids.size()), I.G(I.emb), d, st);
+  mark("embedding bwd");
+  I.timer.finish();
   check_cuda(cudaGetLastError(), "backward");
   std::vector<float> loss(static_cast<std::size_t>(n));
   check_cuda(cudaMemcpyAsync(loss.data(), I.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "loss");
