@@ -1,0 +1,266 @@
+// SentencePiece .model files: which encoder a model takes (native BPE or libsentencepiece, and why),
+// hand-computed ids of a hand-written BPE model (score order, leftmost ties, user-defined symbols,
+// byte fallback, fused unk, the normalizer flags), and the native encoder against libsentencepiece
+// on random text for hand-written models and models trained here by libsentencepiece's trainer.
+#include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "../../libdata/tokenize/kinds.h"
+#include "../../libdata/tokenize/sentencepiece_model.h"
+#include "dlm/common/error.h"
+#include "dlm/data/tokenizer.h"
+
+namespace fs = std::filesystem;
+using dlm::data::Tokenizer;
+using dlm::data::TokenizerOptions;
+using Ids = std::vector<std::int32_t>;
+using Type = dlm::data::tok::SentencePieceModel::PieceType;
+
+namespace {
+
+// A ModelProto written field by field (protobuf wire format).
+struct ProtoWriter {
+  std::string out;
+  void varint(std::uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7F) | 0x80);
+    out += static_cast<char>(v);
+  }
+  void tag(int field, int wire) { varint(static_cast<std::uint64_t>(field) << 3 | static_cast<std::uint64_t>(wire)); }
+  void number(int field, std::uint64_t v) { tag(field, 0), varint(v); }
+  void bytes(int field, const std::string& s) { tag(field, 2), varint(s.size()), out += s; }
+  void real(int field, float f) {
+    tag(field, 5);
+    char b[4];
+    std::memcpy(b, &f, 4);
+    out.append(b, 4);
+  }
+};
+
+struct Spec {
+  struct Piece {
+    std::string text;
+    float score;
+    Type type;
+  };
+  std::vector<Piece> pieces;
+  int model_type = 2;  // BPE
+  bool byte_fallback = true;
+  bool suffix = false;
+  bool add_dummy_prefix = true;
+  bool remove_extra_whitespaces = false;
+  bool escape_whitespaces = true;
+
+  std::string proto() const {
+    ProtoWriter m;
+    for (const auto& p : pieces) {
+      ProtoWriter w;
+      w.bytes(1, p.text);
+      w.real(2, p.score);
+      w.number(3, static_cast<std::uint64_t>(p.type));
+      m.bytes(1, w.out);
+    }
+    ProtoWriter t;
+    t.number(3, static_cast<std::uint64_t>(model_type));
+    t.number(24, suffix);
+    t.number(35, byte_fallback);
+    m.bytes(2, t.out);
+    ProtoWriter n;
+    n.bytes(1, "identity");
+    n.number(3, add_dummy_prefix);
+    n.number(4, remove_extra_whitespaces);
+    n.number(5, escape_whitespaces);
+    m.bytes(3, n.out);
+    return m.out;
+  }
+};
+
+// ids: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258 (with byte fallback), then the pieces below.
+Spec tiny(bool byte_fallback = true) {
+  Spec s;
+  s.byte_fallback = byte_fallback;
+  s.pieces = {{"<unk>", 0, Type::kUnknown}, {"<s>", 0, Type::kControl}, {"</s>", 0, Type::kControl}};
+  if (byte_fallback)
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      s.pieces.push_back({name, 0, Type::kByte});
+    }
+  for (const auto& [text, score] : std::vector<std::pair<std::string, float>>{
+           {"\u2581", -100}, {"a", -100}, {"b", -100}, {"c", -100}, {"\u2581a", -1}, {"ab", -2}, {"bc", -3},
+           {"\u2581ab", -4}, {"\u2581\u2581", -5}, {"ca", -6}, {"ac", -6}})
+    s.pieces.push_back({text, score, Type::kNormal});
+  s.pieces.push_back({"[X]", 0, Type::kUserDefined});
+  return s;
+}
+
+class Models {
+ public:
+  Models() : dir_(fs::temp_directory_path() / ("dlm_sp_test_" + std::to_string(::getpid()))) { fs::create_directories(dir_); }
+  ~Models() { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    return (dir_ / name).string();
+  }
+  // A model trained by libsentencepiece's trainer on generated text (words from several scripts).
+  std::string train(const std::string& name, const std::string& flags) const {
+    const auto text = dir_ / "train.txt";
+    if (!fs::exists(text)) {
+      const char* syllables[] = {"the", "of", "to", "ken", "iz", "er", "da", "ta", "x=", "1;", "\u6f22", "\u5b57",
+                                 "\u043c\u0438", "\u0440", "\u0928\u092e", "caf", "\u00e9", "\u2581", "[X]", "<tag>",
+                                 "ab", "c", "\U0001F600", "qu", "ing", "\u00e0"};
+      const char* gaps[] = {" ", " ", " ", " ", "  ", "", "\t", " \u2581"};
+      std::mt19937 rng(7);
+      std::ofstream f(text);
+      for (int line = 0; line < 4000; ++line) {
+        for (int w = 0; w < 12; ++w) {
+          for (unsigned k = 1 + rng() % 3; k > 0; --k) f << syllables[rng() % std::size(syllables)];
+          f << gaps[rng() % std::size(gaps)];
+        }
+        f << "\n";
+      }
+    }
+    const auto prefix = (dir_ / name).string();
+    const auto status = sentencepiece::SentencePieceTrainer::Train(
+        "--input=" + text.string() + " --model_prefix=" + prefix + " --minloglevel=2 --num_threads=1 --hard_vocab_limit=false " + flags);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    return prefix + ".model";
+  }
+
+ private:
+  fs::path dir_;
+};
+
+std::unique_ptr<Tokenizer> load(const std::string& path, bool native = true) {
+  TokenizerOptions o;
+  o.type = "SentencePieceTokenizer";
+  o.model = path;
+  return dlm::data::tok::make_sentencepiece_tokenizer(o, native);
+}
+
+std::string encoder(const std::string& path) { return dlm::data::tok::sentencepiece_encoder(*load(path)); }
+
+// Random text over fragments that reach every rule: spaces and space runs, a literal U+2581,
+// user-defined symbols and pieces of them, characters that are no piece, several scripts.
+std::string random_text(std::mt19937& rng) {
+  static const char* parts[] = {"a", "b", "c", "ab", "ca", " ", "  ", "   ", "\u2581", "[X]", "[X", "X]", "<tag>",
+                                "\u2603", "\u00e9", "\u6f22", "\n", "\t", "x", "the", "token", "\U0001F600", "\u043c"};
+  std::string s;
+  const auto n = rng() % 24;
+  for (unsigned i = 0; i < n; ++i) s += parts[rng() % std::size(parts)];
+  return s;
+}
+
+void expect_same_as_library(const std::string& path, int samples = 3000) {
+  const auto native = load(path), library = load(path, false);
+  ASSERT_EQ(dlm::data::tok::sentencepiece_encoder(*native), "native BPE") << path;
+  std::mt19937 rng(11);
+  for (int i = 0; i < samples; ++i) {
+    const auto text = random_text(rng);
+    ASSERT_EQ(native->encode(text), library->encode(text)) << path << ": \"" << text << "\"";
+  }
+}
+
+}  // namespace
+
+TEST(SentencePiece, HandWrittenBpeByHand) {
+  Models m;
+  const auto t = load(m.write("tiny.model", tiny().proto()));
+  EXPECT_EQ(dlm::data::tok::sentencepiece_encoder(*t), "native BPE");
+  const std::int32_t sp = 259, a = 260, b = 261, c = 262, sp_a = 263, ab = 264, bc = 265, sp_ab = 266, sp_sp = 267,
+                     ca = 268, x = 270;
+  EXPECT_EQ(t->encode("abc"), (Ids{sp_a, bc}));  // by score: "▁a" (-1) first, then "bc" (-3) beats "▁ab" (-4)
+  EXPECT_EQ(t->encode("ab"), (Ids{sp_ab}));
+  EXPECT_EQ(t->encode("cac"), (Ids{sp, ca, c}));  // "ca" and "ac" tie: the leftmost pair merges
+  EXPECT_EQ(t->encode("  a"), (Ids{sp_sp, sp_a}));
+  EXPECT_EQ(t->encode("a[X]b c"), (Ids{sp_a, x, b, sp, c}));  // the user-defined symbol is never merged
+  EXPECT_EQ(t->encode("a\u2603"), (Ids{sp_a, 3 + 0xE2, 3 + 0x98, 3 + 0x83}));  // byte fallback
+  EXPECT_EQ(t->encode(""), Ids{});
+
+  const auto u = load(m.write("unk.model", tiny(false).proto()));
+  EXPECT_EQ(dlm::data::tok::sentencepiece_encoder(*u), "native BPE");
+  // Without byte fallback a run of unknown characters is one <unk>; ids shift down by the 256 bytes.
+  EXPECT_EQ(u->encode("\u2603\u2603a\u2603"), (Ids{sp - 256, 0, a - 256, 0}));
+
+  auto s = tiny();
+  s.remove_extra_whitespaces = true;
+  const auto r = load(m.write("strip.model", s.proto()));
+  EXPECT_EQ(r->encode("  a  b  "), (Ids{sp_a, sp, b}));
+  EXPECT_EQ(r->encode("   "), Ids{});
+  EXPECT_EQ(r->encode("a\u2581"), (Ids{sp_a}));  // a trailing literal U+2581 goes too, as in libsentencepiece
+  s = tiny();
+  s.suffix = true;
+  EXPECT_EQ(load(m.write("suffix.model", s.proto()))->encode("ab"), (Ids{ab, sp}));
+}
+
+TEST(SentencePiece, EncoderTakenAndWhy) {
+  Models m;
+  auto unigram = tiny();
+  unigram.model_type = 1;
+  EXPECT_EQ(encoder(m.write("unigram.model", unigram.proto())), "libsentencepiece: a unigram model");
+  auto unused = tiny();
+  unused.pieces.push_back({"cc", -7, Type::kUnused});
+  EXPECT_NE(encoder(m.write("unused.model", unused.proto())).find("libsentencepiece: unused piece"), std::string::npos);
+  auto stray = tiny();
+  stray.pieces.push_back({"a\u00e9", -7, Type::kNormal});
+  EXPECT_NE(encoder(m.write("stray.model", stray.proto())).find("holds a character that is no piece"), std::string::npos);
+  EXPECT_EQ(encoder(m.train("nfkc", "--model_type=bpe --vocab_size=300")),
+            "libsentencepiece: normalizer \"nmt_nfkc\" has a precompiled charsmap");
+  EXPECT_EQ(encoder(m.train("identity", "--model_type=bpe --vocab_size=300 --normalization_rule_name=identity")),
+            "native BPE");
+  // Whatever the encoder, the ids are libsentencepiece's.
+  const auto path = m.write("unigram.model", unigram.proto());
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    const auto text = random_text(rng);
+    EXPECT_EQ(load(path)->encode(text), load(path, false)->encode(text));
+  }
+}
+
+TEST(SentencePiece, NativeEqualsLibraryOnHandWrittenModels) {
+  Models m;
+  for (bool fallback : {true, false})
+    for (bool strip : {false, true})
+      for (bool suffix : {false, true})
+        for (bool escape : {true, false}) {
+          auto s = tiny(fallback);
+          s.remove_extra_whitespaces = strip;
+          s.suffix = suffix;
+          s.escape_whitespaces = escape;
+          if (!escape) s.pieces.push_back({" a", -1.5f, Type::kNormal}), s.pieces.push_back({" ", -100, Type::kNormal});
+          s.add_dummy_prefix = !(strip && suffix);
+          expect_same_as_library(m.write("m.model", s.proto()), 800);
+        }
+}
+
+TEST(SentencePiece, NativeEqualsLibraryOnTrainedModels) {
+  Models m;
+  const std::string base = "--model_type=bpe --vocab_size=400 --normalization_rule_name=identity ";
+  expect_same_as_library(m.train("plain", base));
+  expect_same_as_library(m.train("fallback", base + "--byte_fallback=true --user_defined_symbols=[X],<tag>"));
+  // Pieces with U+2581 inside and after other characters: the word cuts must follow them.
+  expect_same_as_library(m.train("spans", base + "--split_by_whitespace=false --allow_whitespace_only_pieces=true "
+                                                 "--remove_extra_whitespaces=false"));
+  expect_same_as_library(m.train("suffix", base + "--treat_whitespace_as_suffix=true --byte_fallback=true"));
+}
+
+TEST(SentencePiece, ProtoErrorsNameFileAndOffset) {
+  const std::string good = tiny().proto();
+  try {
+    dlm::data::tok::parse_sentencepiece_model(good.substr(0, 9), "cut.model");
+    FAIL() << "no error";
+  } catch (const dlm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.model: offset"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ModelProto"), std::string::npos) << e.what();
+  }
+  const auto m = dlm::data::tok::parse_sentencepiece_model(good, "tiny.model");
+  EXPECT_EQ(m.pieces.size(), 3u + 256u + 11u + 1u);
+  EXPECT_EQ(m.pieces.back().type, Type::kUserDefined);
+  EXPECT_EQ(m.normalizer.name, "identity");
+  EXPECT_TRUE(m.byte_fallback);
+}
