@@ -83,7 +83,13 @@ SampleBatch Trainer::read_batch(const SampleSource& source, std::uint64_t first)
   return s;
 }
 
-double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm) {
+NonFinitePolicy parse_non_finite_policy(const std::string& name) {
+  if (name == "stop") return NonFinitePolicy::kStop;
+  if (name == "skip") return NonFinitePolicy::kSkip;
+  fail(fmt::format("--on-nan: '{}' is not stop or skip", name));
+}
+
+double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied) {
   const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
   model_.zero_grad();
   double loss = 0;
@@ -98,9 +104,9 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm)
   std::vector<std::span<float>> grads;
   for (auto& p : params) grads.push_back(p.grad);
   grad_norm = clip_grad_norm(grads, options_.clip_grad);
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
-    fail(fmt::format("iteration {}: loss {} / grad norm {} is not finite (lower --lr?)", iteration + 1, loss, grad_norm));
-  optimizer_.step(params, lr);
+  applied = std::isfinite(loss) && std::isfinite(grad_norm);
+  if (applied) optimizer_.step(params, lr);
+  else model_.zero_grad();
   return loss;
 }
 
@@ -127,14 +133,28 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
   const auto start = std::chrono::steady_clock::now();
   double window_seconds = 0, window_loss = 0;
-  std::int64_t window = 0;
+  std::int64_t window = 0, skipped_in_a_row = 0, last_saved = -1;
   while (progress_.iteration < options_.train_iters) {
     const std::int64_t i = progress_.iteration;
     // Megatron steps its scheduler after the update: the update of iteration i + 1 uses lr(i).
     const double lr = schedule_.at(i);
     const auto t0 = std::chrono::steady_clock::now();
     IterationStats s;
-    s.loss = train_step(i, lr, s.grad_norm);
+    bool applied = true;
+    s.loss = train_step(i, lr, s.grad_norm, applied);
+    if (!applied) {
+      const std::string what = fmt::format("iteration {}: loss {} / grad norm {} is not finite", i + 1, s.loss, s.grad_norm);
+      if (options_.on_non_finite == NonFinitePolicy::kStop || ++skipped_in_a_row >= options_.max_skipped_steps) {
+        // The weights are still those before this step: save them, so the run resumes from its last good state.
+        if (save && last_saved != i) save(progress_, model_, optimizer_);
+        fail(fmt::format("{}; stopped{} (lower --lr, or --on-nan skip)", what,
+                         save ? fmt::format(" with a checkpoint of iteration {}", i) : std::string()));
+      }
+      log::warning("{}: update skipped ({} in a row)", what, skipped_in_a_row);
+      s.skipped = true;
+    } else {
+      skipped_in_a_row = 0;
+    }
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     s.iteration = i + 1;
     s.lr = lr;
@@ -172,7 +192,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
                           (options_.exit_interval > 0 && s.iteration % options_.exit_interval == 0);
     if ((options_.save_interval > 0 && s.iteration % options_.save_interval == 0) || stopping ||
         s.iteration == options_.train_iters) {
-      if (save) save(progress_, model_, optimizer_);
+      if (save) save(progress_, model_, optimizer_), last_saved = progress_.iteration;
     }
     if (stopping) {
       log::info("stopping at iteration {} (checkpoint saved)", s.iteration);

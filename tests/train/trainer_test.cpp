@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -308,6 +309,76 @@ TEST(UnigramEntropy, OfAUniformStream) {
     }
   } u;
   EXPECT_NEAR(unigram_entropy(u, 8, 4), std::log(4.0), 1e-12);
+}
+
+}  // namespace
+}  // namespace dlm::train
+
+namespace dlm::train {
+namespace {
+
+// TableModel whose forward_backward returns NaN on chosen calls (one call per micro-batch).
+class NanOnCalls final : public TrainableModel {
+ public:
+  explicit NanOnCalls(std::set<int> calls) : calls_(std::move(calls)) {}
+  std::vector<ParamRef> parameters() override { return model_.parameters(); }
+  void zero_grad() override { model_.zero_grad(); }
+  double forward_backward(const ModelBatch& b) override {
+    const double loss = model_.forward_backward(b);
+    return calls_.count(call_++) ? std::nan("") : loss;
+  }
+  double forward_loss(const ModelBatch& b) override { return model_.forward_loss(b); }
+  TableModel model_;
+
+ private:
+  std::set<int> calls_;
+  int call_ = 0;
+};
+
+TEST(Trainer, NonFiniteStepIsSkippedWithoutAnUpdate) {
+  SyntheticSource train(1000);
+  auto o = options(6);
+  o.on_non_finite = NonFinitePolicy::kSkip;
+  NanOnCalls m({4});  // iteration 3's first micro-batch (2 micro-batches per iteration)
+  std::vector<std::vector<float>> table_after;
+  Trainer t(o, m, train, nullptr);
+  const auto stats = t.run(nullptr);
+  ASSERT_EQ(stats.size(), 6u);
+  for (std::size_t i = 0; i < stats.size(); ++i) EXPECT_EQ(stats[i].skipped, i == 2) << i;
+  // The skipped step left the weights alone: a run of iterations 1, 2, 4, 5, 6 ends where this one does
+  // only if iteration 3 changed nothing, so compare with a run that stops after 2 and one after 3.
+  NanOnCalls two({}), three({4});
+  auto o2 = o, o3 = o;
+  o2.train_iters = 2, o3.train_iters = 3;
+  Trainer(o2, two, train, nullptr).run(nullptr);
+  Trainer(o3, three, train, nullptr).run(nullptr);
+  EXPECT_EQ(two.model_.table(), three.model_.table());
+  for (float v : m.model_.table()) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(Trainer, NonFiniteStepStopsWithACheckpointOfTheLastGoodState) {
+  SyntheticSource train(1000);
+  NanOnCalls m({4}), reference({});
+  auto o = options(6);
+  auto o2 = o;
+  o2.train_iters = 2;
+  Trainer(o2, reference, train, nullptr).run(nullptr);
+  std::int64_t saved_iteration = -1;
+  std::vector<float> saved_table;
+  try {
+    Trainer(o, m, train, nullptr).run([&](const TrainProgress& p, TrainableModel& model, const AdamW&) {
+      saved_iteration = p.iteration;
+      saved_table.assign(model.parameters()[0].value.begin(), model.parameters()[0].value.end());
+    });
+    FAIL() << "a NaN loss must stop the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("iteration 3: loss nan"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("with a checkpoint of iteration 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(saved_iteration, 2);
+  EXPECT_EQ(saved_table, reference.model_.table());
+  EXPECT_EQ(parse_non_finite_policy("skip"), NonFinitePolicy::kSkip);
+  EXPECT_THROW(parse_non_finite_policy("ignore"), Error);
 }
 
 }  // namespace

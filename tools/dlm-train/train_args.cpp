@@ -14,6 +14,7 @@ namespace {
 
 struct Raw {
   std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0, vocab_size = 0;
+  std::string on_nan = "stop";
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
@@ -69,6 +70,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("adam-beta2", po::value(&t.adam.beta2)->default_value(t.adam.beta2), "")
       ("adam-eps", po::value(&t.adam.eps)->default_value(t.adam.eps), "")
       ("clip-grad", po::value(&t.clip_grad)->default_value(t.clip_grad), "global gradient-norm limit")
+      ("on-nan", po::value(&r.on_nan)->default_value(r.on_nan), "a NaN/Inf loss or grad norm: stop (after saving the last good state) | skip the update")
       ("seed", po::value(&a.seed)->default_value(a.seed), "initialisation, data and noise seed")
       ("threads", po::value(&a.threads)->default_value(0), "CPU threads (0: all cores)");
   po::options_description data("data");
@@ -151,6 +153,7 @@ TrainArgs parse_train_args(int argc, char** argv) {
   t.objective.seed = a.seed;
   t.lr.decay_iters = r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters;
   t.lr.style = train::parse_lr_decay_style(r.lr_decay_style);
+  t.on_non_finite = train::parse_non_finite_policy(r.on_nan);
   t.lr.wsd_style = train::parse_wsd_decay_style(r.wsd_style);
   t.lr.global_batch_size = t.global_batch_size;
   if (t.seq_length > m.max_position_embeddings)

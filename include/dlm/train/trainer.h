@@ -45,6 +45,12 @@ class SampleSource {
   virtual void read(std::uint64_t index, std::span<std::int32_t> tokens) const = 0;
 };
 
+// What a step whose loss or gradient norm is NaN/Inf does; the update is never applied either way.
+//   kStop: save the last good state (the weights before the step) and stop with an error naming the iteration
+//   kSkip: drop the step's gradients, count it, go on with the next iteration's data
+enum class NonFinitePolicy { kStop, kSkip };
+NonFinitePolicy parse_non_finite_policy(const std::string& name);  // "stop" | "skip"
+
 struct TrainerOptions {
   std::int64_t train_iters = 0;        // --train-iters
   std::int64_t micro_batch_size = 1;   // --micro-batch-size
@@ -63,6 +69,8 @@ struct TrainerOptions {
   ObjectiveOptions objective;
   std::string tensorboard_dir;         // --tensorboard-dir ("" = none)
   std::string metrics_path;            // --metrics-file ("" = none): JSONL
+  NonFinitePolicy on_non_finite = NonFinitePolicy::kStop;  // --on-nan
+  std::int64_t max_skipped_steps = 10; // --on-nan skip: stop once this many steps were skipped in a row
 };
 
 // What a checkpoint holds of the run besides the weights.
@@ -76,6 +84,7 @@ using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel&
 
 struct IterationStats {
   std::int64_t iteration = 0;
+  bool skipped = false;  // non-finite loss or gradient norm, update dropped (--on-nan skip)
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, seconds = 0;
 };
 
@@ -100,7 +109,8 @@ class Trainer {
   SampleBatch read_batch(const SampleSource& source, std::uint64_t first) const;
 
  private:
-  double train_step(std::int64_t iteration, double lr, double& grad_norm);
+  // The step's loss; the update is applied only when the loss and the gradient norm are finite.
+  double train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied);
   TrainerOptions options_;
   TrainableModel& model_;
   const SampleSource& train_;
