@@ -128,6 +128,18 @@ def spm_model_path():
     return os.path.join(mistral_data(), "tokenizer.model.v1")
 
 
+# SentencePiece models trained here by sentencepiece's own trainer, one per encoder rule dlm has
+# to follow: (name, trainer options, the encoder dlm takes for it).
+TRAINED_SPM = [
+    ("spm_spans", dict(model_type="bpe", vocab_size=4000, normalization_rule_name="identity", split_by_whitespace=False,
+                       allow_whitespace_only_pieces=True, user_defined_symbols=["<|im_start|>", "[REF]"]), "native BPE"),
+    ("spm_suffix", dict(model_type="bpe", vocab_size=4000, normalization_rule_name="identity",
+                        treat_whitespace_as_suffix=True, byte_fallback=True, remove_extra_whitespaces=False), "native BPE"),
+    ("spm_nfkc", dict(model_type="bpe", vocab_size=4000), "libsentencepiece"),
+    ("spm_unigram", dict(model_type="unigram", vocab_size=2000, input_sentence_size=50000), "libsentencepiece"),
+]
+
+
 def make_files(out):
     """Writes every tokenizer file the tests use into `out`; returns {name: path-or-dict}."""
     os.makedirs(out, exist_ok=True)
@@ -170,11 +182,26 @@ def make_files(out):
     # Converted by transformers: the SentencePiece Llama-2-style model and the tekken rank file.
     files.update(_convert_tekken(out))
     files.update(_convert_spm(out))
+    files["spm_v3"] = os.path.join(mistral_data(), "mistral_instruct_tokenizer_240323.model.v3")
+    files["spm_v7"] = os.path.join(mistral_data(), "mistral_instruct_tokenizer_241114.model.v7")
+    files.update(_train_spm(out, train_file))
     # Megatron's TikTokenizer reads a bare JSON list of ranks; tekken files hold it under "vocab".
     ranks = os.path.join(out, "tekken-ranks.json")
     with open(ranks, "w") as f:
         json.dump(json.load(open(tekken_path()))["vocab"], f)
     files["tekken_ranks"] = ranks
+    return files
+
+
+def _train_spm(out, train_file):
+    import sentencepiece as spm
+    files = {}
+    for name, options, _ in TRAINED_SPM:
+        prefix = os.path.join(out, name)
+        options = dict(dict(input_sentence_size=200000, shuffle_input_sentence=True, num_threads=2, minloglevel=2,
+                            seed_sentencepiece_size=100000), **options)
+        spm.SentencePieceTrainer.train(input=train_file, model_prefix=prefix, **options)
+        files[name] = prefix + ".model"
     return files
 
 
