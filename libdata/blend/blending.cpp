@@ -1,10 +1,12 @@
 // Blend and split parsing, weight normalization, and helpers.cpp's blending indices.
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <vector>
 
+#include "blending.h"
 #include "dlm/common/error.h"
 #include "dlm/data/blend.h"
 
@@ -131,11 +133,12 @@ std::pair<std::int64_t, std::int64_t> split_range(const std::pair<double, double
   return {at(bookends.first), at(bookends.second)};
 }
 
-BlendingIndices build_blending_indices(std::span<const double> weights, std::int64_t size) {
-  std::vector<std::int16_t> dataset(static_cast<std::size_t>(size));
-  std::vector<std::int64_t> sample(static_cast<std::size_t>(size));
+namespace detail {
+
+void fill_blending_indices(std::span<const double> weights, std::span<std::int16_t> dataset,
+                           std::span<std::int64_t> sample) {
   std::vector<std::int64_t> taken(weights.size(), 0);
-  for (std::int64_t s = 0; s < size; ++s) {
+  for (std::size_t s = 0; s < dataset.size(); ++s) {
     const double x = std::max(static_cast<double>(s), 1.0);
     std::size_t best = 0;
     double best_error = weights[0] * x - static_cast<double>(taken[0]);
@@ -146,24 +149,22 @@ BlendingIndices build_blending_indices(std::span<const double> weights, std::int
         best = d;
       }
     }
-    dataset[static_cast<std::size_t>(s)] = static_cast<std::int16_t>(best);
-    sample[static_cast<std::size_t>(s)] = taken[best]++;
+    dataset[s] = static_cast<std::int16_t>(best);
+    sample[s] = taken[best]++;
   }
-  return {NpyArray::from_vector(std::move(dataset)), NpyArray::from_vector(std::move(sample))};
 }
 
-BlendingIndices build_exhaustive_blending_indices(std::span<const std::int64_t> sizes) {
+void fill_exhaustive_blending_indices(std::span<const std::int64_t> sizes, std::span<std::int16_t> dataset,
+                                      std::span<std::int64_t> sample) {
   std::int64_t total = 0;
   for (auto s : sizes) total += s;
   std::vector<double> weights;
   for (auto s : sizes) weights.push_back(static_cast<double>(s) / static_cast<double>(total));
-  std::vector<std::int16_t> dataset(static_cast<std::size_t>(total));
-  std::vector<std::int64_t> sample(static_cast<std::size_t>(total));
   std::vector<std::int64_t> taken(sizes.size(), 0);
   std::set<std::size_t> unspent;
   for (std::size_t d = 0; d < sizes.size(); ++d)
     if (sizes[d] > 0) unspent.insert(d);
-  for (std::int64_t s = 0; !unspent.empty(); ++s) {
+  for (std::size_t s = 0; !unspent.empty(); ++s) {
     const double x = std::max(static_cast<double>(s), 1.0);
     std::size_t best = *unspent.begin();
     double best_error = std::numeric_limits<double>::lowest();
@@ -174,10 +175,27 @@ BlendingIndices build_exhaustive_blending_indices(std::span<const std::int64_t> 
         best_error = error;
       }
     }
-    dataset[static_cast<std::size_t>(s)] = static_cast<std::int16_t>(best);
-    sample[static_cast<std::size_t>(s)] = taken[best]++;
+    dataset[s] = static_cast<std::int16_t>(best);
+    sample[s] = taken[best]++;
     if (taken[best] == sizes[best]) unspent.erase(best);
   }
+}
+
+}  // namespace detail
+
+BlendingIndices build_blending_indices(std::span<const double> weights, std::int64_t size) {
+  std::vector<std::int16_t> dataset(static_cast<std::size_t>(size));
+  std::vector<std::int64_t> sample(static_cast<std::size_t>(size));
+  detail::fill_blending_indices(weights, dataset, sample);
+  return {NpyArray::from_vector(std::move(dataset)), NpyArray::from_vector(std::move(sample))};
+}
+
+BlendingIndices build_exhaustive_blending_indices(std::span<const std::int64_t> sizes) {
+  std::int64_t total = 0;
+  for (auto s : sizes) total += s;
+  std::vector<std::int16_t> dataset(static_cast<std::size_t>(total));
+  std::vector<std::int64_t> sample(static_cast<std::size_t>(total));
+  detail::fill_exhaustive_blending_indices(sizes, dataset, sample);
   return {NpyArray::from_vector(std::move(dataset)), NpyArray::from_vector(std::move(sample))};
 }
 

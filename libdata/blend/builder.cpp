@@ -8,7 +8,9 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/data/blend.h"
+#include "blending.h"
 #include "md5.h"
+#include "npy_output.h"
 #include "py_json.h"
 
 namespace dlm::data {
@@ -164,30 +166,33 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
     log::warning("{}: index cache is unusable ({}); rebuilding it", where, why);
   }
 
+  const bool write = !base.empty() && config_.gpt.write_cache;
+  if (write) {
+    std::error_code ec;
+    std::filesystem::create_directories(*config_.gpt.cache_path, ec);
+    if (ec) fail_at(*config_.gpt.cache_path, "cannot create the index cache folder: " + ec.message());
+  }
+  // Built straight into the cache files; the description goes last, marking a complete set.
+  detail::NpyOutput<std::int16_t> dataset(write ? files[1] : std::string(), {static_cast<std::size_t>(n)});
+  detail::NpyOutput<std::int64_t> sample(write ? files[2] : std::string(), {static_cast<std::size_t>(n)});
   if (size) {
-    out.indices = build_blending_indices(out.weights, *size);
+    detail::fill_blending_indices(out.weights, dataset.data(), sample.data());
   } else {
     std::vector<std::int64_t> sizes;
     for (double w : out.weights) sizes.push_back(static_cast<std::int64_t>(w));
-    out.indices = build_exhaustive_blending_indices(sizes);
+    detail::fill_exhaustive_blending_indices(sizes, dataset.data(), sample.data());
   }
   std::vector<std::int64_t> counts(out.datasets.size(), 0);
-  const auto& di = out.indices.dataset_index;
-  for (std::size_t i = 0; i < di.size(); ++i) ++counts[static_cast<std::size_t>(di[i])];
+  for (const auto d : dataset.data()) ++counts[static_cast<std::size_t>(d)];
   for (std::size_t d = 0; d < counts.size(); ++d)
     if (static_cast<std::size_t>(counts[d]) > out.datasets[d]->size())
       fail_at(idx_path(out.datasets[d]->prefix()),
               std::string("the ") + split_name(split) + " blend takes " + std::to_string(counts[d]) +
                   " samples from this dataset, which has " + std::to_string(out.datasets[d]->size()) +
                   "; raise the surplus (mid_level_dataset_surplus " + std::to_string(config_.mid_level_dataset_surplus) + ")");
-  if (!base.empty() && config_.gpt.write_cache) {
-    std::error_code ec;
-    std::filesystem::create_directories(*config_.gpt.cache_path, ec);
-    if (ec) fail_at(*config_.gpt.cache_path, "cannot create the index cache folder: " + ec.message());
-    out.indices.dataset_index.save(files[1]);
-    out.indices.dataset_sample_index.save(files[2]);
-    write_file_atomically(files[0], out.description);
-  }
+  out.indices.dataset_index = dataset.commit();
+  out.indices.dataset_sample_index = sample.commit();
+  if (write) write_file_atomically(files[0], out.description);
   return out;
 }
 

@@ -1,11 +1,14 @@
-// numpy's RandomState.shuffle, with the memory stalls hidden.
+// numpy's RandomState.shuffle, with the memory stalls and the branch misses hidden.
 //
 // Fisher-Yates swaps x[i] with x[j] for a random j <= i: on an array larger than the caches nearly
 // every x[j] is a miss, and numpy waits for each in turn. The j's depend only on the generator,
 // never on the array, so a block of them is drawn first and x[j] prefetched a few swaps ahead;
 // the swaps themselves run in numpy's order, so the result is numpy's exactly.
+// Drawing the j's is numpy's masked rejection (NumpyRandomState::interval) without its
+// unpredictable branch: every 32-bit output is kept or dropped by arithmetic alone.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -15,19 +18,42 @@
 
 namespace dlm::data::detail {
 
+// js[k] = rng.interval(top - k) for k in [0, count), 1 <= top - count + 1, top < 2^32.
+inline void draw_intervals(NumpyRandomState& rng, std::uint32_t top, std::size_t count, std::uint32_t* js) {
+  std::uint32_t cur = top, mask = top;
+  mask |= mask >> 1; mask |= mask >> 2; mask |= mask >> 4; mask |= mask >> 8; mask |= mask >> 16;
+  for (std::size_t n = 0; n < count;) {
+    const std::uint32_t v = rng.next_uint32() & mask;
+    const std::uint32_t accepted = v <= cur;
+    js[n] = v;  // overwritten by the next draw unless accepted
+    n += accepted;
+    cur -= accepted;
+    // The mask is the smallest 2^k - 1 >= cur; cur falls by one, so it loses at most one bit.
+    mask >>= static_cast<std::uint32_t>(cur <= (mask >> 1));
+  }
+}
+
 template <typename T>
 void shuffle_like_numpy(std::span<T> x, NumpyRandomState& rng) {
-  constexpr std::size_t kBlock = 512, kAhead = 24;
-  std::size_t js[kBlock];
+  if (x.size() < 2) return;
+  if (x.size() - 1 > 0xffffffffu) {  // 64-bit draws for the top positions: numpy's plain loop there
+    std::size_t i = x.size();
+    for (; i - 1 > 0xffffffffu; --i) std::swap(x[i - 1], x[static_cast<std::size_t>(rng.interval(i - 1))]);
+    shuffle_like_numpy(x.first(i), rng);
+    return;
+  }
+  constexpr std::size_t kBlock = 4096, kAhead = 32;
+  std::uint32_t js[kBlock];
   std::size_t i = x.size();
   while (i > 1) {
-    // This block swaps positions i-1 down to stop (>= 1).
-    const std::size_t count = (i - 1) < kBlock ? (i - 1) : kBlock;
-    for (std::size_t k = 0; k < count; ++k) js[k] = static_cast<std::size_t>(rng.interval(i - 1 - k));
+    // This block swaps positions i-1 down to i-count (>= 1).
+    const std::size_t count = std::min(i - 1, kBlock);
+    draw_intervals(rng, static_cast<std::uint32_t>(i - 1), count, js);
     for (std::size_t k = 0; k < count && k < kAhead; ++k) __builtin_prefetch(&x[js[k]], 1);
+    T* top = x.data() + (i - 1);
     for (std::size_t k = 0; k < count; ++k) {
       if (k + kAhead < count) __builtin_prefetch(&x[js[k + kAhead]], 1);
-      std::swap(x[i - 1 - k], x[js[k]]);
+      std::swap(*(top - k), x[js[k]]);
     }
     i -= count;
   }

@@ -9,6 +9,7 @@
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "gpt_index.h"
 #include "md5.h"
 #include "py_json.h"
 
@@ -93,22 +94,23 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
                                   std::to_string(begin_) + ", " + std::to_string(end_) + "))");
   if (!cache_base_.empty() && try_load_cache()) return;
 
-  const auto lengths = dataset_->sequence_lengths().to_vector();
+  const bool write = !cache_base_.empty() && config_.write_cache;
+  if (write) {
+    std::error_code ec;
+    std::filesystem::create_directories(cache, ec);
+    if (ec) fail_at(cache, "cannot create the index cache folder: " + ec.message());
+  }
   const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
   try {
-    index_ = build_gpt_index(lengths, begin_, end_, num_samples_, drop_last, config_);
+    // The arrays go straight to their cache files.
+    index_ = detail::build_gpt_index_into(dataset_->sequence_lengths(), begin_, end_, num_samples_, drop_last, config_,
+                                          write ? cache_base_ : std::string());
   } catch (const Error& e) {
+    if (!e.where().file.empty()) throw;
     fail_at(idx_path(prefix_), std::string(split_name(split_)) + " split: " + e.message());
   }
-  if (cache_base_.empty() || !config_.write_cache) return;
-  std::error_code ec;
-  std::filesystem::create_directories(cache, ec);
-  if (ec) fail_at(cache, "cannot create the index cache folder: " + ec.message());
-  // Arrays first, description last: a description marks a complete set (Megatron checks all four).
-  index_.document_index.save(cache_base_ + "document_index.npy");
-  index_.sample_index.save(cache_base_ + "sample_index.npy");
-  index_.shuffle_index.save(cache_base_ + "shuffle_index.npy");
-  write_file_atomically(cache_base_ + "description.txt", description_);
+  // Description last: it marks a complete set (Megatron checks all four files).
+  if (write) write_file_atomically(cache_base_ + "description.txt", description_);
 }
 
 bool GptDataset::try_load_cache() {

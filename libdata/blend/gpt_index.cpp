@@ -1,13 +1,21 @@
 // GPTDataset's document, sample and shuffle indices (gpt_dataset.py and helpers.cpp's
 // build_sample_idx), reproduced exactly.
+//
+// Each array is built where it is kept (its cache file, mapped) and never copied: the document
+// index is tiled and shuffled in place, the sample index written in one pass over it, the shuffle
+// index drawn in place. The shuffle index needs only the generator's state after the document
+// shuffle, so it is drawn on a second thread while the sample index is built.
+#include "gpt_index.h"
+
 #include <cmath>
+#include <future>
 #include <limits>
 #include <numeric>
 #include <vector>
 
 #include "dlm/common/error.h"
-#include "dlm/data/gpt_dataset.h"
 #include "fast_shuffle.h"
+#include "npy_output.h"
 
 namespace dlm::data {
 
@@ -22,73 +30,81 @@ const char* split_name(Split split) {
 
 namespace {
 
-// The document index, each entry carrying its sequence's length in the high word so that the
-// sample index is built by a sequential scan instead of a random lookup per document.
-// Megatron tiles [begin, end) `epochs` times and shuffles; shuffling (id, length) pairs moves the
-// ids exactly as shuffling the ids alone would.
-std::vector<std::uint64_t> tiled_documents(std::span<const std::int32_t> lengths, std::int64_t begin,
-                                           std::int64_t end, std::int64_t epochs) {
-  const auto docs = static_cast<std::size_t>(end - begin);
-  std::vector<std::uint64_t> out(docs * static_cast<std::size_t>(epochs));
-  for (std::size_t d = 0; d < docs; ++d) {
-    const auto id = static_cast<std::uint32_t>(begin + static_cast<std::int64_t>(d));
-    out[d] = (std::uint64_t{static_cast<std::uint32_t>(lengths[id])} << 32) | id;
-  }
-  for (std::int64_t e = 1; e < epochs; ++e)
-    std::copy(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(docs),
-              out.begin() + static_cast<std::ptrdiff_t>(docs * static_cast<std::size_t>(e)));
-  return out;
-}
+using Lengths = UnalignedArray<std::int32_t>;
 
 // helpers.cpp build_sample_idx: walk the document index, cutting a sample every L tokens; each
 // sample spans L + extra tokens, so the next one starts `extra` tokens before this one ends.
+// A document's length is a random read of the lengths; it is prefetched kAhead documents early.
 template <typename T>
-std::vector<T> sample_index(std::span<const std::uint64_t> documents, std::int32_t seq_length,
-                            std::int64_t num_samples, std::int32_t extra) {
-  std::vector<T> out(2 * static_cast<std::size_t>(num_samples + 1));
-  T doc = 0, offset = 0;
-  const T last = static_cast<T>(documents.size()) - 1;
-  auto length_of = [&](T position) { return static_cast<std::int32_t>(documents[static_cast<std::size_t>(position)] >> 32); };
+void fill_sample_index(Lengths lengths, std::span<const std::int32_t> documents, std::int32_t seq_length,
+                       std::int64_t num_samples, std::int32_t extra, std::span<T> out) {
+  constexpr std::size_t kAhead = 32;
+  const std::uint8_t* length_bytes = lengths.bytes();
+  const std::size_t last = documents.size() - 1;
+  auto prefetch = [&](std::size_t position) {
+    if (position <= last) __builtin_prefetch(length_bytes + 4 * static_cast<std::size_t>(documents[position]));
+  };
+  for (std::size_t p = 0; p < kAhead; ++p) prefetch(p);
+  std::size_t doc = 0;
+  T offset = 0;
+  std::int32_t length = lengths[static_cast<std::size_t>(documents[0])];
   out[0] = 0;
   out[1] = 0;
-  for (std::int64_t s = 1; s <= num_samples; ++s) {
+  for (std::size_t s = 1; s <= static_cast<std::size_t>(num_samples); ++s) {
     std::int32_t remaining = seq_length + extra;
     while (remaining != 0) {
-      const auto doc_length = static_cast<std::int32_t>(length_of(doc) - offset);
+      const auto doc_length = static_cast<std::int32_t>(length - offset);
       remaining -= doc_length;
       if (remaining <= 0) {
         offset += static_cast<T>(remaining + doc_length - extra);
         remaining = 0;
       } else if (doc == last) {
         // The data ran out: only the final sample (drop_last_partial off) ends here.
-        offset = static_cast<T>(length_of(doc) - extra);
+        offset = static_cast<T>(length - extra);
         break;
       } else {
         ++doc;
+        prefetch(doc + kAhead);
+        length = lengths[static_cast<std::size_t>(documents[doc])];
         offset = 0;
       }
     }
-    out[2 * static_cast<std::size_t>(s)] = doc;
-    out[2 * static_cast<std::size_t>(s) + 1] = offset;
+    out[2 * s] = static_cast<T>(doc);
+    out[2 * s + 1] = offset;
   }
-  return out;
 }
 
 template <typename T>
-NpyArray shuffle_index(std::int64_t first_range, std::int64_t total, NumpyRandomState& rng) {
-  std::vector<T> out(static_cast<std::size_t>(total));
-  std::iota(out.begin(), out.end(), T{0});
-  const auto first = static_cast<std::size_t>(first_range);
-  detail::shuffle_like_numpy(std::span<T>(out.data(), first), rng);
-  if (first_range != total) detail::shuffle_like_numpy(std::span<T>(out.data() + first, out.size() - first), rng);
-  return NpyArray::from_vector(std::move(out));
+NpyArray sample_index(Lengths lengths, std::span<const std::int32_t> documents, std::int32_t seq_length,
+                      std::int64_t num_samples, std::int32_t extra, const std::string& path) {
+  detail::NpyOutput<T> out(path, {static_cast<std::size_t>(num_samples + 1), 2});
+  fill_sample_index<T>(lengths, documents, seq_length, num_samples, extra, out.data());
+  return out.commit();
+}
+
+// _build_shuffle_index: [0, first) and [first, total) each shuffled, by the same generator.
+template <typename T>
+NpyArray shuffle_index(std::int64_t first, std::int64_t total, NumpyRandomState rng, const std::string& path) {
+  detail::NpyOutput<T> out(path, {static_cast<std::size_t>(total)});
+  const auto x = out.data();
+  std::iota(x.begin(), x.end(), T{0});
+  const auto split = static_cast<std::size_t>(first);
+  detail::shuffle_like_numpy(x.first(split), rng);
+  if (split != x.size()) detail::shuffle_like_numpy(x.subspan(split), rng);
+  return out.commit();
+}
+
+std::string path_of(const std::string& cache_base, const char* name) {
+  return cache_base.empty() ? std::string() : cache_base + name + ".npy";
 }
 
 }  // namespace
 
-GptIndex build_gpt_index(std::span<const std::int32_t> lengths, std::int64_t begin, std::int64_t end,
-                         std::optional<std::int64_t> num_samples, bool drop_last_partial,
-                         const GptIndexConfig& config) {
+namespace detail {
+
+GptIndex build_gpt_index_into(Lengths lengths, std::int64_t begin, std::int64_t end,
+                              std::optional<std::int64_t> num_samples, bool drop_last_partial,
+                              const GptIndexConfig& config, const std::string& cache_base) {
   const std::int64_t L = config.sequence_length;
   const std::int32_t extra = config.add_extra_token_to_sequence ? 1 : 0;
   if (L <= 1) fail("sequence length " + std::to_string(L) + " must be at least 2");
@@ -118,19 +134,6 @@ GptIndex build_gpt_index(std::span<const std::int32_t> lengths, std::int64_t beg
     index.separate_final_epoch = from_final < static_cast<std::int64_t>(0.80 * static_cast<double>(per_epoch));
   }
 
-  NumpyRandomState rng(config.random_seed);
-  const auto docs = static_cast<std::size_t>(end - begin);
-  std::vector<std::uint64_t> documents;
-  if (!index.separate_final_epoch) {
-    documents = tiled_documents(lengths, begin, end, epochs);
-    detail::shuffle_like_numpy(std::span<std::uint64_t>(documents), rng);
-  } else {
-    documents = tiled_documents(lengths, begin, end, epochs);
-    const std::size_t head = docs * static_cast<std::size_t>(epochs - 1);
-    detail::shuffle_like_numpy(std::span<std::uint64_t>(documents.data(), head), rng);
-    detail::shuffle_like_numpy(std::span<std::uint64_t>(documents.data() + head, docs), rng);
-  }
-
   std::int64_t samples;
   if (drop_last_partial) {
     samples = (epochs * tokens - extra) / L;
@@ -138,28 +141,47 @@ GptIndex build_gpt_index(std::span<const std::int32_t> lengths, std::int64_t beg
     // helpers.cpp computes this in single precision.
     samples = static_cast<std::int64_t>(std::ceil(static_cast<float>(epochs * tokens - extra) / static_cast<float>(L)));
   }
-  const bool wide = documents.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
-  if (wide) {
-    index.sample_index = NpyArray::from_vector(sample_index<std::int64_t>(documents, config.sequence_length, samples, extra),
-                                               {static_cast<std::size_t>(samples + 1), 2});
+
+  // The document index: the split's ids tiled `epochs` times, shuffled (the last epoch apart).
+  NumpyRandomState rng(config.random_seed);
+  const auto docs = static_cast<std::size_t>(end - begin);
+  NpyOutput<std::int32_t> documents(path_of(cache_base, "document_index"), {docs * static_cast<std::size_t>(epochs)});
+  const auto d = documents.data();
+  for (std::size_t i = 0; i < docs; ++i) d[i] = static_cast<std::int32_t>(begin + static_cast<std::int64_t>(i));
+  for (std::int64_t e = 1; e < epochs; ++e) std::copy_n(d.begin(), docs, d.begin() + static_cast<std::ptrdiff_t>(docs * static_cast<std::size_t>(e)));
+  if (!index.separate_final_epoch) {
+    shuffle_like_numpy(d, rng);
   } else {
-    index.sample_index = NpyArray::from_vector(sample_index<std::int32_t>(documents, config.sequence_length, samples, extra),
-                                               {static_cast<std::size_t>(samples + 1), 2});
-  }
-  {
-    std::vector<std::int32_t> ids(documents.size());
-    for (std::size_t p = 0; p < documents.size(); ++p) ids[p] = static_cast<std::int32_t>(documents[p] & 0xffffffffu);
-    std::vector<std::uint64_t>().swap(documents);
-    index.document_index = NpyArray::from_vector(std::move(ids));
+    const std::size_t head = docs * static_cast<std::size_t>(epochs - 1);
+    shuffle_like_numpy(d.first(head), rng);
+    shuffle_like_numpy(d.subspan(head), rng);
   }
 
   const std::int64_t first = index.separate_final_epoch ? samples_before_final : samples;
-  if (samples >= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()) - 1) {
-    index.shuffle_index = shuffle_index<std::int64_t>(first, samples, rng);
+  const std::string shuffle_path = path_of(cache_base, "shuffle_index");
+  auto shuffled = std::async(std::launch::async, [&, rng] {
+    if (samples >= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()) - 1)
+      return shuffle_index<std::int64_t>(first, samples, rng, shuffle_path);
+    return shuffle_index<std::uint32_t>(first, samples, rng, shuffle_path);
+  });
+  const std::string sample_path = path_of(cache_base, "sample_index");
+  if (d.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    index.sample_index = sample_index<std::int64_t>(lengths, d, config.sequence_length, samples, extra, sample_path);
   } else {
-    index.shuffle_index = shuffle_index<std::uint32_t>(first, samples, rng);
+    index.sample_index = sample_index<std::int32_t>(lengths, d, config.sequence_length, samples, extra, sample_path);
   }
+  index.document_index = documents.commit();
+  index.shuffle_index = shuffled.get();
   return index;
+}
+
+}  // namespace detail
+
+GptIndex build_gpt_index(std::span<const std::int32_t> lengths, std::int64_t begin, std::int64_t end,
+                         std::optional<std::int64_t> num_samples, bool drop_last_partial,
+                         const GptIndexConfig& config) {
+  const Lengths view(reinterpret_cast<const std::uint8_t*>(lengths.data()), lengths.size());
+  return detail::build_gpt_index_into(view, begin, end, num_samples, drop_last_partial, config, "");
 }
 
 }  // namespace dlm::data

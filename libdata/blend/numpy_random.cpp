@@ -49,10 +49,16 @@ void NumpyRandomState::seed_array(std::span<const std::uint32_t> key) {
 }
 
 void NumpyRandomState::twist() {
-  for (std::size_t i = 0; i < kN; ++i) {
-    const std::uint32_t y = (state_[i] & kUpper) | (state_[(i + 1) % kN] & kLower);
-    state_[i] = state_[(i + kM) % kN] ^ (y >> 1) ^ ((y & 1u) ? kMatrixA : 0u);
-  }
+  // x[i] = x[i + M] ^ twist(x[i], x[i + 1]), indices mod N, in three runs without the modulo so
+  // that the compiler vectorizes them (the first reads only old words, the others words already new).
+  auto step = [](std::uint32_t cur, std::uint32_t next, std::uint32_t far) {
+    const std::uint32_t y = (cur & kUpper) | (next & kLower);
+    return far ^ (y >> 1) ^ ((0u - (y & 1u)) & kMatrixA);
+  };
+  std::uint32_t* x = state_.data();
+  for (std::size_t i = 0; i < kN - kM; ++i) x[i] = step(x[i], x[i + 1], x[i + kM]);
+  for (std::size_t i = kN - kM; i < kN - 1; ++i) x[i] = step(x[i], x[i + 1], x[i + kM - kN]);
+  x[kN - 1] = step(x[kN - 1], x[0], x[kM - 1]);
   pos_ = 0;
 }
 

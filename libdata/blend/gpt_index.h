@@ -1,0 +1,20 @@
+// GPTDataset's index built straight into its cache files (see npy_output.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dlm/common/unaligned_array.h"
+#include "dlm/data/gpt_dataset.h"
+
+namespace dlm::data::detail {
+
+// build_gpt_index over lengths read in place (e.g. from the mapped .idx). cache_base
+// "{cache}/{hash}-GPTDataset-{split}-": each array is written to cache_base + "{name}.npy" as it is
+// built; empty: the arrays stay in memory.
+GptIndex build_gpt_index_into(UnalignedArray<std::int32_t> lengths, std::int64_t begin, std::int64_t end,
+                              std::optional<std::int64_t> num_samples, bool drop_last_partial,
+                              const GptIndexConfig& config, const std::string& cache_base);
+
+}  // namespace dlm::data::detail
