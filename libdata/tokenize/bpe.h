@@ -53,7 +53,14 @@ class PairTable {
   static std::uint64_t pack(std::int32_t a, std::int32_t b) {
     return (std::uint64_t{static_cast<std::uint32_t>(a)} << 32) | static_cast<std::uint32_t>(b);
   }
-  static std::size_t hash(std::uint64_t k) { return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> 17); }
+  // Every key bit reaches the low bits the mask keeps (a plain multiply left the high half of the
+  // pair, the left id, almost out of the slot index, so pairs sharing a right id clustered).
+  static std::size_t hash(std::uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xFF51AFD7ED558CCDull;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k);
+  }
   void grow();
   std::vector<Slot> slots_;
   std::size_t mask_ = 0;
