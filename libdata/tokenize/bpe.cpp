@@ -226,11 +226,18 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<std::int32_t>&
     return;
   }
   for (std::size_t i = 0; i < word.size();) {
-    const std::size_t len = std::min(utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
+    const auto lead = static_cast<unsigned char>(word[i]);
+    const std::size_t len = std::min(utf8_length(lead), word.size() - i);
     const std::string_view ch = word.substr(i, len);
     i += len;
-    if (auto it = vocab.find(ch); it != vocab.end()) {
-      ids.push_back(it->second);
+    std::int32_t id = -1;
+    if (lead < 0x80 && ascii_indexed) {
+      id = ascii_ids[lead];
+    } else if (auto it = vocab.find(ch); it != vocab.end()) {
+      id = it->second;
+    }
+    if (id >= 0) {
+      ids.push_back(id);
       last_unk = false;
       continue;
     }
@@ -243,6 +250,15 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<std::int32_t>&
       unknown();
     }
   }
+}
+
+void BpeModel::index_ascii() {
+  for (unsigned c = 0; c < 128; ++c) {
+    const char ch = static_cast<char>(c);
+    const auto it = vocab.find(std::string_view(&ch, 1));
+    ascii_ids[c] = it == vocab.end() ? -1 : it->second;
+  }
+  ascii_indexed = true;
 }
 
 void BpeModel::encode_word_uncached(std::string_view word, std::vector<std::int32_t>& out) const {

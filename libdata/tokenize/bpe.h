@@ -78,6 +78,11 @@ struct BpeModel {
   bool fuse_unk = false;
   bool byte_fallback = false;               // kChars: an unknown character becomes its <0xXX> bytes
   std::array<std::int32_t, 256> fallback_ids{};
+  // kChars: each ASCII character's id in `vocab` (-1: none), once index_ascii() has run after
+  // `vocab` is complete; until then every character is looked up in `vocab`.
+  std::array<std::int32_t, 128> ascii_ids{};
+  bool ascii_indexed = false;
+  void index_ascii();
 
   BpeModel();
   // Appends the ids of one pre-tokenized word.

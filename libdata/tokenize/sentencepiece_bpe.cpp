@@ -132,6 +132,7 @@ SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& m)
       if (p + space_.size() < s.size()) after_space_.insert(char_at(s, p + space_.size()));
     }
   }
+  bpe_.index_ascii();
   bpe_.byte_fallback = m.byte_fallback;
   bpe_.fuse_unk = !m.byte_fallback;
   if (m.byte_fallback)
