@@ -79,7 +79,7 @@ def split_sizes(a):
 
 
 def timed(cmd):
-    """Runs cmd under /usr/bin/time -v: (stdout, stderr without time's report, wall s, peak RSS MB)."""
+    """Runs cmd under /usr/bin/time -v: (stdout, stderr without time's report, wall s, CPU s, peak RSS MB)."""
     p = subprocess.run(["/usr/bin/time", "-v", *map(str, cmd)], capture_output=True, text=True)
     report = p.stderr[p.stderr.rfind("\tCommand being timed"):]
     if p.returncode != 0:
@@ -87,7 +87,8 @@ def timed(cmd):
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", report).group(1)
     seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", report).group(1)) / 1024
-    return p.stdout, p.stderr[: p.stderr.rfind("\tCommand being timed")], seconds, rss
+    cpu = sum(float(re.search(rf"{k} time \(seconds\): ([0-9.]+)", report).group(1)) for k in ("User", "System"))
+    return p.stdout, p.stderr[: p.stderr.rfind("\tCommand being timed")], seconds, cpu, rss
 
 
 def main():
@@ -134,9 +135,9 @@ def main():
     child = ["--megatron-child", "--data-path", data_path, "--cache", caches["megatron"], "--seq", a.seq, "--train-samples",
              a.train_samples, "--eval-iters", a.eval_iters, "--eval-interval", a.eval_interval, "--seed", a.seed,
              "--split", a.split, "--vocab", a.vocab]
-    out, _, m_wall, m_rss = timed([sys.executable, os.path.abspath(__file__), *child])
+    out, _, m_wall, m_cpu, m_rss = timed([sys.executable, os.path.abspath(__file__), *child])
     m = json.loads(out.strip().splitlines()[-1])
-    _, err, d_wall, d_rss = timed([a.tool, "build", "--data-path", data_path, "--data-cache-path", caches["dlm"], *flags])
+    _, err, d_wall, d_cpu, d_rss = timed([a.tool, "build", "--data-path", data_path, "--data-cache-path", caches["dlm"], *flags])
     d_build = float(re.search(r"built in ([0-9.]+) s", err).group(1))
 
     names = sorted(os.listdir(caches["megatron"]))
@@ -156,6 +157,7 @@ def main():
     print(f"{'index build (s)':<24} {m['build_s']:>14.2f} {d_build:>12.2f} {m['build_s'] / d_build:>7.1f}x")
     print(f"{'process wall (s)':<24} {m_wall:>14.2f} {d_wall:>12.2f} {m_wall / d_wall:>7.1f}x")
     print(f"{'  of which imports (s)':<24} {m['import_s']:>14.2f} {'-':>12}")
+    print(f"{'process CPU (s)':<24} {m_cpu:>14.2f} {d_cpu:>12.2f} {m_cpu / d_cpu:>7.1f}x")
     print(f"{'peak RSS (MB)':<24} {m_rss:>14.0f} {d_rss:>12.0f} {d_rss / m_rss:>7.2f}x")
     print(f"{'  after imports (MB)':<24} {m['import_rss_mb']:>14.0f} {'-':>12}")
     for c in caches.values():

@@ -2,11 +2,14 @@
 // many samples each is asked for, and the blend over them (with its cache).
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
+#include <future>
 #include <map>
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/common/thread_pool.h"
 #include "dlm/data/blend.h"
 #include "blending.h"
 #include "md5.h"
@@ -42,12 +45,14 @@ class Builder {
 
  private:
   std::shared_ptr<const IndexedDataset> open(const std::string& prefix);
-  std::array<std::shared_ptr<const GptDataset>, 3> gpt_splits(const std::string& prefix, const SplitMatrix& matrix,
-                                                              const Sizes& sizes, const GptIndexConfig& gpt);
+  using Splits = std::array<std::shared_ptr<const GptDataset>, 3>;
+  std::vector<Splits> gpt_splits(const std::vector<std::string>& prefixes, const SplitMatrix& matrix,
+                                 const std::vector<Sizes>& sizes, const GptIndexConfig& gpt);
   std::optional<SplitDataset> blend_split(Split split, std::vector<std::shared_ptr<const GptDataset>> datasets,
                                           std::optional<std::vector<double>> weights, std::optional<std::int64_t> size);
 
   const BuilderConfig& config_;
+  ThreadPool pool_;
   std::map<std::string, std::shared_ptr<const IndexedDataset>> opened_;
   std::optional<DType> dtype_;
   std::string dtype_prefix_;
@@ -75,16 +80,35 @@ std::shared_ptr<const IndexedDataset> Builder::open(const std::string& prefix) {
   return ds;
 }
 
-// _build_megatron_dataset_splits: one GPTDataset per split the matrix keeps.
-std::array<std::shared_ptr<const GptDataset>, 3> Builder::gpt_splits(const std::string& prefix, const SplitMatrix& matrix,
-                                                                     const Sizes& sizes, const GptIndexConfig& gpt) {
-  auto ds = open(prefix);
-  std::array<std::shared_ptr<const GptDataset>, 3> out;
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (!matrix[i]) continue;
-    const auto [begin, end] = split_range(*matrix[i], ds->num_sequences());
-    out[i] = std::make_shared<const GptDataset>(ds, prefix, begin, end, sizes[i], static_cast<Split>(i), gpt);
+// _build_megatron_dataset_splits for each prefix: one GPTDataset per split the matrix keeps, the
+// prefix's sizes[d][split] samples. Every index is independent of the others, so they are built at
+// once on the pool, the largest first; the first error in (prefix, split) order is the one reported.
+std::vector<Builder::Splits> Builder::gpt_splits(const std::vector<std::string>& prefixes, const SplitMatrix& matrix,
+                                                 const std::vector<Sizes>& sizes, const GptIndexConfig& gpt) {
+  struct Job { std::size_t d, split; std::int64_t samples; };
+  std::vector<std::shared_ptr<const IndexedDataset>> opened;
+  std::vector<Job> jobs;
+  for (std::size_t d = 0; d < prefixes.size(); ++d) {
+    opened.push_back(open(prefixes[d]));
+    for (std::size_t i = 0; i < 3; ++i)
+      if (matrix[i]) jobs.push_back({d, i, sizes[d][i].value_or(0)});
   }
+  std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.samples > b.samples; });
+  std::vector<std::array<std::future<std::shared_ptr<const GptDataset>>, 3>> pending(prefixes.size());
+  for (const Job& j : jobs) {
+    pending[j.d][j.split] = pool_.submit([&, j] {
+      const auto [begin, end] = split_range(*matrix[j.split], opened[j.d]->num_sequences());
+      return std::make_shared<const GptDataset>(opened[j.d], prefixes[j.d], begin, end, sizes[j.d][j.split],
+                                                static_cast<Split>(j.split), gpt);
+    });
+  }
+  for (auto& p : pending)
+    for (auto& f : p)
+      if (f.valid()) f.wait();
+  std::vector<Splits> out(prefixes.size());
+  for (std::size_t d = 0; d < prefixes.size(); ++d)
+    for (std::size_t i = 0; i < 3; ++i)
+      if (pending[d][i].valid()) out[d][i] = pending[d][i].get();
   return out;
 }
 
@@ -221,7 +245,7 @@ std::array<std::optional<SplitDataset>, 3> Builder::build() {
     gpt.split_matrix = split_matrix(parse_split(*config_.split));
     const SplitMatrix& matrix = *gpt.split_matrix;
     if (blend.prefixes.size() == 1 && !blend.weights) {
-      const auto splits = gpt_splits(blend.prefixes[0], matrix, config_.sizes, gpt);
+      const auto splits = gpt_splits(blend.prefixes, matrix, {config_.sizes}, gpt)[0];
       for (std::size_t i = 0; i < 3; ++i)
         if (splits[i]) result[i] = single(splits[i], static_cast<Split>(i));
       return result;
@@ -231,12 +255,12 @@ std::array<std::optional<SplitDataset>, 3> Builder::build() {
     for (std::size_t i = 0; i < 3; ++i)
       if (weights && matrix[i] && !config_.sizes[i])
         fail(std::string("a weighted blend needs a sample count for the ") + split_name(static_cast<Split>(i)) + " split");
+    std::vector<Sizes> sizes;
+    for (std::size_t d = 0; d < blend.prefixes.size(); ++d)
+      sizes.push_back(weights ? per_dataset(*weights, config_.sizes, surplus, d) : Sizes{});
     std::array<std::vector<std::shared_ptr<const GptDataset>>, 3> members;
-    for (std::size_t d = 0; d < blend.prefixes.size(); ++d) {
-      const Sizes sizes = weights ? per_dataset(*weights, config_.sizes, surplus, d) : Sizes{};
-      const auto splits = gpt_splits(blend.prefixes[d], matrix, sizes, gpt);
+    for (const auto& splits : gpt_splits(blend.prefixes, matrix, sizes, gpt))
       for (std::size_t i = 0; i < 3; ++i) members[i].push_back(splits[i]);
-    }
     for (std::size_t i = 0; i < 3; ++i) {
       if (!matrix[i]) continue;
       std::optional<std::int64_t> size;
@@ -270,17 +294,17 @@ std::array<std::optional<SplitDataset>, 3> Builder::build() {
     gpt.split.reset();
     gpt.split_matrix.reset();
     if (blend.prefixes.size() == 1) {
-      result[i] = single(gpt_splits(blend.prefixes[0], spoof, sizes, gpt)[i], split);
+      result[i] = single(gpt_splits(blend.prefixes, spoof, {sizes}, gpt)[0][i], split);
       continue;
     }
     std::optional<std::vector<double>> weights;
     if (blend.weights) weights = normalize_weights(*blend.weights);
     if (weights && !sizes[i]) fail(std::string("a weighted blend needs a sample count for the ") + split_name(split) + " split");
+    std::vector<Sizes> want;
+    for (std::size_t d = 0; d < blend.prefixes.size(); ++d)
+      want.push_back(weights ? per_dataset(*weights, sizes, surplus, d) : Sizes{});
     std::vector<std::shared_ptr<const GptDataset>> members;
-    for (std::size_t d = 0; d < blend.prefixes.size(); ++d) {
-      const Sizes want = weights ? per_dataset(*weights, sizes, surplus, d) : Sizes{};
-      members.push_back(gpt_splits(blend.prefixes[d], spoof, want, gpt)[i]);
-    }
+    for (const auto& splits : gpt_splits(blend.prefixes, spoof, want, gpt)) members.push_back(splits[i]);
     std::optional<std::int64_t> size;
     if (weights) {
       std::int64_t total = 0;

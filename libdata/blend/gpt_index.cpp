@@ -41,10 +41,10 @@ void fill_sample_index(Lengths lengths, std::span<const std::int32_t> documents,
   constexpr std::size_t kAhead = 32;
   const std::uint8_t* length_bytes = lengths.bytes();
   const std::size_t last = documents.size() - 1;
-  auto prefetch = [&](std::size_t position) {
-    if (position <= last) __builtin_prefetch(length_bytes + 4 * static_cast<std::size_t>(documents[position]));
-  };
-  for (std::size_t p = 0; p < kAhead; ++p) prefetch(p);
+  // The prefetches are written out in the loops: GCC takes a helper around __builtin_prefetch for
+  // a pure function and drops its calls.
+  for (std::size_t p = 0; p < kAhead && p <= last; ++p)
+    __builtin_prefetch(length_bytes + 4 * static_cast<std::size_t>(documents[p]));
   std::size_t doc = 0;
   T offset = 0;
   std::int32_t length = lengths[static_cast<std::size_t>(documents[0])];
@@ -64,7 +64,7 @@ void fill_sample_index(Lengths lengths, std::span<const std::int32_t> documents,
         break;
       } else {
         ++doc;
-        prefetch(doc + kAhead);
+        if (doc + kAhead <= last) __builtin_prefetch(length_bytes + 4 * static_cast<std::size_t>(documents[doc + kAhead]));
         length = lengths[static_cast<std::size_t>(documents[doc])];
         offset = 0;
       }
