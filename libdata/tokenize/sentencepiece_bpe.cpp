@@ -137,9 +137,18 @@ SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& m)
   bpe_.fuse_unk = !m.byte_fallback;
   if (m.byte_fallback)
     for (unsigned b = 0; b < 256; ++b) bpe_.fallback_ids[b] = reserved.at(byte_piece(b));
-  // A cut always touches a space; when that space is a piece (or unknown bytes are spelled out
-  // rather than fused) no run of unk can straddle it.
+  // A cut at a space: when that space is a piece (or unknown bytes are spelled out rather than
+  // fused) no run of unk can straddle it.
   cut_words_ = m.byte_fallback || bpe_.vocab.count(space_) != 0;
+  std::vector<bool> held(128 * 128);
+  for (const auto& [piece, id] : bpe_.vocab)
+    for (std::size_t k = 0; k + 1 < piece.size(); ++k) {
+      const auto a = static_cast<unsigned char>(piece[k]), b = static_cast<unsigned char>(piece[k + 1]);
+      if (a < 0x80 && b < 0x80) held[a * 128 + b] = true;
+    }
+  for (unsigned a = 0; a < 128; ++a)
+    for (unsigned b = 0; b < 128; ++b)
+      ascii_cut_[a * 128 + b] = !held[a * 128 + b] && (m.byte_fallback || bpe_.ascii_ids[a] >= 0 || bpe_.ascii_ids[b] >= 0);
 }
 
 void SentencePieceBpe::normalize(std::string_view text, std::string& out) const {
@@ -167,25 +176,37 @@ void SentencePieceBpe::normalize(std::string_view text, std::string& out) const 
   if (suffix_ && normalizer_.add_dummy_prefix) out += space_;
 }
 
+void SentencePieceBpe::encode_word(std::string_view w, std::vector<std::int32_t>& out) const {
+  std::size_t start = 0;
+  for (std::size_t p = 1; p < w.size(); ++p) {
+    const auto a = static_cast<unsigned char>(w[p - 1]), b = static_cast<unsigned char>(w[p]);
+    if ((a | b) < 0x80 && ascii_cut_[a * 128 + b]) {
+      bpe_.encode_word(w.substr(start, p - start), out);
+      start = p;
+    }
+  }
+  bpe_.encode_word(w.substr(start), out);
+}
+
 void SentencePieceBpe::encode_span(std::string_view s, std::vector<std::int32_t>& out) const {
   if (!cut_words_) {
-    bpe_.encode_word(s, out);
+    encode_word(s, out);
     return;
   }
   const std::size_t len = space_.size();
   std::size_t word = 0;
   for (std::size_t p = s.find(space_); p != std::string_view::npos; p = s.find(space_, p + len)) {
     if (p > word && !before_space_.contains(char_before(s, p))) {
-      bpe_.encode_word(s.substr(word, p - word), out);
+      encode_word(s.substr(word, p - word), out);
       word = p;
     }
     const std::size_t q = p + len;
     if (q < s.size() && !after_space_.contains(char_at(s, q))) {
-      bpe_.encode_word(s.substr(word, q - word), out);
+      encode_word(s.substr(word, q - word), out);
       word = q;
     }
   }
-  bpe_.encode_word(s.substr(word), out);
+  encode_word(s.substr(word), out);
 }
 
 void SentencePieceBpe::encode(std::string_view text, std::vector<std::int32_t>& out) const {

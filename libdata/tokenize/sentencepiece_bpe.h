@@ -12,8 +12,10 @@
 // - A symbol that is no piece is unk; runs of unk are fused into one, or with byte_fallback every
 //   byte becomes its <0xXX> piece.
 // Words: no merge can join two characters that no piece holds side by side, so the text is cut
-// before a U+2581 that no piece has after the character in front of it (and after one that no piece
-// has before the next character). Each word then goes through BpeModel's per-thread word cache.
+// before a U+2581 that no piece has after the character in front of it, after one that no piece
+// has before the next character, and between two ASCII characters that no piece holds in that
+// order (unless both are unknown: their unk must fuse). Each word then goes through BpeModel's
+// per-thread word cache.
 //
 // Anything else (unigram/word/char models, charsmaps such as nmt_nfkc, unused pieces that would be
 // resegmented, pieces this scheme cannot name) is refused by unsupported() and left to libsentencepiece.
@@ -56,6 +58,7 @@ class SentencePieceBpe {
     std::int32_t id;
   };
   void encode_span(std::string_view s, std::vector<std::int32_t>& out) const;
+  void encode_word(std::string_view w, std::vector<std::int32_t>& out) const;
 
   BpeModel bpe_;
   SentencePieceModel::Normalizer normalizer_;
@@ -64,6 +67,7 @@ class SentencePieceBpe {
   bool cut_words_ = false;   // false when a word cut could split a run of unk that must be fused
   CharSet before_space_;     // characters that some piece has right before space_
   CharSet after_space_;      // characters that some piece has right after space_
+  std::vector<std::uint8_t> ascii_cut_ = std::vector<std::uint8_t>(128 * 128);  // [a * 128 + b]: cut between a and b
   std::array<std::vector<UserSymbol>, 256> user_symbols_;  // by first byte, longest first
   std::array<bool, 256> user_first_{};
 };
