@@ -32,22 +32,32 @@ namespace {
 
 using Lengths = UnalignedArray<std::int32_t>;
 
+// The lengths of the documents at positions [begin, end) of the document index, in order: a gather
+// with no dependence between its reads, so the misses overlap (and are prefetched kAhead early).
+void gather_lengths(Lengths lengths, std::span<const std::int32_t> documents, std::size_t begin, std::size_t end,
+                    std::int32_t* out) {
+  constexpr std::size_t kAhead = 64;
+  const std::uint8_t* bytes = lengths.bytes();
+  for (std::size_t p = begin; p < end; ++p) {
+    if (p + kAhead < end) __builtin_prefetch(bytes + 4 * static_cast<std::size_t>(documents[p + kAhead]));
+    out[p - begin] = lengths[static_cast<std::size_t>(documents[p])];
+  }
+}
+
 // helpers.cpp build_sample_idx: walk the document index, cutting a sample every L tokens; each
 // sample spans L + extra tokens, so the next one starts `extra` tokens before this one ends.
-// A document's length is a random read of the lengths; it is prefetched kAhead documents early.
+// The walk reads the documents' lengths from blocks gathered ahead of it.
 template <typename T>
 void fill_sample_index(Lengths lengths, std::span<const std::int32_t> documents, std::int32_t seq_length,
                        std::int64_t num_samples, std::int32_t extra, std::span<T> out) {
-  constexpr std::size_t kAhead = 32;
-  const std::uint8_t* length_bytes = lengths.bytes();
+  constexpr std::size_t kBlock = 1 << 14;
+  std::vector<std::int32_t> block(kBlock);
+  std::size_t block_begin = 0, block_end = std::min(kBlock, documents.size());
+  gather_lengths(lengths, documents, block_begin, block_end, block.data());
   const std::size_t last = documents.size() - 1;
-  // The prefetches are written out in the loops: GCC takes a helper around __builtin_prefetch for
-  // a pure function and drops its calls.
-  for (std::size_t p = 0; p < kAhead && p <= last; ++p)
-    __builtin_prefetch(length_bytes + 4 * static_cast<std::size_t>(documents[p]));
   std::size_t doc = 0;
   T offset = 0;
-  std::int32_t length = lengths[static_cast<std::size_t>(documents[0])];
+  std::int32_t length = block[0];
   out[0] = 0;
   out[1] = 0;
   for (std::size_t s = 1; s <= static_cast<std::size_t>(num_samples); ++s) {
@@ -63,9 +73,12 @@ void fill_sample_index(Lengths lengths, std::span<const std::int32_t> documents,
         offset = static_cast<T>(length - extra);
         break;
       } else {
-        ++doc;
-        if (doc + kAhead <= last) __builtin_prefetch(length_bytes + 4 * static_cast<std::size_t>(documents[doc + kAhead]));
-        length = lengths[static_cast<std::size_t>(documents[doc])];
+        if (++doc == block_end) {
+          block_begin = doc;
+          block_end = std::min(doc + kBlock, documents.size());
+          gather_lengths(lengths, documents, block_begin, block_end, block.data());
+        }
+        length = block[doc - block_begin];
         offset = 0;
       }
     }
