@@ -13,9 +13,16 @@
 namespace dlm::ckpt::detail {
 namespace {
 
+// Before HDF5's first call: errors are ours to report (no stack printed on stderr), and no atexit handler.
+// HDF5 1.10's handler closes every file still open at exit, and a file whose H5Fclose failed (a full
+// disk) stays in its table: the handler then crashed in H5F__close_cb after dlm-train had printed its
+// error (found by the full-disk test). dlm closes every file it opens, so it needs no handler.
 void quiet_hdf5() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 std::vector<hsize_t> dims_of(const std::vector<std::int64_t>& shape) { return {shape.begin(), shape.end()}; }

@@ -2,6 +2,8 @@
 // Every check runs before the first parameter is allocated, so a bad run fails in milliseconds.
 #include "pipeline.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -183,6 +185,13 @@ TrainingSetup prepare_training(TrainArgs& args) {
     t.eod_token = setup.tokenizer->eod();
   }
   if (args.bf16) log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  if (!args.save.empty()) {
+    // A save folder that cannot be made is found now, not after hours of training.
+    std::error_code ec;
+    std::filesystem::create_directories(args.save, ec);
+    if (ec || !std::filesystem::is_directory(args.save) || ::access(args.save.c_str(), W_OK) != 0)
+      fail(fmt::format("--save {}: cannot write a checkpoint folder there{}", args.save, ec ? ": " + ec.message() : ""));
+  }
   auto owner = std::make_shared<ModelOwner>();
   open_data(args, setup, owner->splits);
 
