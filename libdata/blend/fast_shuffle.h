@@ -5,14 +5,18 @@
 // never on the array, so a block of them is drawn first and x[j] prefetched a few swaps ahead;
 // the swaps themselves run in numpy's order, so the result is numpy's exactly.
 // Drawing the j's is numpy's masked rejection (NumpyRandomState::interval) without its
-// unpredictable branch: every 32-bit output is kept or dropped by arithmetic alone.
+// unpredictable branch: every 32-bit output is kept or dropped by arithmetic alone. Large arrays
+// draw on a second thread while this one swaps.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "dlm/data/numpy_random.h"
 
@@ -33,6 +37,46 @@ inline void draw_intervals(NumpyRandomState& rng, std::uint32_t top, std::size_t
   }
 }
 
+// Swaps positions top, top-1, ..., top-count+1 with their drawn partners, in numpy's order, each
+// partner prefetched kAhead swaps early.
+template <typename T>
+void swap_block(std::span<T> x, std::size_t top, std::size_t count, const std::uint32_t* js) {
+  constexpr std::size_t kAhead = 32;
+  for (std::size_t k = 0; k < count && k < kAhead; ++k) __builtin_prefetch(&x[js[k]], 1);
+  T* at = x.data() + top;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (k + kAhead < count) __builtin_prefetch(&x[js[k + kAhead]], 1);
+    std::swap(*(at - k), x[js[k]]);
+  }
+}
+
+// A large shuffle is a pipeline: one thread draws blocks of partners into a ring while this one
+// swaps, so the generator's time hides behind the memory stalls (the swaps stay in numpy's order).
+template <typename T>
+void shuffle_pipelined(std::span<T> x, NumpyRandomState& rng) {
+  constexpr std::size_t kBlock = 1 << 14, kSlots = 32;
+  std::vector<std::uint32_t> ring(kBlock * kSlots);
+  std::atomic<std::size_t> drawn{0}, swapped{0};
+  auto count_at = [&](std::size_t i) { return std::min(i - 1, kBlock); };
+  std::thread producer([&] {
+    for (std::size_t i = x.size(), b = 0; i > 1; i -= count_at(i), ++b) {
+      for (std::size_t s = swapped.load(std::memory_order_acquire); b - s >= kSlots; s = swapped.load(std::memory_order_acquire))
+        swapped.wait(s, std::memory_order_acquire);
+      draw_intervals(rng, static_cast<std::uint32_t>(i - 1), count_at(i), ring.data() + (b % kSlots) * kBlock);
+      drawn.store(b + 1, std::memory_order_release);
+      drawn.notify_one();
+    }
+  });
+  for (std::size_t i = x.size(), b = 0; i > 1; i -= count_at(i), ++b) {
+    for (std::size_t d = drawn.load(std::memory_order_acquire); d <= b; d = drawn.load(std::memory_order_acquire))
+      drawn.wait(d, std::memory_order_acquire);
+    swap_block(x, i - 1, count_at(i), ring.data() + (b % kSlots) * kBlock);
+    swapped.store(b + 1, std::memory_order_release);
+    swapped.notify_one();
+  }
+  producer.join();
+}
+
 template <typename T>
 void shuffle_like_numpy(std::span<T> x, NumpyRandomState& rng) {
   if (x.size() < 2) return;
@@ -42,19 +86,13 @@ void shuffle_like_numpy(std::span<T> x, NumpyRandomState& rng) {
     shuffle_like_numpy(x.first(i), rng);
     return;
   }
-  constexpr std::size_t kBlock = 4096, kAhead = 32;
+  if (x.size() >= (std::size_t{1} << 22)) return shuffle_pipelined(x, rng);
+  constexpr std::size_t kBlock = 4096;
   std::uint32_t js[kBlock];
-  std::size_t i = x.size();
-  while (i > 1) {
-    // This block swaps positions i-1 down to i-count (>= 1).
+  for (std::size_t i = x.size(); i > 1;) {
     const std::size_t count = std::min(i - 1, kBlock);
     draw_intervals(rng, static_cast<std::uint32_t>(i - 1), count, js);
-    for (std::size_t k = 0; k < count && k < kAhead; ++k) __builtin_prefetch(&x[js[k]], 1);
-    T* top = x.data() + (i - 1);
-    for (std::size_t k = 0; k < count; ++k) {
-      if (k + kAhead < count) __builtin_prefetch(&x[js[k + kAhead]], 1);
-      std::swap(*(top - k), x[js[k]]);
-    }
+    swap_block(x, i - 1, count, js);
     i -= count;
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "dlm/data/blend.h"
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
+#include "../../libdata/blend/fast_shuffle.h"
 
 namespace fs = std::filesystem;
 using namespace dlm::data;
@@ -75,6 +77,21 @@ TEST(Blending, WeightsAndSplits) {
   EXPECT_EQ(*b.weights, (std::vector<double>{0.3, 0.7}));
   const std::vector<std::string> plain{"/a/b /c/d"};
   EXPECT_FALSE(parse_blend(plain).weights.has_value());
+}
+
+// The fast shuffle (blocked, branchless draws; pipelined on two threads from 2^22 elements) against
+// numpy's plain Fisher-Yates loop: same permutation, generator left in the same state.
+TEST(GptIndex, FastShuffleIsNumpysShuffle) {
+  for (std::size_t n : {std::size_t{2}, std::size_t{5000}, std::size_t{1} << 22, (std::size_t{1} << 22) + 12345}) {
+    std::vector<std::uint32_t> fast(n), plain(n);
+    std::iota(fast.begin(), fast.end(), 0u);
+    plain = fast;
+    NumpyRandomState a(1234), b(1234);
+    detail::shuffle_like_numpy(std::span<std::uint32_t>(fast), a);
+    b.shuffle(std::span<std::uint32_t>(plain));
+    EXPECT_EQ(fast, plain) << n;
+    EXPECT_EQ(a.next_uint32(), b.next_uint32()) << n;
+  }
 }
 
 // lengths [5 3 7 2 9], seed 7, L = 4 with the extra token: 26 tokens per epoch.
