@@ -5,7 +5,8 @@ usage: .venv/bin/python benchmarks/tokenize/bench_tokenize.py [--mb 20] [--build
 Text: tests/tokenize/tok_assets.corpus (stdlib sources, /usr/share/doc, multilingual package data).
 Byte-level BPE: the tekken rank file both as tiktoken (TikTokenizer) and as its converted 131k
 tokenizer.json (HuggingFaceTokenizer), and gptneox-dlm's tokenizer.json. SentencePiece: mistral's
-tokenizer.model.v1 beside sentencepiece's own encoder. The peers use every core for their batch
+tokenizer.model.v1 beside sentencepiece's own encoder (dlm's native BPE path, and the same model forced
+through Debian's libsentencepiece for reference). The peers use every core for their batch
 calls; dlm is timed on 1 and 2 threads. Warm word caches on both sides (best of --repeat passes)."""
 import argparse
 import json
@@ -82,9 +83,14 @@ sp_peer = {"sentencepiece (1 thread)": best(lambda: [sp.encode(d) for d in docs]
            "sentencepiece batch": best(lambda: sp.encode(docs, num_threads=os.cpu_count()))}
 for threads in (1, 2):
     r = ours(["--type", "SentencePieceTokenizer", "--model", files["spm"]], threads)
-    rows.append(("mistral .model v1, SentencePieceTokenizer", threads, r["mb_per_s"], sp_peer))
+    assert r["ids"] == sp_peer["sentencepiece (1 thread)"][1], "id counts differ from sentencepiece"
+    rows.append((f"mistral .model v1, SentencePieceTokenizer ({r['encoder']})", threads, r["mb_per_s"], sp_peer))
+# The same model forced through Debian's libsentencepiece, the path non-BPE models take.
+r = ours(["--type", "SentencePieceTokenizer", "--model", files["spm"], "--sentencepiece-library"], 1)
+assert r["ids"] == sp_peer["sentencepiece (1 thread)"][1], "id counts differ from sentencepiece"
+rows.append(("mistral .model v1, libsentencepiece 0.1.97", 1, r["mb_per_s"], sp_peer))
 
-print(f"{'tokenizer':44} {'dlm threads':>11} {'dlm MB/s':>9}  peers (MB/s, dlm/peer)")
+print(f"{'tokenizer':56} {'dlm threads':>11} {'dlm MB/s':>9}  peers (MB/s, dlm/peer)")
 for name, threads, mbs, p in rows:
     cells = ", ".join(f"{k} {v[0]:.2f} ({mbs / v[0]:.2f}x)" for k, v in p.items())
-    print(f"{name:44} {threads:>11} {mbs:>9.2f}  {cells}")
+    print(f"{name:56} {threads:>11} {mbs:>9.2f}  {cells}")

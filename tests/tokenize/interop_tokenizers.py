@@ -182,7 +182,7 @@ def main():
             info = json.loads(run([args.tool, *case.flags, "info"]).stdout)
             c.check(info["vocab_size"] == m.vocab_size, f"{case.name}: vocab_size {info['vocab_size']} == megatron-core's {m.vocab_size}")
             c.check(info["eod"] == m.eod, f"{case.name}: eod {info['eod']} == megatron-core's {m.eod}")
-        print(f"{case.name}: {time.time() - t0:.1f}s")
+        print(f"{case.name}: {len(ref)} documents, {sum(map(len, ref))} reference ids, {time.time() - t0:.1f}s")
 
     shutil.rmtree(tmp, ignore_errors=True)
     c.finish()
