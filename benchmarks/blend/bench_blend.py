@@ -10,7 +10,7 @@ megatron-core's BlendedMegatronDatasetBuilder(GPTDataset, ...).build() as Megatr
 Prints both sides' build time (inside the process), process time, peak RSS, and the ratios.
 
 usage: .venv/bin/python benchmarks/blend/bench_blend.py --tool build-blend/tools/dlm-blend/dlm-blend
-       [--docs 10000000] [--datasets 3] [--seq 2048] [--train-samples 10000000] [--dir DIR]"""
+       [--docs 10000000] [--datasets 3] [--seq 2048] [--train-samples 10000000] [--repeat 3] [--dir DIR]"""
 import argparse
 import filecmp
 import json
@@ -18,6 +18,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def main():
     ap.add_argument("--split", default="969,30,1")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None, help="keeps the synthetic datasets between runs")
     ap.add_argument("--megatron-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data-path", help=argparse.SUPPRESS)
@@ -135,24 +137,36 @@ def main():
     child = ["--megatron-child", "--data-path", data_path, "--cache", caches["megatron"], "--seq", a.seq, "--train-samples",
              a.train_samples, "--eval-iters", a.eval_iters, "--eval-interval", a.eval_interval, "--seed", a.seed,
              "--split", a.split, "--vocab", a.vocab]
-    out, _, m_wall, m_cpu, m_rss = timed([sys.executable, os.path.abspath(__file__), *child])
-    m = json.loads(out.strip().splitlines()[-1])
-    _, err, d_wall, d_cpu, d_rss = timed([a.tool, "build", "--data-path", data_path, "--data-cache-path", caches["dlm"], *flags])
-    d_build = float(re.search(r"built in ([0-9.]+) s", err).group(1))
+    # Runs alternate (megatron, dlm, megatron, ...) so both see the same load; medians are printed.
+    runs = []
+    for _ in range(a.repeat):
+        for c in caches.values():
+            shutil.rmtree(c, ignore_errors=True)
+        out, _, m_wall, m_cpu, m_rss = timed([sys.executable, os.path.abspath(__file__), *child])
+        m = json.loads(out.strip().splitlines()[-1])
+        _, err, d_wall, d_cpu, d_rss = timed([a.tool, "build", "--data-path", data_path, "--data-cache-path", caches["dlm"],
+                                              *flags])
+        d_build = float(re.search(r"built in ([0-9.]+) s", err).group(1))
 
-    names = sorted(os.listdir(caches["megatron"]))
-    if names != sorted(os.listdir(caches["dlm"])):
-        sys.exit(f"cache files differ:\n megatron {names}\n dlm      {sorted(os.listdir(caches['dlm']))}")
-    for n in names:
-        if not filecmp.cmp(os.path.join(caches["megatron"], n), os.path.join(caches["dlm"], n), shallow=False):
-            sys.exit(f"{n}: megatron-core and dlm wrote different bytes")
+        names = sorted(os.listdir(caches["megatron"]))
+        if names != sorted(os.listdir(caches["dlm"])):
+            sys.exit(f"cache files differ:\n megatron {names}\n dlm      {sorted(os.listdir(caches['dlm']))}")
+        for n in names:
+            if not filecmp.cmp(os.path.join(caches["megatron"], n), os.path.join(caches["dlm"], n), shallow=False):
+                sys.exit(f"{n}: megatron-core and dlm wrote different bytes")
+        runs.append((m["build_s"], d_build, m_wall, d_wall, m["import_s"], m_cpu, d_cpu, m_rss, d_rss, m["import_rss_mb"]))
+        print("run: " + " ".join(f"{v:.2f}" for v in runs[-1]), flush=True)
+    (m_build, d_build, m_wall, d_wall, m_import, m_cpu, d_cpu, m_rss, d_rss,
+     m_import_rss) = (statistics.median(col) for col in zip(*runs))
+    m = {"build_s": m_build, "import_s": m_import, "import_rss_mb": m_import_rss}
     arrays = sum(n.endswith(".npy") for n in names)
     cache_mb = sum(os.path.getsize(os.path.join(caches["dlm"], n)) for n in names) / 1e6
 
     print(f"inputs: {a.datasets} dataset(s) x {a.docs / 1e6:g}M documents, {tokens / 1e9:.2f}B tokens in all; "
           f"--data-path \"{' '.join(weights) if a.datasets > 1 else '(one prefix)'}\" --split {a.split} "
           f"--seq-length {a.seq} --train-samples {a.train_samples}")
-    print(f"output: {arrays} arrays ({cache_mb:.0f} MB), identical bytes and names")
+    print(f"output: {arrays} arrays ({cache_mb:.0f} MB), identical bytes and names in each of {a.repeat} runs "
+          f"(medians below)")
     print(f"{'':<24} {'megatron-core':>14} {'dlm-blend':>12} {'ratio':>8}")
     print(f"{'index build (s)':<24} {m['build_s']:>14.2f} {d_build:>12.2f} {m['build_s'] / d_build:>7.1f}x")
     print(f"{'process wall (s)':<24} {m_wall:>14.2f} {d_wall:>12.2f} {m_wall / d_wall:>7.1f}x")
