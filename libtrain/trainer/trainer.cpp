@@ -10,6 +10,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/train/metrics.h"
+#include "../parallel/grad_buffer.h"
 
 namespace dlm::train {
 namespace {
@@ -40,9 +41,14 @@ std::string eta(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid)
-    : options_(std::move(options)), model_(model), train_(train), valid_(valid), optimizer_(options_.adam),
-      schedule_((check_options(options_), options_.lr)) {
+Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid,
+                 Communicator* data_parallel)
+    : options_(std::move(options)), model_(model), train_(train), valid_(valid), dp_(data_parallel),
+      optimizer_(options_.adam), schedule_((check_options(options_), options_.lr)) {
+  const int dp = dp_ ? dp_->size() : 1;
+  if (options_.global_batch_size % (options_.micro_batch_size * dp) != 0)
+    fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
+                     options_.global_batch_size, options_.micro_batch_size, dp));
   const auto needed = static_cast<std::uint64_t>(options_.train_iters * options_.global_batch_size);
   if (train.size() < needed)
     fail(fmt::format("the training data has {} samples; --train-iters {} x --global-batch-size {} needs {}",
@@ -54,11 +60,25 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
+  if (dp_ && (dp > 1 || options_.use_distributed_optimizer)) {
+    const auto params = model_.parameters();
+    buffer_ = std::make_unique<GradBuffer>(params, dp, dp_->rank(), options_.ddp_bucket_size);
+    // Megatron's DDP starts every replica from rank 0's weights, whatever each initialised.
+    for (const auto& p : params) dp_->broadcast(p.value, 0);
+  }
 }
+
+Trainer::~Trainer() = default;
 
 void Trainer::resume(const TrainProgress& progress, AdamW optimizer_state) {
   progress_ = progress;
-  optimizer_ = std::move(optimizer_state);
+  if (buffer_ && options_.use_distributed_optimizer) optimizer_ = buffer_->shard_optimizer(optimizer_state, model_.parameters());
+  else optimizer_ = std::move(optimizer_state);
+}
+
+AdamW Trainer::optimizer_state() const {
+  if (buffer_ && options_.use_distributed_optimizer) return buffer_->gather_optimizer(optimizer_, model_.parameters(), *dp_);
+  return optimizer_;
 }
 
 SampleBatch Trainer::read_batch(const SampleSource& source, std::uint64_t first) const {
@@ -91,9 +111,10 @@ NonFinitePolicy parse_non_finite_policy(const std::string& name) {
 
 double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied) {
   const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
+  const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
   model_.zero_grad();
   double loss = 0;
-  for (std::int64_t m = 0; m < micro; ++m) {
+  for (std::int64_t m = dp_rank; m < micro; m += dp) {
     const auto first = static_cast<std::uint64_t>(iteration * options_.global_batch_size + m * options_.micro_batch_size);
     ModelBatch batch = make_model_batch(options_.objective, read_batch(train_, first), {iteration, micro, m, true});
     // Megatron averages the micro-batches' losses: fold 1/micro into the weights.
@@ -101,6 +122,30 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     loss += model_.forward_backward(batch);
   }
   auto params = model_.parameters();
+  if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&loss, 1));
+  if (buffer_ && options_.use_distributed_optimizer) {
+    // ZeRO-1: each rank clips and updates the pieces it owns; the norm is the global one.
+    buffer_->reduce_scatter_gradients(params, *dp_);
+    auto shard = buffer_->shard_params(params);
+    double sum_sq = 0;
+    for (const auto& p : shard)
+      for (float g : p.grad) sum_sq += static_cast<double>(g) * g;
+    dp_->all_reduce(std::span<double>(&sum_sq, 1));
+    grad_norm = std::sqrt(sum_sq);
+    applied = std::isfinite(loss) && std::isfinite(grad_norm);
+    if (applied) {
+      const double coeff = options_.clip_grad > 0 ? options_.clip_grad / (grad_norm + 1e-6) : 1.0;
+      if (coeff < 1.0)
+        for (auto& p : shard)
+          for (float& g : p.grad) g = static_cast<float>(g * coeff);
+      optimizer_.step(shard, lr);
+      buffer_->all_gather_weights(params, *dp_);
+    } else {
+      model_.zero_grad();
+    }
+    return loss;
+  }
+  if (buffer_) buffer_->all_reduce_gradients(params, *dp_);
   std::vector<std::span<float>> grads;
   for (auto& p : params) grads.push_back(p.grad);
   grad_norm = clip_grad_norm(grads, options_.clip_grad);
@@ -115,25 +160,40 @@ double Trainer::evaluate() {
   ObjectiveOptions objective = options_.objective;
   objective.seed ^= kValidationSeedSalt;
   const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
+  const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
   double total = 0;
   for (std::int64_t k = 0; k < options_.eval_iters; ++k)
-    for (std::int64_t m = 0; m < micro; ++m) {
+    for (std::int64_t m = dp_rank; m < micro; m += dp) {
       const auto first = static_cast<std::uint64_t>(k * options_.global_batch_size + m * options_.micro_batch_size);
       total += model_.forward_loss(make_model_batch(objective, read_batch(*valid_, first), {k, micro, m, false}));
     }
+  if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&total, 1));
   return total / static_cast<double>(options_.eval_iters * micro);
 }
 
 std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop) {
   std::optional<TensorBoardWriter> tb;
   std::optional<JsonlMetrics> jsonl;
-  if (!options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
-  if (!options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
+  // One replica reports: the losses and norms are the group's on every rank.
+  const bool reporting = !dp_ || dp_->rank() == 0;
+  if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
+  if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
+  std::int64_t last_saved = -1;
+  const auto save_now = [&] {
+    if (!save) return;
+    if (buffer_ && options_.use_distributed_optimizer) {
+      const AdamW whole = optimizer_state();
+      save(progress_, model_, whole);
+    } else {
+      save(progress_, model_, optimizer_);
+    }
+    last_saved = progress_.iteration;
+  };
   std::vector<IterationStats> stats;
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
   const auto start = std::chrono::steady_clock::now();
   double window_seconds = 0, window_loss = 0;
-  std::int64_t window = 0, skipped_in_a_row = 0, last_saved = -1;
+  std::int64_t window = 0, skipped_in_a_row = 0;
   while (progress_.iteration < options_.train_iters) {
     const std::int64_t i = progress_.iteration;
     // Megatron steps its scheduler after the update: the update of iteration i + 1 uses lr(i).
@@ -146,7 +206,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       const std::string what = fmt::format("iteration {}: loss {} / grad norm {} is not finite", i + 1, s.loss, s.grad_norm);
       if (options_.on_non_finite == NonFinitePolicy::kStop || ++skipped_in_a_row >= options_.max_skipped_steps) {
         // The weights are still those before this step: save them, so the run resumes from its last good state.
-        if (save && last_saved != i) save(progress_, model_, optimizer_);
+        if (last_saved != i) save_now();
         fail(fmt::format("{}; stopped{} (lower --lr, or --on-nan skip)", what,
                          save ? fmt::format(" with a checkpoint of iteration {}", i) : std::string()));
       }
@@ -165,7 +225,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     window_seconds += s.seconds;
     window_loss += s.loss;
     ++window;
-    if (s.iteration % options_.log_interval == 0 || s.iteration == options_.train_iters) {
+    if (reporting && (s.iteration % options_.log_interval == 0 || s.iteration == options_.train_iters)) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double per_iteration = elapsed / static_cast<double>(stats.size());
       const double tps = tokens_per_iteration * static_cast<double>(window) / window_seconds;
@@ -184,18 +244,24 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     }
     if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && valid_) {
       const double v = evaluate();
-      log::info("validation at iteration {} | loss {:.6f} | ppl {:.3f}", s.iteration, v, std::exp(v));
+      if (reporting) log::info("validation at iteration {} | loss {:.6f} | ppl {:.3f}", s.iteration, v, std::exp(v));
       if (jsonl) jsonl->write(s.iteration, {{"valid_loss", v}});
       if (tb) tb->add_scalars(s.iteration, {{"valid/loss", v}});
     }
-    const bool stopping = (stop && stop->load()) ||
-                          (options_.exit_interval > 0 && s.iteration % options_.exit_interval == 0);
+    bool stopping = (stop && stop->load()) ||
+                    (options_.exit_interval > 0 && s.iteration % options_.exit_interval == 0);
+    if (dp_ && dp_->size() > 1) {
+      // A signal may reach some ranks only: they stop together, after the same iteration.
+      std::int32_t any = stopping ? 1 : 0;
+      dp_->all_reduce(std::span<std::int32_t>(&any, 1), ReduceOp::kMax);
+      stopping = any != 0;
+    }
     if ((options_.save_interval > 0 && s.iteration % options_.save_interval == 0) || stopping ||
         s.iteration == options_.train_iters) {
-      if (save) save(progress_, model_, optimizer_), last_saved = progress_.iteration;
+      save_now();
     }
     if (stopping) {
-      log::info("stopping at iteration {} (checkpoint saved)", s.iteration);
+      if (reporting) log::info("stopping at iteration {} (checkpoint saved)", s.iteration);
       break;
     }
   }

@@ -2,12 +2,14 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "parallel_run.h"
 #include "pipeline.h"
 #include "train_args.h"
 
@@ -34,28 +36,52 @@ int main(int argc, char** argv) {
     fmt::print("{}", dlm::tools::train_usage());
     return 0;
   }
+  if (args.dry_run) {
+    try {
+      fmt::print("{}", dlm::tools::dry_run_plan(args));
+      return 0;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dlm-train: {}\n", e.what());
+      return 1;
+    }
+  }
+  dlm::tools::ParallelRun parallel;
   try {
+    parallel = dlm::tools::start_parallel(args, &argc, &argv);
     // Everything that can be wrong is found here, before a parameter is allocated.
-    dlm::tools::TrainingSetup setup = dlm::tools::prepare_training(args);
+    dlm::tools::TrainingSetup setup = dlm::tools::prepare_on_every_rank(args, parallel);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     dlm::log::info("unigram entropy of the training labels: {:.4f} nats (the loss of a model that ignores its input)",
                    setup.unigram_entropy);
-    dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get());
+    dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel());
     if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
     auto stats = trainer.run(
         [&](const dlm::train::TrainProgress& progress, dlm::train::TrainableModel&, const dlm::train::AdamW& optimizer) {
           if (args.save.empty()) return;
-          dlm::tools::save_training_checkpoint(args, setup, progress, optimizer);
-          dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
+          // Every replica holds the same weights and (gathered) moments: rank 0 writes, the others wait
+          // for the commit, so no rank runs ahead of a checkpoint that may still fail.
+          if (parallel.launch.rank == 0) {
+            dlm::tools::save_training_checkpoint(args, setup, progress, optimizer);
+            dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
+          }
+          if (parallel.world) parallel.world->barrier();
         },
         &g_stop);
-    if (!stats.empty())
+    if (!stats.empty() && parallel.launch.rank == 0)
       fmt::print("dlm-train: {} iterations, final loss {:.4f} (unigram baseline {:.4f})\n", stats.back().iteration,
                  stats.back().loss, setup.unigram_entropy);
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dlm-train: {}\n", e.what());
-    return 1;
+    if (!parallel.distributed()) {
+      fmt::print(stderr, "dlm-train: {}\n", e.what());
+      return 1;
+    }
+    // The peers may be gone or stuck: MPI_Finalize could wait for them forever, so leave without it
+    // (the launcher then ends the other ranks).
+    fmt::print(stderr, "dlm-train: rank {}: {}\n", parallel.launch.rank, e.what());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(1);
   }
 }

@@ -222,6 +222,18 @@ TrainingSetup prepare_training(TrainArgs& args) {
   return setup;
 }
 
+ckpt::ModelConfig resolve_model(TrainArgs& args) {
+  TrainingSetup setup;
+  if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  // The mask token changes no shape: a dry run needs none.
+  auto& objective = args.trainer.objective;
+  const auto kind = objective.kind;
+  objective.kind = train::ObjectiveKind::kAutoregressive;
+  resolve_model_config(args, setup);
+  objective.kind = kind;
+  return setup.config;
+}
+
 void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
                               const train::AdamW& optimizer) {
   std::string data;

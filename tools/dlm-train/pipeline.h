@@ -31,6 +31,8 @@ struct TrainingSetup {
 // Opens the data and the checkpoint and checks them against the flags (vocabulary below the data's
 // largest id, missing files, a checkpoint whose config disagrees): every error before any compute.
 TrainingSetup prepare_training(TrainArgs& args);
+// The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).
+ckpt::ModelConfig resolve_model(TrainArgs& args);
 void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
                               const train::AdamW& optimizer);
 

@@ -14,7 +14,7 @@ namespace {
 
 struct Raw {
   std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0, vocab_size = 0;
-  std::string on_nan = "stop";
+  std::string on_nan = "stop", recompute;
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
@@ -73,6 +73,17 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("on-nan", po::value(&r.on_nan)->default_value(r.on_nan), "a NaN/Inf loss or grad norm: stop (after saving the last good state) | skip the update")
       ("seed", po::value(&a.seed)->default_value(a.seed), "initialisation, data and noise seed")
       ("threads", po::value(&a.threads)->default_value(0), "CPU threads (0: all cores)");
+  po::options_description parallel("parallelism (Megatron's flags; launch under mpirun or srun)");
+  parallel.add_options()
+      ("tensor-model-parallel-size", po::value(&a.tensor_parallel)->default_value(1), "TP size (only 1 runs yet; --dry-run plans any)")
+      ("pipeline-model-parallel-size", po::value(&a.pipeline_parallel)->default_value(1), "PP size (only 1 runs yet; --dry-run plans any)")
+      ("sequence-parallel", po::bool_switch(&a.sequence_parallel), "split norms and residuals along the sequence (with TP)")
+      ("use-distributed-optimizer", po::bool_switch(&t.use_distributed_optimizer), "shard the AdamW moments over the data-parallel ranks")
+      ("ddp-bucket-size", po::value(&t.ddp_bucket_size)->default_value(t.ddp_bucket_size), "gradient elements per reduction bucket")
+      ("distributed-timeout-minutes", po::value(&a.timeout_minutes)->default_value(a.timeout_minutes), "a collective waiting longer names the lost rank and exits")
+      ("recompute-granularity", po::value(&r.recompute), "full: keep only each layer's input (--dry-run's activations)")
+      ("dry-run", po::bool_switch(&a.dry_run), "print each rank's memory and communication per step, allocate nothing")
+      ("world-size", po::value(&a.world_size)->default_value(0), "ranks the dry run plans for (default: the launcher's)");
   po::options_description data("data");
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
@@ -93,7 +104,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
   po::options_description all("dlm-train: train a diffusion (or AR) language model from .bin/.idx data");
-  all.add(model).add(objective).add(training).add(data).add(io);
+  all.add(model).add(objective).add(training).add(parallel).add(data).add(io);
   return all;
 }
 
@@ -159,7 +170,11 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (t.seq_length > m.max_position_embeddings)
     fail(fmt::format("--seq-length {} is longer than --max-position-embeddings {}", t.seq_length,
                      m.max_position_embeddings));
-  if (a.data_path.empty()) fail("--data-path is required (a dlm-preprocess output prefix)");
+  if (!r.recompute.empty() && r.recompute != "full")
+    fail(fmt::format("--recompute-granularity: '{}' is not full (selective recomputation is not implemented)", r.recompute));
+  a.recompute_full = r.recompute == "full";
+  if (!(a.timeout_minutes > 0)) fail(fmt::format("--distributed-timeout-minutes {} must be positive", a.timeout_minutes));
+  if (a.data_path.empty() && !a.dry_run) fail("--data-path is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
   return a;
 }

@@ -26,6 +26,14 @@ struct TrainArgs {
   bool vocab_size_given = false;       // --vocab-size was set (else: the tokenizer's, or the model config's)
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
   int threads = 0;                     // --threads (0: all cores)
+  // Parallelism (docs/parallelism.md); the data-parallel size is the launcher's ranks / (TP x PP).
+  int tensor_parallel = 1;             // --tensor-model-parallel-size
+  int pipeline_parallel = 1;           // --pipeline-model-parallel-size
+  bool sequence_parallel = false;      // --sequence-parallel
+  double timeout_minutes = 10;         // --distributed-timeout-minutes
+  bool recompute_full = false;         // --recompute-granularity full
+  bool dry_run = false;                // --dry-run: print each rank's memory and traffic, allocate nothing
+  int world_size = 0;                  // --world-size: the ranks a dry run plans for (0: the launcher's)
   bool help = false;
 };
 

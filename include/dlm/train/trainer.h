@@ -1,23 +1,28 @@
-// Trainer: Megatron's training loop for one model replica on one process — micro-batches accumulated
-// into a global batch, AdamW with global-norm clipping, the LR schedule, validation every N
-// iterations, a log line / JSONL / TensorBoard per log interval, periodic and on-signal checkpoints,
-// and a resume that continues the same run.
+// Trainer: Megatron's training loop for one model replica — micro-batches accumulated into a global
+// batch, AdamW with global-norm clipping, the LR schedule, validation every N iterations, a log line /
+// JSONL / TensorBoard per log interval, periodic and on-signal checkpoints, and a resume that
+// continues the same run; with a data-parallel group, one replica of DP.
 //
 // Data order: iteration i, micro-batch m, row b reads global sample i*G + m*M + b (G global batch,
 // M micro batch) of the sample source; the objective's noise is keyed by that index and the LR by i,
 // so a resumed run needs nothing but the iteration, the weights and the optimizer's moments to draw
-// the very same numbers (docs/training.md).
+// the very same numbers (docs/training.md). Under data parallelism (size DP, rank d) the global
+// micro-batches m = k*DP + d, k = 0 .. G/(M*DP) - 1, are rank d's (Megatron's sampler: each rank takes
+// its M rows of every M*DP), each weighted by 1/(G/M) as on one process; the gradients are summed over
+// the group, so any DP gives the single-process run up to the order of fp32 sums (docs/parallelism.md).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "dlm/train/communicator.h"
 #include "dlm/train/lr_schedule.h"
 #include "dlm/train/objective.h"
 #include "dlm/train/optimizer.h"
@@ -71,6 +76,8 @@ struct TrainerOptions {
   std::string metrics_path;            // --metrics-file ("" = none): JSONL
   NonFinitePolicy on_non_finite = NonFinitePolicy::kStop;  // --on-nan
   std::int64_t max_skipped_steps = 10; // --on-nan skip: stop once this many steps were skipped in a row
+  bool use_distributed_optimizer = false;   // --use-distributed-optimizer: AdamW moments sharded over DP
+  std::int64_t ddp_bucket_size = 40'000'000;  // --ddp-bucket-size: gradient elements per bucket
 };
 
 // What a checkpoint holds of the run besides the weights.
@@ -79,7 +86,8 @@ struct TrainProgress {
   std::int64_t consumed_samples = 0;
 };
 
-// Saves the model, optimizer and progress (libckpt behind it); called at save points and on signals.
+// Saves the model, optimizer and progress (libckpt behind it); called at save points and on signals, on
+// every rank of the data-parallel group, with the whole (gathered) optimizer state on each.
 using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer)>;
 
 struct IterationStats {
@@ -88,12 +96,19 @@ struct IterationStats {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, seconds = 0;
 };
 
+class GradBuffer;
+
 class Trainer {
  public:
-  // Checks every option before any compute (dlm::Error naming the flag).
-  Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid);
+  // Checks every option before any compute (dlm::Error naming the flag). With `data_parallel` (which
+  // must outlive the trainer) this is one replica of the group: the weights are broadcast from its
+  // rank 0, and each rank reads only its own micro-batches.
+  Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid,
+          Communicator* data_parallel = nullptr);
+  ~Trainer();
 
-  // Resume from a checkpoint's progress and optimizer state (the weights are the model's business).
+  // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
+  // business); under the distributed optimizer each rank keeps its shard of the moments.
   void resume(const TrainProgress& progress, AdamW optimizer_state);
   // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save`.
   // Returns the stats of every iteration run (losses are what the resume test compares).
@@ -102,7 +117,9 @@ class Trainer {
   // Mean validation loss over eval_iters global batches of the valid source (fixed samples).
   double evaluate();
   const TrainProgress& progress() const { return progress_; }
-  const AdamW& optimizer() const { return optimizer_; }
+  // The whole optimizer state, moments per parameter in model order (collective over the data-parallel
+  // group under the distributed optimizer, which gathers the shards).
+  AdamW optimizer_state() const;
 
   // The micro-batch of rows [first, first + micro_batch_size) of a source, as Megatron's GPTDataset
   // gives it (tokens, labels, loss_mask).
@@ -115,7 +132,9 @@ class Trainer {
   TrainableModel& model_;
   const SampleSource& train_;
   const SampleSource* valid_;
-  AdamW optimizer_;
+  Communicator* dp_;
+  std::unique_ptr<GradBuffer> buffer_;  // data parallelism's gradient buckets (DP > 1 or sharded optimizer)
+  AdamW optimizer_;  // moments per parameter, or per owned piece under the distributed optimizer
   LrSchedule schedule_;
   TrainProgress progress_;
 };

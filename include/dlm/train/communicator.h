@@ -1,0 +1,106 @@
+// The communicator seam of parallel training: the collectives and point-to-point transfers the trainer
+// needs, over one group of ranks. The MPI implementation (mpi_communicator.h) runs every layout on CPUs;
+// an NCCL implementation for the CUDA backend goes behind the same interface. Nothing above this header
+// names MPI or NCCL.
+//
+// Every member of a group calls the same collectives in the same order. Counts are elements. A
+// collective that does not complete within the group's timeout (--distributed-timeout-minutes) throws
+// CommunicationError naming the rank that was lost; it never hangs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "dlm/common/error.h"
+
+namespace dlm::train {
+
+enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
+enum class ReduceOp { kSum, kMax, kMin };
+std::size_t data_type_size(DataType type);
+
+template <typename T>
+constexpr DataType data_type_of() {
+  if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::kInt32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::kInt64;
+  else {
+    static_assert(std::is_same_v<T, std::uint8_t>, "no DataType for this element type");
+    return DataType::kUInt8;
+  }
+}
+
+// A rank died or hung (or the transport failed): the message names the group, the operation and the
+// lost rank(s). The process cannot leave MPI cleanly after this; dlm-train exits 1 without finalizing.
+class CommunicationError : public Error {
+ public:
+  using Error::Error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "data-parallel group (world ranks 0,1,2,3)": used in error messages.
+  virtual const std::string& name() const = 0;
+  // The world rank of group member `rank` (error messages name world ranks).
+  virtual int world_rank(int rank) const = 0;
+
+  // In place: every member ends with the element-wise reduction.
+  template <typename T>
+  void all_reduce(std::span<T> data, ReduceOp op = ReduceOp::kSum) {
+    do_all_reduce(data.data(), data.size(), data_type_of<std::remove_const_t<T>>(), op);
+  }
+  // input: size() blocks of output.size() elements; member r gets block r of the reduction.
+  template <typename T>
+  void reduce_scatter(std::span<const T> input, std::span<T> output, ReduceOp op = ReduceOp::kSum) {
+    check_blocks(input.size(), output.size(), "reduce_scatter");
+    do_reduce_scatter(input.data(), output.data(), output.size(), data_type_of<T>(), op);
+  }
+  // output: size() blocks of input.size() elements, member r's input at block r.
+  template <typename T>
+  void all_gather(std::span<const T> input, std::span<T> output) {
+    check_blocks(output.size(), input.size(), "all_gather");
+    do_all_gather(input.data(), output.data(), input.size(), data_type_of<T>());
+  }
+  template <typename T>
+  void broadcast(std::span<T> data, int root) {
+    do_broadcast(data.data(), data.size(), data_type_of<T>(), root);
+  }
+  void barrier() { do_barrier(); }
+  // Point-to-point (pipeline stages): blocks until the transfer completes or the timeout.
+  template <typename T>
+  void send(std::span<const T> data, int peer) {
+    do_send(data.data(), data.size(), data_type_of<T>(), peer);
+  }
+  template <typename T>
+  void recv(std::span<T> data, int peer) {
+    do_recv(data.data(), data.size(), data_type_of<T>(), peer);
+  }
+  // The members with the same color form a new group, ordered by key (MPI_Comm_split, ncclCommSplit).
+  // Collective over this group.
+  virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
+
+ protected:
+  virtual void do_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op) = 0;
+  virtual void do_all_gather(const void* input, void* output, std::size_t count, DataType type) = 0;
+  virtual void do_broadcast(void* data, std::size_t count, DataType type, int root) = 0;
+  virtual void do_barrier() = 0;
+  virtual void do_send(const void* data, std::size_t count, DataType type, int peer) = 0;
+  virtual void do_recv(void* data, std::size_t count, DataType type, int peer) = 0;
+
+ private:
+  void check_blocks(std::size_t whole, std::size_t block, const char* what) const;
+};
+
+// A group of one: every collective is a copy (single-process runs, and tests of the seam).
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+}  // namespace dlm::train

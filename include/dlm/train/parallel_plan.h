@@ -1,0 +1,48 @@
+// dlm-train --dry-run: each rank's memory (weights, gradients, optimizer state, activations) and the
+// bytes it sends per step, for a model and a parallel layout, from the shapes alone: nothing is
+// allocated, so a 1,000-GPU run is planned on a laptop. docs/parallelism.md derives every formula;
+// the parameter counts are libckpt's sharding rules (rank_shards), the ones the trainer uses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dlm/ckpt/model_config.h"
+
+namespace dlm::train {
+
+struct PlanOptions {
+  int tensor = 1, pipeline = 1, data = 1;
+  bool sequence_parallel = false;       // --sequence-parallel
+  bool distributed_optimizer = false;   // --use-distributed-optimizer
+  std::int64_t micro_batch_size = 1, global_batch_size = 1, seq_length = 2048;
+  bool bf16 = false;            // bf16 weights and activations, fp32 gradients and master weights; else all fp32
+  bool recompute_full = false;  // --recompute-granularity full: each layer keeps only its input
+};
+
+// One pipeline stage; every rank of the stage (all its TP and DP ranks) holds the same amounts.
+struct StagePlan {
+  int stage = 0, first_layer = 0, layers = 0;
+  int first_rank = 0, ranks = 0;        // global ranks [first_rank, first_rank + ranks)
+  std::int64_t parameters = 0;          // elements held by one rank (its TP slice, replicas included)
+  std::int64_t micro_batches_in_flight = 0;
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per rank
+  double data_parallel_bytes = 0, tensor_parallel_bytes = 0, pipeline_bytes = 0;  // sent per rank per step
+  double memory() const { return weights + gradients + optimizer + activations; }
+};
+
+struct ParallelPlan {
+  PlanOptions options;
+  std::int64_t model_parameters = 0;          // the whole model's (padded vocabulary)
+  std::int64_t micro_batches_per_rank = 0;    // G / (M * DP) per step
+  std::vector<StagePlan> stages;
+};
+
+// dlm::Error naming the rule broken (TP not dividing the KV groups, a global batch that is not a
+// multiple of micro-batch x DP...).
+ParallelPlan plan_parallel(const ckpt::ModelConfig& config, const PlanOptions& options);
+// The table dlm-train --dry-run prints.
+std::string format_plan(const ckpt::ModelConfig& config, const ParallelPlan& plan);
+
+}  // namespace dlm::train

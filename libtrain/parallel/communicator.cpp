@@ -1,0 +1,59 @@
+// The seam's shared pieces and the group of one.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dlm/train/communicator.h"
+
+namespace dlm::train {
+
+std::size_t data_type_size(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: case DataType::kInt32: return 4;
+    case DataType::kFloat64: case DataType::kInt64: return 8;
+    case DataType::kUInt8: return 1;
+  }
+  return 0;
+}
+
+void Communicator::check_blocks(std::size_t whole, std::size_t block, const char* what) const {
+  if (whole != block * static_cast<std::size_t>(size()))
+    fail(fmt::format("{} on the {}: {} elements are not {} blocks of {}", what, name(), whole, size(), block));
+}
+
+namespace {
+
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+  int world_rank(int) const override { return 0; }
+  std::unique_ptr<Communicator> split(int, int, std::string) override {
+    return std::make_unique<SingleProcessCommunicator>();
+  }
+
+ protected:
+  void do_all_reduce(void*, std::size_t, DataType, ReduceOp) override {}
+  void do_reduce_scatter(const void* in, void* out, std::size_t n, DataType t, ReduceOp) override {
+    if (in != out) std::memmove(out, in, n * data_type_size(t));
+  }
+  void do_all_gather(const void* in, void* out, std::size_t n, DataType t) override {
+    if (in != out) std::memmove(out, in, n * data_type_size(t));
+  }
+  void do_broadcast(void*, std::size_t, DataType, int) override {}
+  void do_barrier() override {}
+  void do_send(const void*, std::size_t, DataType, int) override { fail("send: a group of one has no peer"); }
+  void do_recv(void*, std::size_t, DataType, int) override { fail("recv: a group of one has no peer"); }
+
+ private:
+  std::string name_ = "single-process group";
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_process_communicator() {
+  return std::make_unique<SingleProcessCommunicator>();
+}
+
+}  // namespace dlm::train

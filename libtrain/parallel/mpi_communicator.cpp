@@ -1,0 +1,269 @@
+// MPI behind the communicator seam: non-blocking operations polled against a deadline, and a roll call
+// that names the lost rank when one misses it (see include/dlm/train/mpi_communicator.h).
+#include "dlm/train/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <deque>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace dlm::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kPingTag = 7001, kPongTag = 7002, kDataTag = 11;
+
+// Shared by the world and every group split from it: one operation counter per process, one
+// communicator for roll calls (a duplicate of the world, so pings never match a data message).
+struct Watch {
+  MPI_Comm roll_call = MPI_COMM_NULL;
+  int world_rank = 0;
+  double timeout_seconds = 600;
+  long long operations = 0;
+  std::deque<long long> reply_buffers;  // pings and pongs in flight (MPI keeps pointers to them)
+};
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUInt8: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+int checked_count(std::size_t count) {
+  if (count > static_cast<std::size_t>(INT_MAX)) fail(fmt::format("a single MPI transfer of {} elements is too large", count));
+  return static_cast<int>(count);
+}
+
+// Answers every ping waiting for this process with the number of operations it has entered.
+void answer_pings(Watch& w) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, w.roll_call, &flag, &status) != MPI_SUCCESS || !flag) return;
+    long long asked = 0;
+    MPI_Recv(&asked, 1, MPI_LONG_LONG, status.MPI_SOURCE, kPingTag, w.roll_call, MPI_STATUS_IGNORE);
+    w.reply_buffers.push_back(w.operations);
+    if (w.reply_buffers.size() > 4096) w.reply_buffers.pop_front();
+    MPI_Request request;
+    // Eager and small: completes locally; the request is never waited on.
+    if (MPI_Isend(&w.reply_buffers.back(), 1, MPI_LONG_LONG, status.MPI_SOURCE, kPongTag, w.roll_call, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
+  }
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(std::shared_ptr<Watch> watch, MPI_Comm comm, std::vector<int> world_ranks, std::string name)
+      : watch_(std::move(watch)), comm_(comm), world_ranks_(std::move(world_ranks)), name_(std::move(name)) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+  ~MpiCommunicator() override {
+    if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(world_ranks_.size()); }
+  const std::string& name() const override { return name_; }
+  int world_rank(int rank) const override { return world_ranks_.at(static_cast<std::size_t>(rank)); }
+
+  std::unique_ptr<Communicator> split(int color, int key, std::string name) override {
+    // Colors and keys through a timed all-gather, then a communicator of just the members: a rank lost
+    // during start-up is named like one lost later.
+    const std::vector<std::int32_t> mine = {color, key, rank_};
+    std::vector<std::int32_t> all(mine.size() * static_cast<std::size_t>(size()));
+    all_gather<std::int32_t>(mine, all);
+    std::vector<std::pair<int, int>> members;  // (key, group rank)
+    for (int r = 0; r < size(); ++r)
+      if (all[static_cast<std::size_t>(3 * r)] == color) members.emplace_back(all[static_cast<std::size_t>(3 * r + 1)], r);
+    std::sort(members.begin(), members.end());
+    std::vector<int> ranks, world;
+    for (const auto& [k, r] : members) ranks.push_back(r), world.push_back(world_rank(r));
+    MPI_Group parent, group;
+    MPI_Comm_group(comm_, &parent);
+    MPI_Group_incl(parent, static_cast<int>(ranks.size()), ranks.data(), &group);
+    MPI_Comm comm = MPI_COMM_NULL;
+    const int rc = MPI_Comm_create_group(comm_, group, color & 0x7fff, &comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&parent);
+    if (rc != MPI_SUCCESS) fail(fmt::format("creating the {}: {}", name, mpi_error(rc)));
+    return std::make_unique<MpiCommunicator>(watch_, comm, std::move(world), std::move(name));
+  }
+
+ protected:
+  void do_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) override {
+    run("all_reduce", count, type, [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type), mpi_op(op), comm_, r);
+    });
+  }
+  void do_reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op) override {
+    run("reduce_scatter", count, type, [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in, out, checked_count(count), mpi_type(type), mpi_op(op), comm_, r);
+    });
+  }
+  void do_all_gather(const void* in, void* out, std::size_t count, DataType type) override {
+    run("all_gather", count, type, [&](MPI_Request* r) {
+      return MPI_Iallgather(in, checked_count(count), mpi_type(type), out, checked_count(count), mpi_type(type), comm_, r);
+    });
+  }
+  void do_broadcast(void* data, std::size_t count, DataType type, int root) override {
+    run("broadcast", count, type, [&](MPI_Request* r) {
+      return MPI_Ibcast(data, checked_count(count), mpi_type(type), root, comm_, r);
+    });
+  }
+  void do_barrier() override {
+    run("barrier", 0, DataType::kUInt8, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+  }
+  void do_send(const void* data, std::size_t count, DataType type, int peer) override {
+    run(fmt::format("send to rank {}", world_rank(peer)), count, type, [&](MPI_Request* r) {
+      return MPI_Isend(data, checked_count(count), mpi_type(type), peer, kDataTag, comm_, r);
+    });
+  }
+  void do_recv(void* data, std::size_t count, DataType type, int peer) override {
+    run(fmt::format("recv from rank {}", world_rank(peer)), count, type, [&](MPI_Request* r) {
+      return MPI_Irecv(data, checked_count(count), mpi_type(type), peer, kDataTag, comm_, r);
+    });
+  }
+
+ private:
+  template <typename Start>
+  void run(const std::string& what, std::size_t count, DataType type, Start start) {
+    Watch& w = *watch_;
+    const long long op = ++w.operations;
+    const auto begin = Clock::now();
+    const double total = w.timeout_seconds;
+    const double wait_seconds = std::max(0.8 * total, total - 30.0);
+    const auto describe = [&] {
+      return fmt::format("{} #{} of {} bytes on the {}", what, op, count * data_type_size(type), name_);
+    };
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = start(&request);
+    if (rc != MPI_SUCCESS) roll_call(describe(), "failed: " + mpi_error(rc), begin);
+    int polls = 0;
+    auto nap = std::chrono::microseconds(20);
+    for (;;) {
+      int done = 0;
+      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) roll_call(describe(), "failed: " + mpi_error(rc), begin);
+      if (done) return;
+      answer_pings(w);
+      if (std::chrono::duration<double>(Clock::now() - begin).count() > wait_seconds)
+        roll_call(describe(), fmt::format("did not complete within {:g} min (--distributed-timeout-minutes)", total / 60), begin);
+      // Spin briefly (collectives on one node finish in microseconds), then sleep so that waiting ranks
+      // leave the cores to the ones still computing.
+      if (++polls > 64) {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+
+  // Pings every other member; those that do not answer by the end of the timeout are the lost ones.
+  [[noreturn]] void roll_call(const std::string& operation, const std::string& problem, Clock::time_point begin) {
+    Watch& w = *watch_;
+    std::map<int, long long> answers;  // world rank -> its operation count
+    w.reply_buffers.push_back(w.operations);
+    const long long& mine = w.reply_buffers.back();
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank_) continue;
+      MPI_Request request;
+      if (MPI_Isend(&mine, 1, MPI_LONG_LONG, world_rank(r), kPingTag, w.roll_call, &request) == MPI_SUCCESS)
+        MPI_Request_free(&request);
+    }
+    const auto deadline = begin + std::chrono::duration<double>(w.timeout_seconds);
+    const auto at_least = Clock::now() + std::chrono::seconds(2);
+    while (static_cast<int>(answers.size()) < size() - 1 && (Clock::now() < deadline || Clock::now() < at_least)) {
+      answer_pings(w);
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kPongTag, w.roll_call, &flag, &status) == MPI_SUCCESS && flag) {
+        long long theirs = 0;
+        MPI_Recv(&theirs, 1, MPI_LONG_LONG, status.MPI_SOURCE, kPongTag, w.roll_call, MPI_STATUS_IGNORE);
+        answers[status.MPI_SOURCE] = theirs;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    std::vector<int> lost;
+    std::string where;
+    for (int r = 0; r < size(); ++r) {
+      const int world = world_rank(r);
+      if (r == rank_) continue;
+      auto it = answers.find(world);
+      if (it == answers.end()) lost.push_back(world);
+      else where += fmt::format("{}rank {} at operation #{}", where.empty() ? "" : ", ", world, it->second);
+    }
+    std::string verdict;
+    if (lost.empty()) {
+      verdict = fmt::format("every member answered ({}): the ranks did not call the same collectives", where);
+    } else {
+      std::string names;
+      for (int r : lost) names += (names.empty() ? "" : ", ") + std::to_string(r);
+      verdict = fmt::format("{} {} did not answer (dead or hung)", lost.size() == 1 ? "rank" : "ranks", names);
+    }
+    throw CommunicationError(fmt::format("{} {}: {}", operation, problem, verdict));
+  }
+
+  std::shared_ptr<Watch> watch_;
+  MPI_Comm comm_;
+  std::vector<int> world_ranks_;
+  std::string name_;
+  int rank_ = 0;
+};
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) fail("MPI_Init failed: " + mpi_error(rc));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+  if (finalize_) MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> mpi_world_communicator(double timeout_seconds) {
+  if (!(timeout_seconds > 0)) fail(fmt::format("--distributed-timeout-minutes must be positive"));
+  auto watch = std::make_shared<Watch>();
+  watch->timeout_seconds = timeout_seconds;
+  MPI_Comm_rank(MPI_COMM_WORLD, &watch->world_rank);
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_dup(MPI_COMM_WORLD, &watch->roll_call);
+  MPI_Comm_set_errhandler(watch->roll_call, MPI_ERRORS_RETURN);
+  std::vector<int> world(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) world[static_cast<std::size_t>(r)] = r;
+  return std::make_unique<MpiCommunicator>(std::move(watch), MPI_COMM_WORLD, std::move(world),
+                                           fmt::format("world ({} ranks)", size));
+}
+
+}  // namespace dlm::train

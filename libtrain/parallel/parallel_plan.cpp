@@ -1,0 +1,120 @@
+// Memory and communication of a layout from the shapes (formulas: docs/parallelism.md).
+//
+// Per token and layer the backward pass keeps (e = bytes of an activation element, t = TP, s = t with
+// --sequence-parallel else 1): the layer input, the attention-norm output, the post-attention
+// residual and the MLP-norm output, 4h e / s; q, k, v after RoPE, the attention output, and q, k
+// before the QK-norm when there is one, (2q + 2kv [+ q + kv]) e / t; the softmax statistics, 4 H / t;
+// the fc1 output (gate, up) and the SwiGLU output, 3F e / t. The last stage adds the final norm's
+// input and output, 2h e / s, and fp32 logits, 4 V / t.
+#include "dlm/train/parallel_plan.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "dlm/ckpt/sharding.h"
+#include "dlm/common/error.h"
+
+namespace dlm::train {
+namespace {
+
+std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+}  // namespace
+
+ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
+  if (o.tensor <= 0 || o.pipeline <= 0 || o.data <= 0) fail("the parallel sizes must be positive");
+  if (o.micro_batch_size <= 0 || o.seq_length <= 0) fail("--micro-batch-size and --seq-length must be positive");
+  if (o.global_batch_size % (o.micro_batch_size * o.data) != 0)
+    fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
+                     o.global_batch_size, o.micro_batch_size, o.data));
+  const ckpt::ParallelLayout layout{o.tensor, o.pipeline, o.data, {}};
+  layout.validate(c);
+  if (o.sequence_parallel && o.seq_length % o.tensor != 0)
+    fail(fmt::format("--sequence-parallel: --seq-length {} is not a multiple of --tensor-model-parallel-size {}",
+                     o.seq_length, o.tensor));
+
+  ParallelPlan plan;
+  plan.options = o;
+  plan.micro_batches_per_rank = o.global_batch_size / (o.micro_batch_size * o.data);
+  for (const auto& spec : ckpt::model_tensors(c)) plan.model_parameters += ckpt::element_count(spec.shape);
+
+  // As in Megatron, --sequence-parallel means nothing without TP (t = 1 gives s = 1).
+  const double t = o.tensor, d = o.data, sp = o.sequence_parallel ? t : 1.0;
+  const double e = o.bf16 ? 2 : 4;           // weight and activation element
+  const double g = 4;                        // gradients: fp32
+  const double state = o.bf16 ? 12 : 8;      // fp32 master weights (bf16 only) + exp_avg + exp_avg_sq
+  const double h = c.hidden_size, q = static_cast<double>(c.q_size()), kv = static_cast<double>(c.kv_size());
+  const double f = c.ffn_hidden_size, heads = c.num_attention_heads;
+  const double v = static_cast<double>(c.padded_vocab_size());
+  const double tokens = static_cast<double>(o.seq_length * o.micro_batch_size);
+  const double per_token_layer = 4 * h * e / sp + (2 * q + 2 * kv + (c.qk_layernorm ? q + kv : 0)) * e / t +
+                                 4 * heads / t + 3 * f * e / t;
+  const double layer_full = tokens * per_token_layer;
+  const double layer_input = tokens * h * e / sp;
+  const double last_extra = tokens * (2 * h * e / sp + 4 * v / t);
+  const double hidden_bytes = tokens * h * e;  // one micro-batch's hidden states, whole sequence
+  const double ring = (t - 1) / t;
+  const auto n = static_cast<double>(plan.micro_batches_per_rank);
+
+  for (int s = 0; s < o.pipeline; ++s) {
+    StagePlan p;
+    p.stage = s;
+    const auto range = ckpt::stage_layer_range(c, layout, s);
+    p.first_layer = range.first;
+    p.layers = range.count;
+    p.ranks = o.tensor * o.data;
+    p.first_rank = s * p.ranks;
+    for (const auto& shard : ckpt::rank_shards(c, layout, 0, s)) p.parameters += ckpt::element_count(shard.local_shape);
+    const double params = static_cast<double>(p.parameters);
+    p.weights = params * e;
+    p.gradients = params * g;
+    p.optimizer = params * state / (o.distributed_optimizer ? d : 1.0);
+    // 1F1B: stage s holds the activations of PP - s micro-batches (at most the ones it runs).
+    p.micro_batches_in_flight = o.pipeline == 1 ? 1 : std::min<std::int64_t>(o.pipeline - s, plan.micro_batches_per_rank);
+    const bool last = s == o.pipeline - 1, first = s == 0;
+    const double stored = o.recompute_full ? layer_input : layer_full;
+    p.activations = static_cast<double>(p.micro_batches_in_flight) * p.layers * stored +
+                    (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
+    if (o.data > 1)
+      p.data_parallel_bytes = o.distributed_optimizer ? params * (g + e) * (d - 1) / d : params * g * 2 * (d - 1) / d;
+    if (o.tensor > 1) {
+      // Per layer: two all-reduces forward and two backward (or their all-gather + reduce-scatter pairs
+      // with SP, the same bytes), 2 (t-1)/t of the hidden states each; a full recomputation repeats the
+      // forward's. The embedding's all-reduce, the output layer's input gradient and the vocab-parallel
+      // cross-entropy's three statistics (fp32 per token) come on top.
+      const double per_layer = (8 + (o.recompute_full ? 4 : 0)) * ring * hidden_bytes;
+      const double ends = (first ? 2 * ring * hidden_bytes : 0) + (last ? 2 * ring * hidden_bytes + 3 * 2 * ring * 4 * tokens : 0);
+      p.tensor_parallel_bytes = n * (p.layers * per_layer + ends);
+    }
+    if (o.pipeline > 1) p.pipeline_bytes = n * ((last ? 0 : 1) + (first ? 0 : 1)) * hidden_bytes / sp;
+    plan.stages.push_back(p);
+  }
+  return plan;
+}
+
+std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
+  const auto& o = plan.options;
+  std::string out = fmt::format(
+      "dry run: {} layers, hidden {}, ffn {}, {} heads / {} KV groups, vocabulary {} (padded): {:.3f}B parameters\n"
+      "layout: {} ranks = TP {} x DP {} x PP {}{}{}; micro-batch {}, global batch {}, sequence {} -> {} micro-batches "
+      "per rank per step; {}; recomputation {}\n",
+      c.num_layers, c.hidden_size, c.ffn_hidden_size, c.num_attention_heads, c.num_query_groups, c.padded_vocab_size(),
+      static_cast<double>(plan.model_parameters) / 1e9, o.tensor * o.data * o.pipeline, o.tensor, o.data, o.pipeline,
+      o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
+      o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
+      o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32", o.recompute_full ? "full" : "off");
+  out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",
+                     "layers", "params/rank", "weights", "grads", "optim", "activations", "total", "DP send", "TP send",
+                     "PP send");
+  for (const auto& s : plan.stages)
+    out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", s.stage,
+                       fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1),
+                       s.layers ? fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1) : std::string("-"),
+                       s.parameters, gib(s.weights), gib(s.gradients), gib(s.optimizer), gib(s.activations),
+                       gib(s.memory()), gib(s.data_parallel_bytes), gib(s.tensor_parallel_bytes), gib(s.pipeline_bytes));
+  out += "memory in GiB per rank; sends in GiB per rank per step (ring collectives); every rank of a stage holds the same\n";
+  return out;
+}
+
+}  // namespace dlm::train

@@ -1,0 +1,105 @@
+// Megatron's rank order (tensor fastest, then data, then pipeline) and the launcher's rank variables.
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "dlm/train/parallel.h"
+
+namespace dlm::train {
+namespace {
+
+int int_variable(const char* (*getenv)(const char*), const char* name) {
+  const char* v = getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 24)) fail(fmt::format("{}={}: not a rank or a count", name, v));
+  return static_cast<int>(x);
+}
+
+std::string join(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+LaunchInfo launch_info(const char* (*getenv)(const char*)) {
+  struct Scheme {
+    const char *launcher, *rank, *size, *local;
+  };
+  // mpirun first: an mpirun inside a Slurm allocation also sees SLURM_* of the allocation.
+  for (const Scheme s : {Scheme{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                         Scheme{"hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+                         Scheme{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}}) {
+    const int rank = int_variable(getenv, s.rank), size = int_variable(getenv, s.size);
+    if (rank < 0 || size < 0) continue;
+    if (size == 0 || rank >= size) fail(fmt::format("{}={} and {}={} do not make a rank", s.rank, rank, s.size, size));
+    const int local = int_variable(getenv, s.local);
+    return LaunchInfo{rank, size, local < 0 ? 0 : local, s.launcher};
+  }
+  return {};
+}
+
+LaunchInfo launch_info_from_environment() {
+  return launch_info([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+ParallelConfig derive_parallel_config(int world_size, int tensor, int pipeline) {
+  if (tensor <= 0) fail(fmt::format("--tensor-model-parallel-size {} must be positive", tensor));
+  if (pipeline <= 0) fail(fmt::format("--pipeline-model-parallel-size {} must be positive", pipeline));
+  if (world_size % (tensor * pipeline) != 0)
+    fail(fmt::format("{} ranks are not a multiple of --tensor-model-parallel-size {} x --pipeline-model-parallel-size {}",
+                     world_size, tensor, pipeline));
+  return ParallelConfig{tensor, pipeline, world_size / (tensor * pipeline)};
+}
+
+RankCoords rank_coords(const ParallelConfig& c, int rank) {
+  if (rank < 0 || rank >= c.world()) fail(fmt::format("rank {} is outside the world of {}", rank, c.world()));
+  return RankCoords{rank % c.tensor, rank / c.tensor % c.data, rank / (c.tensor * c.data)};
+}
+
+int global_rank(const ParallelConfig& c, RankCoords x) { return x.tensor + c.tensor * (x.data + c.data * x.pipeline); }
+
+std::vector<int> tensor_parallel_ranks(const ParallelConfig& c, int rank) {
+  RankCoords x = rank_coords(c, rank);
+  std::vector<int> out;
+  for (x.tensor = 0; x.tensor < c.tensor; ++x.tensor) out.push_back(global_rank(c, x));
+  return out;
+}
+
+std::vector<int> data_parallel_ranks(const ParallelConfig& c, int rank) {
+  RankCoords x = rank_coords(c, rank);
+  std::vector<int> out;
+  for (x.data = 0; x.data < c.data; ++x.data) out.push_back(global_rank(c, x));
+  return out;
+}
+
+std::vector<int> pipeline_parallel_ranks(const ParallelConfig& c, int rank) {
+  RankCoords x = rank_coords(c, rank);
+  std::vector<int> out;
+  for (x.pipeline = 0; x.pipeline < c.pipeline; ++x.pipeline) out.push_back(global_rank(c, x));
+  return out;
+}
+
+ProcessGroups make_process_groups(Communicator& world, const ParallelConfig& config) {
+  if (world.size() != config.world())
+    fail(fmt::format("the launcher started {} ranks, the layout needs {}", world.size(), config.world()));
+  ProcessGroups g;
+  g.config = config;
+  const int rank = world.rank();
+  g.coords = rank_coords(config, rank);
+  // A group's color is its first member: unique per group, the same for all of its members.
+  auto make = [&](const std::vector<int>& ranks, const char* what) {
+    return world.split(ranks.front(), rank, fmt::format("{} group (world ranks {})", what, join(ranks)));
+  };
+  g.tensor = make(tensor_parallel_ranks(config, rank), "tensor-parallel");
+  g.data = make(data_parallel_ranks(config, rank), "data-parallel");
+  g.pipeline = make(pipeline_parallel_ranks(config, rank), "pipeline-parallel");
+  return g;
+}
+
+}  // namespace dlm::train

@@ -1,0 +1,78 @@
+#include "parallel_run.h"
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "dlm/common/log.h"
+#include "dlm/train/parallel_plan.h"
+
+namespace dlm::tools {
+
+ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
+  if (args.tensor_parallel != 1)
+    fail(fmt::format("--tensor-model-parallel-size {}: tensor parallelism is not implemented yet (only data parallelism "
+                     "runs; --dry-run plans any layout)", args.tensor_parallel));
+  if (args.pipeline_parallel != 1)
+    fail(fmt::format("--pipeline-model-parallel-size {}: pipeline parallelism is not implemented yet (only data "
+                     "parallelism runs; --dry-run plans any layout)", args.pipeline_parallel));
+  ParallelRun run;
+  run.launch = train::launch_info_from_environment();
+  if (args.world_size > 0 && args.world_size != run.launch.world_size)
+    fail(fmt::format("--world-size {}: the launcher ({}) started {} ranks", args.world_size, run.launch.launcher,
+                     run.launch.world_size));
+  if (args.sequence_parallel) log::warning("--sequence-parallel without tensor parallelism does nothing (as in Megatron)");
+  if (args.recompute_full) log::warning("--recompute-granularity full: the CPU backend keeps every activation");
+  if (run.launch.world_size == 1) return run;
+  run.mpi = std::make_unique<train::MpiSession>(argc, argv);
+  run.world = train::mpi_world_communicator(args.timeout_minutes * 60.0);
+  if (run.world->rank() != run.launch.rank || run.world->size() != run.launch.world_size)
+    fail(fmt::format("MPI says rank {} of {}, the launcher ({}) says {} of {}", run.world->rank(), run.world->size(),
+                     run.launch.launcher, run.launch.rank, run.launch.world_size));
+  log::set_rank(run.launch.rank);
+  if (run.launch.rank != 0 && log::level() < log::Level::kWarning) log::set_level(log::Level::kWarning);
+  run.groups = train::make_process_groups(
+      *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
+  log::info("{} ranks ({}): TP {} x DP {} x PP {}{}", run.launch.world_size, run.launch.launcher, run.groups->config.tensor,
+            run.groups->config.data, run.groups->config.pipeline,
+            args.trainer.use_distributed_optimizer ? ", distributed optimizer" : "");
+  return run;
+}
+
+TrainingSetup prepare_on_every_rank(TrainArgs& args, const ParallelRun& run) {
+  if (!run.distributed()) return prepare_training(args);
+  std::uint8_t ok = 0;
+  TrainingSetup setup;
+  if (run.launch.rank == 0) {
+    try {
+      setup = prepare_training(args);
+      ok = 1;
+    } catch (...) {
+      run.world->broadcast(std::span<std::uint8_t>(&ok, 1), 0);
+      throw;
+    }
+  }
+  run.world->broadcast(std::span<std::uint8_t>(&ok, 1), 0);
+  if (!ok) fail("rank 0 stopped before training (its error is above)");
+  if (run.launch.rank != 0) setup = prepare_training(args);
+  return setup;
+}
+
+std::string dry_run_plan(TrainArgs& args) {
+  const ckpt::ModelConfig config = resolve_model(args);
+  const int world = args.world_size > 0 ? args.world_size : train::launch_info_from_environment().world_size;
+  const auto layout = train::derive_parallel_config(world, args.tensor_parallel, args.pipeline_parallel);
+  train::PlanOptions o;
+  o.tensor = layout.tensor;
+  o.pipeline = layout.pipeline;
+  o.data = layout.data;
+  o.sequence_parallel = args.sequence_parallel;
+  o.distributed_optimizer = args.trainer.use_distributed_optimizer;
+  o.micro_batch_size = args.trainer.micro_batch_size;
+  o.global_batch_size = args.trainer.global_batch_size;
+  o.seq_length = args.trainer.seq_length;
+  o.bf16 = args.bf16;
+  o.recompute_full = args.recompute_full;
+  return train::format_plan(config, train::plan_parallel(config, o));
+}
+
+}  // namespace dlm::tools
