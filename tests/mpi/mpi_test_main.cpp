@@ -1,0 +1,35 @@
+#include "mpi_test_main.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "dlm/common/log.h"
+#include "dlm/train/mpi_communicator.h"
+
+namespace dlm::test {
+namespace {
+std::unique_ptr<train::Communicator> g_world;
+}
+
+train::Communicator& mpi_world() { return *g_world; }
+
+}  // namespace dlm::test
+
+int main(int argc, char** argv) {
+  dlm::train::MpiSession mpi(&argc, &argv);
+  // A rank that fails an assertion and skips a collective makes the others name it within this timeout.
+  dlm::test::g_world = dlm::train::mpi_world_communicator(120.0);
+  ::testing::InitGoogleTest(&argc, argv);
+  dlm::log::set_level(dlm::log::Level::kWarning);  // the trainers' iteration lines of 4 ranks would bury the results
+  const int rank = dlm::test::g_world->rank();
+  if (rank != 0) {
+    // Rank 0 prints the run; the others print only their failures.
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  dlm::test::g_world->all_reduce(std::span<int>(&failed, 1), dlm::train::ReduceOp::kMax);
+  if (rank == 0) std::printf("%s on %d ranks\n", failed ? "MPI TESTS FAILED" : "mpi tests passed", dlm::test::g_world->size());
+  dlm::test::g_world.reset();
+  return failed;
+}

@@ -1,0 +1,147 @@
+// The parallel layer's pieces that need no second process: the launcher's rank variables, Megatron's
+// rank order and groups, the group of one, and the dry run's numbers against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "dlm/common/error.h"
+#include "dlm/train/parallel.h"
+#include "dlm/train/parallel_plan.h"
+
+namespace dlm::train {
+namespace {
+
+std::map<std::string, std::string> g_env;
+const char* fake_getenv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+
+TEST(LaunchInfo, ReadsMpirunSrunAndNothing) {
+  g_env = {};
+  EXPECT_EQ(launch_info(fake_getenv).world_size, 1);
+  EXPECT_EQ(launch_info(fake_getenv).launcher, "none");
+  g_env = {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}};
+  auto s = launch_info(fake_getenv);
+  EXPECT_EQ(s.rank, 5);
+  EXPECT_EQ(s.world_size, 8);
+  EXPECT_EQ(s.local_rank, 1);
+  EXPECT_EQ(s.launcher, "srun");
+  // mpirun inside a Slurm allocation: mpirun's variables are this process's.
+  g_env["OMPI_COMM_WORLD_RANK"] = "3";
+  g_env["OMPI_COMM_WORLD_SIZE"] = "4";
+  g_env["OMPI_COMM_WORLD_LOCAL_RANK"] = "3";
+  s = launch_info(fake_getenv);
+  EXPECT_EQ(s.rank, 3);
+  EXPECT_EQ(s.world_size, 4);
+  EXPECT_EQ(s.launcher, "mpirun");
+  g_env = {{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}};
+  EXPECT_THROW(launch_info(fake_getenv), Error);
+  g_env = {{"PMI_RANK", "x"}, {"PMI_SIZE", "2"}};
+  EXPECT_THROW(launch_info(fake_getenv), Error);
+}
+
+// megatron.core.parallel_state's example: 16 GPUs, TP 2, PP 4 -> DP 2; tensor groups [g0, g1],
+// [g2, g3], ...; data groups [g0, g2], [g1, g3], [g4, g6], ...; pipeline groups [g0, g4, g8, g12], ...
+TEST(RankOrder, IsMegatrons) {
+  const auto c = derive_parallel_config(16, 2, 4);
+  EXPECT_EQ(c.data, 2);
+  EXPECT_EQ(tensor_parallel_ranks(c, 3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(data_parallel_ranks(c, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(data_parallel_ranks(c, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(pipeline_parallel_ranks(c, 1), (std::vector<int>{1, 5, 9, 13}));
+  EXPECT_EQ(rank_coords(c, 13), (RankCoords{1, 0, 3}));
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(global_rank(c, rank_coords(c, r)), r);
+}
+
+TEST(RankOrder, SizesThatDoNotDivideNameTheFlags) {
+  try {
+    derive_parallel_config(12, 8, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("12 ranks are not a multiple of --tensor-model-parallel-size 8"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(derive_parallel_config(4, 0, 1), Error);
+}
+
+TEST(Communicator, GroupOfOneCopiesAndSplits) {
+  auto c = make_single_process_communicator();
+  std::vector<float> in = {1, 2, 3}, out(3);
+  c->reduce_scatter<float>(in, out);
+  EXPECT_EQ(out, in);
+  c->all_reduce<float>(out);
+  EXPECT_EQ(out, in);
+  std::vector<float> two(6);
+  EXPECT_THROW(c->all_gather<float>(in, two), Error);  // 6 elements are not 1 block of 3
+  auto groups = make_process_groups(*c, derive_parallel_config(1, 1, 1));
+  EXPECT_EQ(groups.data->size(), 1);
+}
+
+// 4 layers, hidden 64, FFN 128, 4 heads of 16 in 2 KV groups, vocabulary 256, tied; TP 2 (SP), PP 2,
+// DP 2, distributed optimizer, bf16, micro-batch 2, global batch 16, sequence 32. Every number below is
+// worked by hand in docs/parallelism.md ("A check by hand").
+TEST(DryRun, SmallConfigEqualsHandComputedValues) {
+  ckpt::ModelConfig c;
+  c.num_layers = 4;
+  c.hidden_size = 64;
+  c.ffn_hidden_size = 128;
+  c.num_attention_heads = 4;
+  c.num_query_groups = 2;
+  c.kv_channels = 16;
+  c.vocab_size = 256;
+  c.make_vocab_size_divisible_by = 128;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = true;
+  c.qk_layernorm = false;
+  PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 2;
+  o.sequence_parallel = true;
+  o.distributed_optimizer = true;
+  o.bf16 = true;
+  o.micro_batch_size = 2;
+  o.global_batch_size = 16;
+  o.seq_length = 32;
+  const auto plan = plan_parallel(c, o);
+  EXPECT_EQ(plan.micro_batches_per_rank, 4);
+  ASSERT_EQ(plan.stages.size(), 2u);
+  const auto& s0 = plan.stages[0];
+  const auto& s1 = plan.stages[1];
+  // Per layer: 2 norms 64 + QKV 64x64 + proj 64x32 + fc1 128x64 + fc2 64x64 = 18560; embedding 128x64.
+  EXPECT_EQ(s0.parameters, 8192 + 2 * 18560);
+  EXPECT_EQ(s1.parameters, 2 * 18560 + 64 + 8192);  // final norm, and the tied embedding's replica
+  EXPECT_EQ(s0.first_rank, 0);
+  EXPECT_EQ(s1.first_rank, 4);
+  EXPECT_EQ(s1.ranks, 4);
+  EXPECT_DOUBLE_EQ(s0.weights, 2.0 * 45312);
+  EXPECT_DOUBLE_EQ(s0.gradients, 4.0 * 45312);
+  EXPECT_DOUBLE_EQ(s0.optimizer, 12.0 * 45312 / 2);
+  // 64 tokens x 840 bytes per layer; stage 0 keeps 2 micro-batches (1F1B), stage 1 one plus the
+  // final norm and fp32 logits, 64 x (128 + 512).
+  EXPECT_EQ(s0.micro_batches_in_flight, 2);
+  EXPECT_EQ(s1.micro_batches_in_flight, 1);
+  EXPECT_DOUBLE_EQ(s0.activations, 2 * 2 * 53760.0);
+  EXPECT_DOUBLE_EQ(s1.activations, 2 * 53760.0 + 40960);
+  EXPECT_DOUBLE_EQ(s0.data_parallel_bytes, 45312 * 6.0 / 2);
+  EXPECT_DOUBLE_EQ(s0.tensor_parallel_bytes, 4 * (2 * 32768.0 + 8192));
+  EXPECT_DOUBLE_EQ(s1.tensor_parallel_bytes, 4 * (2 * 32768.0 + 8192 + 768));
+  EXPECT_DOUBLE_EQ(s0.pipeline_bytes, 16384.0);
+  EXPECT_DOUBLE_EQ(s1.pipeline_bytes, 16384.0);
+
+  o.recompute_full = true;
+  EXPECT_DOUBLE_EQ(plan_parallel(c, o).stages[0].activations, 2 * 2 * 4096.0 + 53760);
+  o.recompute_full = false;
+  o.distributed_optimizer = false;
+  o.bf16 = false;
+  const auto fp32 = plan_parallel(c, o).stages[0];
+  EXPECT_DOUBLE_EQ(fp32.optimizer, 8.0 * 45312);
+  EXPECT_DOUBLE_EQ(fp32.data_parallel_bytes, 45312 * 4.0 * 2 / 2);
+  o.global_batch_size = 6;
+  EXPECT_THROW(plan_parallel(c, o), Error);
+}
+
+}  // namespace
+}  // namespace dlm::train

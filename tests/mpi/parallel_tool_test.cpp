@@ -1,0 +1,187 @@
+// dlm-train under mpiexec -n 4 as a user runs it: DP4 gives the single-process losses and its
+// checkpoint resumes on one process; a rank SIGKILLed or stopped mid-run makes the job exit non-zero
+// within --distributed-timeout-minutes with a message naming it; TP/PP say they are not implemented.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "tool_fixture.h"
+
+namespace fs = std::filesystem;
+
+namespace dlm::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class ParallelTool : public ToolTest {
+ protected:
+  void SetUp() override {
+    ToolTest::SetUp();
+    tag_ = "dlm-parallel-tool-" + std::to_string(::getpid());
+    ::setenv("DLM_TEST_TAG", tag_.c_str(), 1);  // inherited by mpiexec's ranks: finds their pids
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  std::vector<std::string> mpi(std::vector<std::string> argv, std::vector<std::string> mpiexec_flags = {}) const {
+    std::vector<std::string> a = {DLM_MPIEXEC, "-n", "4", "--oversubscribe"};
+    a.insert(a.end(), mpiexec_flags.begin(), mpiexec_flags.end());
+    a.insert(a.end(), argv.begin(), argv.end());
+    return a;
+  }
+  // The pid of dlm-train's rank `rank` of this test's job (0 while it has not started).
+  pid_t rank_pid(int rank) const {
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream comm(entry.path() / "comm");
+      std::string c;
+      std::getline(comm, c);
+      if (c != "dlm-train") continue;
+      std::ifstream env(entry.path() / "environ");
+      std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+      const std::string z(1, '\0');
+      if (all.find(z + "DLM_TEST_TAG=" + tag_ + z) == std::string::npos &&
+          all.rfind("DLM_TEST_TAG=" + tag_ + z, 0) != 0)
+        continue;
+      if (all.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + z) != std::string::npos)
+        return static_cast<pid_t>(std::stoi(name));
+    }
+    return 0;
+  }
+  // Starts a long DP4 run, waits for its third logged iteration, sends `sig` to rank `victim` and
+  // returns the job's result and the seconds from the signal to the job's end.
+  std::pair<ChildResult, double> signal_mid_run(int sig, int victim, std::vector<std::string> mpiexec_flags = {},
+                                                std::string wrapper = "") {
+    const auto metrics = dir_ / "kill.jsonl";
+    auto argv = train_argv({"--train-iters", "100000", "--global-batch-size", "8", "--distributed-timeout-minutes", "0.1",
+                            "--metrics-file", metrics.string()});
+    if (!wrapper.empty()) argv.insert(argv.begin(), {"/bin/sh", "-c", wrapper});  // $0 is dlm-train
+    const std::string err = (dir_ / "err").string();
+    const pid_t job = spawn(mpi(argv, mpiexec_flags), err);
+    const auto t0 = Clock::now();
+    while (losses(metrics).size() < 3 && Clock::now() - t0 < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const pid_t pid = rank_pid(victim);
+    EXPECT_NE(pid, 0) << read_all(err);
+    if (pid) ::kill(pid, sig);
+    const auto t1 = Clock::now();
+    auto r = wait_child(job, err);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (pid && sig == SIGSTOP) ::kill(pid, SIGKILL);  // the launcher may leave a stopped process behind
+    return {r, seconds};
+  }
+  std::string tag_;
+};
+
+std::vector<double> numbers(const std::vector<std::string>& text) {
+  std::vector<double> out;
+  for (const auto& t : text) out.push_back(std::stod(t));
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "iteration " << i + 1;
+}
+
+TEST_F(ParallelTool, Dp4GivesTheSingleProcessLossesAndItsCheckpointResumesOnOneProcess) {
+  const auto single = dir_ / "single.jsonl";
+  auto r = run(train_argv({"--train-iters", "8", "--global-batch-size", "8", "--metrics-file", single.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = numbers(losses(single));
+  ASSERT_EQ(want.size(), 8u);
+
+  for (const bool zero : {false, true}) {
+    const auto dp4 = dir_ / (zero ? "dp4-zero.jsonl" : "dp4.jsonl");
+    std::vector<std::string> flags = {"--train-iters", "8", "--global-batch-size", "8", "--metrics-file", dp4.string()};
+    if (zero) flags.push_back("--use-distributed-optimizer");
+    r = run(mpi(train_argv(flags)));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_close(numbers(losses(dp4)), want);
+  }
+
+  // DP4 with the distributed optimizer saves at 4 and exits; one process resumes for the last 4.
+  const auto first = dir_ / "first.jsonl", second = dir_ / "second.jsonl";
+  const auto ckpt = (dir_ / "ckpt").string();
+  r = run(mpi(train_argv({"--train-iters", "8", "--global-batch-size", "8", "--use-distributed-optimizer", "--save", ckpt,
+                          "--exit-interval", "4", "--metrics-file", first.string()})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(train_argv({"--train-iters", "8", "--global-batch-size", "8", "--load", ckpt, "--metrics-file", second.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto got = numbers(losses(first));
+  for (double l : numbers(losses(second))) got.push_back(l);
+  expect_close(got, want);
+}
+
+TEST_F(ParallelTool, SigkilledRankEndsTheJobNamingIt) {
+  // mpirun's own rule: a rank killed by a signal ends the job, and mpirun names it.
+  const auto [r, seconds] = signal_mid_run(SIGKILL, 2);
+  std::printf("SIGKILL of rank 2 under mpirun: exit %d after %.1f s\n", r.exit_code, seconds);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 6.0 + 5.0);
+  EXPECT_NE(r.err.find("rank 2"), std::string::npos) << r.err;
+}
+
+TEST_F(ParallelTool, SigkilledRankIsNamedByEverySurvivorWhenTheLauncherKeepsThemRunning) {
+  // --enable-recovery keeps the other ranks alive (as a launcher that does not watch its ranks would):
+  // each survivor's watchdog must name rank 2 and exit 1 within the timeout. The shell reports each
+  // rank's exit status (mpirun itself exits 0 under recovery).
+  const auto [r, seconds] = signal_mid_run(SIGKILL, 2, {"--enable-recovery"},
+                                           "\"$0\" \"$@\"; echo \"rank $OMPI_COMM_WORLD_RANK exited $?\" >&2");
+  std::printf("SIGKILL of rank 2, survivors on their own: job ended after %.1f s\n", seconds);
+  EXPECT_LT(seconds, 6.0 + 5.0);
+  for (const int survivor : {0, 1, 3}) {
+    EXPECT_NE(r.err.find(fmt::format("dlm-train: rank {}: ", survivor)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(fmt::format("rank {} exited 1", survivor)), std::string::npos) << r.err;
+  }
+  EXPECT_NE(r.err.find("did not complete within 0.1 min (--distributed-timeout-minutes): rank 2 did not answer (dead or hung)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("rank 2 exited 137"), std::string::npos) << r.err;
+}
+
+TEST_F(ParallelTool, HungRankIsNamedWithinTheTimeout) {
+  const auto [r, seconds] = signal_mid_run(SIGSTOP, 1);
+  std::printf("SIGSTOP of rank 1: exit %d after %.1f s\n", r.exit_code, seconds);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 6.0 + 5.0);
+  EXPECT_NE(r.err.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r.err;
+}
+
+TEST_F(ParallelTool, TensorAndPipelineParallelismSayTheyAreNotImplemented) {
+  for (const auto& [flag, what] : {std::pair<std::string, std::string>{"--tensor-model-parallel-size", "tensor"},
+                                   {"--pipeline-model-parallel-size", "pipeline"}}) {
+    const auto r = run(train_argv({"--train-iters", "2", flag, "2"}));
+    EXPECT_EQ(last_error_line(r, "dlm-train"),
+              fmt::format("dlm-train: {} 2: {} parallelism is not implemented yet (only data parallelism runs; --dry-run "
+                          "plans any layout)", flag, what));
+  }
+}
+
+TEST_F(ParallelTool, DryRunNeedsNoDataAndPrintsEveryStage) {
+  const std::string cmd = kTrainTool +
+                          " --dry-run --world-size 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+                          " --sequence-parallel --use-distributed-optimizer --bf16 --num-layers 4 --hidden-size 64"
+                          " --ffn-hidden-size 128 --num-attention-heads 4 --group-query-attention --num-query-groups 2"
+                          " --vocab-size 256 --seq-length 32 --max-position-embeddings 64 --micro-batch-size 2"
+                          " --global-batch-size 16 --train-iters 1 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_NE(out.find("16 ranks = TP 2 x DP 4 x PP 2, sequence parallel, distributed optimizer"), std::string::npos) << out;
+  EXPECT_NE(out.find("2 micro-batches per rank per step"), std::string::npos) << out;
+  EXPECT_NE(out.find("    0         0-7     0-1         45312"), std::string::npos) << out;
+  EXPECT_NE(out.find("    1        8-15     2-3         45376"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace dlm::test
