@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <numeric>
 #include <string>
 
 #include "dlm/common/error.h"
 #include "dlm/train/parallel.h"
 #include "dlm/train/parallel_plan.h"
+#include "grad_buffer.h"
 
 namespace dlm::train {
 namespace {
@@ -77,6 +79,59 @@ TEST(Communicator, GroupOfOneCopiesAndSplits) {
   EXPECT_THROW(c->all_gather<float>(in, two), Error);  // 6 elements are not 1 block of 3
   auto groups = make_process_groups(*c, derive_parallel_config(1, 1, 1));
   EXPECT_EQ(groups.data->size(), 1);
+}
+
+// Tensors of 7, 300, 5, 64 and 1 elements.
+struct FakeParams {
+  std::vector<std::vector<float>> values, grads;
+  std::vector<ParamRef> refs;
+  FakeParams() {
+    for (std::size_t n : {7u, 300u, 5u, 64u, 1u}) values.emplace_back(n), grads.emplace_back(n);
+    for (std::size_t t = 0; t < values.size(); ++t) {
+      std::iota(values[t].begin(), values[t].end(), 1000.0f * static_cast<float>(t));
+      refs.push_back(ParamRef{"t" + std::to_string(t), values[t], grads[t], t % 2 == 0, {}});
+    }
+  }
+};
+
+TEST(GradBuffer, EveryElementHasExactlyOneOwnerAndBucketsAreWholeTensors) {
+  FakeParams p;
+  for (const int dp : {1, 3, 4}) {
+    std::map<std::pair<std::string, const float*>, int> owners;
+    for (int r = 0; r < dp; ++r) {
+      GradBuffer buffer(p.refs, dp, r, 100);
+      // In reverse order, a bucket closes at the first tensor boundary past 100 elements:
+      // 1 + 64 + 5 + 300 | 7, each padded to a multiple of DP.
+      ASSERT_EQ(buffer.buckets().size(), 2u);
+      for (const auto& b : buffer.buckets()) EXPECT_EQ(b.size % static_cast<std::size_t>(dp), 0u);
+      EXPECT_EQ(buffer.buckets()[0].size, (370u + dp - 1) / dp * dp);
+      EXPECT_EQ(buffer.buckets()[1].offset, buffer.buckets()[0].size);
+      for (const auto& piece : buffer.shard_params(p.refs)) {
+        EXPECT_EQ(piece.grad.size(), piece.value.size());
+        for (float& x : piece.value) ++owners[{piece.name, &x}];
+      }
+    }
+    EXPECT_EQ(owners.size(), 7u + 300 + 5 + 64 + 1) << "DP " << dp;
+    for (const auto& [element, count] : owners) EXPECT_EQ(count, 1);
+  }
+}
+
+TEST(GradBuffer, ShardedMomentsGoBackToWholeTensors) {
+  FakeParams p;
+  auto single = make_single_process_communicator();
+  GradBuffer buffer(p.refs, 1, 0, 50);
+  AdamW whole({});
+  whole.set_steps(3);
+  for (const auto& v : p.values) {
+    whole.exp_avg().push_back(v);
+    whole.exp_avg_sq().emplace_back(v.size(), 2.0f);
+  }
+  const AdamW shard = buffer.shard_optimizer(whole, p.refs);
+  EXPECT_EQ(shard.exp_avg().size(), buffer.shard_params(p.refs).size());
+  const AdamW back = buffer.gather_optimizer(shard, p.refs, *single);
+  EXPECT_EQ(back.steps(), 3);
+  EXPECT_EQ(back.exp_avg(), whole.exp_avg());
+  EXPECT_EQ(back.exp_avg_sq(), whole.exp_avg_sq());
 }
 
 // 4 layers, hidden 64, FFN 128, 4 heads of 16 in 2 KV groups, vocabulary 256, tied; TP 2 (SP), PP 2,

@@ -79,6 +79,15 @@ class ParallelTool : public ToolTest {
   std::string tag_;
 };
 
+// The "valid_loss" values of a metrics file.
+std::vector<double> valid_losses(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (const auto at = line.find("\"valid_loss\": "); at != std::string::npos) out.push_back(std::stod(line.substr(at + 14)));
+  return out;
+}
+
 std::vector<double> numbers(const std::vector<std::string>& text) {
   std::vector<double> out;
   for (const auto& t : text) out.push_back(std::stod(t));
@@ -90,20 +99,27 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "iteration " << i + 1;
 }
 
-TEST_F(ParallelTool, Dp4GivesTheSingleProcessLossesAndItsCheckpointResumesOnOneProcess) {
+TEST_F(ParallelTool, Dp4GivesTheSingleProcessTrainingAndValidationLossesAndItsCheckpointResumesOnOneProcess) {
   const auto single = dir_ / "single.jsonl";
-  auto r = run(train_argv({"--train-iters", "8", "--global-batch-size", "8", "--metrics-file", single.string()}));
+  const std::vector<std::string> eval = {"--eval-interval", "4", "--eval-iters", "2"};
+  auto flags = eval;
+  for (const std::string f : {"--train-iters", "8", "--global-batch-size", "8", "--metrics-file"}) flags.push_back(f);
+  flags.push_back(single.string());
+  auto r = run(train_argv(flags));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto want = numbers(losses(single));
   ASSERT_EQ(want.size(), 8u);
+  const auto want_valid = valid_losses(single);
+  ASSERT_EQ(want_valid.size(), 2u);
 
   for (const bool zero : {false, true}) {
     const auto dp4 = dir_ / (zero ? "dp4-zero.jsonl" : "dp4.jsonl");
-    std::vector<std::string> flags = {"--train-iters", "8", "--global-batch-size", "8", "--metrics-file", dp4.string()};
+    flags.back() = dp4.string();
     if (zero) flags.push_back("--use-distributed-optimizer");
     r = run(mpi(train_argv(flags)));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_close(numbers(losses(dp4)), want);
+    expect_close(valid_losses(dp4), want_valid);
   }
 
   // DP4 with the distributed optimizer saves at 4 and exits; one process resumes for the last 4.

@@ -7,7 +7,9 @@
 // that do not answer within the rest of the timeout are named in the CommunicationError:
 //   "all_reduce #57 on the data-parallel group (world ranks 0,1,2,3) did not complete within 0.1 min
 //    (--distributed-timeout-minutes): rank 2 did not answer (dead or hung)"
-// The collective waits 80% of the timeout (at least the timeout less 30 s), the roll call the rest.
+// The collective waits 80% of the timeout (at least the timeout less 30 s), the roll call the rest, so
+// the error comes within the timeout of the operation's start. A member busy computing (not waiting in
+// an operation) for the whole roll call is named too: to the group it is as good as hung.
 #pragma once
 
 #include <memory>
