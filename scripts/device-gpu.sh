@@ -2,6 +2,7 @@
 # On the GPU machine, in the repository root: the GPU tests, the CPU-parity tests and the training benchmark
 # beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
+# WHAT: any of tests, profile, dlmonly (dlm's benchmark without PyTorch), bench (beside PyTorch), sample.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
@@ -28,6 +29,12 @@ if [[ $WHAT == *profile* ]]; then
   for cfg in ${CONFIGS//,/ }; do
     echo "== phase times ($cfg, DLM_CUDA_PROFILE=1: events after each phase, so the step is slower than unprofiled)"
     DLM_CUDA_PROFILE=1 timeout 240 "$C/cuda_train_bench" "$cfg" 3 2 2>&1 | tee -a "$OUT/profile.log"
+  done
+fi
+if [[ $WHAT == *dlmonly* ]]; then
+  for cfg in ${CONFIGS//,/ }; do
+    echo "== dlm alone ($cfg)"
+    timeout 240 "$C/cuda_train_bench" "$cfg" 10 3 2>&1 | tee -a "$OUT/dlmonly.log"
   done
 fi
 if [[ $WHAT == *bench* ]]; then

@@ -81,9 +81,10 @@ int main(int argc, char** argv) {
     const double tps = double(s.batch) * s.seq / dt;
     std::printf(
         "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"step_ms\": %.3f, "
-        "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, \"peak_gib\": %.2f}\n",
+        "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, \"peak_gib\": %.2f, "
+        "\"attention\": \"%s\"}\n",
         argv[1], s.batch, s.seq, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
-        double(model.device_bytes()) / (1ull << 30));
+        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str());
     if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_train_bench: %s\n", e.what());

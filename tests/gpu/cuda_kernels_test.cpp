@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
+#include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/kernels.h"
 #include "dlm/train/objective.h"
 #include "dlm/train/optimizer.h"
@@ -27,7 +29,7 @@ struct AttentionCase {
 
 class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
-// Reference on the fused QKV layout: o, lse, and dq/dk/dv for a given dout.
+// Reference on the attention's QKV layout: o, lse, and dq/dk/dv for a given dout.
 void reference(const AttentionCase& c, const std::vector<float>& qkv, const std::vector<float>& dout,
                std::vector<double>& o, std::vector<double>& lse, std::vector<double>& dqkv) {
   const int per = c.heads / c.groups, D = c.head_dim, ld = (c.heads + 2 * c.groups) * D;
@@ -35,9 +37,10 @@ void reference(const AttentionCase& c, const std::vector<float>& qkv, const std:
   o.assign(std::size_t(c.batch) * c.seq * c.heads * D, 0);
   lse.assign(std::size_t(c.batch) * c.heads * c.seq, 0);
   dqkv.assign(qkv.size(), 0);
-  auto q_at = [&](int b, int i, int h, int d) { return std::size_t(b * c.seq + i) * ld + ((h / per) * (per + 2) + h % per) * D + d; };
-  auto k_at = [&](int b, int j, int g, int d) { return std::size_t(b * c.seq + j) * ld + (g * (per + 2) + per) * D + d; };
-  auto v_at = [&](int b, int j, int g, int d) { return k_at(b, j, g, d) + D; };
+  // Attention layout per token: [q of every head | k of every group | v of every group].
+  auto q_at = [&](int b, int i, int h, int d) { return std::size_t(b * c.seq + i) * ld + std::size_t(h) * D + d; };
+  auto k_at = [&](int b, int j, int g, int d) { return std::size_t(b * c.seq + j) * ld + std::size_t(c.heads + g) * D + d; };
+  auto v_at = [&](int b, int j, int g, int d) { return k_at(b, j, g, d) + std::size_t(c.groups) * D; };
   std::vector<double> p(c.seq), dp(c.seq);
   for (int b = 0; b < c.batch; ++b)
     for (int h = 0; h < c.heads; ++h) {
@@ -99,6 +102,22 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
   EXPECT_LT(rel_error(gpu_test::to_float(d_o.download()), o), 1e-2);
   EXPECT_LT(rel_error(d_lse.download(), lse), 1e-4);
   EXPECT_LT(rel_error(gpu_test::to_float(d_dqkv.download()), dqkv), 2e-2);
+
+  // The model's attention (cuDNN where built with it and the shape is taken, else the same kernels).
+  Attention attention;
+  cudaMemset(d_o.get(), 0xff, tokens * c.heads * c.head_dim * 2);
+  cudaMemset(d_dqkv.get(), 0xff, qkv_n * 2);
+  cudaMemset(d_lse.get(), 0xff, tokens * c.heads * 4);
+  attention.forward(s, d_qkv.get(), d_o.get(), d_lse.get(), nullptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  attention.backward(s, d_qkv.get(), d_o.get(), d_dout.get(), d_lse.get(), d_delta.get(), d_dqkv.get(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  SCOPED_TRACE(attention.engine());
+  EXPECT_LT(rel_error(gpu_test::to_float(d_o.download()), o), 1e-2);
+  EXPECT_LT(rel_error(d_lse.download(), lse), 1e-4);
+  EXPECT_LT(rel_error(gpu_test::to_float(d_dqkv.download()), dqkv), 2e-2);
+  std::printf("attention %dx%d h%d g%d d%d%s: %s\n", c.batch, c.seq, c.heads, c.groups, c.head_dim,
+              c.causal ? " causal" : "", attention.engine().c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,

@@ -65,6 +65,8 @@ class CudaModel {
   void synchronize() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;
+  // Which attention ran the last step: "cudnn <version>" or "own kernel (why)".
+  std::string attention_engine() const;
   // With DLM_CUDA_PROFILE=1: GPU time per phase (GEMMs, attention, norms...) over the steps since the last
   // report; otherwise a header line only.
   std::string profile_report();

@@ -77,13 +77,17 @@ __device__ void load_tile(bf16* dst, const bf16* src, std::int64_t ld, std::int6
   }
 }
 
+// The attention layout of a token's row: [q of every head | k of every group | v of every group] (the one
+// cuDNN reads with uniform strides; qk_norm_rope_forward writes it from the fused projection's layout).
 struct Layout {
   std::int64_t ld;  // QKV row stride
   int per;          // heads per group
-  __device__ Layout(const AttentionShape& s) : ld(std::int64_t(s.heads + 2 * s.groups) * s.head_dim), per(s.heads / s.groups) {}
-  __device__ std::int64_t q(int h, int d) const { return std::int64_t((h / per) * (per + 2) + h % per) * d; }
-  __device__ std::int64_t k(int g, int d) const { return std::int64_t(g * (per + 2) + per) * d; }
-  __device__ std::int64_t v(int g, int d) const { return k(g, d) + d; }
+  int heads, groups;
+  __device__ Layout(const AttentionShape& s)
+      : ld(std::int64_t(s.heads + 2 * s.groups) * s.head_dim), per(s.heads / s.groups), heads(s.heads), groups(s.groups) {}
+  __device__ std::int64_t q(int h, int d) const { return std::int64_t(h) * d; }
+  __device__ std::int64_t k(int g, int d) const { return std::int64_t(heads + g) * d; }
+  __device__ std::int64_t v(int g, int d) const { return std::int64_t(heads + groups + g) * d; }
 };
 
 constexpr int kRows = 64;  // query rows (forward, dQ) or key rows (dK dV) of a block: 16 per warp

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "attention_cudnn.h"
 #include "dlm/common/error.h"
 #include "gemm.h"
 #include "kernels.h"
@@ -53,6 +54,7 @@ struct CudaModel::Impl {
   int steps = 0;
   cudaStream_t stream = nullptr;
   std::unique_ptr<Gemm> gemm;
+  std::unique_ptr<Attention> attention;
   std::vector<LayerParams> lp;
   int emb = -1, lnf = -1, out = -1;
   // activations for T = B * S tokens
@@ -169,6 +171,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
   }
   check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   I.gemm = std::make_unique<Gemm>();
+  I.attention = std::make_unique<Attention>();
   I.master = I.alloc<float>(I.total, I.owned, I.bytes);
   I.grad = I.alloc<float>(I.total, I.owned, I.bytes);
   I.m = I.alloc<float>(I.total, I.owned, I.bytes);
@@ -205,6 +208,7 @@ CudaModel::~CudaModel() {
   impl_->free_acts();
   for (void* p : impl_->owned) cudaFree(p);
   impl_->gemm.reset();
+  impl_->attention.reset();
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
@@ -216,7 +220,10 @@ std::int64_t CudaModel::parameter_count() const {
 }
 std::string CudaModel::profile_report() { return impl_->timer.report(); }
 
-std::size_t CudaModel::device_bytes() const { return impl_->bytes + impl_->act_bytes; }
+std::size_t CudaModel::device_bytes() const {
+  return impl_->bytes + impl_->act_bytes + impl_->attention->workspace_bytes();
+}
+std::string CudaModel::attention_engine() const { return impl_->attention->engine(); }
 void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
 
 void CudaModel::init(std::uint64_t seed) {
@@ -376,7 +383,7 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
     qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
                          P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, st);
     mark("qk-norm+rope fwd");
-    attention_forward(as, A.qkv_rot, A.att, A.lse, st);
+    I.attention->forward(as, A.qkv_rot, A.att, A.lse, st);
     mark("attention fwd");
     gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp, false, d, 0, st);
     mark("gemm proj fwd");
@@ -453,7 +460,7 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
     gm.run(true, false, d, qd, T, I.dres16, d, A.att, qd, I.G(P.proj), true, qd, 1, st);
     gm.run(false, false, T, qd, d, I.dres16, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
     mark("gemm proj bwd");
-    attention_backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
+    I.attention->backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
     mark("attention bwd");
     qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
                           P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, I.dqkv,

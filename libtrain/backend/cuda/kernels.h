@@ -28,8 +28,11 @@ void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float
                       bf16* dres_bf16, float* dw, float* partial, int rows, int dim, cudaStream_t stream);
 std::int64_t rmsnorm_partial_floats(int rows, int dim);
 
-// qk_norm_rope.cu: per-head RMSNorm of q and k (optional) then rotate-half RoPE, on the fused QKV
-// layout [tokens, groups * (heads/groups + 2) * head_dim] (per group: its q heads, k, v). v is copied.
+// qk_norm_rope.cu: per-head RMSNorm of q and k (optional) then rotate-half RoPE, reading the fused QKV
+// projection's layout [tokens, groups * (heads/groups + 2) * head_dim] (per group: its q heads, k, v) and
+// writing the attention layout [tokens, (heads + 2 groups) * head_dim] = [q heads | k groups | v groups],
+// which cuDNN reads with uniform strides. v is copied. The backward reads dout in the attention layout and
+// writes dqkv in the projection's.
 //   q' = rope(norm(q) * qn), k' = rope(norm(k) * kn); rope on pair (i, i + d/2) with angle pos * theta_i:
 //   (a, b) -> (a cos - b sin, b cos + a sin). cos/sin: [max_pos, head_dim / 2] tables.
 struct QkvShape {
@@ -98,10 +101,11 @@ void adamw_step(const AdamWTensor* tensors_device, int count, const double* sums
                 float beta1, float beta2, float eps, int step, cudaStream_t stream);
 
 // attention.cu: flash attention (online softmax, fp32 accumulation, mma.sync bf16) reading q, k, v in
-// place from the fused QKV layout (QkvShape), output o [tokens, heads * head_dim] and lse [batch, heads, seq].
+// place from the attention layout (see qk_norm_rope), output o [tokens, heads * head_dim] and lse [batch,
+// heads, seq]. attention_cudnn.h runs the same through cuDNN where it is there; this is the fallback.
 //   o = softmax(q k^T / sqrt(d) [+ causal mask]) v; lse = log sum exp of the scaled scores.
 // backward recomputes P from lse: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = dS K / sqrt(d),
-// dK = dS^T Q / sqrt(d); written into the fused dqkv layout. Deterministic (no atomics: one kernel owns
+// dK = dS^T Q / sqrt(d); written into dqkv in the attention layout. Deterministic (no atomics: one kernel owns
 // dK, dV per key block, another dQ per query block). head_dim in {16, 32, 64, 128}.
 struct AttentionShape {
   int batch, seq, heads, groups, head_dim;

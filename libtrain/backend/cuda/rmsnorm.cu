@@ -92,6 +92,73 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf
     for (int i = 0; i < 8; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * dim + v * 8 + i] = dw_acc[v * 8 + i];
 }
 
+// The same with one warp per row (the block-per-row form above leaves half its threads idle at dim 1024 and
+// waits on a block barrier per row): lane l owns the 16-byte vectors l, l + 32, ... (VPL of them), keeps
+// their dw sums in registers, and the block sums its warps' in a fixed order at the end.
+template <int VPL>
+__global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, const bf16* s, const float* w,
+                                                             const float* rstd, float* dres, bf16* dres_bf16,
+                                                             float* partial, int rows, int dim) {
+  __shared__ float red[kThreads / 32][32 * 8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, vecs = dim / 8;
+  float dw[VPL][8] = {};
+  for (int row = blockIdx.x * (kThreads / 32) + warp; row < rows; row += gridDim.x * (kThreads / 32)) {
+    const float r = rstd[row];
+    const auto* dyr = reinterpret_cast<const Bf16x8*>(dy + static_cast<std::int64_t>(row) * dim);
+    const auto* sr = reinterpret_cast<const Bf16x8*>(s + static_cast<std::int64_t>(row) * dim);
+    Bf16x8 dp[VPL], xp[VPL];
+    float dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+      const int v = lane + 32 * k;
+      if (v < vecs) {
+        dp[k] = dyr[v], xp[k] = sr[v];
+        float d[8], x[8];
+        unpack8(dp[k], d);
+        unpack8(xp[k], x);
+        const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
+        const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        for (int i = 0; i < 8; ++i) dot += d[i] * wv[i] * x[i];
+      }
+    }
+    dot = warp_sum(dot) * r / static_cast<float>(dim);
+    float* dr = dres + static_cast<std::int64_t>(row) * dim;
+    auto* db = reinterpret_cast<Bf16x8*>(dres_bf16 + static_cast<std::int64_t>(row) * dim);
+#pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+      const int v = lane + 32 * k;
+      if (v < vecs) {
+        float d[8], x[8], acc[8];
+        unpack8(dp[k], d);
+        unpack8(xp[k], x);
+        const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
+        const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        auto* d4 = reinterpret_cast<float4*>(dr + v * 8);
+        const float4 lo = d4[0], hi = d4[1];
+        acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
+        for (int i = 0; i < 8; ++i) {
+          const float xh = x[i] * r;
+          acc[i] += r * (d[i] * wv[i] - xh * dot);
+          dw[k][i] += d[i] * xh;
+        }
+        d4[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        d4[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        db[v] = pack8(acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    __syncthreads();
+    for (int i = 0; i < 8; ++i) red[warp][lane * 8 + i] = dw[k][i];
+    __syncthreads();
+    const int col = k * 256 + threadIdx.x;  // kThreads == 256 columns per round
+    float acc = 0.0f;
+    for (int q = 0; q < kThreads / 32; ++q) acc += red[q][threadIdx.x];
+    if (col < dim) partial[static_cast<std::int64_t>(blockIdx.x) * dim + col] = acc;
+  }
+}
+
 // dw[j] += sum over blocks b of partial[b][j], b in order.
 __global__ void sum_partials(const float* partial, int blocks, int dim, float* dw) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -115,6 +182,16 @@ std::int64_t rmsnorm_partial_floats(int rows, int dim) { return std::int64_t{bac
 void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, float* dres, bf16* dres_bf16,
                       float* dw, float* partial, int rows, int dim, cudaStream_t stream) {
   const int blocks = backward_blocks(rows);
+  const int vpl = (dim / 8 + 31) / 32;
+  if (dim % 8 == 0 && vpl <= 8) {
+    static_assert(kThreads == 256, "the warp kernel's reduction rounds are 256 columns");
+    if (vpl <= 1) rmsnorm_bwd_warp<1><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
+    else if (vpl <= 2) rmsnorm_bwd_warp<2><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
+    else if (vpl <= 4) rmsnorm_bwd_warp<4><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
+    else rmsnorm_bwd_warp<8><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
+    sum_partials<<<(dim + 255) / 256, 256, 0, stream>>>(partial, blocks, dim, dw);
+    return;
+  }
   const auto smem = static_cast<std::size_t>(dim) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(rmsnorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));

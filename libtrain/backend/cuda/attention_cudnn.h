@@ -1,0 +1,40 @@
+// Attention for the CUDA model: cuDNN's fused flash attention (SDPA forward and backward through the
+// cudnn-frontend graph API) where dlm was built with it (DLM_HAVE_CUDNN) and the device's cuDNN takes the
+// shape; the own kernels of attention.cu otherwise. Both read q, k, v from the attention layout (kernels.h)
+// and write o [tokens, heads * head_dim], lse [batch, heads, seq] and dqkv in the attention layout.
+//
+// Environment: DLM_CUDA_ATTENTION=own forces the own kernels. DLM_CUDA_DETERMINISTIC=1 asks cuDNN for its
+// deterministic backward (its default accumulates dQ with atomics); the own kernels are always
+// deterministic.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels.h"
+
+namespace dlm::train::cuda {
+
+class Attention {
+ public:
+  enum class Engine { kAuto, kOwn };
+  explicit Attention(Engine engine = Engine::kAuto);
+  ~Attention();
+  Attention(const Attention&) = delete;
+  Attention& operator=(const Attention&) = delete;
+
+  void forward(const AttentionShape& s, const bf16* qkv, bf16* o, float* lse, cudaStream_t stream);
+  // delta: [batch, heads, seq] scratch for the own kernels.
+  void backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
+                float* delta, bf16* dqkv, cudaStream_t stream);
+  // "cudnn <version>" or "own kernel" (with why, when cuDNN was wanted and not taken), for the last shape.
+  std::string engine() const;
+  std::size_t workspace_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlm::train::cuda
