@@ -57,10 +57,13 @@ class ParallelTool : public ToolTest {
   // Starts a long DP4 run, waits for its third logged iteration, sends `sig` to rank `victim` and
   // returns the job's result and the seconds from the signal to the job's end.
   std::pair<ChildResult, double> signal_mid_run(int sig, int victim, std::vector<std::string> mpiexec_flags = {},
-                                                std::string wrapper = "") {
+                                                std::string wrapper = "", std::vector<std::string> flags = {}) {
     const auto metrics = dir_ / "kill.jsonl";
-    auto argv = train_argv({"--train-iters", "100000", "--global-batch-size", "8", "--distributed-timeout-minutes", "0.1",
-                            "--metrics-file", metrics.string()});
+    for (const std::string f : {"--train-iters", "100000", "--global-batch-size", "8", "--distributed-timeout-minutes",
+                                "0.1", "--metrics-file"})
+      flags.push_back(f);
+    flags.push_back(metrics.string());
+    auto argv = train_argv(flags);
     if (!wrapper.empty()) argv.insert(argv.begin(), {"/bin/sh", "-c", wrapper});  // $0 is dlm-train
     const std::string err = (dir_ / "err").string();
     const pid_t job = spawn(mpi(argv, mpiexec_flags), err);
@@ -135,13 +138,38 @@ TEST_F(ParallelTool, Dp4GivesTheSingleProcessTrainingAndValidationLossesAndItsCh
   expect_close(got, want);
 }
 
-TEST_F(ParallelTool, SigkilledRankEndsTheJobNamingIt) {
+TEST_F(ParallelTool, SigkilledRankEndsTheJobNamingItAndTheLastCheckpointContinuesTheRun) {
   // mpirun's own rule: a rank killed by a signal ends the job, and mpirun names it.
-  const auto [r, seconds] = signal_mid_run(SIGKILL, 2);
+  const auto ckpt = dir_ / "ckpt";
+  const std::vector<std::string> saving = {"--save", ckpt.string(), "--save-interval", "2", "--use-distributed-optimizer"};
+  const auto [r, seconds] = signal_mid_run(SIGKILL, 2, {}, "", saving);
   std::printf("SIGKILL of rank 2 under mpirun: exit %d after %.1f s\n", r.exit_code, seconds);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(seconds, 6.0 + 5.0);
   EXPECT_NE(r.err.find("rank 2"), std::string::npos) << r.err;
+
+  // `latest` names a complete checkpoint; DP4 resumes from it for 2 iterations, which are the ones a
+  // straight single-process run of the same flags computes.
+  std::ifstream latest(ckpt / "latest");
+  std::string name;
+  std::getline(latest, name);
+  ASSERT_EQ(name.rfind("iter_", 0), 0u) << name;
+  const int saved = std::stoi(name.substr(5));
+  const auto resumed = dir_ / "resumed.jsonl", straight = dir_ / "straight.jsonl";
+  const std::vector<std::string> common = {"--train-iters", "100000", "--global-batch-size", "8"};
+  auto flags = common;
+  flags.insert(flags.end(), {"--load", ckpt.string(), "--exit-interval", "2", "--use-distributed-optimizer",
+                             "--metrics-file", resumed.string()});
+  auto again = run(mpi(train_argv(flags)));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  flags = common;
+  flags.insert(flags.end(), {"--exit-interval", std::to_string(saved + 2), "--metrics-file", straight.string()});
+  again = run(train_argv(flags));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const auto want = numbers(losses(straight));
+  ASSERT_EQ(want.size(), static_cast<std::size_t>(saved + 2));
+  expect_close(numbers(losses(resumed)), {want.end() - 2, want.end()});
+  std::printf("resumed from iteration %d under DP4: the next 2 losses are the straight run's\n", saved);
 }
 
 TEST_F(ParallelTool, SigkilledRankIsNamedByEverySurvivorWhenTheLauncherKeepsThemRunning) {
