@@ -106,6 +106,7 @@ SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& m)
       const auto b = static_cast<unsigned char>(p.piece[0]);
       user_symbols_[b].push_back({p.piece, id});
       user_first_[b] = true;
+      has_user_symbols_ = true;
     }
   }
   for (auto& list : user_symbols_)
@@ -212,7 +213,15 @@ void SentencePieceBpe::encode_span(std::string_view s, std::vector<std::int32_t>
 void SentencePieceBpe::encode(std::string_view text, std::vector<std::int32_t>& out) const {
   thread_local std::string normalized;
   normalize(text, normalized);
-  const std::string_view s = normalized;
+  encode_normalized(normalized, out);
+  if (normalized.capacity() > (std::size_t{64} << 20)) std::string().swap(normalized);  // one huge document
+}
+
+void SentencePieceBpe::encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const {
+  if (!has_user_symbols_) {
+    encode_span(s, out);
+    return;
+  }
   // User-defined symbols are frozen, so they cut the text. Every first byte of one is a UTF-8 lead
   // byte, so a byte scan only stops where a character starts, as libsentencepiece's matcher does.
   std::size_t start = 0;

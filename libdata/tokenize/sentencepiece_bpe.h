@@ -57,6 +57,7 @@ class SentencePieceBpe {
     std::string text;
     std::int32_t id;
   };
+  void encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const;
   void encode_span(std::string_view s, std::vector<std::int32_t>& out) const;
   void encode_word(std::string_view w, std::vector<std::int32_t>& out) const;
 
@@ -70,6 +71,7 @@ class SentencePieceBpe {
   std::vector<std::uint8_t> ascii_cut_ = std::vector<std::uint8_t>(128 * 128);  // [a * 128 + b]: cut between a and b
   std::array<std::vector<UserSymbol>, 256> user_symbols_;  // by first byte, longest first
   std::array<bool, 256> user_first_{};
+  bool has_user_symbols_ = false;
 };
 
 }  // namespace dlm::data::tok
