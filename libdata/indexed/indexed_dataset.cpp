@@ -1,5 +1,6 @@
 #include "dlm/data/indexed_dataset.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -102,23 +103,31 @@ void IndexedDatasetWriter::add_item(std::span<const std::int32_t> tokens) {
     fail_at(bin_path(prefix_), "sequence longer than 2^31-1 tokens (the .idx stores int32 lengths)");
   }
   const std::string& file = bin_.path();
-  switch (dtype_) {
-    case DType::kUInt16: narrow_into<std::uint16_t>(tokens, scratch_, file); break;
-    case DType::kInt32: bin_.write(tokens.data(), tokens.size_bytes()); scratch_.clear(); break;
-    case DType::kUInt8: narrow_into<std::uint8_t>(tokens, scratch_, file); break;
-    case DType::kInt8: narrow_into<std::int8_t>(tokens, scratch_, file); break;
-    case DType::kInt16: narrow_into<std::int16_t>(tokens, scratch_, file); break;
-    case DType::kInt64: {
-      scratch_.resize(tokens.size() * 8);
-      for (std::size_t i = 0; i < tokens.size(); ++i) {
-        std::int64_t v = tokens[i];
-        std::memcpy(scratch_.data() + 8 * i, &v, 8);
-      }
-      break;
-    }
-    default: fail_at(file, fmt::format("cannot write tokens as {}", dtype_name(dtype_)));
+  if (dtype_ == DType::kFloat32 || dtype_ == DType::kFloat64) {
+    fail_at(file, fmt::format("cannot write tokens as {}", dtype_name(dtype_)));
   }
-  if (dtype_ != DType::kInt32) bin_.write(scratch_.data(), scratch_.size());
+  if (dtype_ == DType::kInt32) bin_.write(tokens.data(), tokens.size_bytes());
+  // Other dtypes are converted a chunk at a time: a document of 100M tokens needs no copy of itself.
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  for (std::size_t at = 0; dtype_ != DType::kInt32 && at < tokens.size(); at += kChunk) {
+    const auto part = tokens.subspan(at, std::min(kChunk, tokens.size() - at));
+    switch (dtype_) {
+      case DType::kUInt16: narrow_into<std::uint16_t>(part, scratch_, file); break;
+      case DType::kUInt8: narrow_into<std::uint8_t>(part, scratch_, file); break;
+      case DType::kInt8: narrow_into<std::int8_t>(part, scratch_, file); break;
+      case DType::kInt16: narrow_into<std::int16_t>(part, scratch_, file); break;
+      case DType::kInt64: {
+        scratch_.resize(part.size() * 8);
+        for (std::size_t i = 0; i < part.size(); ++i) {
+          std::int64_t v = part[i];
+          std::memcpy(scratch_.data() + 8 * i, &v, 8);
+        }
+        break;
+      }
+      default: fail_at(file, fmt::format("cannot write tokens as {}", dtype_name(dtype_)));
+    }
+    bin_.write(scratch_.data(), scratch_.size());
+  }
   lengths_.push_back(static_cast<std::int32_t>(tokens.size()));
   tokens_ += tokens.size();
 }

@@ -1,5 +1,6 @@
 // Megatron's Encoder.encode, line by line over a block.
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -15,16 +16,23 @@ std::string output_name(const std::string& prefix, const std::string& key, bool 
 void encode_document(const Tokenizer& tokenizer, std::span<const std::string_view> sentences, bool append_eod,
                      std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& lengths) {
   const std::size_t first_token = tokens.size();
+  // The .idx stores a sequence's length as int32; checked here so that the error names the line.
+  auto length = [](std::size_t n) {
+    if (n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      fail(fmt::format("a sequence of {} tokens: the .idx holds at most 2^31-1 tokens per sequence", n));
+    }
+    return static_cast<std::int32_t>(n);
+  };
   for (std::string_view sentence : sentences) {
     std::size_t before = tokens.size();
     tokenizer.encode(sentence, tokens);
-    if (tokens.size() > before) lengths.push_back(static_cast<std::int32_t>(tokens.size() - before));
+    if (tokens.size() > before) lengths.push_back(length(tokens.size() - before));
   }
   if (append_eod && tokens.size() > first_token) {
     const auto& eod = tokenizer.special_ids().eod;
     if (!eod) fail(fmt::format("--append-eod: the {} tokenizer has no eod token", tokenizer.kind()));
     tokens.push_back(*eod);
-    lengths.back() += 1;
+    lengths.back() = length(static_cast<std::size_t>(lengths.back()) + 1);
   }
 }
 

@@ -1,7 +1,5 @@
 #include "hf_tokenizer.h"
 
-#include <deque>
-
 #include "dlm/common/error.h"
 #include "text.h"
 #include "unicode_normalize.h"
@@ -64,43 +62,127 @@ std::string normalize(std::string_view text, const std::vector<Normalizer>& step
   return s;
 }
 
-// Cuts `text` at the matches of `p` (a Split pre-tokenizer) and appends the non-empty pieces.
-void split_by(const PreTokenizer& p, std::string_view text, std::vector<Span>& matches, std::vector<Split>& out) {
-  matches.clear();
-  if (p.regex) {
-    p.regex->find_all(text, matches);
-  } else {
-    for (std::size_t at = 0, hit; (hit = text.find(p.literal, at)) != std::string_view::npos; at = hit + p.literal.size())
-      matches.push_back({hit, hit + p.literal.size()});
-  }
+// Regex matches taken at a time: a document of 1 GB holds ~250M words, and collecting them all first
+// (16 bytes a match, 24 a split) cost 15x the text.
+constexpr std::size_t kMatchChunk = 4096;
+
+// Cuts `text` at the matches of `p` (a Split pre-tokenizer) and hands `piece` the non-empty pieces, in order.
+template <class Piece>
+void split_by(const PreTokenizer& p, std::string_view text, std::vector<Span>& matches, Piece&& piece) {
   auto emit = [&](std::size_t b, std::size_t e) {
-    if (e > b) out.push_back({text.substr(b, e - b)});
+    if (e > b) piece(text.substr(b, e - b));
   };
   using B = PreTokenizer::Behavior;
-  std::size_t at = 0;
-  for (const auto& m : matches) {
-    switch (p.behavior) {
-      case B::kIsolated:
-        emit(at, m.begin);
-        emit(m.begin, m.end);
-        at = m.end;
-        break;
-      case B::kRemoved:
-        emit(at, m.begin);
-        at = m.end;
-        break;
-      case B::kMergedWithPrevious:
-        emit(at, m.end);
-        at = m.end;
-        break;
-      case B::kMergedWithNext:
-        emit(at, m.begin);
-        at = m.begin;
-        break;
+  std::size_t at = 0;    // where the next piece starts
+  std::size_t from = 0;  // where the search goes on
+  while (from < text.size()) {
+    matches.clear();
+    if (p.regex) {
+      from = p.regex->find_some(text, from, matches, kMatchChunk);
+    } else {
+      std::size_t hit = std::string_view::npos;
+      while (matches.size() < kMatchChunk && (hit = text.find(p.literal, from)) != std::string_view::npos) {
+        matches.push_back({hit, hit + p.literal.size()});
+        from = hit + p.literal.size();
+      }
+      if (hit == std::string_view::npos) from = text.size();
+    }
+    for (const auto& m : matches) {
+      switch (p.behavior) {
+        case B::kIsolated:
+          emit(at, m.begin);
+          emit(m.begin, m.end);
+          at = m.end;
+          break;
+        case B::kRemoved:
+          emit(at, m.begin);
+          at = m.end;
+          break;
+        case B::kMergedWithPrevious:
+          emit(at, m.end);
+          at = m.end;
+          break;
+        case B::kMergedWithNext:
+          emit(at, m.begin);
+          at = m.begin;
+          break;
+      }
     }
   }
   emit(at, text.size());
 }
+
+// The pre-tokenizers as a pipeline, depth first: a word reaches the model as soon as the last stage cuts
+// it, in the order `tokenizers` would list it, so memory is a chunk of matches per stage, not the
+// document's word list. `fed_` counts each stage's input splits (added tokens included), because
+// Metaspace's prepend_scheme "first" applies to a stage's first split only.
+class PreTokenizerPipeline {
+ public:
+  PreTokenizerPipeline(const HfConfig& c, std::vector<std::int32_t>& out)
+      : c_(c), out_(out), fed_(c.pre_tokenizers.size(), 0), matches_(c.pre_tokenizers.size()) {}
+
+  void feed(std::size_t stage, Split s) {
+    if (stage == c_.pre_tokenizers.size()) {
+      if (s.id >= 0) {
+        out_.push_back(s.id);
+      } else {
+        c_.model.encode_word(s.text, out_);
+      }
+      return;
+    }
+    const bool first = fed_[stage]++ == 0;
+    if (s.id >= 0) return feed(stage + 1, s);
+    const PreTokenizer& p = c_.pre_tokenizers[stage];
+    std::vector<Span>& matches = matches_[stage];
+    auto next = [&](std::string_view piece) { feed(stage + 1, {piece}); };
+    switch (p.kind) {
+      case PreTokenizer::Kind::kSplit:
+        split_by(p, s.text, matches, next);
+        break;
+      case PreTokenizer::Kind::kByteLevel: {
+        std::string_view t = s.text;
+        std::string prefixed;
+        if (p.add_prefix_space && !t.starts_with(' ')) t = prefixed = " " + std::string(t);
+        if (!p.regex) {
+          next(t);
+          break;
+        }
+        for (std::size_t at = 0; at < t.size();) {
+          matches.clear();
+          at = p.regex->find_some(t, at, matches, kMatchChunk);
+          for (const auto& m : matches) next(t.substr(m.begin, m.end - m.begin));
+        }
+        break;
+      }
+      case PreTokenizer::Kind::kMetaspace: {
+        std::string m(s.text);
+        replace_all(m, " ", p.replacement);
+        const bool prepend = p.prepend == PreTokenizer::Prepend::kAlways ||
+                             (p.prepend == PreTokenizer::Prepend::kFirst && first);
+        if (prepend && !m.starts_with(p.replacement)) m.insert(0, p.replacement);
+        const std::string_view t = m;
+        if (!p.split) {
+          next(t);
+          break;
+        }
+        std::size_t at = 0;
+        for (std::size_t hit = t.find(p.replacement, 1); hit != std::string_view::npos;
+             hit = t.find(p.replacement, hit + 1)) {
+          if (hit > at) next(t.substr(at, hit - at));
+          at = hit;
+        }
+        if (at < t.size()) next(t.substr(at));
+        break;
+      }
+    }
+  }
+
+ private:
+  const HfConfig& c_;
+  std::vector<std::int32_t>& out_;
+  std::vector<std::size_t> fed_;
+  std::vector<std::vector<Span>> matches_;
+};
 
 }  // namespace
 
@@ -130,84 +212,22 @@ void HuggingFaceTokenizer::encode_valid(std::string_view text, std::vector<std::
     body = out.size();
   }
 
-  // 1-2. Added tokens in the raw text, then normalization and normalized added tokens.
-  std::deque<std::string> owned;  // text the stages rewrote; a deque keeps views into it valid
-  std::vector<Split> splits;
+  // 1-2. Added tokens in the raw text, then normalization and normalized added tokens; 3-4. each split
+  // through the pre-tokenizers and the model as it comes.
+  PreTokenizerPipeline pipeline(c_, out);
+  std::string normalized;
   std::vector<AddedTokenMatcher::Piece> raw, norm;
   raw_.split(text, raw);
   for (const auto& r : raw) {
     if (r.id >= 0) {
-      splits.push_back({{}, r.id});
+      pipeline.feed(0, {{}, r.id});
       continue;
     }
     std::string_view piece = r.text;
-    if (!c_.normalizers.empty()) piece = owned.emplace_back(normalize(piece, c_.normalizers));
+    if (!c_.normalizers.empty()) piece = normalized = normalize(piece, c_.normalizers);
     norm.clear();
     normalized_.split(piece, norm);
-    for (const auto& n : norm) splits.push_back({n.text, n.id});
-  }
-
-  // 3. Pre-tokenizers, each over every split (the index of a split matters to Metaspace "first").
-  std::vector<Split> next;
-  std::vector<Span> matches;
-  for (const auto& p : c_.pre_tokenizers) {
-    next.clear();
-    for (std::size_t i = 0; i < splits.size(); ++i) {
-      const Split& s = splits[i];
-      if (s.id >= 0) {
-        next.push_back(s);
-        continue;
-      }
-      switch (p.kind) {
-        case PreTokenizer::Kind::kSplit:
-          split_by(p, s.text, matches, next);
-          break;
-        case PreTokenizer::Kind::kByteLevel: {
-          std::string_view t = s.text;
-          if (p.add_prefix_space && !t.starts_with(' ')) {
-            t = owned.emplace_back(" " + std::string(t));
-          }
-          if (!p.regex) {
-            next.push_back({t});
-            break;
-          }
-          matches.clear();
-          p.regex->find_all(t, matches);
-          for (const auto& m : matches) next.push_back({t.substr(m.begin, m.end - m.begin)});
-          break;
-        }
-        case PreTokenizer::Kind::kMetaspace: {
-          std::string m(s.text);
-          replace_all(m, " ", p.replacement);
-          const bool prepend = p.prepend == PreTokenizer::Prepend::kAlways ||
-                               (p.prepend == PreTokenizer::Prepend::kFirst && i == 0);
-          if (prepend && !m.starts_with(p.replacement)) m.insert(0, p.replacement);
-          const std::string_view t = owned.emplace_back(std::move(m));
-          if (!p.split) {
-            next.push_back({t});
-            break;
-          }
-          std::size_t at = 0;
-          for (std::size_t hit = t.find(p.replacement, 1); hit != std::string_view::npos;
-               hit = t.find(p.replacement, hit + 1)) {
-            if (hit > at) next.push_back({t.substr(at, hit - at)});
-            at = hit;
-          }
-          if (at < t.size()) next.push_back({t.substr(at)});
-          break;
-        }
-      }
-    }
-    splits.swap(next);
-  }
-
-  // 4. The model, word by word.
-  for (const auto& s : splits) {
-    if (s.id >= 0) {
-      out.push_back(s.id);
-    } else {
-      c_.model.encode_word(s.text, out);
-    }
+    for (const auto& n : norm) pipeline.feed(0, {n.text, n.id});
   }
   if (with_template) {
     bool after = false;

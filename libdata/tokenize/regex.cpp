@@ -3,6 +3,8 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "dlm/common/error.h"
 
 namespace dlm::data::tok {
@@ -95,13 +97,16 @@ Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pa
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
+  find_some(text, 0, out, static_cast<std::size_t>(-1));
+}
+
+std::size_t Regex::find_some(std::string_view text, std::size_t at, std::vector<Span>& out, std::size_t max) const {
   auto& st = thread_state();
   auto* code = static_cast<pcre2_code*>(code_);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  std::size_t at = 0;
-  while (at < text.size()) {
+  for (std::size_t found = 0; at < text.size() && found < max;) {
     const int rc = pcre2_match(code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, st.data, st.context);
-    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc == PCRE2_ERROR_NOMATCH) return text.size();
     if (rc < 0) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(rc, buf, sizeof buf);
@@ -115,8 +120,10 @@ void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
       continue;
     }
     out.push_back({ov[0], ov[1]});
+    ++found;
     at = ov[1];
   }
+  return std::min(at, text.size());
 }
 
 }  // namespace dlm::data::tok

@@ -24,6 +24,9 @@ class Regex {
 
   // Appends every non-overlapping, non-empty match of valid UTF-8 `text`, left to right.
   void find_all(std::string_view text, std::vector<Span>& out) const;
+  // The same from byte `at` on, stopping after `max` matches: returns where to go on (text.size() when
+  // done). A document of 1 GB is ~250M words; callers take them a chunk at a time.
+  std::size_t find_some(std::string_view text, std::size_t at, std::vector<Span>& out, std::size_t max) const;
 
   // The pattern as given, and as handed to PCRE2 (see translate() in regex.cpp).
   const std::string& pattern() const { return pattern_; }

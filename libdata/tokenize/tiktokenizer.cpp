@@ -77,9 +77,12 @@ class TikTokenizer final : public Tokenizer {
         out.push_back(p.id);
         continue;
       }
-      words.clear();
-      regex_.find_all(p.text, words);
-      for (const auto& w : words) model_.encode_word(p.text.substr(w.begin, w.end - w.begin), out);
+      // A chunk of words at a time: a 1 GB document holds ~250M of them.
+      for (std::size_t at = 0; at < p.text.size();) {
+        words.clear();
+        at = regex_.find_some(p.text, at, words, 4096);
+        for (const auto& w : words) model_.encode_word(p.text.substr(w.begin, w.end - w.begin), out);
+      }
     }
   }
 
