@@ -22,6 +22,9 @@ if [[ $WHAT == *tests* ]]; then
   timeout 60 "$C/dlm_gpu_smoke_tests" 2>&1 | tail -3
   timeout 300 "$C/dlm_gpu_tests" 2>&1 > "$OUT/gpu_tests.log"; echo "dlm_gpu_tests exit $?"
   grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|actual|cosine|error|rel|first" "$OUT/gpu_tests.log" | head -120
+  echo "== parity with cuDNN's deterministic backward, and with the own attention kernels"
+  DLM_CUDA_DETERMINISTIC=1 timeout 120 "$C/dlm_gpu_tests" --gtest_filter='CudaParity.DiffusionStep*:CudaParity.Causal*' 2>&1 | grep -E "parity\]|PASSED|FAILED"
+  DLM_CUDA_ATTENTION=own timeout 120 "$C/dlm_gpu_tests" --gtest_filter='CudaParity.DiffusionStep*:CudaParity.Causal*' 2>&1 | grep -E "parity\]|PASSED|FAILED"
   echo "== tiny step"
   timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
 fi
