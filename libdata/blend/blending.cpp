@@ -49,9 +49,7 @@ double pairwise_sum(const double* a, std::size_t n) {
   return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
 }
 
-}  // namespace
-
-Blend parse_blend(std::span<const std::string> arguments, const std::string& flag) {
+Blend parse_blend_words(std::span<const std::string> arguments, const std::string& flag) {
   std::vector<std::string> words;
   for (const auto& arg : arguments) {
     std::istringstream in(arg);
@@ -81,6 +79,17 @@ Blend parse_blend(std::span<const std::string> arguments, const std::string& fla
     blend.prefixes.push_back(words[i + 1]);
   }
   blend.weights = std::move(weights);
+  return blend;
+}
+
+}  // namespace
+
+Blend parse_blend(std::span<const std::string> arguments, const std::string& flag) {
+  Blend blend = parse_blend_words(arguments, flag);
+  // megatron-core asserts len(datasets) < 32767: BlendedDataset's dataset_index is int16.
+  if (blend.prefixes.size() >= 32767)
+    fail(flag + ": " + std::to_string(blend.prefixes.size()) +
+         " datasets; a blend holds at most 32766 (megatron-core's dataset_index is int16)");
   return blend;
 }
 

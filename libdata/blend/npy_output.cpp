@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <new>
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
@@ -40,6 +41,7 @@ MappedNpyFile::MappedNpyFile(std::string path, NpyType type, std::vector<std::si
     const int e = errno;
     ::close(fd_);
     ::unlink(temp_path_.c_str());
+    if (e == ENOMEM) throw std::bad_alloc();  // no address space left (RLIMIT_AS): the tool says so
     fail_errno(path_, "cannot map " + temp_path_, e);
   }
   map_ = static_cast<std::uint8_t*>(m);

@@ -1,6 +1,7 @@
 // One JSON line through simdjson's on-demand parser. Values of keys not asked for are still walked to
 // the end (every string unescaped, every number parsed), because on-demand skipping alone would accept
 // malformed JSON there that Python's json.loads (Megatron's reader) rejects.
+#include <new>
 #include <string>
 
 #include <fmt/format.h>
@@ -31,6 +32,8 @@ const char* type_name(od::json_type t) {
 }
 
 std::string json_error(simdjson::error_code e) {
+  // Not the line's fault: --skip-invalid must not skip it, and the tool reports running out of memory.
+  if (e == simdjson::MEMALLOC) throw std::bad_alloc();
   if (e == simdjson::UTF8_ERROR) return "invalid UTF-8: expected UTF-8 text";
   if (e == simdjson::EMPTY) return "expected a JSON object, found an empty line";
   return fmt::format("invalid JSON: {}", simdjson::error_message(e));

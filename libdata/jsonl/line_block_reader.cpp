@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
 #include <simdjson.h>
 
 #include "dlm/common/error.h"
@@ -12,8 +13,10 @@ namespace dlm::data {
 
 std::size_t json_padding() { return simdjson::SIMDJSON_PADDING; }
 
-LineBlockReader::LineBlockReader(std::vector<std::string> files, std::size_t block_bytes)
-    : files_(std::move(files)), block_bytes_(std::max<std::size_t>(block_bytes, 64)) {}
+LineBlockReader::LineBlockReader(std::vector<std::string> files, std::size_t block_bytes, std::size_t max_line_bytes)
+    : files_(std::move(files)),
+      block_bytes_(std::max<std::size_t>(block_bytes, 64)),
+      max_line_bytes_(std::max<std::size_t>(max_line_bytes, 1)) {}
 
 LineBlockReader::~LineBlockReader() = default;
 
@@ -54,7 +57,13 @@ bool LineBlockReader::next(LineBlock& block) {
       if (eof_) break;
       if (used == block.bytes.size() - padding) {
         if (cut != std::string::npos) break;
-        block.bytes.resize(block.bytes.size() * 2);  // one line longer than a block
+        // One line longer than a block: the block holds nothing else, so it is line next_line_.
+        const std::size_t most = max_line_bytes_ + 1;  // the line and its '\n'
+        if (used >= most) {
+          fail_at_line(*name_, next_line_,
+                       fmt::format("a line longer than {} bytes: expected at most that much JSON per line", max_line_bytes_));
+        }
+        block.bytes.resize(std::min(used * 2, most) + padding);
       }
       std::size_t got = source_->read(block.bytes.data() + used, block.bytes.size() - padding - used);
       if (got == 0) eof_ = true;

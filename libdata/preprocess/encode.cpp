@@ -39,6 +39,9 @@ void encode_document(const Tokenizer& tokenizer, std::span<const std::string_vie
 namespace preprocess_detail {
 namespace {
 
+// Lines longer than this reserve their ids up front.
+constexpr std::size_t kLongLine = std::size_t{16} << 20;
+
 // The error for a line: "FILE:LINE: message".
 Error line_error(const EncodedBlock& block, std::uint64_t line, const std::string& message) {
   return Error(Location{*block.lines.file, block.lines.first_line + line}, message);
@@ -60,6 +63,7 @@ void encode_block(EncodedBlock& block, JsonFieldReader& fields, const Tokenizer&
   for (; pos < used; ++line) {
     const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', used - pos));
     std::size_t end = nl != nullptr ? static_cast<std::size_t>(nl - data) : used;
+    const std::size_t start = pos;
     std::string message = fields.read(data + pos, end - pos);
     pos = end + 1;
     if (message.empty() && settings.split_sentences) {
@@ -84,6 +88,10 @@ void encode_block(EncodedBlock& block, JsonFieldReader& fields, const Tokenizer&
     try {
       for (std::size_t k = 0; k < block.keys.size(); ++k) {
         KeyTokens& out = block.keys[k];
+        // A long document's ids would otherwise grow by doubling, its old copy alive at each step
+        // (6 bytes a token at the peak). A token covers at least a byte of the line, so this is
+        // mostly enough; the reserved pages that stay unused never become resident.
+        if (end - start > kLongLine) out.tokens.reserve(out.tokens.size() + (end - start) + 16);
         std::size_t before = out.lengths.size();
         encode_document(tokenizer, fields.fields()[k].parts, settings.append_eod, out.tokens, out.lengths);
         out.sequence_counts.push_back(static_cast<std::uint32_t>(out.lengths.size() - before));

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,11 @@ int main(int argc, char** argv) {
   }
   try {
     return run(c);
+  } catch (const std::bad_alloc&) {
+    // Cache files are written under temporary names; none was renamed into place.
+    fmt::print(stderr, "dlm-blend: out of memory while {}; no cache file left incomplete\n",
+               c.command == "sample" ? "reading the sample" : "building the indices");
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dlm-blend: {}\n", e.what());
     return 1;

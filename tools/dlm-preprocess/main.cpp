@@ -2,6 +2,7 @@
 // chores around it: validate, merge (tools/merge_datasets.py), inspect.
 #include <cstdio>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,14 @@ int main(int argc, char** argv) {
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-preprocess: {}\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    // Outputs are still temporaries, removed as the exception unwound.
+    const char* what = args[0] == "validate" ? "validating"
+                       : args[0] == "merge"  ? "merging"
+                       : args[0] == "inspect" ? "inspecting"
+                                              : "preprocessing";
+    fmt::print(stderr, "dlm-preprocess: out of memory while {}; no output written\n", what);
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dlm-preprocess: {}\n", e.what());
     return 1;

@@ -48,10 +48,15 @@ struct LineBlock {
   std::uint64_t raw_position = 0;        // across all inputs, for progress
 };
 
+// The longest line read as one JSON document: simdjson's largest (4 GiB - 1 bytes, its '\n' not counted).
+inline constexpr std::size_t kMaxLineBytes = 0xFFFFFFFF;
+
 // Reads the inputs in order as blocks of about `block_bytes` (a single longer line makes a longer block).
+// A line longer than `max_line_bytes` is an error naming FILE:LINE, raised before more of it is read,
+// so a file without newlines cannot take all memory.
 class LineBlockReader {
  public:
-  LineBlockReader(std::vector<std::string> files, std::size_t block_bytes);
+  LineBlockReader(std::vector<std::string> files, std::size_t block_bytes, std::size_t max_line_bytes = kMaxLineBytes);
   ~LineBlockReader();
   // Fills `block` with the next lines; false when every input is done. Throws dlm::Error.
   bool next(LineBlock& block);
@@ -60,6 +65,7 @@ class LineBlockReader {
   bool open_next();
   std::vector<std::string> files_;
   std::size_t block_bytes_;
+  std::size_t max_line_bytes_;
   std::size_t file_index_ = 0;
   std::unique_ptr<ByteSource> source_;
   std::shared_ptr<const std::string> name_;
