@@ -61,6 +61,10 @@ ModelConfig model_config_from_hf_json(std::string_view text, const std::string& 
     bool b = false;
     if (read_field(j, bias, b, file) && b) fail_at(file, fmt::format("field '{}': true is not supported (dlm's model has no biases)", bias));
   }
+  // dlm's MLP is SwiGLU: a config naming another activation would load and compute something else.
+  std::string act = "silu";
+  if (read_field(j, "hidden_act", act, file) && act != "silu" && act != "swish")
+    fail_at(file, fmt::format("field 'hidden_act': '{}' is not supported (dlm's MLP is SwiGLU: silu)", act));
   c.qk_layernorm = has_qk_norm(c.hf_architecture, j);
   c.attention_mask = c.hf_architecture == "DiffLM" ? AttentionMask::kBidirectional : AttentionMask::kCausal;
   std::string mask;

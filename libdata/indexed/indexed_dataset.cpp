@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdint>
+#include <type_traits>
 #include <limits>
 
 #include <fmt/format.h>
@@ -79,7 +81,16 @@ void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::
   if (count == 0) return;  // empty sequences: dst may be null
   auto widen = [&](auto tag) {
     using T = decltype(tag);
-    for (std::size_t i = 0; i < count; ++i) dst[i] = static_cast<std::int32_t>(load<T>(src + i * sizeof(T)));
+    for (std::size_t i = 0; i < count; ++i) {
+      const T v = load<T>(src + i * sizeof(T));
+      // int64 and float files can hold values no int32 id has (casting a float beyond it is undefined
+      // behaviour, found by the .idx/.bin fuzzer): refuse them rather than wrap.
+      if constexpr (sizeof(T) > 4 || std::is_floating_point_v<T>) {
+        if (!(v >= T(-2147483648.0) && v < T(2147483648.0)) || static_cast<T>(static_cast<std::int32_t>(v)) != v)
+          fail(fmt::format("{} token {} (element {}) is not an int32 token id", dtype_name(dtype), static_cast<double>(v), i));
+      }
+      dst[i] = static_cast<std::int32_t>(v);
+    }
   };
   switch (dtype) {
     case DType::kUInt8: widen(std::uint8_t{}); return;

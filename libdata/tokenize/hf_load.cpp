@@ -199,6 +199,9 @@ json parse(const std::string& path) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     fail_at_offset(path, e.byte, "not valid JSON: " + std::string(e.what()).substr(0, 160));
+  } catch (const json::exception& e) {
+    // A number beyond double's range (out_of_range 406, found by the GPT-2 vocab fuzzer) and the like.
+    fail_at(path, "not valid JSON: " + std::string(e.what()).substr(0, 160));
   }
 }
 

@@ -40,7 +40,14 @@ bool same_pieces(const SentencePieceModel& m, const sentencepiece::SentencePiece
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::string& path, std::string kind, bool allow_native) : kind_(std::move(kind)) {
-    const auto status = sp_.Load(path);
+    // libsentencepiece throws on some malformed models (Darts' "zero-length key" for an empty piece, found by
+    // sentencepiece_fuzz) instead of returning a status.
+    sentencepiece::util::Status status;
+    try {
+      status = sp_.Load(path);
+    } catch (const std::exception& e) {
+      fail_at(path, std::string("not a SentencePiece model: ") + e.what());
+    }
     if (!status.ok()) fail_at(path, "not a SentencePiece model: " + status.ToString());
     auto role = [&](int id) { return id >= 0 ? std::optional<std::int32_t>(id) : std::nullopt; };
     ids_.bos = role(sp_.bos_id());

@@ -84,6 +84,12 @@ TEST(HfConfig, LlamaDefaultsAndErrors) {
   EXPECT_NE(err(R"({"hidden_size": "64"})").find("field 'hidden_size': wrong type"), std::string::npos);
   EXPECT_NE(err(R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
     "vocab_size": 256, "attention_bias": true})").find("attention_bias"), std::string::npos);
+  // model_config_fuzz found "hidden_act": 0 crashing the export (nlohmann type_error); another activation
+  // would have been computed as SwiGLU: both refused on import.
+  const std::string shape = R"("hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256)";
+  EXPECT_NE(err("{" + shape + R"(, "hidden_act": 0})").find("field 'hidden_act': wrong type"), std::string::npos);
+  EXPECT_NE(err("{" + shape + R"(, "hidden_act": "gelu"})").find("'gelu' is not supported"), std::string::npos);
+  EXPECT_EQ(err("{" + shape + R"(, "hidden_act": "silu"})"), "");
   EXPECT_THROW(model_config_from_json(R"({"num_layers": 2, "bogus": 1})", "m.json"), dlm::Error);
 }
 
