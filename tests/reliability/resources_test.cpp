@@ -247,12 +247,12 @@ TEST(Resources, LineLongerThanTheMaximumIsOneLineErrorNamingFileLine) {
   EXPECT_LT(block.bytes.capacity(), std::size_t{2} << 20);
 
   if (big()) {
-    // The real maximum through the tool: a line of 4 GiB + 1 byte after one good line.
+    // The real maximum through the tool: a line past 4 GiB after one good line.
     const fs::path huge = dir / "huge.jsonl";
     {
       std::ofstream out(huge, std::ios::binary);
-      out << "{\"text\": \"fine\"}\n{\"text\": \"";
-      const std::string chunk(1 << 20, 'y');
+      out << "{\"text\": \"1 2 3\"}\n{\"text\": \"";  // NullTokenizer's text is ids
+      const std::string chunk(1 << 20, '7');
       for (std::size_t n = 0; n < (std::size_t{4} << 30) - 10; n += chunk.size()) out << chunk;
       out << "\"}\n";
     }
