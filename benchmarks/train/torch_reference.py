@@ -202,7 +202,9 @@ def sample(args):
     model = Model(c).to(dev).to(torch.bfloat16).eval()
     fwd = torch.compile(model) if args.compile else model
     prompt = torch.randint(0, c["vocab"] - 1, (args.batch, args.prompt), device=dev)
-    generate(fwd, prompt, args.block, args.block, args.block, c["vocab"] - 1)  # warm-up / compile
+    # Warm-up / compile at the timed run's shapes (prompt + gen columns), one step per block: a warm-up at
+    # another length left torch.compile recompiling inside the timed region.
+    generate(fwd, prompt, args.gen, args.gen // args.block, args.block, c["vocab"] - 1)
     if dev == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
