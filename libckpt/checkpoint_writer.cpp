@@ -1,5 +1,6 @@
 // CheckpointWriter: each rank's shard file, then metadata.json, model.h5 and the commit (checkpoint.h).
 #include <filesystem>
+#include <fstream>
 
 #include "dlm/ckpt/checkpoint.h"
 #include "dlm/common/atomic_file.h"
@@ -27,6 +28,18 @@ const Tensor& local_tensor(const TensorSet& set, const TensorShard& s, const std
   return it->second;
 }
 
+// The iteration `latest` names in `root`, or -1 without a readable one.
+std::int64_t latest_iteration(const std::string& root) {
+  std::ifstream in(fs::path(root) / "latest");
+  std::string name;
+  if (!(in >> name) || !name.starts_with("iter_")) return -1;
+  try {
+    return std::stoll(name.substr(5));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string root, std::int64_t iteration, ModelConfig config, ParallelLayout layout)
@@ -38,8 +51,18 @@ CheckpointWriter::CheckpointWriter(std::string root, std::int64_t iteration, Mod
   temp_dir_ = final_dir_ + ".tmp";
 }
 
+// A folder cannot replace another atomically, so an iteration is saved once. One exception: a writer killed
+// between renaming its folder into place and replacing `latest` leaves a complete folder that was never
+// committed (`latest` names an older iteration or nothing); saving that iteration again replaces it (found
+// by the dlm-ckpt kill test under ThreadSanitizer's slower timing).
+void CheckpointWriter::claim_final_dir() const {
+  if (!fs::exists(final_dir_)) return;
+  if (latest_iteration(root_) >= iteration_) fail_at(final_dir_, "already exists: this iteration was saved before");
+  fs::remove_all(final_dir_);
+}
+
 void CheckpointWriter::begin() {
-  if (fs::exists(final_dir_)) fail_at(final_dir_, "already exists: this iteration was saved before");
+  claim_final_dir();
   fs::create_directories(root_);
   for (const auto& entry : fs::directory_iterator(root_))
     if (entry.is_directory() && entry.path().filename().string().ends_with(".tmp")) fs::remove_all(entry.path());
@@ -121,8 +144,7 @@ std::string CheckpointWriter::commit(TrainingState state) {
   for (const std::string& f : sums_files) fs::remove(f);
   fsync_directory(temp_dir_);
 
-  // A folder cannot replace another atomically, so an iteration is saved once.
-  if (fs::exists(final_dir_)) fail_at(final_dir_, "already exists: this iteration was saved before");
+  claim_final_dir();
   fs::rename(temp_dir_, final_dir_);
   fsync_directory(root_);
   write_file_atomically((fs::path(root_) / "latest").string(), iteration_dir_name(iteration_) + "\n");

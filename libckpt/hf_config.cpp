@@ -120,7 +120,8 @@ std::string model_config_to_hf_json(const ModelConfig& c, TensorDType dtype) {
   j["initializer_range"] = c.init_method_std;
   j["attention_bias"] = false;
   if (arch == "LlamaForCausalLM") j["mlp_bias"] = false;
-  j["hidden_act"] = j.value("hidden_act", std::string{"silu"});
+  // The import accepted only silu (or none, or null, which transformers reads as the default).
+  if (!j.contains("hidden_act") || !j["hidden_act"].is_string()) j["hidden_act"] = "silu";
   const char* dtype_text = dtype == TensorDType::kFloat32 ? "float32" : dtype == TensorDType::kBFloat16 ? "bfloat16" : "float16";
   j["torch_dtype"] = dtype_text;
   if (j.contains("dtype")) j["dtype"] = dtype_text;  // transformers 5's name for it

@@ -36,4 +36,6 @@ for log in "$OUT"/*_fuzz.log; do
   fi
 done
 tar -C /tmp/corpus -czf "$OUT/corpus.tar.gz" .
+# At most 8 files come back from the device: the logs and any crash inputs travel as one archive.
+(cd "$OUT" && tar -czf fuzz-logs.tar.gz *_fuzz.log $(ls | grep -- '-crash-\|-leak-\|-timeout-\|-oom-') && rm -f *_fuzz.log *-crash-* *-leak-* *-timeout-* *-oom-*)
 exit $status

@@ -132,6 +132,8 @@ NpyArray NpyArray::load(const std::string& path) {
   for (std::size_t i = 1; i + 1 < shape.size(); ++i) {
     const char c = shape[i];
     if (c >= '0' && c <= '9') {
+      if (value > (std::size_t{1} << 48))
+        fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " has a dimension beyond 2^48");
       value = value * 10 + static_cast<std::size_t>(c - '0');
       digits = true;
     } else if (c == ',') {
@@ -147,6 +149,19 @@ NpyArray NpyArray::load(const std::string& path) {
   if (a.shape_.empty()) a.shape_.push_back(1);  // a 0-d array holds one value
 
   const std::size_t data_at = header_at + header_len;
+  // The element count and byte size must not wrap (a wrapped product could match a short file).
+  std::size_t elements = 1;
+  for (const std::size_t d : a.shape_) {
+    if (d != 0 && elements > (std::size_t{1} << 56) / d)
+      fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " has more elements than any file holds");
+    elements *= d;
+  }
+  // Elements are read in place from the mapping (page-aligned): numpy pads its header so that the data
+  // starts on a 64-byte boundary, and a file whose data is not aligned to its element size (found by the
+  // .npy fuzzer: a misaligned int64 load) is not one numpy wrote.
+  if (data_at % npy_type_size(a.type_) != 0)
+    fail_at_offset(path, 8, "npy data starts at byte " + std::to_string(data_at) + ", not aligned to its " +
+                                std::to_string(npy_type_size(a.type_)) + "-byte elements");
   const std::size_t expect = data_at + a.size_bytes();
   if (bytes.size() != expect)
     fail_at_offset(path, bytes.size() < expect ? bytes.size() : expect,

@@ -112,6 +112,27 @@ TEST(Checkpoint, TiedEmbeddingsAcrossStagesAndWeightsOnly) {
   EXPECT_TRUE(same(r.read_global().params, params));
 }
 
+// A writer killed after renaming iter_5 into place but before replacing `latest` leaves iter_5 complete and
+// uncommitted: saving iteration 5 again replaces it; a committed iteration is never overwritten.
+TEST(Checkpoint, UncommittedLeftoverIsReplacedCommittedIterationIsNot) {
+  const auto dir = test::fresh_dir("ck");
+  const ModelConfig c = test::small_config();
+  const TensorSet a = test::random_model(c, 1), b = test::random_model(c, 2);
+  save_checkpoint(dir.string(), c, {}, {a, {}, {}}, {.iteration = 3});
+  save_checkpoint(dir.string(), c, {}, {a, {}, {}}, {.iteration = 5});
+  std::ofstream(dir / "latest") << "iter_0000003\n";  // as if killed before `latest` moved on
+  save_checkpoint(dir.string(), c, {}, {b, {}, {}}, {.iteration = 5});
+  EXPECT_TRUE(same(CheckpointReader(dir.string()).read_global().params, b));
+  EXPECT_EQ(CheckpointReader(dir.string()).metadata().state.iteration, 5);
+  try {
+    save_checkpoint(dir.string(), c, {}, {a, {}, {}}, {.iteration = 3});
+    FAIL() << "iteration 3 was committed";
+  } catch (const dlm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this iteration was saved before"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(same(CheckpointReader((dir / "iter_0000003").string()).read_global().params, a));
+}
+
 TEST(Checkpoint, DamageIsReported) {
   const auto dir = test::fresh_dir("ck");
   const ModelConfig c = test::small_config();

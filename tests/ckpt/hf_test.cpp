@@ -90,6 +90,9 @@ TEST(HfConfig, LlamaDefaultsAndErrors) {
   EXPECT_NE(err("{" + shape + R"(, "hidden_act": 0})").find("field 'hidden_act': wrong type"), std::string::npos);
   EXPECT_NE(err("{" + shape + R"(, "hidden_act": "gelu"})").find("'gelu' is not supported"), std::string::npos);
   EXPECT_EQ(err("{" + shape + R"(, "hidden_act": "silu"})"), "");
+  // ...and "hidden_act": null (transformers' default) crashed the export the same way.
+  const ModelConfig null_act = model_config_from_hf_json("{" + shape + R"(, "hidden_act": null})", "c.json");
+  EXPECT_EQ(json::parse(model_config_to_hf_json(null_act, TensorDType::kFloat32))["hidden_act"], "silu");
   EXPECT_THROW(model_config_from_json(R"({"num_layers": 2, "bogus": 1})", "m.json"), dlm::Error);
 }
 

@@ -87,6 +87,8 @@ class CheckpointWriter {
   const std::string& temp_dir() const { return temp_dir_; }
 
  private:
+  // Refuses an iteration `latest` already committed; removes a complete but uncommitted leftover of it.
+  void claim_final_dir() const;
   std::string root_, temp_dir_, final_dir_;
   std::int64_t iteration_;
   ModelConfig config_;
