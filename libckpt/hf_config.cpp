@@ -21,8 +21,10 @@ const std::set<std::string>& modeled_fields() {
   return s;
 }
 
-bool has_qk_norm(const std::string& arch, const json& j) {
-  const std::string type = j.value("model_type", std::string{});
+bool has_qk_norm(const std::string& arch, const json& j, const std::string& file) {
+  // read_field checks the type: a model_type that is not a string crashed json::value (model_config_fuzz).
+  std::string type;
+  read_field(j, "model_type", type, file);
   return arch == "Qwen3ForCausalLM" || arch == "DiffLM" || type == "qwen3";
 }
 
@@ -65,7 +67,7 @@ ModelConfig model_config_from_hf_json(std::string_view text, const std::string& 
   std::string act = "silu";
   if (read_field(j, "hidden_act", act, file) && act != "silu" && act != "swish")
     fail_at(file, fmt::format("field 'hidden_act': '{}' is not supported (dlm's MLP is SwiGLU: silu)", act));
-  c.qk_layernorm = has_qk_norm(c.hf_architecture, j);
+  c.qk_layernorm = has_qk_norm(c.hf_architecture, j, file);
   c.attention_mask = c.hf_architecture == "DiffLM" ? AttentionMask::kBidirectional : AttentionMask::kCausal;
   std::string mask;
   if (read_field(j, "attn_mask_type", mask, file)) {

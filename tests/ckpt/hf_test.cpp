@@ -93,6 +93,8 @@ TEST(HfConfig, LlamaDefaultsAndErrors) {
   // ...and "hidden_act": null (transformers' default) crashed the export the same way.
   const ModelConfig null_act = model_config_from_hf_json("{" + shape + R"(, "hidden_act": null})", "c.json");
   EXPECT_EQ(json::parse(model_config_to_hf_json(null_act, TensorDType::kFloat32))["hidden_act"], "silu");
+  // model_config_fuzz: "model_type" of the wrong type crashed the qk-norm check.
+  EXPECT_NE(err("{" + shape + R"(, "model_type": 3})").find("field 'model_type': wrong type"), std::string::npos);
   EXPECT_THROW(model_config_from_json(R"({"num_layers": 2, "bogus": 1})", "m.json"), dlm::Error);
 }
 
