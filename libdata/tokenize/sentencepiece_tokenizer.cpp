@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "dlm/common/error.h"
+#include "dlm/common/log.h"
 #include "kinds.h"
 #include "sentencepiece_bpe.h"
 #include "sentencepiece_model.h"
@@ -65,6 +66,12 @@ class SentencePieceTokenizer final : public Tokenizer {
       native_.emplace(model);
       encoder_ = "native BPE";
     }
+    // Said once per model, not silently: Debian's libsentencepiece 0.1.97 breaks ties between equal-score
+    // unigram segmentations differently from sentencepiece >= 0.2 (docs/tokenizers.md).
+    if (!native_ && model.model_type == SentencePieceModel::ModelType::kUnigram)
+      log::warning("{}: a unigram model: ids follow the system libsentencepiece (Debian 12: 0.1.97), which can "
+                   "differ from Python sentencepiece >= 0.2 where two segmentations score the same",
+                   path);
   }
 
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
