@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   for (auto& x : ids) x = token(gen);
   for (auto& x : labels) x = token(gen);
   const std::vector<float> weights(n, 1.0f / static_cast<float>(n));
-  dlm::train::ModelInput in{batch, seq, ids, {}, {}, model.default_attention()};
+  dlm::train::ModelInput in{batch, seq, ids, {}, {}, model.default_attention(), {}};
 
   double loss = 0;
   auto step = [&] {

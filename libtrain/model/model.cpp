@@ -23,20 +23,51 @@ void Model::check_config(const ckpt::ModelConfig& c) {
   if (!(c.init_method_std >= 0)) fail("invalid model config: init_method_std must not be negative");
 }
 
-Model::Model(ckpt::ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {
+Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
+    : config_(std::move(config)), backend_(backend), shard_(std::move(shard)) {
   check_config(config_);
-  std::map<std::string, int> index;
-  for (auto& spec : ckpt::model_tensors(config_)) {
-    index[spec.name] = static_cast<int>(params_.size());
-    Parameter p{spec, backend_.alloc(spec.shape, DType::kF32), backend_.alloc(spec.shape, DType::kF32)};
+  const auto& layout = shard_.layout;
+  layout.validate(config_);
+  if (shard_.stage < 0 || shard_.stage >= layout.pp)
+    fail(fmt::format("model: pipeline chunk {} outside the layout's {} chunks", shard_.stage, layout.pp));
+  const int tp_size = shard_.tensor ? shard_.tensor->size() : 1;
+  if (tp_size != layout.tp)
+    fail(fmt::format("model: the layout has tensor parallelism {} but the tensor group has {} ranks", layout.tp, tp_size));
+  const int tp_rank = shard_.tensor ? shard_.tensor->rank() : 0;
+  if (layout.tp == 1) shard_.sequence_parallel = false;  // as Megatron: nothing to split
+  const ckpt::LayerRange layers = ckpt::stage_layer_range(config_, layout, shard_.stage);
+  first_layer_ = layers.first;
+  vocab_begin_ = config_.padded_vocab_size() / layout.tp * tp_rank;
+
+  std::map<std::string, int> global_index, index;
+  {
+    int i = 0;
+    for (const auto& spec : ckpt::model_tensors(config_)) global_index[spec.name] = i++;
+  }
+  for (auto& s : ckpt::rank_shards(config_, layout, tp_rank, shard_.stage)) {
+    index[s.name] = static_cast<int>(params_.size());
+    ckpt::TensorSpec spec{s.name, s.local_shape, s.is_norm};
+    Parameter p{spec, backend_.alloc(s.local_shape, DType::kF32), backend_.alloc(s.local_shape, DType::kF32), s,
+                global_index.at(s.name), true};
+    // Replicas are counted once in the gradient norm: norms on tensor rank 0, the tied embedding where it
+    // is saved (the first stage).
+    p.in_grad_norm = s.is_norm ? tp_rank == 0 : s.saved || s.name != "embedding.word_embeddings.weight";
     backend_.zero(p.grad);
     params_.push_back(std::move(p));
   }
-  auto at = [&](int layer, const char* suffix) {
-    auto it = index.find(fmt::format("decoder.layers.{}.{}", layer, suffix));
+  auto find = [&](const std::string& name) {
+    auto it = index.find(name);
     return it == index.end() ? -1 : it->second;
   };
-  for (int i = 0; i < config_.num_layers; ++i) {
+  if (pre_process()) embedding_ = find("embedding.word_embeddings.weight");
+  if (post_process()) {
+    final_norm_ = find("decoder.final_layernorm.weight");
+    output_ = config_.tie_word_embeddings ? find("embedding.word_embeddings.weight") : find("output_layer.weight");
+    if (final_norm_ < 0 || output_ < 0) fail("model: the last pipeline chunk lacks the final norm or the output layer");
+  }
+  if (pre_process() && embedding_ < 0) fail("model: the first pipeline chunk lacks the embedding");
+  auto at = [&](int layer, const char* suffix) { return find(fmt::format("decoder.layers.{}.{}", layer, suffix)); };
+  for (int i = layers.first; i < layers.first + layers.count; ++i) {
     Layer l;
     l.norm1 = at(i, "self_attention.linear_qkv.layer_norm_weight");
     l.qkv = at(i, "self_attention.linear_qkv.weight");
@@ -48,6 +79,11 @@ Model::Model(ckpt::ModelConfig config, Backend& backend) : config_(std::move(con
     l.fc2 = at(i, "mlp.linear_fc2.weight");
     layers_.push_back(l);
   }
+  slots_.resize(1);
+}
+
+std::int64_t Model::local_rows(std::int64_t tokens) const {
+  return shard_.sequence_parallel ? tokens / shard_.layout.tp : tokens;
 }
 
 Model::~Model() = default;
@@ -58,14 +94,17 @@ AttentionKind Model::default_attention() const {
 }
 
 void Model::init(std::uint64_t seed) {
-  // Box-Muller on counter-based uniforms: element pair e of tensor t is a pure function of (seed, t, e).
+  // Box-Muller on counter-based uniforms: element pair e of tensor t is a pure function of (seed, t, e),
+  // t the tensor's position in model_tensors(config) and e the element's index in the whole tensor.
   constexpr std::uint32_t kInitDomain = 0x494e4954;  // "INIT"
   const CounterRng rng(seed);
-  for (std::size_t t = 0; t < params_.size(); ++t) {
-    std::vector<float> host(static_cast<std::size_t>(params_[t].value.numel()));
-    if (params_[t].spec.is_norm) {
+  for (auto& p : params_) {
+    auto global = ckpt::Tensor::zeros(p.spec.name, p.shard.global_shape);
+    std::span<float> host = global.f32();
+    if (p.spec.is_norm) {
       std::fill(host.begin(), host.end(), 1.0f);
     } else {
+      const auto t = static_cast<std::uint64_t>(p.global_index);
       for (std::size_t e = 0; e < host.size(); e += 2) {
         const auto sub = static_cast<std::uint32_t>(e / 2);
         const double u1 = rng.uniform_open0(kInitDomain, t, sub);
@@ -75,7 +114,8 @@ void Model::init(std::uint64_t seed) {
         if (e + 1 < host.size()) host[e + 1] = static_cast<float>(radius * std::sin(2 * std::numbers::pi * u2));
       }
     }
-    backend_.copy_from_host(params_[t].value, host);
+    const ckpt::Tensor local = ckpt::extract_shard(global, p.shard);
+    backend_.copy_from_host(p.value, local.f32());
   }
 }
 
@@ -120,14 +160,21 @@ void Model::import_weights(const ckpt::TensorSet& weights) {
   for (const auto& p : params_) {
     auto it = weights.find(p.spec.name);
     if (it == weights.end()) fail(fmt::format("model: weights lack tensor '{}'", p.spec.name));
-    if (it->second.shape != p.spec.shape)
+    if (it->second.shape != p.shard.global_shape)
       fail(fmt::format("model: tensor '{}' has shape [{}], expected [{}]", p.spec.name,
-                       fmt::join(it->second.shape, ", "), fmt::join(p.spec.shape, ", ")));
-    backend_.copy_from_host(p.value, it->second.f32());
+                       fmt::join(it->second.shape, ", "), fmt::join(p.shard.global_shape, ", ")));
+    if (it->second.dtype != ckpt::TensorDType::kFloat32) fail(fmt::format("model: tensor '{}' is not fp32", p.spec.name));
+    if (p.shard.local_shape == p.shard.global_shape) {
+      backend_.copy_from_host(p.value, it->second.f32());
+    } else {
+      const ckpt::Tensor local = ckpt::extract_shard(it->second, p.shard);
+      backend_.copy_from_host(p.value, local.f32());
+    }
   }
+  const auto all = ckpt::model_tensors(config_);
   for (const auto& [name, tensor] : weights) {
     bool known = false;
-    for (const auto& p : params_) known = known || p.spec.name == name;
+    for (const auto& spec : all) known = known || spec.name == name;
     if (!known) fail(fmt::format("model: weights hold tensor '{}', which this model config does not have", name));
   }
 }

@@ -28,27 +28,45 @@ void Model::check_input(const ModelInput& in) const {
                        in.positions[i], i, c.max_position_embeddings));
 }
 
+void Model::use_slot(int slot) {
+  if (slot < 0) fail(fmt::format("model: activation slot {} is negative", slot));
+  if (static_cast<std::size_t>(slot) >= slots_.size()) slots_.resize(static_cast<std::size_t>(slot) + 1);
+  slots_[static_cast<std::size_t>(slot_)] = acts_;
+  slot_ = slot;
+  acts_ = slots_[static_cast<std::size_t>(slot)];
+}
+
 void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
   if (acts_ && acts_->batch == batch && acts_->seq == seq) return;
   acts_.reset();  // free the old shape's memory first
+  slots_[static_cast<std::size_t>(slot_)].reset();
   auto a = std::make_shared<Activations>();
   a->batch = batch;
   a->seq = seq;
   const auto& c = config_;
-  const std::int64_t n = batch * seq, h = c.hidden_size, heads = c.num_attention_heads, g = c.num_query_groups,
-                     d = c.kv_channels, f = c.ffn_hidden_size, vp = c.padded_vocab_size();
+  const std::int64_t tp = shard_.layout.tp, n = batch * seq, h = c.hidden_size, heads = c.num_attention_heads / tp,
+                     g = c.num_query_groups / tp, d = c.kv_channels, f = c.ffn_hidden_size / tp,
+                     vp = c.padded_vocab_size() / tp;
+  const std::int64_t nl = local_rows(n);
+  if (nl * tp != n && shard_.sequence_parallel)
+    fail(fmt::format("model input: sequence parallelism splits the batch x seq = {} tokens over {} tensor ranks: "
+                     "it must divide them", n, tp));
+  const bool sp = shard_.sequence_parallel;
   auto f32 = [&](std::vector<std::int64_t> shape) { return backend_.alloc(std::move(shape), DType::kF32); };
   a->ids = backend_.alloc({n}, DType::kI32);
   a->positions = backend_.alloc({n}, DType::kI32);
   a->labels = backend_.alloc({n}, DType::kI32);
+  if (tp > 1) a->labels_local = backend_.alloc({n}, DType::kI32);
   a->key_valid = backend_.alloc({batch, seq}, DType::kU8);
   a->weights = f32({n});
-  for (int l = 0; l < c.num_layers; ++l) {
+  if (sp) a->partial = f32({n, h});
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
     Activations::Layer A;
-    A.x = f32({n, h});
-    A.xn1 = f32({n, h});
-    A.rstd1 = f32({n});
-    A.qkv = f32({n, c.q_size() + 2 * c.kv_size()});
+    A.x = f32({nl, h});
+    A.xn1 = f32({nl, h});
+    if (sp) A.xn1g = f32({n, h});
+    A.rstd1 = f32({nl});
+    A.qkv = f32({n, (c.q_size() + 2 * c.kv_size()) / tp});
     A.q = f32({n, heads, d});
     A.k = f32({n, g, d});
     A.v = f32({n, g, d});
@@ -62,25 +80,25 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
     A.k_rope = f32({n, g, d});
     A.attn = f32({n, heads * d});
     A.lse = f32({batch, heads, seq});
-    A.h = f32({n, h});
-    A.xn2 = f32({n, h});
-    A.rstd2 = f32({n});
+    A.h = f32({nl, h});
+    A.xn2 = f32({nl, h});
+    if (sp) A.xn2g = f32({n, h});
+    A.rstd2 = f32({nl});
     A.gate_up = f32({n, 2 * f});
     A.act = f32({n, f});
     a->layers.push_back(std::move(A));
   }
-  a->xf = f32({n, h});
-  a->xnf = f32({n, h});
-  a->rstdf = f32({n});
-  a->logits = f32({n, vp});
-  a->ce = f32({n});
-  a->ce_lse = f32({n});
+  a->xf = f32({nl, h});
+  if (post_process()) {
+    a->xnf = f32({nl, h});
+    if (sp) a->xnfg = f32({n, h});
+    a->rstdf = f32({nl});
+    a->logits = f32({n, vp});
+    a->ce = f32({n});
+    a->ce_lse = f32({n});
+  }
   acts_ = std::move(a);
-}
-
-// The output weight: the embedding table when tied.
-static const Parameter& output_weight(const std::vector<Parameter>& params, bool tied) {
-  return tied ? params.front() : params.back();
+  slots_[static_cast<std::size_t>(slot_)] = acts_;
 }
 
 const Tensor& Model::forward(const ModelInput& in) {
@@ -88,12 +106,11 @@ const Tensor& Model::forward(const ModelInput& in) {
   allocate_activations(in.batch, in.seq);
   Activations& a = *acts_;
   const auto& c = config_;
-  const std::int64_t n = in.batch * in.seq, B = in.batch, L = in.seq;
-  const std::int64_t heads = c.num_attention_heads, g = c.num_query_groups, d = c.kv_channels;
+  const std::int64_t tp = shard_.layout.tp, n = in.batch * in.seq, B = in.batch, L = in.seq;
+  const std::int64_t heads = c.num_attention_heads / tp, g = c.num_query_groups / tp, d = c.kv_channels;
   Backend& be = backend_;
   a.attention = in.attention;
   a.has_ce = false;
-  be.copy_from_host(a.ids, in.ids);
   if (in.positions.empty()) {
     std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) pos[i] = static_cast<std::int32_t>(i % L);
@@ -106,12 +123,29 @@ const Tensor& Model::forward(const ModelInput& in) {
   const Tensor no_mask;
   const Tensor& key_valid = a.has_key_valid ? a.key_valid : no_mask;
 
-  be.embedding_forward(params_.front().value, a.ids, a.layers.front().x);
+  const Tensor& first_x = a.layers.empty() ? a.xf : a.layers.front().x;
+  if (pre_process()) {
+    if (tp > 1) {  // vocab-parallel: this rank's rows of the table, zero rows for the others' ids
+      std::vector<std::int32_t> local;
+      vocab_parallel_ids(in.ids, local);
+      be.copy_from_host(a.ids, std::span<const std::int32_t>(local));
+    } else {
+      be.copy_from_host(a.ids, in.ids);
+    }
+    const Tensor& partial = shard_.sequence_parallel ? a.partial : first_x;
+    be.embedding_forward(params_[embedding_].value, a.ids, partial);
+    row_output(partial, first_x);
+  } else {
+    if (static_cast<std::int64_t>(in.input_hidden.size()) != first_x.numel())
+      fail(fmt::format("model: a pipeline chunk got {} input hidden values for a [{} x {}] input", in.input_hidden.size(),
+                       first_x.dim(0), first_x.dim(1)));
+    be.copy_from_host(first_x, in.input_hidden);
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& P = layers_[l];
     auto& A = a.layers[l];
     be.rmsnorm_forward(A.x, params_[P.norm1].value, c.norm_epsilon, A.xn1, A.rstd1);
-    be.linear_forward(A.xn1, params_[P.qkv].value, A.qkv);
+    be.linear_forward(column_input(A.xn1, A.xn1g), params_[P.qkv].value, A.qkv);
     be.split_qkv_forward(A.qkv, A.q, A.k, A.v);
     Tensor q = A.q, k = A.k;
     if (c.qk_layernorm) {
@@ -124,23 +158,28 @@ const Tensor& Model::forward(const ModelInput& in) {
     be.rope_forward(k, a.positions, c.rotary_base, A.k_rope);
     be.attention_forward(A.q_rope.reshape({B, L, heads, d}), A.k_rope.reshape({B, L, g, d}), A.v.reshape({B, L, g, d}),
                          in.attention, key_valid, A.attn.reshape({B, L, heads, d}), A.lse);
-    be.linear_forward(A.attn, params_[P.proj].value, A.h);
+    const Tensor& proj_out = shard_.sequence_parallel ? a.partial : A.h;
+    be.linear_forward(A.attn, params_[P.proj].value, proj_out);
+    row_output(proj_out, A.h);
     be.add(A.h, A.x);
     be.rmsnorm_forward(A.h, params_[P.norm2].value, c.norm_epsilon, A.xn2, A.rstd2);
-    be.linear_forward(A.xn2, params_[P.fc1].value, A.gate_up);
+    be.linear_forward(column_input(A.xn2, A.xn2g), params_[P.fc1].value, A.gate_up);
     be.swiglu_forward(A.gate_up, A.act);
     const Tensor& out = l + 1 < layers_.size() ? a.layers[l + 1].x : a.xf;
-    be.linear_forward(A.act, params_[P.fc2].value, out);
+    const Tensor& fc2_out = shard_.sequence_parallel ? a.partial : out;
+    be.linear_forward(A.act, params_[P.fc2].value, fc2_out);
+    row_output(fc2_out, out);
     be.add(out, A.h);
   }
-  const Parameter& final_norm = params_[c.tie_word_embeddings ? params_.size() - 1 : params_.size() - 2];
-  be.rmsnorm_forward(a.xf, final_norm.value, c.norm_epsilon, a.xnf, a.rstdf);
-  be.linear_forward(a.xnf, output_weight(params_, c.tie_word_embeddings).value, a.logits);
+  if (!post_process()) return a.xf;
+  be.rmsnorm_forward(a.xf, params_[final_norm_].value, c.norm_epsilon, a.xnf, a.rstdf);
+  be.linear_forward(column_input(a.xnf, a.xnfg), params_[output_].value, a.logits);
   return a.logits;
 }
 
 std::vector<float> Model::cross_entropy(std::span<const std::int32_t> labels) {
   if (!acts_) fail("model: cross_entropy() before forward()");
+  if (!post_process()) fail("model: cross_entropy() on a pipeline chunk without the output layer");
   Activations& a = *acts_;
   const std::int64_t n = a.batch * a.seq;
   if (static_cast<std::int64_t>(labels.size()) != n)
@@ -150,78 +189,15 @@ std::vector<float> Model::cross_entropy(std::span<const std::int32_t> labels) {
       fail(fmt::format("model: label {} at position {} is outside the vocabulary of {}", labels[i], i,
                        config_.vocab_size));
   backend_.copy_from_host(a.labels, labels);
-  backend_.cross_entropy_forward(a.logits, a.labels, config_.vocab_size, a.ce, a.ce_lse);
   std::vector<float> ce(static_cast<std::size_t>(n));
-  backend_.copy_to_host(a.ce, ce);
+  if (shard_.layout.tp > 1) {
+    ce = vocab_parallel_cross_entropy(labels);
+  } else {
+    backend_.cross_entropy_forward(a.logits, a.labels, config_.vocab_size, a.ce, a.ce_lse);
+    backend_.copy_to_host(a.ce, ce);
+  }
   a.has_ce = true;
   return ce;
-}
-
-void Model::backward(std::span<const float> weights) {
-  if (!acts_ || !acts_->has_ce) fail("model: backward() needs forward() and cross_entropy() first");
-  Activations& a = *acts_;
-  const auto& c = config_;
-  const std::int64_t B = a.batch, L = a.seq, heads = c.num_attention_heads, g = c.num_query_groups, d = c.kv_channels;
-  if (static_cast<std::int64_t>(weights.size()) != B * L)
-    fail(fmt::format("model: {} loss weights for {} positions", weights.size(), B * L));
-  Backend& be = backend_;
-  if (!a.dx.defined()) {  // gradient scratch: first backward() of this shape (inference never pays for it)
-    const std::int64_t n = B * L, h = c.hidden_size, f = c.ffn_hidden_size;
-    auto f32 = [&](std::vector<std::int64_t> shape) { return be.alloc(std::move(shape), DType::kF32); };
-    a.dx = f32({n, h});
-    a.dtmp = f32({n, h});
-    a.dxn = f32({n, h});
-    a.dattn = f32({n, heads * d});
-    a.dq = f32({n, heads, d});
-    a.dk = f32({n, g, d});
-    a.dv = f32({n, g, d});
-    if (c.qk_layernorm) {
-      a.dqn = f32({n, heads, d});
-      a.dkn = f32({n, g, d});
-    }
-    a.dqkv = f32({n, c.q_size() + 2 * c.kv_size()});
-    a.dact = f32({n, f});
-    a.dgate_up = f32({n, 2 * f});
-    a.dlogits = f32({n, c.padded_vocab_size()});
-  }
-  be.copy_from_host(a.weights, weights);
-  const Tensor no_mask;
-  const Tensor& key_valid = a.has_key_valid ? a.key_valid : no_mask;
-
-  be.cross_entropy_backward(a.logits, a.labels, a.ce_lse, a.weights, c.vocab_size, a.dlogits);
-  const Parameter& out_w = output_weight(params_, c.tie_word_embeddings);
-  be.linear_backward(a.dlogits, a.xnf, out_w.value, a.dxn, out_w.grad);
-  const Parameter& final_norm = params_[c.tie_word_embeddings ? params_.size() - 1 : params_.size() - 2];
-  be.rmsnorm_backward(a.dxn, a.xf, final_norm.value, a.rstdf, a.dx, final_norm.grad);
-  // a.dx is d loss / d (the residual stream) and walks down the layers.
-  for (std::size_t l = layers_.size(); l-- > 0;) {
-    const Layer& P = layers_[l];
-    auto& A = a.layers[l];
-    be.linear_backward(a.dx, A.act, params_[P.fc2].value, a.dact, params_[P.fc2].grad);
-    be.swiglu_backward(a.dact, A.gate_up, a.dgate_up);
-    be.linear_backward(a.dgate_up, A.xn2, params_[P.fc1].value, a.dxn, params_[P.fc1].grad);
-    be.rmsnorm_backward(a.dxn, A.h, params_[P.norm2].value, A.rstd2, a.dtmp, params_[P.norm2].grad);
-    be.add(a.dx, a.dtmp);
-    be.linear_backward(a.dx, A.attn, params_[P.proj].value, a.dattn, params_[P.proj].grad);
-    be.attention_backward(a.dattn.reshape({B, L, heads, d}), A.q_rope.reshape({B, L, heads, d}),
-                          A.k_rope.reshape({B, L, g, d}), A.v.reshape({B, L, g, d}), A.attn.reshape({B, L, heads, d}),
-                          A.lse, a.attention, key_valid, a.dq.reshape({B, L, heads, d}), a.dk.reshape({B, L, g, d}),
-                          a.dv.reshape({B, L, g, d}));
-    be.rope_backward(a.dq, a.positions, c.rotary_base, a.dq);
-    be.rope_backward(a.dk, a.positions, c.rotary_base, a.dk);
-    Tensor dq = a.dq, dk = a.dk;
-    if (c.qk_layernorm) {
-      be.rmsnorm_backward(a.dq, A.q, params_[P.q_norm].value, A.rstd_q, a.dqn, params_[P.q_norm].grad);
-      be.rmsnorm_backward(a.dk, A.k, params_[P.k_norm].value, A.rstd_k, a.dkn, params_[P.k_norm].grad);
-      dq = a.dqn;
-      dk = a.dkn;
-    }
-    be.split_qkv_backward(dq, dk, a.dv, a.dqkv);
-    be.linear_backward(a.dqkv, A.xn1, params_[P.qkv].value, a.dxn, params_[P.qkv].grad);
-    be.rmsnorm_backward(a.dxn, A.x, params_[P.norm1].value, A.rstd1, a.dtmp, params_[P.norm1].grad);
-    be.add(a.dx, a.dtmp);
-  }
-  be.embedding_backward(a.dx, a.ids, params_.front().grad);
 }
 
 }  // namespace dlm::train

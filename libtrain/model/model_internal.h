@@ -12,22 +12,26 @@ struct Model::Layer {
   int norm1 = -1, qkv = -1, q_norm = -1, k_norm = -1, proj = -1, norm2 = -1, fc1 = -1, fc2 = -1;
 };
 
-// The activations of one forward, [N = batch * seq] rows, kept for backward. Reallocated only when
-// the batch shape changes.
+// The activations of one forward, kept for backward. Reallocated only when the batch shape changes.
+// Rows: N = batch * seq tokens; the residual stream and the norms hold local_rows(N) of them (N / TP
+// under sequence parallelism), the *g tensors the all-gathered N rows a column-parallel linear reads.
+// Feature widths are this rank's shard (heads / TP, ffn / TP, padded vocabulary / TP).
 struct Model::Activations {
   struct Layer {
-    Tensor x, xn1, rstd1, qkv, q, k, v, qn, kn, rstd_q, rstd_k, q_rope, k_rope, attn, lse, h, xn2, rstd2, gate_up,
-        act;
+    Tensor x, xn1, xn1g, rstd1, qkv, q, k, v, qn, kn, rstd_q, rstd_k, q_rope, k_rope, attn, lse, h, xn2, xn2g, rstd2,
+        gate_up, act;
   };
   std::int64_t batch = 0, seq = 0;
   AttentionKind attention = AttentionKind::kBidirectional;
   bool has_key_valid = false;
-  Tensor ids, positions, key_valid, labels, weights;
+  Tensor ids, positions, key_valid, labels, labels_local, weights;
   std::vector<Layer> layers;
-  Tensor xf, xnf, rstdf, logits, ce, ce_lse;
+  Tensor partial;  // [N, hidden]: a row-parallel linear's partial sum before its reduce-scatter (SP)
+  Tensor xf, xnf, xnfg, rstdf, logits, ce, ce_lse;
   bool has_ce = false;
-  // Gradient scratch (allocated by the first backward()): the residual stream, branch inputs, op outputs.
-  Tensor dx, dtmp, dxn, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
+  // Gradient scratch (allocated by the first backward()): the residual stream, branch inputs, op outputs;
+  // dfull / dxn_full are the N-row versions under sequence parallelism (aliases of dx / dxn otherwise).
+  Tensor dx, dtmp, dxn, dxn_full, dfull, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
 };
 
 }  // namespace dlm::train

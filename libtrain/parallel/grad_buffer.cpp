@@ -84,7 +84,7 @@ std::vector<ParamRef> GradBuffer::shard_params(std::span<const ParamRef> params)
       const ParamRef& whole = params[p.param];
       out.push_back(ParamRef{whole.name, whole.value.subspan(p.param_offset, p.length),
                              std::span<float>(shard_grads_).subspan(shard_base_[b] + p.flat_offset - shard_begin(b), p.length),
-                             whole.decay, {}});
+                             whole.decay, {}, whole.in_grad_norm});
     }
   return out;
 }

@@ -143,16 +143,49 @@ class MpiCommunicator final : public Communicator {
   }
   void do_send(const void* data, std::size_t count, DataType type, int peer) override {
     run(fmt::format("send to rank {}", world_rank(peer)), count, type, [&](MPI_Request* r) {
-      return MPI_Isend(data, checked_count(count), mpi_type(type), peer, kDataTag, comm_, r);
+      return MPI_Isend(data, checked_count(count), mpi_type(type), peer, checked_tag(-1), comm_, r);
     });
   }
   void do_recv(void* data, std::size_t count, DataType type, int peer) override {
+    do_recv_tagged(data, count, type, peer, -1);
+  }
+  // Tagged transfers (pipelines) use tags above kDataTag; messages of one tag between two ranks stay in order.
+  void do_send_async(const void* data, std::size_t count, DataType type, int peer, int tag) override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Isend(data, checked_count(count), mpi_type(type), peer, checked_tag(tag), comm_, &request);
+    const std::string what = fmt::format("send to rank {}", world_rank(peer));
+    if (rc != MPI_SUCCESS) fail(fmt::format("{} on the {}: {}", what, name_, mpi_error(rc)));
+    pending_.push_back({request, what, count, type});
+  }
+  void do_recv_tagged(void* data, std::size_t count, DataType type, int peer, int tag) override {
     run(fmt::format("recv from rank {}", world_rank(peer)), count, type, [&](MPI_Request* r) {
-      return MPI_Irecv(data, checked_count(count), mpi_type(type), peer, kDataTag, comm_, r);
+      return MPI_Irecv(data, checked_count(count), mpi_type(type), peer, checked_tag(tag), comm_, r);
     });
+  }
+  void do_wait_sends() override {
+    auto pending = std::move(pending_);
+    pending_.clear();
+    for (auto& p : pending) {
+      MPI_Request request = p.request;
+      run(p.what, p.count, p.type, [&](MPI_Request* r) {
+        *r = request;
+        return MPI_SUCCESS;
+      });
+    }
   }
 
  private:
+  static int checked_tag(int tag) {
+    if (tag < -1 || tag > 30000) fail(fmt::format("a point-to-point tag {} outside [0, 30000]", tag));
+    return kDataTag + 1 + tag;  // -1 (untagged send/recv) is kDataTag itself
+  }
+  struct PendingSend {
+    MPI_Request request;
+    std::string what;
+    std::size_t count;
+    DataType type;
+  };
+
   template <typename Start>
   void run(const std::string& what, std::size_t count, DataType type, Start start) {
     Watch& w = *watch_;
@@ -236,6 +269,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   std::vector<int> world_ranks_;
   std::string name_;
+  std::vector<PendingSend> pending_;  // send_async() requests until wait_sends()
   int rank_ = 0;
 };
 

@@ -31,6 +31,16 @@ void copy_fp32(const ckpt::TensorSet& set, const std::string& name, std::span<fl
 
 }  // namespace
 
+static ckpt::TrainingState training_state(const AdamW& optimizer, const TrainProgress& progress,
+                                  const std::map<std::string, std::string>& extra_metadata) {
+  ckpt::TrainingState state;
+  state.iteration = progress.iteration;
+  state.consumed_samples = progress.consumed_samples;
+  state.optimizer_steps = optimizer.steps();
+  state.args_json = nlohmann::json(extra_metadata).dump();
+  return state;
+}
+
 void save_train_checkpoint(const std::string& save_dir, const ckpt::ModelConfig& config,
                            std::span<const ParamRef> params, const AdamW& optimizer, const TrainProgress& progress,
                            const std::map<std::string, std::string>& extra_metadata) {
@@ -43,16 +53,45 @@ void save_train_checkpoint(const std::string& save_dir, const ckpt::ModelConfig&
       global.exp_avg_sq.emplace(p.name, tensor_of(p.name, optimizer.exp_avg_sq()[t], p.shape));
     }
   }
-  ckpt::TrainingState state;
-  state.iteration = progress.iteration;
-  state.consumed_samples = progress.consumed_samples;
-  state.optimizer_steps = optimizer.steps();
-  state.args_json = nlohmann::json(extra_metadata).dump();
-  ckpt::save_checkpoint(save_dir, config, ckpt::ParallelLayout{}, global, state);
+  ckpt::save_checkpoint(save_dir, config, ckpt::ParallelLayout{}, global, training_state(optimizer, progress, extra_metadata));
+}
+
+void save_train_checkpoint_sharded(const std::string& save_dir, const ckpt::ModelConfig& config,
+                                   std::span<const ParamRef> params, const AdamW& optimizer,
+                                   const TrainProgress& progress, const CheckpointPlacement& placement,
+                                   Communicator& world, bool writes,
+                                   const std::map<std::string, std::string>& extra_metadata) {
+  ckpt::CheckpointWriter writer(save_dir, progress.iteration, config, placement.layout);
+  // Rank 0 opens the temporary folder before anyone writes, and commits after everyone wrote; a rank
+  // that fails to write stops the others at the barrier's timeout with its rank named.
+  if (world.rank() == 0) writer.begin();
+  world.barrier();
+  if (writes) {
+    std::map<std::string, std::size_t> index;
+    for (std::size_t t = 0; t < params.size(); ++t) index[params[t].name] = t;
+    for (int stage : placement.stages) {
+      ckpt::TrainingTensors local;
+      for (const auto& shard : ckpt::rank_shards(config, placement.layout, placement.tensor_rank, stage)) {
+        auto it = index.find(shard.name);
+        if (it == index.end()) fail(fmt::format("checkpoint save: this rank holds no tensor {} of stage {}", shard.name, stage));
+        const std::size_t t = it->second;
+        const auto& p = params[t];
+        local.params.emplace(p.name, tensor_of(p.name, p.value, shard.local_shape));
+        if (t < optimizer.exp_avg().size()) {
+          local.exp_avg.emplace(p.name, tensor_of(p.name, optimizer.exp_avg()[t], shard.local_shape));
+          local.exp_avg_sq.emplace(p.name, tensor_of(p.name, optimizer.exp_avg_sq()[t], shard.local_shape));
+        }
+      }
+      writer.write_rank(placement.tensor_rank, stage, local);
+    }
+  }
+  world.barrier();
+  if (world.rank() == 0) writer.commit(training_state(optimizer, progress, extra_metadata));
+  world.barrier();
 }
 
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
-                                      const AdamWOptions& adam) {
+                                      const AdamWOptions& adam, const CheckpointPlacement& placement) {
   ckpt::CheckpointReader reader(load_dir);
   const auto& md = reader.metadata();
   TrainCheckpoint c;
@@ -67,7 +106,13 @@ TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<con
         if (it->is_string()) c.metadata[it.key()] = it->get<std::string>();
   }
   const bool with_optimizer = md.state.optimizer_steps > 0;
-  auto tensors = reader.read_global(with_optimizer);
+  ckpt::TrainingTensors tensors;
+  for (int stage : placement.stages) {
+    auto part = reader.read_rank(placement.layout, placement.tensor_rank, stage, with_optimizer);
+    tensors.params.merge(part.params);
+    tensors.exp_avg.merge(part.exp_avg);
+    tensors.exp_avg_sq.merge(part.exp_avg_sq);
+  }
   c.weights = std::move(tensors.params);
   c.optimizer = AdamW(adam);
   c.optimizer.set_steps(md.state.optimizer_steps);

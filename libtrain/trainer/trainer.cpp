@@ -34,6 +34,24 @@ void check_options(const TrainerOptions& o) {
     fail("the diffusion objective needs --mask-token (or a tokenizer with <|mask_token|>)");
 }
 
+// The squared L2 norm of the gradients this rank counts (replicas of other model-parallel ranks' tensors
+// are not counted: Megatron's param_is_not_tensor_parallel_duplicate and shared-embedding rules).
+double squared_norm(std::span<const ParamRef> params) {
+  double sum_sq = 0;
+  for (const auto& p : params)
+    if (p.in_grad_norm)
+      for (float g : p.grad) sum_sq += static_cast<double>(g) * g;
+  return sum_sq;
+}
+
+// Megatron's clipping (optimizer.h) by a global norm computed beforehand.
+void scale_gradients(std::span<const ParamRef> params, double max_norm, double norm) {
+  const double coeff = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+  if (coeff >= 1.0) return;
+  for (const auto& p : params)
+    for (float& g : p.grad) g = static_cast<float>(g * coeff);
+}
+
 std::string eta(double seconds) {
   auto s = static_cast<std::int64_t>(seconds);
   return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
@@ -60,6 +78,9 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
+  if (model_.device_training() && (dp > 1 || options_.use_distributed_optimizer))
+    fail("data parallelism and --use-distributed-optimizer are not yet wired for a model trained on the GPU "
+         "(run one process, or --device cpu)");
   if (dp_ && (dp > 1 || options_.use_distributed_optimizer)) {
     const auto params = model_.parameters();
     buffer_ = std::make_unique<GradBuffer>(params, dp, dp_->rank(), options_.ddp_bucket_size);
@@ -72,11 +93,13 @@ Trainer::~Trainer() = default;
 
 void Trainer::resume(const TrainProgress& progress, AdamW optimizer_state) {
   progress_ = progress;
-  if (buffer_ && options_.use_distributed_optimizer) optimizer_ = buffer_->shard_optimizer(optimizer_state, model_.parameters());
+  if (DeviceTraining* device = model_.device_training()) device->load_optimizer_state(optimizer_state);
+  else if (buffer_ && options_.use_distributed_optimizer) optimizer_ = buffer_->shard_optimizer(optimizer_state, model_.parameters());
   else optimizer_ = std::move(optimizer_state);
 }
 
 AdamW Trainer::optimizer_state() const {
+  if (DeviceTraining* device = model_.device_training()) return device->optimizer_state();
   if (buffer_ && options_.use_distributed_optimizer) return buffer_->gather_optimizer(optimizer_, model_.parameters(), *dp_);
   return optimizer_;
 }
@@ -114,12 +137,23 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
   model_.zero_grad();
   double loss = 0;
+  std::vector<ModelBatch> batches;
   for (std::int64_t m = dp_rank; m < micro; m += dp) {
     const auto first = static_cast<std::uint64_t>(iteration * options_.global_batch_size + m * options_.micro_batch_size);
     ModelBatch batch = make_model_batch(options_.objective, read_batch(train_, first), {iteration, micro, m, true});
     // Megatron averages the micro-batches' losses: fold 1/micro into the weights.
     for (float& w : batch.weights) w /= static_cast<float>(micro);
-    loss += model_.forward_backward(batch);
+    batches.push_back(std::move(batch));
+  }
+  loss += model_.forward_backward_all(batches);
+  model_.finish_gradients();
+  if (DeviceTraining* device = model_.device_training()) {
+    // Clipping and AdamW run beside the weights; only the norm comes back to the host.
+    grad_norm = device->grad_norm();
+    applied = std::isfinite(loss) && std::isfinite(grad_norm);
+    if (applied) device->step(options_.adam, lr, options_.clip_grad);
+    else model_.zero_grad();
+    return loss;
   }
   auto params = model_.parameters();
   if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&loss, 1));
@@ -127,17 +161,13 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     // ZeRO-1: each rank clips and updates the pieces it owns; the norm is the global one.
     buffer_->reduce_scatter_gradients(params, *dp_);
     auto shard = buffer_->shard_params(params);
-    double sum_sq = 0;
-    for (const auto& p : shard)
-      for (float g : p.grad) sum_sq += static_cast<double>(g) * g;
+    double sum_sq = squared_norm(shard);
     dp_->all_reduce(std::span<double>(&sum_sq, 1));
+    model_.sum_over_model(std::span<double>(&sum_sq, 1));
     grad_norm = std::sqrt(sum_sq);
     applied = std::isfinite(loss) && std::isfinite(grad_norm);
     if (applied) {
-      const double coeff = options_.clip_grad > 0 ? options_.clip_grad / (grad_norm + 1e-6) : 1.0;
-      if (coeff < 1.0)
-        for (auto& p : shard)
-          for (float& g : p.grad) g = static_cast<float>(g * coeff);
+      scale_gradients(shard, options_.clip_grad, grad_norm);
       optimizer_.step(shard, lr);
       buffer_->all_gather_weights(params, *dp_);
     } else {
@@ -146,11 +176,14 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     return loss;
   }
   if (buffer_) buffer_->all_reduce_gradients(params, *dp_);
-  std::vector<std::span<float>> grads;
-  for (auto& p : params) grads.push_back(p.grad);
-  grad_norm = clip_grad_norm(grads, options_.clip_grad);
+  double sum_sq = squared_norm(params);
+  model_.sum_over_model(std::span<double>(&sum_sq, 1));
+  grad_norm = std::sqrt(sum_sq);
   applied = std::isfinite(loss) && std::isfinite(grad_norm);
-  if (applied) optimizer_.step(params, lr);
+  if (applied) {
+    scale_gradients(params, options_.clip_grad, grad_norm);
+    optimizer_.step(params, lr);
+  }
   else model_.zero_grad();
   return loss;
 }
@@ -162,11 +195,14 @@ double Trainer::evaluate() {
   const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
   const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
   double total = 0;
-  for (std::int64_t k = 0; k < options_.eval_iters; ++k)
+  for (std::int64_t k = 0; k < options_.eval_iters; ++k) {
+    std::vector<ModelBatch> batches;
     for (std::int64_t m = dp_rank; m < micro; m += dp) {
       const auto first = static_cast<std::uint64_t>(k * options_.global_batch_size + m * options_.micro_batch_size);
-      total += model_.forward_loss(make_model_batch(objective, read_batch(*valid_, first), {k, micro, m, false}));
+      batches.push_back(make_model_batch(objective, read_batch(*valid_, first), {k, micro, m, false}));
     }
+    total += model_.forward_loss_all(batches);
+  }
   if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&total, 1));
   return total / static_cast<double>(options_.eval_iters * micro);
 }
@@ -181,7 +217,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   std::int64_t last_saved = -1;
   const auto save_now = [&] {
     if (!save) return;
-    if (buffer_ && options_.use_distributed_optimizer) {
+    if ((buffer_ && options_.use_distributed_optimizer) || model_.device_training()) {
       const AdamW whole = optimizer_state();
       save(progress_, model_, whole);
     } else {

@@ -56,7 +56,7 @@ struct Pair {
   }
   double cpu_loss(const ModelBatch& b) {
     ModelInput in{b.batch, b.seq, b.input_ids, b.position_ids, {},
-                  b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional};
+                  b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional, {}};
     model.forward(in);
     auto ce = model.cross_entropy(b.labels);
     double loss = 0;
@@ -122,7 +122,7 @@ TEST(CudaParity, AttentionKindSwapped) {
 void check_logits(const ckpt::ModelConfig& c, const ModelBatch& b, const char* what) {
   Pair pair(c);
   ModelInput in{b.batch, b.seq, b.input_ids, b.position_ids, {},
-                b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional};
+                b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional, {}};
   const Tensor& t = pair.model.forward(in);
   const auto cpu_all = pair.cpu->host_f32(t);
   const auto gpu = pair.gpu.forward_logits(b.batch, b.seq, b.causal, b.input_ids, b.position_ids);

@@ -15,6 +15,7 @@
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
 #include "mpi_test_main.h"
+#include "tiny_training.h"
 
 namespace dlm::test {
 namespace {
@@ -23,54 +24,10 @@ using train::Communicator;
 
 constexpr int kVocab = 64;
 
-ckpt::ModelConfig tiny_config() {
-  ckpt::ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.ffn_hidden_size = 48;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 2;
-  c.kv_channels = 8;
-  c.qk_layernorm = true;
-  c.vocab_size = kVocab;
-  c.make_vocab_size_divisible_by = 16;
-  c.max_position_embeddings = 64;
-  c.attention_mask = ckpt::AttentionMask::kBidirectional;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-// Sample i: a skewed deterministic stream over ids 0 .. kVocab-2 (the last id is the mask).
-class Synthetic final : public train::SampleSource {
- public:
-  std::uint64_t size() const override { return 100000; }
-  void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
-    for (std::size_t j = 0; j < tokens.size(); ++j) {
-      const std::uint64_t k = index * 37 + j * 5;
-      tokens[j] = static_cast<std::int32_t>((k * k + index) % 7 < 3 ? k % 5 : k % (kVocab - 1));
-    }
-  }
-};
+ckpt::ModelConfig tiny_config() { return tiny_model(2, kVocab, true); }
 
 train::TrainerOptions options(bool distributed_optimizer) {
-  train::TrainerOptions o;
-  o.train_iters = 20;
-  o.micro_batch_size = 2;
-  o.global_batch_size = 16;  // 8 micro-batches: 2 per rank under DP4
-  o.seq_length = 16;
-  o.lr.max_lr = 3e-3;
-  o.lr.min_lr = 3e-4;
-  o.lr.warmup_iters = 2;
-  o.lr.decay_iters = 20;
-  o.lr.style = train::LrDecayStyle::kCosine;
-  o.lr.global_batch_size = 16;
-  o.adam.weight_decay = 0.1;
-  o.objective.mask_token = kVocab - 1;
-  o.objective.varilen_prob = 0.3;  // cuts some micro-batches: their draw must not depend on the layout
-  o.objective.seed = 5;
-  o.use_distributed_optimizer = distributed_optimizer;
-  o.ddp_bucket_size = 1500;  // several buckets, shards cutting through tensors
-  return o;
+  return tiny_training_options(distributed_optimizer, kVocab - 1);
 }
 
 struct TrainedRun {
@@ -88,7 +45,7 @@ TrainedRun train_run(Communicator* dp, bool distributed_optimizer, const std::st
   auto trainable = train::make_trainable_model(model);
   auto o = options(distributed_optimizer);
   o.exit_interval = exit_at;
-  Synthetic source;
+  SyntheticSamples source(kVocab - 1);
   train::Trainer trainer(o, *trainable, source, nullptr, dp);
   if (!load.empty()) {
     const auto params = trainable->parameters();

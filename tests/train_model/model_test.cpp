@@ -41,7 +41,7 @@ struct Batch {
   std::vector<std::int32_t> positions = {0, 1, 2, 3, 4, 3, 4, 5, 6, 15};
   std::vector<std::int32_t> labels = {4, 5, -1, 12, 0, 1, 2, 3, 8, 6};
   std::vector<float> weights = {0.3f, 1.0f, 0.7f, 0.2f, 0.5f, 0.9f, 0.1f, 0.6f, 0.4f, 0.8f};
-  ModelInput input(AttentionKind kind) const { return {2, 5, ids, positions, {}, kind}; }
+  ModelInput input(AttentionKind kind) const { return {2, 5, ids, positions, {}, kind, {}}; }
 };
 
 double weighted_loss(Model& m, const Batch& b, AttentionKind kind) {
@@ -148,16 +148,16 @@ TEST(Model, BadInputsFailBeforeCompute) {
     }
   };
   std::vector<std::int32_t> long_ids(17, 1);
-  expect_error({1, 17, long_ids, {}, {}, AttentionKind::kCausal},
+  expect_error({1, 17, long_ids, {}, {}, AttentionKind::kCausal, {}},
                "sequence length 17 is longer than max_position_embeddings 16");
   std::vector<std::int32_t> ids = {1, 2, 13};
-  expect_error({1, 3, ids, {}, {}, AttentionKind::kCausal}, "token id 13 at position 2 is outside the vocabulary of 13");
+  expect_error({1, 3, ids, {}, {}, AttentionKind::kCausal, {}}, "token id 13 at position 2 is outside the vocabulary of 13");
   ids = {1, 2, 3};
   std::vector<std::int32_t> pos = {0, 1, 16};
-  expect_error({1, 3, ids, pos, {}, AttentionKind::kCausal}, "position id 16 at position 2");
-  expect_error({2, 3, ids, {}, {}, AttentionKind::kCausal}, "3 ids for batch 2 x seq 3");
+  expect_error({1, 3, ids, pos, {}, AttentionKind::kCausal, {}}, "position id 16 at position 2");
+  expect_error({2, 3, ids, {}, {}, AttentionKind::kCausal, {}}, "3 ids for batch 2 x seq 3");
   EXPECT_THROW(m.cross_entropy(ids), Error);  // no forward yet
-  m.forward({1, 3, ids, {}, {}, AttentionKind::kCausal});
+  m.forward({1, 3, ids, {}, {}, AttentionKind::kCausal, {}});
   std::vector<std::int32_t> bad_labels = {0, 13, 1};
   EXPECT_THROW(m.cross_entropy(bad_labels), Error);
   std::vector<float> w(3, 1.0f);

@@ -85,7 +85,8 @@ class Backend {
 
   // ---- ops (one file each in a backend, forward beside backward) ----
   // Embedding: out[n] = table[ids[n]].  ids [N] i32, table [V, H], out [N, H].
-  // Backward: dtable[ids[n]] += dout[n].
+  // Backward: dtable[ids[n]] += dout[n]. An id of -1 (a row another tensor-parallel rank holds) gives a
+  // zero row and no gradient; any other id outside [0, V) is a dlm::Error.
   virtual void embedding_forward(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
   virtual void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) = 0;
 
@@ -140,6 +141,14 @@ class Backend {
                                      const Tensor& ce, const Tensor& lse) = 0;
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                                       const Tensor& weights, std::int64_t vocab, const Tensor& dlogits) = 0;
+  // The same backward on one tensor-parallel rank's columns of the vocabulary (Megatron's
+  // VocabParallelCrossEntropy): logits [N, W] are the columns [first, first + W) of the padded
+  // vocabulary, `vocab` (<= W) of them real; labels are global ids, lse the whole vocabulary's.
+  //   dlogits[n, j] = w[n] (exp(l[n, j] - lse[n]) - [first + j == label[n]]) for j < vocab, 0 beyond;
+  //   rows with label < 0: 0. cross_entropy_backward is this with first = 0.
+  virtual void cross_entropy_backward_shard(const Tensor& logits, const Tensor& labels, std::int64_t first,
+                                            const Tensor& lse, const Tensor& weights, std::int64_t vocab,
+                                            const Tensor& dlogits) = 0;
 
   // Wait for queued work (a no-op on the synchronous CPU backend); copies to host also synchronise.
   virtual void synchronize() {}

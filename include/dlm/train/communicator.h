@@ -83,6 +83,18 @@ class Communicator {
   void recv(std::span<T> data, int peer) {
     do_recv(data.data(), data.size(), data_type_of<T>(), peer);
   }
+  // Pipelines: a send that returns at once (the data must stay untouched until wait_sends()), and a
+  // receive that matches only sends of the same tag (0 .. 30000). Messages of one tag between two ranks
+  // arrive in the order they were sent. Every send_async must be waited for.
+  template <typename T>
+  void send_async(std::span<const T> data, int peer, int tag) {
+    do_send_async(data.data(), data.size(), data_type_of<T>(), peer, tag);
+  }
+  template <typename T>
+  void recv(std::span<T> data, int peer, int tag) {
+    do_recv_tagged(data.data(), data.size(), data_type_of<T>(), peer, tag);
+  }
+  void wait_sends() { do_wait_sends(); }
   // The members with the same color form a new group, ordered by key (MPI_Comm_split, ncclCommSplit).
   // Collective over this group.
   virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
@@ -95,6 +107,15 @@ class Communicator {
   virtual void do_barrier() = 0;
   virtual void do_send(const void* data, std::size_t count, DataType type, int peer) = 0;
   virtual void do_recv(void* data, std::size_t count, DataType type, int peer) = 0;
+  // Defaults for transports without tags or asynchronous sends (they must then keep the order of
+  // transfers between two ranks the same on both sides): a blocking send, an untagged receive.
+  virtual void do_send_async(const void* data, std::size_t count, DataType type, int peer, int /*tag*/) {
+    do_send(data, count, type, peer);
+  }
+  virtual void do_recv_tagged(void* data, std::size_t count, DataType type, int peer, int /*tag*/) {
+    do_recv(data, count, type, peer);
+  }
+  virtual void do_wait_sends() {}
 
  private:
   void check_blocks(std::size_t whole, std::size_t block, const char* what) const;

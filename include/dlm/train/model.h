@@ -16,6 +16,25 @@
 //                   model.backward(weights);   // d loss / d ce_i, added into every gradient
 // forward() keeps its activations until the next forward(); backward() needs the cross_entropy() of the
 // same forward.
+//
+// Model parallelism (ModelShard below; docs/parallelism.md): a Model can be one rank's part of a model in
+// Megatron's layout: the layers of one pipeline chunk, every tensor cut to the tensor-parallel shard that
+// libckpt's sharding.h defines (QKV and gate/up column-parallel, proj and down row-parallel, embedding and
+// output vocab-parallel, norms replicated). The collectives sit where Megatron puts them:
+//   TP:      column-parallel input: identity forward, all-reduce of its gradient backward;
+//            row-parallel output: all-reduce forward, identity backward;
+//            embedding: masked lookup of this rank's vocabulary rows, all-reduce;
+//            cross-entropy over vocabulary shards: max, sum of exponentials and the label's logit
+//            all-reduced (no rank ever holds a full row of logits).
+//   TP + SP: the residual stream, norms and embedding output hold 1/TP of the token rows (rows
+//            [r N/TP, (r+1) N/TP) of the [batch * seq] rows); all-gather before each column-parallel
+//            linear (reduce-scatter of its input gradient), reduce-scatter after each row-parallel one
+//            (all-gather of its output gradient).
+//   PP:      a chunk without the embedding takes its input hidden states (ModelInput::input_hidden), one without
+//            the head returns its output hidden states from forward() and starts backward() from their
+//            gradient (backward_from_output); input_gradient() is what goes back to the previous chunk.
+// Replicated tensors whose gradient each rank sees only in part (norms under SP, QK-norm under TP) are
+// summed over the tensor group by reduce_shared_gradients(), once per step.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +45,21 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/tensor.h"
+#include "dlm/ckpt/sharding.h"
 #include "dlm/train/backend.h"
+#include "dlm/train/communicator.h"
 
 namespace dlm::train {
+
+// This process's part of the model. `layout` is libckpt's (layout.pp counts every pipeline chunk:
+// pipeline stages x virtual stages), `stage` is this chunk's place among them; the tensor-parallel
+// rank is the tensor group's. The default is the whole model on one process.
+struct ModelShard {
+  ckpt::ParallelLayout layout{};
+  int stage = 0;
+  Communicator* tensor = nullptr;  // the tensor-parallel group, layout.tp members (null when tp == 1)
+  bool sequence_parallel = false;  // --sequence-parallel (needs tp > 1 to do anything)
+};
 
 // One micro-batch on the host, [batch, seq] row-major.
 struct ModelInput {
@@ -37,18 +68,26 @@ struct ModelInput {
   std::span<const std::int32_t> positions;  // empty: 0 .. seq-1 in every row
   std::span<const std::uint8_t> key_valid;  // empty: every key visible; 0 = padding, never attended
   AttentionKind attention = AttentionKind::kBidirectional;
+  // A pipeline chunk without the embedding: its input hidden states [local_rows(batch * seq), hidden]
+  // (ids must still be given: they are checked, and positions default from them).
+  std::span<const float> input_hidden;
 };
 
 struct Parameter {
-  ckpt::TensorSpec spec;  // global name, shape, is_norm (no weight decay)
+  ckpt::TensorSpec spec;  // global name, this rank's (local) shape, is_norm (no weight decay)
   Tensor value, grad;
+  ckpt::TensorShard shard;  // where the local tensor sits in the global one
+  int global_index = 0;     // position in model_tensors(config): init()'s stream
+  // Counted in the global gradient norm: false for the copies another rank counts (norms on tensor ranks
+  // other than 0, the tied embedding's replica on the last pipeline stage).
+  bool in_grad_norm = true;
 };
 
 class Model {
  public:
   // Checks the config (check_config) before allocating anything; gradients start at zero, values
   // undefined until init() or import_weights().
-  Model(ckpt::ModelConfig config, Backend& backend);
+  Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -61,12 +100,19 @@ class Model {
   void check_input(const ModelInput& input) const;
 
   const ckpt::ModelConfig& config() const { return config_; }
+  const ModelShard& shard() const { return shard_; }
+  bool pre_process() const { return shard_.stage == 0; }                     // holds the embedding
+  bool post_process() const { return shard_.stage == shard_.layout.pp - 1; }  // holds the head
+  int tensor_parallel_size() const { return shard_.layout.tp; }
+  // The rows of the hidden states this rank holds for `tokens` = batch * seq tokens (1/TP under SP).
+  std::int64_t local_rows(std::int64_t tokens) const;
   Backend& backend() const { return backend_; }
   // The config's attention (bidirectional for diffusion models, causal for AR).
   AttentionKind default_attention() const;
 
   // Megatron's init: every matrix ~ N(0, init_method_std^2) (padded vocabulary rows included), norms
-  // 1. Deterministic in `seed`, and each tensor's values depend only on (seed, its name's position).
+  // 1. Deterministic in `seed`, and each tensor's values depend only on (seed, its name's position):
+  // a shard holds the very values of its slice of the whole model's tensor, whatever the layout.
   void init(std::uint64_t seed);
 
   // Parameters in model_tensors(config) order; values and gradients stay in the backend.
@@ -76,34 +122,69 @@ class Model {
   std::int64_t parameter_count() const;
   void zero_grad();
 
-  // Host fp32 copies by global name (shape as model_tensors says).
+  // Host fp32 copies by global name, this rank's local shape (model_tensors' shape on one process).
   void import_parameter(std::string_view name, std::span<const float> values);
   std::vector<float> export_parameter(std::string_view name) const;
   std::vector<float> export_gradient(std::string_view name) const;
-  // Every tensor of model_tensors(config), fp32 with its global shape; a missing, extra or misshapen
-  // tensor is a dlm::Error naming it.
+  // Every tensor of model_tensors(config), fp32 with its global shape (a shard takes its slice); a
+  // missing, extra or misshapen tensor is a dlm::Error naming it.
   void import_weights(const ckpt::TensorSet& weights);
+  // This rank's tensors, local shapes (the whole model on one process).
   ckpt::TensorSet export_weights() const;
 
-  // Runs the model; returns the logits [batch * seq, padded_vocab_size()] (backend memory, valid until
-  // the next forward).
+  // Runs the model; returns the logits [batch * seq, padded_vocab_size() / TP] (backend memory, valid
+  // until the next forward of the same slot), or on a chunk without the head its output hidden states
+  // [local_rows, hidden].
   const Tensor& forward(const ModelInput& input);
+  // Pipelines keep several micro-batches in flight: each slot holds one's activations (slot 0 by default).
+  void use_slot(int slot);
   // Per-token cross-entropy of the last forward's logits against labels [batch * seq] (label < 0:
   // ignored, 0). Host values.
   std::vector<float> cross_entropy(std::span<const std::int32_t> labels);
   // Adds d(sum_i weights_i * ce_i) / d(parameter) into every gradient; weights [batch * seq].
   void backward(std::span<const float> weights);
+  // A chunk without the head: backward from d loss / d (its output hidden states) [local_rows, hidden].
+  void backward_from_output(std::span<const float> d_output);
+  // After backward() on a chunk without the embedding: d loss / d (its input hidden states).
+  std::vector<float> input_gradient() const;
+  // Sums over the tensor group the gradients of replicated tensors that each rank computed in part (see
+  // the top of this header); call once after a step's last backward. Collective over the tensor group.
+  void reduce_shared_gradients();
 
  private:
   struct Layer;
   struct Activations;
   void allocate_activations(std::int64_t batch, std::int64_t seq);
+  void allocate_gradients();
+  void backward_layers();
+  // Tensor-parallel plumbing (model_tensor_parallel.cpp).
+  void tp_all_reduce(const Tensor& t) const;
+  void gather_rows(const Tensor& local, const Tensor& full) const;        // SP: all-gather of token rows
+  void scatter_rows_sum(const Tensor& full, const Tensor& local) const;  // SP: reduce-scatter of token rows
+  // Column-parallel input: `x` as the linear needs it ([N, .] full rows), and its gradient back.
+  const Tensor& column_input(const Tensor& local, const Tensor& gathered) const;
+  // What column_input() returned in the forward (no communication).
+  const Tensor& gathered(const Tensor& local, const Tensor& full) const {
+    return shard_.sequence_parallel ? full : local;
+  }
+  void column_input_backward(const Tensor& dfull, const Tensor& dlocal) const;
+  // Row-parallel output: the partial product `partial` [N, .] reduced into `out` (local rows).
+  void row_output(const Tensor& partial, const Tensor& out) const;
+  void row_output_backward(const Tensor& dlocal, const Tensor& dfull) const;
+  std::vector<float> vocab_parallel_cross_entropy(std::span<const std::int32_t> labels);
+  void vocab_parallel_ids(std::span<const std::int32_t> ids, std::vector<std::int32_t>& local) const;
 
   ckpt::ModelConfig config_;
   Backend& backend_;
+  ModelShard shard_;
   std::vector<Parameter> params_;
   std::vector<Layer> layers_;
+  int first_layer_ = 0;
+  int embedding_ = -1, final_norm_ = -1, output_ = -1;  // indices into params_ (-1: not on this chunk)
+  std::int64_t vocab_begin_ = 0;  // first padded-vocabulary row of this rank's embedding/output shard
+  std::vector<std::shared_ptr<Activations>> slots_;
   std::shared_ptr<Activations> acts_;
+  int slot_ = 0;
 };
 
 }  // namespace dlm::train

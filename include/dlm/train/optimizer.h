@@ -34,6 +34,8 @@ struct ParamRef {
   std::span<float> grad;  // mutable: clipping scales it in place
   bool decay = true;  // false for norms (TensorSpec::is_norm)
   std::vector<std::int64_t> shape;  // the global shape, for checkpoints ({numel} when empty)
+  // Counted in the global gradient norm (false for a replica another model-parallel rank counts).
+  bool in_grad_norm = true;
 };
 
 class AdamW {

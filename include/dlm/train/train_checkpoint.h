@@ -13,6 +13,8 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/tensor.h"
+#include "dlm/ckpt/sharding.h"
+#include "dlm/train/communicator.h"
 #include "dlm/train/optimizer.h"
 #include "dlm/train/trainer.h"
 
@@ -21,6 +23,25 @@ namespace dlm::train {
 void save_train_checkpoint(const std::string& save_dir, const ckpt::ModelConfig& config,
                            std::span<const ParamRef> params, const AdamW& optimizer, const TrainProgress& progress,
                            const std::map<std::string, std::string>& extra_metadata = {});
+
+// Where a rank's parameters sit in a model-parallel layout (model_parallel.h): its tensor rank and the
+// stage of each of its chunks under `layout` (layout.pp = pipeline ranks x virtual stages). The
+// default is the whole model on one rank.
+struct CheckpointPlacement {
+  ckpt::ParallelLayout layout{};
+  int tensor_rank = 0;
+  std::vector<int> stages{0};
+};
+
+// A model-parallel save, collective over `world`: world rank 0 opens the checkpoint, every rank with
+// `writes` (data-parallel rank 0 of each tensor/pipeline position) writes its shard files (one per chunk)
+// from its local parameters and whole moments, and rank 0 commits once all are written. An interrupted
+// save leaves `latest` as it was.
+void save_train_checkpoint_sharded(const std::string& save_dir, const ckpt::ModelConfig& config,
+                                   std::span<const ParamRef> params, const AdamW& optimizer,
+                                   const TrainProgress& progress, const CheckpointPlacement& placement,
+                                   Communicator& world, bool writes,
+                                   const std::map<std::string, std::string>& extra_metadata = {});
 
 struct TrainCheckpoint {
   std::string dir;  // the iter_* folder read
@@ -34,8 +55,10 @@ struct TrainCheckpoint {
 // Reads the newest checkpoint of `load_dir` (through `latest`), or the folder itself when it is an
 // iter_* folder. The moments are ordered as `params` (names) and get `adam` as options. Throws
 // dlm::Error naming the file and tensor when something is missing or has another shape.
+// With a placement, the weights and moments are this rank's slices (read_rank: only the needed hyperslabs),
+// whatever layout saved the checkpoint.
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
-                                      const AdamWOptions& adam);
+                                      const AdamWOptions& adam, const CheckpointPlacement& placement = {});
 
 // A checkpoint's model against the flags: the first field that differs, as a dlm::Error naming the
 // checkpoint file, the field and both values.

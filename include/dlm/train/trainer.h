@@ -29,6 +29,38 @@
 
 namespace dlm::train {
 
+// fp32 values in device memory, for collectives that take device pointers (NCCL).
+struct DeviceSpan {
+  std::string name;  // the parameter's, or "" for a whole buffer
+  float* data = nullptr;
+  std::int64_t numel = 0;
+};
+
+// A model whose weights, gradients and AdamW state live on an accelerator (the CUDA backend): the trainer
+// leaves clipping and the update to it, and moves the moments through it for checkpoints, so that only
+// the norm and the loss cross to the host each step. Its parameters() are then host copies of the fp32
+// master weights made on each call (grad spans empty); commit_parameters() loads edited copies back.
+class DeviceTraining {
+ public:
+  virtual ~DeviceTraining() = default;
+  // The global L2 norm of the gradients (before clipping); computed on the device.
+  virtual double grad_norm() = 0;
+  // Megatron's clipping at max_norm (<= 0: none) by the last grad_norm(), then one AdamW step at lr.
+  virtual void step(const AdamWOptions& options, double lr, double max_norm) = 0;
+  // The moments per parameter (model order) and the step count, as the host AdamW holds them.
+  virtual AdamW optimizer_state() = 0;
+  virtual void load_optimizer_state(const AdamW& state) = 0;
+  // After the host copies of parameters() were written (a checkpoint's weights): upload them.
+  virtual void commit_parameters() = 0;
+  // Device views for data parallelism: the gradients and fp32 master weights, one contiguous buffer each
+  // (alignment gaps hold zeros), the stream the model's work runs on (a cudaStream_t), and the call to
+  // make after the master weights were written in place (a broadcast): it refreshes the bf16 copies.
+  virtual DeviceSpan gradient_buffer() = 0;
+  virtual DeviceSpan parameter_buffer() = 0;
+  virtual void* stream() = 0;
+  virtual void parameters_written() = 0;
+};
+
 // What the trainer needs of a model; the model behind it (and its backend) stays out of sight.
 class TrainableModel {
  public:
@@ -40,6 +72,27 @@ class TrainableModel {
   virtual double forward_backward(const ModelBatch& batch) = 0;
   // The same loss, no gradient.
   virtual double forward_loss(const ModelBatch& batch) = 0;
+  // Non-null when the optimizer runs beside the weights on a device (see DeviceTraining).
+  virtual DeviceTraining* device_training() { return nullptr; }
+
+  // A step's micro-batches (this data-parallel rank's share, in order) in one call: the sum of their
+  // losses. A pipeline runs them through its schedule; by default they run one after the other.
+  virtual double forward_backward_all(std::span<const ModelBatch> batches) {
+    double loss = 0;
+    for (const auto& b : batches) loss += forward_backward(b);
+    return loss;
+  }
+  virtual double forward_loss_all(std::span<const ModelBatch> batches) {
+    double loss = 0;
+    for (const auto& b : batches) loss += forward_loss(b);
+    return loss;
+  }
+  // Model parallelism (model_parallel.h): after a step's last backward, completes the gradients several
+  // ranks of the replica share (replicated norms, the tied embedding of the first and last stage).
+  virtual void finish_gradients() {}
+  // Sums `values` over the other ranks of this model replica (tensor and pipeline groups): how a
+  // rank's share of the squared gradient norm becomes the whole model's. Nothing on one process.
+  virtual void sum_over_model(std::span<double> /*values*/) {}
 };
 
 // Samples of seq_length + 1 tokens by global index (libdata's GPTDataset/BlendedDataset reader).

@@ -48,6 +48,8 @@ class CpuBackend final : public Backend {
                              const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& weights,
                               std::int64_t vocab, const Tensor& dlogits) override;
+  void cross_entropy_backward_shard(const Tensor& logits, const Tensor& labels, std::int64_t first, const Tensor& lse,
+                                    const Tensor& weights, std::int64_t vocab, const Tensor& dlogits) override;
 
   // body(begin, end) over [0, n) on the pool; small n runs inline (thread hand-off costs more).
   void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);

@@ -52,13 +52,22 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& label
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                                         const Tensor& weights, std::int64_t vocab, const Tensor& dlogits) {
+  expect_numel("cross_entropy_backward", "labels", labels, labels.numel());
+  check_labels(i32(labels), labels.numel(), vocab);
+  cross_entropy_backward_shard(logits, labels, 0, lse, weights, vocab, dlogits);
+}
+
+void CpuBackend::cross_entropy_backward_shard(const Tensor& logits, const Tensor& labels, std::int64_t first,
+                                              const Tensor& lse, const Tensor& weights, std::int64_t vocab,
+                                              const Tensor& dlogits) {
   const std::int64_t width = logits.dim(logits.rank() - 1), n = logits.numel() / width;
+  if (vocab < 0 || vocab > width)
+    fail(fmt::format("cpu backend: cross_entropy: {} real columns do not fit logits of width {}", vocab, width));
   expect_numel("cross_entropy_backward", "labels", labels, n);
   expect_numel("cross_entropy_backward", "lse", lse, n);
   expect_numel("cross_entropy_backward", "weights", weights, n);
   expect_numel("cross_entropy_backward", "dlogits", dlogits, n * width);
   const std::int32_t* lab = i32(labels);
-  check_labels(lab, n, vocab);
   const float *pl = f32(logits), *plse = f32(lse), *pw = f32(weights);
   float* pd = f32(dlogits);
   parallel_for(n, 4, [&](std::int64_t b, std::int64_t e) {
@@ -72,7 +81,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labe
       const float* row = pl + t * width;
       for (std::int64_t j = 0; j < vocab; ++j) d[j] = w * static_cast<float>(std::exp(double(row[j]) - plse[t]));
       for (std::int64_t j = vocab; j < width; ++j) d[j] = 0.0f;
-      d[lab[t]] -= w;
+      const std::int64_t local = lab[t] - first;
+      if (local >= 0 && local < vocab) d[local] -= w;
     }
   });
 }

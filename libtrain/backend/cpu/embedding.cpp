@@ -9,9 +9,10 @@
 
 namespace dlm::train::cpu {
 
+// -1 marks an id another tensor-parallel rank holds (a zero row); anything else outside the table is a bug.
 static void check_ids(const std::int32_t* ids, std::int64_t n, std::int64_t rows) {
   for (std::int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= rows)
+    if (ids[i] < -1 || ids[i] >= rows)
       fail(fmt::format("cpu backend: embedding: id {} at position {} is outside the table of {} rows", ids[i], i, rows));
 }
 
@@ -23,7 +24,10 @@ void CpuBackend::embedding_forward(const Tensor& table, const Tensor& ids, const
   const float* t = f32(table);
   float* o = f32(out);
   parallel_for(n, 64, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) std::memcpy(o + i * h, t + id[i] * h, sizeof(float) * h);
+    for (std::int64_t i = b; i < e; ++i) {
+      if (id[i] < 0) std::memset(o + i * h, 0, sizeof(float) * h);
+      else std::memcpy(o + i * h, t + id[i] * h, sizeof(float) * h);
+    }
   });
 }
 
@@ -36,6 +40,7 @@ void CpuBackend::embedding_backward(const Tensor& dout, const Tensor& ids, const
   float* t = f32(dtable);
   parallel_for(h, 16, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = 0; i < n; ++i) {
+      if (id[i] < 0) continue;
       float* row = t + id[i] * h;
       const float* src = d + i * h;
       for (std::int64_t j = b; j < e; ++j) row[j] += src[j];

@@ -1,0 +1,125 @@
+// ParallelModel: a rank's chunks of a TP/PP replica, and the trainer's view of them.
+#include "dlm/train/model_parallel.h"
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "dlm/train/pipeline_schedule.h"
+
+namespace dlm::train {
+
+int virtual_stages_for(const ckpt::ModelConfig& config, int pipeline, int layers_per_virtual_stage) {
+  if (layers_per_virtual_stage <= 0) return 1;
+  if (pipeline < 2)
+    fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in Megatron)");
+  if (config.num_layers % (pipeline * layers_per_virtual_stage) != 0)
+    fail(fmt::format("--num-layers-per-virtual-pipeline-stage {}: --num-layers {} is not a multiple of it times "
+                     "--pipeline-model-parallel-size {}", layers_per_virtual_stage, config.num_layers, pipeline));
+  return config.num_layers / (pipeline * layers_per_virtual_stage);
+}
+
+ParallelModel::ParallelModel(const ckpt::ModelConfig& config, Backend& backend, ProcessGroups& groups,
+                             ModelParallelOptions options)
+    : groups_(groups), options_(std::move(options)) {
+  const int P = groups_.config.pipeline, V = options_.virtual_stages;
+  if (V < 1) fail(fmt::format("model parallel: {} virtual pipeline stages", V));
+  if (V > 1 && P < 2) fail("interleaved pipelines need --pipeline-model-parallel-size of at least 2 (as in Megatron)");
+  layout_.tp = groups_.config.tensor;
+  layout_.pp = P * V;
+  layout_.dp = groups_.config.data;
+  layout_.layers_per_stage = options_.layers_per_stage;
+  layout_.validate(config);
+  for (int v = 0; v < V; ++v) {
+    ModelShard shard;
+    shard.layout = layout_;
+    shard.stage = v * P + groups_.coords.pipeline;
+    shard.tensor = layout_.tp > 1 ? groups_.tensor.get() : nullptr;
+    shard.sequence_parallel = options_.sequence_parallel;
+    chunks_.push_back(std::make_unique<Model>(config, backend, shard));
+  }
+  // Megatron's embedding group: the first and the last pipeline rank keep their copies of a tied
+  // embedding equal by summing their gradients. Collective over the pipeline group.
+  if (config.tie_word_embeddings && P > 1) {
+    const int r = groups_.coords.pipeline;
+    auto group = groups_.pipeline->split(r == 0 || r == P - 1 ? 0 : 1, r, "embedding group (first and last stage)");
+    if (r == 0 || r == P - 1) embedding_group_ = std::move(group);
+  }
+}
+
+ParallelModel::~ParallelModel() = default;
+
+void ParallelModel::init(std::uint64_t seed) {
+  for (auto& c : chunks_) c->init(seed);
+}
+
+void ParallelModel::import_weights(const ckpt::TensorSet& weights) {
+  for (auto& c : chunks_) c->import_weights(weights);
+}
+
+std::vector<Parameter*> ParallelModel::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& c : chunks_)
+    for (auto& p : c->parameters()) out.push_back(&p);
+  return out;
+}
+
+static Parameter* tied_embedding(ParallelModel& m) {
+  for (Parameter* p : m.parameters())
+    if (p->spec.name == "embedding.word_embeddings.weight") return p;
+  fail("model parallel: the first or last stage holds no embedding");
+}
+
+static std::span<float> memory_of(const Tensor& t) { return {static_cast<float*>(t.data()), static_cast<std::size_t>(t.numel())}; }
+
+void ParallelModel::sync_tied_embedding() {
+  if (embedding_group_) embedding_group_->broadcast(memory_of(tied_embedding(*this)->value), 0);
+}
+
+namespace {
+
+class TrainableParallel final : public TrainableModel {
+ public:
+  explicit TrainableParallel(ParallelModel& model) : model_(model) {
+    for (auto& c : model_.chunks()) chunks_.push_back(c.get());
+    for (Parameter* p : model_.parameters()) {
+      Backend& be = model_.chunks().front()->backend();
+      std::span<float> value = be.host_f32(p->value), grad = be.host_f32(p->grad);
+      if (value.empty() || grad.empty())
+        fail(fmt::format("model: the {} backend's parameters are not host fp32 memory; its optimizer must run there", be.name()));
+      refs_.push_back({p->spec.name, value, grad, !p->spec.is_norm, p->shard.global_shape, p->in_grad_norm});
+    }
+  }
+  std::vector<ParamRef> parameters() override { return refs_; }
+  void zero_grad() override {
+    for (Model* c : chunks_) c->zero_grad();
+  }
+  double forward_backward(const ModelBatch& batch) override { return forward_backward_all(std::span(&batch, 1)); }
+  double forward_loss(const ModelBatch& batch) override { return forward_loss_all(std::span(&batch, 1)); }
+  double forward_backward_all(std::span<const ModelBatch> batches) override {
+    return pipeline_forward_backward(chunks_, *model_.groups().pipeline, batches);
+  }
+  double forward_loss_all(std::span<const ModelBatch> batches) override {
+    return pipeline_forward_only(chunks_, *model_.groups().pipeline, batches);
+  }
+  void finish_gradients() override {
+    for (Model* c : chunks_) c->reduce_shared_gradients();
+    if (Communicator* g = model_.embedding_group()) g->all_reduce(memory_of(tied_embedding(model_)->grad));
+  }
+  void sum_over_model(std::span<double> values) override {
+    if (model_.groups().config.tensor > 1) model_.groups().tensor->all_reduce(values);
+    if (model_.groups().config.pipeline > 1) model_.groups().pipeline->all_reduce(values);
+  }
+
+ private:
+  ParallelModel& model_;
+  std::vector<Model*> chunks_;
+  std::vector<ParamRef> refs_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainableModel> make_trainable_model(ParallelModel& model) {
+  return std::make_unique<TrainableParallel>(model);
+}
+
+}  // namespace dlm::train
