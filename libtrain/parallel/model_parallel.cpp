@@ -37,13 +37,21 @@ ParallelModel::ParallelModel(const ckpt::ModelConfig& config, Backend& backend, 
     shard.sequence_parallel = options_.sequence_parallel;
     chunks_.push_back(std::make_unique<Model>(config, backend, shard));
   }
-  // Megatron's embedding group: the first and the last pipeline rank keep their copies of a tied
-  // embedding equal by summing their gradients. Collective over the pipeline group.
-  if (config.tie_word_embeddings && P > 1) {
-    const int r = groups_.coords.pipeline;
+  tied_across_stages_ = config.tie_word_embeddings && P > 1;
+}
+
+// Megatron's embedding group: the first and the last pipeline rank keep their copies of a tied embedding
+// equal by summing their gradients. Made on first use, which every pipeline rank reaches together (the
+// constructor stays free of collectives: dlm-train builds the model on rank 0 before the others).
+Communicator* ParallelModel::embedding_group() {
+  if (!tied_across_stages_) return nullptr;
+  if (!embedding_group_made_) {
+    const int r = groups_.coords.pipeline, P = groups_.config.pipeline;
     auto group = groups_.pipeline->split(r == 0 || r == P - 1 ? 0 : 1, r, "embedding group (first and last stage)");
     if (r == 0 || r == P - 1) embedding_group_ = std::move(group);
+    embedding_group_made_ = true;
   }
+  return embedding_group_.get();
 }
 
 ParallelModel::~ParallelModel() = default;
@@ -72,7 +80,7 @@ static Parameter* tied_embedding(ParallelModel& m) {
 static std::span<float> memory_of(const Tensor& t) { return {static_cast<float*>(t.data()), static_cast<std::size_t>(t.numel())}; }
 
 void ParallelModel::sync_tied_embedding() {
-  if (embedding_group_) embedding_group_->broadcast(memory_of(tied_embedding(*this)->value), 0);
+  if (Communicator* g = embedding_group()) g->broadcast(memory_of(tied_embedding(*this)->value), 0);
 }
 
 namespace {
@@ -105,6 +113,7 @@ class TrainableParallel final : public TrainableModel {
     for (Model* c : chunks_) c->reduce_shared_gradients();
     if (Communicator* g = model_.embedding_group()) g->all_reduce(memory_of(tied_embedding(model_)->grad));
   }
+  bool reports() const override { return model_.groups().coords.tensor == 0 && model_.groups().coords.pipeline == 0; }
   void sum_over_model(std::span<double> values) override {
     if (model_.groups().config.tensor > 1) model_.groups().tensor->all_reduce(values);
     if (model_.groups().config.pipeline > 1) model_.groups().pipeline->all_reduce(values);

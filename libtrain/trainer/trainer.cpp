@@ -211,7 +211,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   std::optional<TensorBoardWriter> tb;
   std::optional<JsonlMetrics> jsonl;
   // One replica reports: the losses and norms are the group's on every rank.
-  const bool reporting = !dp_ || dp_->rank() == 0;
+  const bool reporting = (!dp_ || dp_->rank() == 0) && model_.reports();
   if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
   if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
   std::int64_t last_saved = -1;

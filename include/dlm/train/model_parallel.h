@@ -28,7 +28,7 @@ int virtual_stages_for(const ckpt::ModelConfig& config, int pipeline, int layers
 
 class ParallelModel {
  public:
-  // Collective over the tensor and pipeline groups of `groups` (which must outlive this).
+  // No collectives (`groups` must outlive this).
   ParallelModel(const ckpt::ModelConfig& config, Backend& backend, ProcessGroups& groups, ModelParallelOptions options);
   ~ParallelModel();
 
@@ -49,7 +49,9 @@ class ParallelModel {
 
   // Every chunk's parameters, in chunk then model order (the trainer's and checkpoints' order).
   std::vector<Parameter*> parameters();
-  Communicator* embedding_group() const { return embedding_group_.get(); }
+  // The first and last pipeline ranks' group (null elsewhere and without tied embeddings across stages);
+  // collective over the pipeline group on its first call.
+  Communicator* embedding_group();
 
  private:
   ProcessGroups& groups_;
@@ -57,6 +59,7 @@ class ParallelModel {
   ckpt::ParallelLayout layout_;
   std::vector<std::unique_ptr<Model>> chunks_;
   std::unique_ptr<Communicator> embedding_group_;  // first and last pipeline rank (tied embeddings, PP > 1)
+  bool tied_across_stages_ = false, embedding_group_made_ = false;
 };
 
 // The trainer's view of a ParallelModel (host fp32 backend memory, as make_trainable_model).

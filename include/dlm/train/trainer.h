@@ -93,6 +93,8 @@ class TrainableModel {
   // Sums `values` over the other ranks of this model replica (tensor and pipeline groups): how a
   // rank's share of the squared gradient norm becomes the whole model's. Nothing on one process.
   virtual void sum_over_model(std::span<double> /*values*/) {}
+  // Whether this rank speaks for its replica (logs, metrics files): one rank of a model-parallel replica.
+  virtual bool reports() const { return true; }
 };
 
 // Samples of seq_length + 1 tokens by global index (libdata's GPTDataset/BlendedDataset reader).
