@@ -2,6 +2,8 @@
 // rank order and groups, the group of one, and the dry run's numbers against hand-computed values.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <map>
 #include <numeric>
 #include <string>
@@ -9,6 +11,7 @@
 #include "dlm/common/error.h"
 #include "dlm/train/parallel.h"
 #include "dlm/train/parallel_plan.h"
+#include "dlm/train/pipeline_schedule.h"
 #include "grad_buffer.h"
 
 namespace dlm::train {
@@ -137,6 +140,42 @@ TEST(GradBuffer, ShardedMomentsGoBackToWholeTensors) {
 // 4 layers, hidden 64, FFN 128, 4 heads of 16 in 2 KV groups, vocabulary 256, tied; TP 2 (SP), PP 2,
 // DP 2, distributed optimizer, bf16, micro-batch 2, global batch 16, sequence 32. Every number below is
 // worked by hand in docs/parallelism.md ("A check by hand").
+std::string units(const std::vector<train::PipelineUnit>& order) {
+  std::string out;
+  for (const auto& u : order) out += fmt::format("{}{}.{} ", u.forward ? 'F' : 'B', u.chunk, u.micro_batch);
+  return out;
+}
+
+TEST(PipelineSchedule, OneFOneBWarmsUpByTheStagesBehind) {
+  EXPECT_EQ(units(train::pipeline_order(4, 0, 1, 6)), "F0.0 F0.1 F0.2 F0.3 B0.0 F0.4 B0.1 F0.5 B0.2 B0.3 B0.4 B0.5 ");
+  EXPECT_EQ(units(train::pipeline_order(4, 3, 1, 6)), "F0.0 B0.0 F0.1 B0.1 F0.2 B0.2 F0.3 B0.3 F0.4 B0.4 F0.5 B0.5 ");
+  EXPECT_EQ(units(train::pipeline_order(4, 1, 1, 2)), "F0.0 F0.1 B0.0 B0.1 ");  // fewer micro-batches than stages
+}
+
+TEST(PipelineSchedule, InterleavedIsMegatronsOrder) {
+  // P = 2, V = 2, M = 4, rank 0: warm-up (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 units, worked by hand from
+  // Megatron's get_model_chunk_id / microbatch id rules.
+  EXPECT_EQ(units(train::pipeline_order(2, 0, 2, 4)),
+            "F0.0 F0.1 F1.0 F1.1 F0.2 B1.0 F0.3 B1.1 F1.2 B0.0 F1.3 B0.1 B1.2 B1.3 B0.2 B0.3 ");
+  EXPECT_THROW(train::pipeline_order(2, 0, 2, 3), Error);  // M not a multiple of P
+}
+
+TEST(PipelineSchedule, EveryUnitRunsOnceAndBackwardFollowsItsForward) {
+  for (int P : {2, 3, 4})
+    for (int V : {1, 2, 3})
+      for (int M : {P, 2 * P, 3 * P})
+        for (int r = 0; r < P; ++r) {
+          std::map<std::pair<int, int>, int> state;  // 0 none, 1 forward done, 2 backward done
+          for (const auto& u : train::pipeline_order(P, r, V, M)) {
+            int& st = state[{u.chunk, u.micro_batch}];
+            ASSERT_EQ(st, u.forward ? 0 : 1) << P << " " << V << " " << M << " " << r;
+            st = u.forward ? 1 : 2;
+          }
+          ASSERT_EQ(state.size(), static_cast<std::size_t>(V * M));
+          for (const auto& [unit, st] : state) EXPECT_EQ(st, 2);
+        }
+}
+
 TEST(DryRun, SmallConfigEqualsHandComputedValues) {
   ckpt::ModelConfig c;
   c.num_layers = 4;
