@@ -14,6 +14,7 @@
 
 #include "dlm/ckpt/sharding.h"
 #include "dlm/common/error.h"
+#include "dlm/train/pipeline_schedule.h"
 
 namespace dlm::train {
 namespace {
@@ -28,7 +29,10 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   if (o.global_batch_size % (o.micro_batch_size * o.data) != 0)
     fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
                      o.global_batch_size, o.micro_batch_size, o.data));
-  const ckpt::ParallelLayout layout{o.tensor, o.pipeline, o.data, {}};
+  if (o.virtual_stages < 1 || (o.virtual_stages > 1 && o.pipeline < 2))
+    fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2");
+  const int V = o.virtual_stages;
+  const ckpt::ParallelLayout layout{o.tensor, o.pipeline * V, o.data, {}};
   layout.validate(c);
   if (o.sequence_parallel && o.seq_length % o.tensor != 0)
     fail(fmt::format("--sequence-parallel: --seq-length {} is not a multiple of --tensor-model-parallel-size {}",
@@ -60,22 +64,36 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   for (int s = 0; s < o.pipeline; ++s) {
     StagePlan p;
     p.stage = s;
-    const auto range = ckpt::stage_layer_range(c, layout, s);
-    p.first_layer = range.first;
-    p.layers = range.count;
     p.ranks = o.tensor * o.data;
     p.first_rank = s * p.ranks;
-    for (const auto& shard : ckpt::rank_shards(c, layout, 0, s)) p.parameters += ckpt::element_count(shard.local_shape);
+    p.first_layer = ckpt::stage_layer_range(c, layout, s).first;
+    // In-flight micro-batches per chunk: replay the schedule's order (what the trainer runs).
+    std::vector<std::int64_t> in_flight(static_cast<std::size_t>(V), 0), peak(static_cast<std::size_t>(V), 0);
+    for (const PipelineUnit& u : pipeline_order(o.pipeline, s, V, static_cast<int>(plan.micro_batches_per_rank))) {
+      auto& k = in_flight[static_cast<std::size_t>(u.chunk)];
+      k += u.forward ? 1 : -1;
+      peak[static_cast<std::size_t>(u.chunk)] = std::max(peak[static_cast<std::size_t>(u.chunk)], k);
+    }
+    p.per_chunk_in_flight = peak;
+    p.micro_batches_in_flight = *std::max_element(peak.begin(), peak.end());
+    const double stored = o.recompute_full ? layer_input : layer_full;
+    bool first = false, last = false;
+    int sends = 0;
+    for (int v = 0; v < V; ++v) {
+      const int stage = v * o.pipeline + s;
+      const auto range = ckpt::stage_layer_range(c, layout, stage);
+      p.layers += range.count;
+      for (const auto& shard : ckpt::rank_shards(c, layout, 0, stage)) p.parameters += ckpt::element_count(shard.local_shape);
+      p.activations += static_cast<double>(peak[static_cast<std::size_t>(v)]) * range.count * stored;
+      first = first || stage == 0;
+      last = last || stage == layout.pp - 1;
+      sends += (stage == layout.pp - 1 ? 0 : 1) + (stage == 0 ? 0 : 1);
+    }
     const double params = static_cast<double>(p.parameters);
     p.weights = params * e;
     p.gradients = params * g;
     p.optimizer = params * state / (o.distributed_optimizer ? d : 1.0);
-    // 1F1B: stage s holds the activations of PP - s micro-batches (at most the ones it runs).
-    p.micro_batches_in_flight = o.pipeline == 1 ? 1 : std::min<std::int64_t>(o.pipeline - s, plan.micro_batches_per_rank);
-    const bool last = s == o.pipeline - 1, first = s == 0;
-    const double stored = o.recompute_full ? layer_input : layer_full;
-    p.activations = static_cast<double>(p.micro_batches_in_flight) * p.layers * stored +
-                    (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
+    p.activations += (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
     if (o.data > 1)
       p.data_parallel_bytes = o.distributed_optimizer ? params * (g + e) * (d - 1) / d : params * g * 2 * (d - 1) / d;
     if (o.tensor > 1) {
@@ -87,7 +105,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
       const double ends = (first ? 2 * ring * hidden_bytes : 0) + (last ? 2 * ring * hidden_bytes + 3 * 2 * ring * 4 * tokens : 0);
       p.tensor_parallel_bytes = n * (p.layers * per_layer + ends);
     }
-    if (o.pipeline > 1) p.pipeline_bytes = n * ((last ? 0 : 1) + (first ? 0 : 1)) * hidden_bytes / sp;
+    if (o.pipeline > 1) p.pipeline_bytes = n * sends * hidden_bytes / sp;
     plan.stages.push_back(p);
   }
   return plan;
@@ -97,11 +115,11 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
   const auto& o = plan.options;
   std::string out = fmt::format(
       "dry run: {} layers, hidden {}, ffn {}, {} heads / {} KV groups, vocabulary {} (padded): {:.3f}B parameters\n"
-      "layout: {} ranks = TP {} x DP {} x PP {}{}{}; micro-batch {}, global batch {}, sequence {} -> {} micro-batches "
+      "layout: {} ranks = TP {} x DP {} x PP {}{}{}{}; micro-batch {}, global batch {}, sequence {} -> {} micro-batches "
       "per rank per step; {}; recomputation {}\n",
       c.num_layers, c.hidden_size, c.ffn_hidden_size, c.num_attention_heads, c.num_query_groups, c.padded_vocab_size(),
       static_cast<double>(plan.model_parameters) / 1e9, o.tensor * o.data * o.pipeline, o.tensor, o.data, o.pipeline,
-      o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
+      o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
       o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
       o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32", o.recompute_full ? "full" : "off");
   out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",
@@ -110,7 +128,9 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
   for (const auto& s : plan.stages)
     out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", s.stage,
                        fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1),
-                       s.layers ? fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1) : std::string("-"),
+                       !s.layers ? std::string("-")
+                       : o.virtual_stages > 1 ? fmt::format("{}x{}", o.virtual_stages, s.layers / o.virtual_stages)
+                                              : fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1),
                        s.parameters, gib(s.weights), gib(s.gradients), gib(s.optimizer), gib(s.activations),
                        gib(s.memory()), gib(s.data_parallel_bytes), gib(s.tensor_parallel_bytes), gib(s.pipeline_bytes));
   out += "memory in GiB per rank; sends in GiB per rank per step (ring collectives); every rank of a stage holds the same\n";

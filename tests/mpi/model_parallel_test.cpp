@@ -15,6 +15,8 @@
 #include "dlm/train/model.h"
 #include "dlm/train/model_adapters.h"
 #include "dlm/train/model_parallel.h"
+#include "dlm/train/parallel_plan.h"
+#include "dlm/train/pipeline_schedule.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
 #include "mpi_test_main.h"
@@ -153,6 +155,49 @@ TEST(ModelParallel, Tp2Pp2GivesTheSingleProcessRun) {
 TEST(ModelParallel, InterleavedPp2Dp2GivesTheSingleProcessRun) {
   const Layout l{.pp = 2, .virtual_stages = 2, .distributed_optimizer = true};
   expect_single_process_run(parallel_run(l), l);
+}
+
+// The dry run's per-rank figures are the ones a real run holds: parameter elements of the rank's shards
+// and the micro-batches a pipeline chunk keeps in flight (counted by the schedule while it runs).
+TEST(ModelParallel, DryRunParametersAndInFlightMicroBatchesAreTheRunsOwn) {
+  for (const Layout& l : {Layout{.tp = 2, .pp = 2}, Layout{.pp = 2, .virtual_stages = 2}, Layout{.pp = 4}}) {
+    const ckpt::ModelConfig c = config(true);
+    train::ProcessGroups groups = train::make_process_groups(mpi_world(), train::derive_parallel_config(4, l.tp, l.pp));
+    auto backend = train::make_cpu_backend(1);
+    train::ParallelModel model(c, *backend, groups, {l.sp, l.virtual_stages, {}});
+    model.init(3);
+    train::PlanOptions o;
+    o.tensor = l.tp;
+    o.pipeline = l.pp;
+    o.data = groups.config.data;
+    o.virtual_stages = l.virtual_stages;
+    o.micro_batch_size = 2;
+    o.global_batch_size = 16;
+    o.seq_length = 16;
+    const auto plan = train::plan_parallel(c, o);
+    const auto& stage = plan.stages.at(static_cast<std::size_t>(groups.coords.pipeline));
+    std::int64_t held = 0;
+    for (const train::Parameter* p : model.parameters()) held += p->value.numel();
+    EXPECT_EQ(held, stage.parameters) << l.name();
+
+    SyntheticSamples source(kVocab - 4);
+    auto opts = options(false);
+    std::vector<train::ModelBatch> batches;
+    for (std::int64_t m = groups.coords.data; m < 8; m += groups.config.data) {
+      train::Trainer reader(opts, *train::make_trainable_model(model), source, nullptr, nullptr);
+      batches.push_back(train::make_model_batch(opts.objective, reader.read_batch(source, static_cast<std::uint64_t>(m * 2)),
+                                                {0, 8, m, true}));
+    }
+    std::vector<train::Model*> chunks;
+    for (auto& chunk : model.chunks()) chunks.push_back(chunk.get());
+    train::PipelineCounters counters;
+    train::pipeline_forward_backward(chunks, *groups.pipeline, batches, &counters);
+    EXPECT_EQ(counters.max_in_flight, stage.micro_batches_in_flight) << l.name();
+    if (mpi_world().rank() == 0)
+      std::printf("%s: rank 0 holds %lld parameters, %d micro-batches in flight (dry run: %lld, %lld)\n", l.name().c_str(),
+                  static_cast<long long>(held), counters.max_in_flight, static_cast<long long>(stage.parameters),
+                  static_cast<long long>(stage.micro_batches_in_flight));
+  }
 }
 
 // A folder every rank agrees on (rank 0's pid), removed at the end.

@@ -19,14 +19,19 @@ struct PlanOptions {
   std::int64_t micro_batch_size = 1, global_batch_size = 1, seq_length = 2048;
   bool bf16 = false;            // bf16 weights and activations, fp32 gradients and master weights; else all fp32
   bool recompute_full = false;  // --recompute-granularity full: each layer keeps only its input
+  int virtual_stages = 1;       // model chunks per pipeline rank (--num-layers-per-virtual-pipeline-stage)
 };
 
-// One pipeline stage; every rank of the stage (all its TP and DP ranks) holds the same amounts.
+// One pipeline stage (a pipeline rank: with virtual stages, its V chunks together); every rank of the
+// stage (all its TP and DP ranks) holds the same amounts.
 struct StagePlan {
-  int stage = 0, first_layer = 0, layers = 0;
+  int stage = 0, first_layer = 0, layers = 0;  // first_layer: of the first chunk; layers: of all chunks
   int first_rank = 0, ranks = 0;        // global ranks [first_rank, first_rank + ranks)
   std::int64_t parameters = 0;          // elements held by one rank (its TP slice, replicas included)
+  // The most micro-batches whose activations one chunk holds at once, from the schedule itself
+  // (pipeline_schedule.h); with V chunks, per_chunk_in_flight has each chunk's.
   std::int64_t micro_batches_in_flight = 0;
+  std::vector<std::int64_t> per_chunk_in_flight;
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per rank
   double data_parallel_bytes = 0, tensor_parallel_bytes = 0, pipeline_bytes = 0;  // sent per rank per step
   double memory() const { return weights + gradients + optimizer + activations; }
