@@ -2,17 +2,21 @@
 # On the GPU machine, in the repository root: the GPU tests, the CPU-parity tests and the training benchmark
 # beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
-# WHAT: any of tests, profile, dlmonly (dlm's benchmark without PyTorch), bench (beside PyTorch), sample.
+# WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
+# benchmark without PyTorch), bench (beside PyTorch), sample (beside PyTorch), dlmsample (dlm's alone).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
 WHAT=${3:-tests,bench}
 OUT=${OUT:-/tmp/dlm-out}
+if [ -f "$C/bundle.tar.xz" ]; then  # device-pack.sh's archive: unpack beside the tree
+  mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
+fi
 mkdir -p "$OUT"
 SP=/opt/torch/.venv/lib/python3.12/site-packages
 PY=python3
 [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
-export LD_LIBRARY_PATH=$PWD/$C/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
+export LD_LIBRARY_PATH=$(realpath $C)/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
 export PYTHONUNBUFFERED=1
 date -u | tee "$OUT/date.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$OUT/gpu.txt"
@@ -27,6 +31,12 @@ if [[ $WHAT == *tests* ]]; then
   DLM_CUDA_ATTENTION=own timeout 120 "$C/dlm_gpu_tests" --gtest_filter='CudaParity.DiffusionStep*:CudaParity.Causal*' 2>&1 | grep -E "parity\]|PASSED|FAILED"
   echo "== tiny step"
   timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
+fi
+if [[ $WHAT == *tools* ]]; then
+  echo "== dlm-train / dlm-generate --device cuda (tests/gpu/gpu_tool_test.cpp)"
+  DLM_TRAIN_TOOL=$(realpath $C/dlm-train) DLM_GENERATE_TOOL=$(realpath $C/dlm-generate) timeout 300 "$C/dlm_gpu_tool_tests" \
+    > "$OUT/gpu_tool_tests.log" 2>&1; echo "dlm_gpu_tool_tests exit $?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|gpu tool|Failure|Expected|Which is|iteration|error" "$OUT/gpu_tool_tests.log" | head -60
 fi
 if [[ $WHAT == *profile* ]]; then
   for cfg in ${CONFIGS//,/ }; do
@@ -44,7 +54,13 @@ if [[ $WHAT == *bench* ]]; then
   echo "== benchmark"
   $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs "$CONFIGS" 2>&1 | tee "$OUT/bench.log" | grep -vE "^\s*$" | tail -40
 fi
-if [[ $WHAT == *sample* ]]; then
+if [[ $WHAT == *dlmsample* ]]; then
+  for batch in 1 16; do
+    echo "== dlm sampling alone (megadlm-1.7b, batch $batch)"
+    timeout 240 "$C/cuda_sample_bench" megadlm-1.7b $batch 2>&1 | tee -a "$OUT/dlmsample.log" | tail -2
+  done
+fi
+if [[ $WHAT == *sample* && $WHAT != *dlmsample* ]]; then
   echo "== sampling"
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" 2>&1 | tee "$OUT/sample.log" | grep -vE "^\s*$" | tail -30
 fi

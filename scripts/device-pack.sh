@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# On the workstation: builds the GPU tests and benchmark in build-cuda and copies them, with the libraries the
-# GPU machine lacks (device.md), into $B/devcarry/ (ignored with the build folder) for the device call's `carry`.
+# On the workstation: builds the GPU tests, the benchmarks and the tools (dlm-train / dlm-generate --device cuda)
+# in build-cuda and copies them, with the libraries the GPU machine lacks (device.md), into $B/devcarry/
+# (ignored with the build folder) for the device call's `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-cuda}
-ninja -C "$B" -j2 dlm_gpu_smoke_tests dlm_gpu_tests cuda_train_bench cuda_sample_bench
+ninja -C "$B" -j2 dlm_gpu_smoke_tests dlm_gpu_tests dlm_gpu_tool_tests cuda_train_bench cuda_sample_bench dlm-train \
+  dlm-generate
 D=$B/devcarry
 rm -rf "$D" && mkdir -p "$D/lib"
-cp "$B/tests/gpu/dlm_gpu_smoke_tests" "$B/tests/gpu/dlm_gpu_tests" "$B/benchmarks/train/cuda_train_bench" \
-  "$B/benchmarks/train/cuda_sample_bench" "$D/"
-for bin in "$D/dlm_gpu_tests" "$D/cuda_train_bench"; do
+cp "$B/tests/gpu/dlm_gpu_smoke_tests" "$B/tests/gpu/dlm_gpu_tests" "$B/tests/gpu/dlm_gpu_tool_tests" \
+  "$B/benchmarks/train/cuda_train_bench" "$B/benchmarks/train/cuda_sample_bench" "$B/tools/dlm-train/dlm-train" \
+  "$B/tools/dlm-generate/dlm-generate" "$D/"
+strip "$D"/dlm-train "$D"/dlm-generate "$D"/dlm_gpu_tool_tests 2>/dev/null || true
+for bin in "$D/dlm_gpu_tests" "$D/cuda_train_bench" "$D/dlm-train" "$D/dlm-generate" "$D/dlm_gpu_tool_tests"; do
   ldd "$bin" | awk '/=>/{print $3}' | grep -E 'simdjson|hdf5|boost_program|libsz|libaec|libfmt|libopenblas|libgfortran|libquadmath|libsentencepiece|libutf8proc|libpcre2|libzstd|libdlm' | xargs -r -I{} cp -L {} "$D/lib/"
 done
+# The call carries 64 MiB at most and OpenBLAS alone is 36 MB: one xz archive, unpacked by device-gpu.sh.
+tar -C "$D" -cf - . | xz -6 -T2 > "$B/devcarry.tar.xz"
+rm -rf "$D" && mkdir -p "$D" && mv "$B/devcarry.tar.xz" "$D/bundle.tar.xz"
 du -sh "$D"

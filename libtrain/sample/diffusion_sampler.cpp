@@ -76,7 +76,7 @@ void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vec
 std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
                                                           std::span<const std::vector<std::int32_t>> prompts,
                                                           const DiffusionSamplingOptions& o,
-                                                          std::int64_t* model_calls) {
+                                                          std::int64_t* model_calls, const GreedyFn& greedy) {
   validate(o);
   SequenceBatch x = detail::left_padded(prompts, o.gen_length, o.mask_token, o.pad_token);
   const std::int64_t rows = x.rows, len = x.len, prompt_len = len - o.gen_length;
@@ -90,6 +90,9 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
   std::uint64_t step_serial = 0;
   std::int64_t calls = 0;
   const bool parallel = o.confidence_threshold > 0;
+  const bool fast = greedy && o.temperature == 0 && o.cfg_scale <= 0;
+  std::vector<std::int32_t> greedy_tokens;
+  std::vector<float> greedy_confidence;
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t begin = prompt_len + block * o.block_length, end = begin + o.block_length;
     std::vector<std::vector<std::int64_t>> counts;
@@ -107,9 +110,12 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
           for (std::int64_t j = begin; j < end && !any; ++j) any = x.ids[static_cast<std::size_t>(r * len + j)] == o.mask_token;
         if (!any) break;
       }
-      guided_logits(model, x, is_prompt, o, logits);
+      if (fast) greedy(x, greedy_tokens, greedy_confidence);
+      else guided_logits(model, x, is_prompt, o, logits);
       ++calls;
-      if (logits.size() != static_cast<std::size_t>(rows * len * vocab))
+      if (fast && (greedy_tokens.size() != x.ids.size() || greedy_confidence.size() != x.ids.size()))
+        fail(fmt::format("sampler: the model returned {} greedy tokens, expected {} x {}", greedy_tokens.size(), rows, len));
+      if (!fast && logits.size() != static_cast<std::size_t>(rows * len * vocab))
         fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", logits.size(), rows, len, vocab));
       std::vector<std::int32_t> x0(x.ids.size());
       std::vector<double> confidence(x.ids.size(), kNegInf);
@@ -117,11 +123,17 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
         for (std::int64_t j = 0; j < end; ++j) {
           const auto i = static_cast<std::size_t>(r * len + j);
           if (x.ids[i] != o.mask_token || !x.attention[i]) continue;
+          const std::uint64_t draw = (step_serial * static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(r)) *
+                                         static_cast<std::uint64_t>(len) + static_cast<std::uint64_t>(j);
+          if (fast) {
+            x0[i] = greedy_tokens[i];
+            confidence[i] = o.remasking == Remasking::kLowConfidence ? greedy_confidence[i]
+                                                                     : rng.uniform(kRandomConfidence, draw, 0);
+            continue;
+          }
           std::span<const float> row(logits.data() + i * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
           std::vector<double> l(row.begin(), row.end());
           detail::top_p_filter(l, o.top_p);
-          const std::uint64_t draw = (step_serial * static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(r)) *
-                                         static_cast<std::uint64_t>(len) + static_cast<std::uint64_t>(j);
           x0[i] = detail::gumbel_argmax(l, o.temperature, rng, kGumbel, draw);
           confidence[i] = o.remasking == Remasking::kLowConfidence ? detail::softmax64(row)[static_cast<std::size_t>(x0[i])]
                                                                    : rng.uniform(kRandomConfidence, draw, 0);

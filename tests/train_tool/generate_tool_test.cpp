@@ -20,7 +20,7 @@ class GenerateTool : public ToolTest {
     const auto out = dir_ / "out.txt";
     std::vector<std::string> argv = {"/bin/sh", "-c", ""};
     std::string cmd = "'" + kGenerateTool + "' --load '" + model +
-                      "' --tokenizer-type NullTokenizer --tokenizer-model none --vocab-size 200 --threads 1";
+                      "' --tokenizer-type NullTokenizer --tokenizer-model none --vocab-size 200 --threads 1 --device cpu";
     for (const auto& e : extra) cmd += " '" + e + "'";
     argv[2] = cmd + " > '" + out.string() + "'";
     const auto r = dlm::test::run(argv, (dir_ / "gen.err").string());

@@ -55,7 +55,8 @@ class ToolTest : public ::testing::Test {
                                   "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2",
                                   "--global-batch-size", "4", "--lr", "3e-3", "--vocab-size", "200", "--mask-token",
                                   "199", "--data-path", prefix_, "--split", "90,10,0", "--data-cache-path",
-                                  (dir_ / "cache").string(), "--threads", "1", "--log-interval", "1", "--seed", "7"};
+                                  (dir_ / "cache").string(), "--threads", "1", "--log-interval", "1", "--seed", "7",
+                                  "--device", "cpu"};
     // A flag of `extra` replaces the default's value (Megatron's argparse lets the last one win; the
     // tool refuses repeats).
     for (std::size_t i = 0; i < extra.size(); ++i) {

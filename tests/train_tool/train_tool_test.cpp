@@ -74,6 +74,7 @@ TEST_F(TrainTool, BadInputFailsBeforeComputeWithOneLine) {
       {{"--train-iters", "2", "--mask-token", "250"}, "--mask-token 250 is outside the vocabulary of 200 ids"},
       {{"--train-iters", "2", "--split", "100,0,0", "--eval-interval", "1"}, "needs validation data"},
       {{"--train-iters", "2", "--load", (dir_ / "nothing").string()}, "no such folder"},
+      {{"--train-iters", "2", "--device", "tpu"}, "--device: 'tpu' is not cpu or cuda"},
   };
   for (const auto& c : cases) {
     const auto r = run(train_argv(c.flags));
@@ -87,6 +88,14 @@ TEST_F(TrainTool, BadInputFailsBeforeComputeWithOneLine) {
   const std::string line = last_error_line(r, "dlm-train");
   EXPECT_NE(line.find("the checkpoint has --ffn-hidden-size 64, the flags say 96"), std::string::npos) << r.err;
   EXPECT_NE(line.find("metadata.json"), std::string::npos) << line;
+}
+
+// Where no GPU (or no CUDA backend) is there, asking for one is one line before any data is read.
+TEST_F(TrainTool, DeviceCudaWithoutAGpuIsOneLine) {
+  const auto r = run(train_argv({"--train-iters", "1", "--device", "cuda"}));
+  const std::string line = last_error_line(r, "dlm-train");
+  if (r.exit_code == 0 || line.find("CudaModel") != std::string::npos) GTEST_SKIP() << "a GPU is present";
+  EXPECT_NE(line.find("--device cuda: "), std::string::npos) << "exit " << r.exit_code << ", stderr:\n" << r.err;
 }
 
 }  // namespace

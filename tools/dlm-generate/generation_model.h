@@ -16,12 +16,13 @@ namespace dlm::tools {
 struct GenerationModel {
   ckpt::ModelConfig config;
   train::LogitsFn logits;
-  std::int64_t vocab = 0;  // logits per position (the padded vocabulary)
+  train::GreedyFn greedy;  // the GPU's greedy fast path (empty on the CPU)
+  std::int64_t vocab = 0;  // logits per position (the padded vocabulary; the real one on the GPU)
   std::shared_ptr<void> keep_alive;  // owns the model behind `logits`
 };
 
 // `checkpoint`: a dlm checkpoint folder or a Hugging Face model folder; throws dlm::Error naming the
-// file and field when it cannot be used.
-GenerationModel open_generation_model(const std::string& checkpoint, int threads);
+// file and field when it cannot be used. `device`: --device ("" = the default, see train/device.h).
+GenerationModel open_generation_model(const std::string& checkpoint, int threads, const std::string& device);
 
 }  // namespace dlm::tools

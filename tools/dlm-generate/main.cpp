@@ -14,7 +14,7 @@ namespace po = boost::program_options;
 using namespace dlm;
 
 int main(int argc, char** argv) {
-  std::string checkpoint, mode, remasking = "low_confidence";
+  std::string checkpoint, mode, remasking = "low_confidence", device;
   std::vector<std::string> prompts;
   data::TokenizerOptions tok;
   train::DiffusionSamplingOptions d;
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
       ("no-eos-stop", po::bool_switch(&no_eos_stop), "keep tokens after the first eos")
       ("seed", po::value(&seed)->default_value(0), "sampling seed: one seed, one output")
       ("threads", po::value(&threads)->default_value(0), "CPU threads (0: all cores)")
+      ("device", po::value(&device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)")
       ("help,h", "this help");
   try {
     po::variables_map vm;
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
         if (!line.empty()) prompts.push_back(line);
     if (prompts.empty()) throw Error("no prompt: give --prompt or lines on stdin");
     auto tokenizer = data::make_tokenizer(tok);
-    auto model = tools::open_generation_model(checkpoint, threads);
+    auto model = tools::open_generation_model(checkpoint, threads, device);
     const auto& special = tokenizer->special_ids();
     std::optional<std::int32_t> eos = model.config.eos_token_id ? model.config.eos_token_id : special.eos;
     if (!eos) eos = special.eod;
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
       d.eos = eos;
       d.pad_token = special.pad.value_or(0);
       d.seed = seed;
-      out = train::diffusion_generate(model.logits, model.vocab, ids, d);
+      out = train::diffusion_generate(model.logits, model.vocab, ids, d, nullptr, model.greedy);
     } else {
       ar.max_new_tokens = max_new;
       ar.temperature = temperature;

@@ -1,4 +1,4 @@
-// dlm-train's wiring: tokenizer -> model config -> sample indices -> model (CPU backend) -> resume.
+// dlm-train's wiring: tokenizer -> model config -> sample indices -> model (CPU or GPU, --device) -> resume.
 // Every check runs before the first parameter is allocated, so a bad run fails in milliseconds.
 #include "pipeline.h"
 
@@ -20,6 +20,7 @@
 #include "dlm/common/log.h"
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
+#include "dlm/train/device.h"
 #include "dlm/train/model.h"
 #include "dlm/train/model_adapters.h"
 #include "dlm/train/train_checkpoint.h"
@@ -184,7 +185,10 @@ TrainingSetup prepare_training(TrainArgs& args) {
     if (!setup.tokenizer) fail("--eod-mask-loss needs --tokenizer-type (the eod id)");
     t.eod_token = setup.tokenizer->eod();
   }
-  if (args.bf16) log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  // --device before any data is read: a missing GPU is a one-line error.
+  const train::Device device = train::resolve_device(args.device);
+  if (args.bf16 && device == train::Device::kCpu)
+    log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
   if (!args.save.empty()) {
     // A save folder that cannot be made is found now, not after hours of training.
     std::error_code ec;
@@ -201,22 +205,31 @@ TrainingSetup prepare_training(TrainArgs& args) {
     const ckpt::CheckpointReader reader(args.load);
     train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
   }
-  owner->backend = train::make_cpu_backend(args.threads);
-  owner->model = std::make_unique<train::Model>(setup.config, *owner->backend);
-  setup.model = train::make_trainable_model(*owner->model);
+  if (device == train::Device::kCuda) {
+    // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
+    setup.model = train::make_cuda_trainable(setup.config, args.seed);
+  } else {
+    owner->backend = train::make_cpu_backend(args.threads);
+    owner->model = std::make_unique<train::Model>(setup.config, *owner->backend);
+    setup.model = train::make_trainable_model(*owner->model);
+  }
   if (!args.load.empty()) {
     const auto params = setup.model->parameters();
     train::TrainCheckpoint checkpoint = train::load_train_checkpoint(args.load, params, t.adam);
     train::restore_weights(checkpoint, params);
+    if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
     setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};
     log::info("resuming {} at iteration {}", checkpoint.dir, setup.resume->progress.iteration);
-  } else {
+  } else if (owner->model) {
     owner->model->init(args.seed);
   }
-  log::info("model: {} layers, hidden {}, {} parameters, vocabulary {} (padded {}), {} attention",
-            setup.config.num_layers, setup.config.hidden_size, owner->model->parameter_count(), setup.config.vocab_size,
+  std::int64_t parameters = 0;
+  for (const auto& spec : ckpt::model_tensors(setup.config)) parameters += ckpt::element_count(spec.shape);
+  log::info("model: {} layers, hidden {}, {} parameters, vocabulary {} (padded {}), {} attention, on the {}",
+            setup.config.num_layers, setup.config.hidden_size, parameters, setup.config.vocab_size,
             setup.config.padded_vocab_size(),
-            setup.config.attention_mask == ckpt::AttentionMask::kCausal ? "causal" : "bidirectional");
+            setup.config.attention_mask == ckpt::AttentionMask::kCausal ? "causal" : "bidirectional",
+            device == train::Device::kCuda ? "GPU" : "CPU");
   setup.unigram_entropy = train::unigram_entropy(*setup.train, t.seq_length, 256);
   setup.owned = owner;
   return setup;

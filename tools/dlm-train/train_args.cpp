@@ -72,7 +72,8 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("clip-grad", po::value(&t.clip_grad)->default_value(t.clip_grad), "global gradient-norm limit")
       ("on-nan", po::value(&r.on_nan)->default_value(r.on_nan), "a NaN/Inf loss or grad norm: stop (after saving the last good state) | skip the update")
       ("seed", po::value(&a.seed)->default_value(a.seed), "initialisation, data and noise seed")
-      ("threads", po::value(&a.threads)->default_value(0), "CPU threads (0: all cores)");
+      ("threads", po::value(&a.threads)->default_value(0), "CPU threads (0: all cores)")
+      ("device", po::value(&a.device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)");
   po::options_description parallel("parallelism (Megatron's flags; launch under mpirun or srun)");
   parallel.add_options()
       ("tensor-model-parallel-size", po::value(&a.tensor_parallel)->default_value(1), "TP size (only 1 runs yet; --dry-run plans any)")

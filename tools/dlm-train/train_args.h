@@ -26,6 +26,7 @@ struct TrainArgs {
   bool vocab_size_given = false;       // --vocab-size was set (else: the tokenizer's, or the model config's)
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
   int threads = 0;                     // --threads (0: all cores)
+  std::string device;                  // --device cpu|cuda ("": cuda when built with it and a GPU is there)
   // Parallelism (docs/parallelism.md); the data-parallel size is the launcher's ranks / (TP x PP).
   int tensor_parallel = 1;             // --tensor-model-parallel-size
   int pipeline_parallel = 1;           // --pipeline-model-parallel-size

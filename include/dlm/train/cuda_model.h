@@ -40,7 +40,8 @@ class CudaModel {
   static bool device_available();
   const ckpt::ModelConfig& config() const;
 
-  // N(0, init_method_std^2) for matrices, 1 for norms, drawn on the device (not Model::init's stream).
+  // Model::init's values for the same seed (N(0, init_method_std^2) matrices from the counter stream, norms 1),
+  // drawn on the device.
   void init(std::uint64_t seed);
   void import_parameter(std::string_view name, std::span<const float> values);
   std::vector<float> export_parameter(std::string_view name) const;
@@ -59,9 +60,36 @@ class CudaModel {
   void greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
                      std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
                      std::vector<float>& confidence);
+  // The same loss, forward only (no gradient).
+  double forward_loss(const CudaBatch& batch);
   void zero_grad();
   // Global-norm clipping (max_norm <= 0: none) then AdamW at lr, all on the device; returns the norm.
   double adamw_step(const AdamWOptions& options, double lr, double max_norm);
+  // adamw_step in two halves, so a caller can look at the norm before it decides to update: grad_norm()
+  // takes the sum of squares on the device (and returns the norm), apply_adamw() clips by that sum.
+  double grad_norm();
+  void apply_adamw(const AdamWOptions& options, double lr, double max_norm);
+  // AdamW's state by parameter name (fp32, model_tensors' shape) and its step count, for checkpoints.
+  std::vector<float> export_exp_avg(std::string_view name) const;
+  std::vector<float> export_exp_avg_sq(std::string_view name) const;
+  void import_moments(std::string_view name, std::span<const float> exp_avg, std::span<const float> exp_avg_sq);
+  std::int64_t optimizer_steps() const;
+  void set_optimizer_steps(std::int64_t steps);
+  // Device memory for collectives (NCCL): fp32 gradients and master weights, each one contiguous buffer of
+  // every parameter in model_tensors order (gaps between tensors hold zeros), per tensor too; and the
+  // stream every kernel of the model runs on (a cudaStream_t).
+  struct Span {
+    std::string name;
+    float* data = nullptr;
+    std::int64_t numel = 0;
+  };
+  Span gradient_buffer() const;
+  Span parameter_buffer() const;
+  std::vector<Span> gradient_buffers() const;
+  std::vector<Span> parameter_buffers() const;
+  void* stream() const;
+  // After the master weights were written in place (a broadcast into parameter_buffer()): their bf16 copies.
+  void refresh_bf16_weights();
   void synchronize() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;
@@ -74,7 +102,9 @@ class CudaModel {
  private:
   // logits set: forward only, logits out; greedy set too: forward only, greedy tokens out and the
   // confidences in *logits.
-  double step(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy = nullptr);
+  // loss_only: forward and loss, no backward.
+  double step(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy = nullptr,
+              bool loss_only = false);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -38,6 +38,11 @@ struct SequenceBatch {
 };
 // Fills `logits` with [rows, len, vocab] fp32 values for the batch.
 using LogitsFn = std::function<void(const SequenceBatch& batch, std::vector<float>& logits)>;
+// Optional fast path for greedy sampling (temperature 0, no guidance): per position of the batch the
+// argmax over the vocabulary (first on ties) and its softmax probability, [rows, len] each, computed
+// where the model runs so that no logits travel (the CUDA backend's greedy_tokens).
+using GreedyFn = std::function<void(const SequenceBatch& batch, std::vector<std::int32_t>& tokens,
+                                    std::vector<float>& confidence)>;
 
 enum class Remasking { kLowConfidence, kRandom };
 Remasking parse_remasking(const std::string& name);  // "low_confidence" | "random"
@@ -71,11 +76,13 @@ struct ArSamplingOptions {
 void validate(const DiffusionSamplingOptions& options);
 
 // Each prompt's generated tokens (not the prompt), cut at the first eos. `model_calls`, when given,
-// receives the number of model evaluations (the cost parallel decoding saves).
+// receives the number of model evaluations (the cost parallel decoding saves). `greedy`, when given, is
+// used instead of `model` at temperature 0 without guidance (the confidence is then fp32, not float64).
 std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
                                                           std::span<const std::vector<std::int32_t>> prompts,
                                                           const DiffusionSamplingOptions& options,
-                                                          std::int64_t* model_calls = nullptr);
+                                                          std::int64_t* model_calls = nullptr,
+                                                          const GreedyFn& greedy = nullptr);
 std::vector<std::vector<std::int32_t>> ar_generate(const LogitsFn& model, std::int64_t vocab,
                                                    std::span<const std::vector<std::int32_t>> prompts,
                                                    const ArSamplingOptions& options);

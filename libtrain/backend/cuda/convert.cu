@@ -1,5 +1,8 @@
 // Element-wise conversions and fills.
+#include <cmath>
+
 #include "kernels.h"
+#include "philox.cuh"
 
 namespace dlm::train::cuda {
 namespace {
@@ -28,7 +31,28 @@ __global__ void normal(float* p, std::int64_t n, float std, std::uint64_t seed) 
   p[i] = std * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
 }
 
+// Model::init's draw (libtrain/model/model.cpp): pair e/2 of tensor t from (seed, "INIT", t, e/2) by
+// Box-Muller in double, so a GPU run starts from the very weights of a CPU run of the same seed.
+__global__ void normal_counter(float* p, std::int64_t n, double std, std::uint64_t seed, std::uint32_t tensor) {
+  constexpr std::uint32_t kInitDomain = 0x494e4954;  // "INIT"
+  const std::int64_t pair = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t e = pair * 2;
+  if (e >= n) return;
+  const auto sub = static_cast<std::uint32_t>(pair);
+  const double u1 = 1.0 - philox_uniform(seed, kInitDomain, tensor, sub);
+  const double u2 = philox_uniform(seed, kInitDomain + 1, tensor, sub);
+  const double radius = std * sqrt(-2.0 * log(u1));
+  p[e] = static_cast<float>(radius * cos(2 * M_PI * u2));
+  if (e + 1 < n) p[e + 1] = static_cast<float>(radius * sin(2 * M_PI * u2));
+}
+
 }  // namespace
+
+void init_normal_counter(float* p, std::int64_t n, double std, std::uint64_t seed, std::uint32_t tensor,
+                         cudaStream_t stream) {
+  const std::int64_t pairs = (n + 1) / 2;
+  if (n > 0) normal_counter<<<static_cast<unsigned>((pairs + 255) / 256), 256, 0, stream>>>(p, n, std, seed, tensor);
+}
 
 void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaStream_t stream) {
   if (n > 0) normal<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, n, std, seed);

@@ -12,127 +12,10 @@
 
 #include <fmt/format.h>
 
-#include "attention_cudnn.h"
+#include "cuda_model_impl.h"
 #include "dlm/common/error.h"
-#include "gemm.h"
-#include "kernels.h"
-#include "phase_timer.h"
 
 namespace dlm::train {
-
-using namespace dlm::train::cuda;
-
-namespace {
-
-constexpr std::int64_t kAlign = 64;  // elements: keeps every tensor 256-byte aligned
-constexpr std::size_t kLogitsBudget = std::size_t{3} << 29;  // bf16 logits of one chunk, bytes
-
-struct LayerParams {
-  int ln1, qkv, qn, kn, proj, ln2, fc1, fc2;
-};
-struct LayerActs {
-  bf16 *res1, *h1, *qkv_raw, *qkv_rot, *att, *res2, *h2, *gu, *act;
-  float *rstd1, *qk_rstd, *lse, *rstd2;
-};
-
-}  // namespace
-
-struct CudaModel::Impl {
-  PhaseTimer timer;
-  ckpt::ModelConfig cfg;
-  std::vector<ckpt::TensorSpec> specs;
-  std::vector<std::int64_t> offset;
-  std::unordered_map<std::string, int> index;
-  std::int64_t total = 0;
-  std::vector<void*> owned, acts_owned;
-  std::size_t bytes = 0, act_bytes = 0;
-  float *master = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
-  bf16* w16 = nullptr;
-  float *rope_cos = nullptr, *rope_sin = nullptr;
-  AdamWTensor* adam_dev = nullptr;
-  double *norm_partial = nullptr, *sumsq = nullptr;
-  int steps = 0;
-  cudaStream_t stream = nullptr;
-  std::unique_ptr<Gemm> gemm;
-  std::unique_ptr<Attention> attention;
-  std::vector<LayerParams> lp;
-  int emb = -1, lnf = -1, out = -1;
-  // activations for T = B * S tokens
-  std::int64_t B = 0, S = 0, T = 0, chunk = 0;
-  std::vector<LayerActs> la;
-  bf16 *tmp = nullptr, *res_f = nullptr, *hf = nullptr, *logits = nullptr, *dres16 = nullptr, *dh = nullptr;
-  bf16 *dact = nullptr, *dgu = nullptr, *datt = nullptr, *dqkv_rot = nullptr, *dqkv = nullptr;
-  float *rstd_f = nullptr, *dres = nullptr, *delta = nullptr, *partial = nullptr, *loss_rows = nullptr;
-  float* weights = nullptr;
-  int *ids = nullptr, *labels = nullptr, *pos = nullptr, *uids = nullptr, *starts = nullptr, *order = nullptr;
-
-  template <typename T>
-  T* alloc(std::int64_t n, std::vector<void*>& list, std::size_t& counter) {
-    void* p = nullptr;
-    const auto size = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T);
-    check_cuda(cudaMalloc(&p, size), "cudaMalloc");
-    list.push_back(p);
-    counter += size;
-    return static_cast<T*>(p);
-  }
-  template <typename T>
-  T* act(std::int64_t n) { return alloc<T>(n, acts_owned, act_bytes); }
-
-  int d() const { return cfg.hidden_size; }
-  int ffn() const { return cfg.ffn_hidden_size; }
-  int qdim() const { return static_cast<int>(cfg.q_size()); }
-  int qkvdim() const { return static_cast<int>(cfg.q_size() + 2 * cfg.kv_size()); }
-  int vpad() const { return static_cast<int>(cfg.padded_vocab_size()); }
-  const bf16* W(int p) const { return w16 + offset[p]; }
-  float* F(int p) const { return master + offset[p]; }
-  float* G(int p) const { return grad + offset[p]; }
-  int find(const std::string& name) const {
-    auto it = index.find(name);
-    return it == index.end() ? -1 : it->second;
-  }
-
-  void free_acts() {
-    for (void* p : acts_owned) cudaFree(p);
-    acts_owned.clear();
-    act_bytes = 0;
-    la.clear();
-    T = 0;
-  }
-
-  void ensure_acts(std::int64_t batch, std::int64_t seq) {
-    if (batch == B && seq == S && T > 0) return;
-    free_acts();
-    B = batch, S = seq, T = batch * seq;
-    const std::int64_t heads = cfg.num_attention_heads, norms = heads + cfg.num_query_groups;
-    la.resize(static_cast<std::size_t>(cfg.num_layers));
-    for (auto& a : la) {
-      a.res1 = act<bf16>(T * d()), a.h1 = act<bf16>(T * d()), a.qkv_raw = act<bf16>(T * qkvdim());
-      a.qkv_rot = act<bf16>(T * qkvdim()), a.att = act<bf16>(T * qdim()), a.res2 = act<bf16>(T * d());
-      a.h2 = act<bf16>(T * d()), a.gu = act<bf16>(T * 2 * ffn()), a.act = act<bf16>(T * ffn());
-      a.rstd1 = act<float>(T), a.qk_rstd = act<float>(T * norms), a.lse = act<float>(T * heads), a.rstd2 = act<float>(T);
-    }
-    chunk = std::min<std::int64_t>(T, std::max<std::int64_t>(64, static_cast<std::int64_t>(kLogitsBudget / (2 * vpad())) / 64 * 64));
-    tmp = act<bf16>(T * d()), res_f = act<bf16>(T * d()), hf = act<bf16>(T * d()), dres16 = act<bf16>(T * d());
-    dh = act<bf16>(T * d()), logits = act<bf16>(chunk * vpad()), dact = act<bf16>(T * ffn());
-    dgu = act<bf16>(T * 2 * ffn()), datt = act<bf16>(T * qdim()), dqkv_rot = act<bf16>(T * qkvdim());
-    dqkv = act<bf16>(T * qkvdim());
-    rstd_f = act<float>(T), dres = act<float>(T * d()), delta = act<float>(T * heads), loss_rows = act<float>(T);
-    QkvShape qs{static_cast<int>(T), cfg.num_attention_heads, cfg.num_query_groups, cfg.kv_channels, cfg.qk_layernorm, 0};
-    partial = act<float>(std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs)));
-    weights = act<float>(T), ids = act<int>(T), labels = act<int>(T), pos = act<int>(T);
-    uids = act<int>(T), starts = act<int>(T + 1), order = act<int>(T);
-  }
-
-  void refresh_bf16(int p) {
-    f32_to_bf16(F(p), w16 + offset[p], numel(p), stream);
-    check_cuda(cudaGetLastError(), "f32_to_bf16");
-  }
-  std::int64_t numel(int p) const {
-    std::int64_t n = 1;
-    for (auto s : specs[static_cast<std::size_t>(p)].shape) n *= s;
-    return n;
-  }
-};
 
 bool CudaModel::device_available() {
   int count = 0;
@@ -231,7 +114,7 @@ void CudaModel::init(std::uint64_t seed) {
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     const int p = static_cast<int>(i);
     if (I.specs[i].is_norm) fill_f32(I.F(p), 1.0f, I.numel(p), I.stream);
-    else init_normal(I.F(p), I.numel(p), static_cast<float>(I.cfg.init_method_std), seed * 1000003 + i, I.stream);
+    else init_normal_counter(I.F(p), I.numel(p), I.cfg.init_method_std, seed, static_cast<std::uint32_t>(i), I.stream);
     I.refresh_bf16(p);
   }
   synchronize();
@@ -249,11 +132,10 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
 }
 
 namespace {
-std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
-  std::vector<float> out(static_cast<std::size_t>(n));
-  check_cuda(cudaMemcpyAsync(out.data(), src, out.size() * 4, cudaMemcpyDeviceToHost, stream), "export");
-  check_cuda(cudaStreamSynchronize(stream), "export");
-  return out;
+double download_loss(const float* rows, std::int64_t n, cudaStream_t stream) {
+  double total = 0;
+  for (float x : download(rows, n, stream)) total += x;
+  return total;
 }
 }  // namespace
 
@@ -275,32 +157,8 @@ void CudaModel::zero_grad() {
   check_cuda(cudaMemsetAsync(impl_->grad, 0, sizeof(float) * impl_->total, impl_->stream), "zero_grad");
 }
 
-double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) {
-  auto& I = *impl_;
-  std::vector<AdamWTensor> list;
-  for (std::size_t i = 0; i < I.specs.size(); ++i) {
-    const int p = static_cast<int>(i);
-    list.push_back({I.F(p), I.G(p), I.m + I.offset[i], I.v + I.offset[i], I.w16 + I.offset[i], I.numel(p),
-                    I.specs[i].is_norm ? 0.0f : static_cast<float>(o.weight_decay)});
-  }
-  check_cuda(cudaMemcpyAsync(I.adam_dev, list.data(), list.size() * sizeof(AdamWTensor), cudaMemcpyHostToDevice,
-                             I.stream),
-             "adamw list");
-  const int n = static_cast<int>(list.size());
-  I.timer.start(I.stream);
-  grad_sumsq(I.adam_dev, n, I.norm_partial, I.sumsq, I.stream);
-  cuda::adamw_step(I.adam_dev, n, I.sumsq, max_norm, static_cast<float>(lr), static_cast<float>(o.beta1),
-             static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps, I.stream);
-  I.timer.mark("grad norm + adamw", I.stream);
-  I.timer.finish();
-  check_cuda(cudaGetLastError(), "adamw");
-  double sumsq = 0;
-  check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
-  synchronize();
-  return std::sqrt(sumsq);
-}
-
 double CudaModel::forward_backward(const CudaBatch& b) { return step(b, nullptr); }
+double CudaModel::forward_loss(const CudaBatch& b) { return step(b, nullptr, nullptr, true); }
 
 std::vector<float> CudaModel::forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
                                              std::span<const std::int32_t> ids,
@@ -320,7 +178,8 @@ void CudaModel::greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal,
   step({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens);
 }
 
-double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy) {
+double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy,
+                       bool loss_only) {
   auto& I = *impl_;
   const auto& c = I.cfg;
   const std::int64_t n = b.batch * b.seq;
@@ -437,10 +296,12 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
     cross_entropy_forward_backward(I.logits, V, I.labels + c0, I.weights + c0, I.loss_rows + c0, rows,
                                    static_cast<int>(c.vocab_size), st);
     mark("cross-entropy");
+    if (loss_only) continue;
     gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, I.dh + c0 * d, false, d, 0, st);
     gm.run(true, false, V, d, rows, I.logits, V, I.hf + c0 * d, d, I.G(I.out), true, d, 1, st);
     mark("gemm logits bwd");
   }
+  if (loss_only) return download_loss(I.loss_rows, n, st);
   check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * n * d, st), "memset");
   rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial, T, d, st);
   for (int l = c.num_layers - 1; l >= 0; --l) {
@@ -476,12 +337,7 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
   mark("embedding bwd");
   I.timer.finish();
   check_cuda(cudaGetLastError(), "backward");
-  std::vector<float> loss(static_cast<std::size_t>(n));
-  check_cuda(cudaMemcpyAsync(loss.data(), I.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "loss");
-  synchronize();
-  double total = 0;
-  for (float x : loss) total += x;
-  return total;
+  return download_loss(I.loss_rows, n, st);
 }
 
 }  // namespace dlm::train

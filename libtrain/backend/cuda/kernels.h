@@ -120,5 +120,8 @@ void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
 // p[i] = std * N(0, 1) from a hash of (seed, i) (Box-Muller): fast device init for benchmarks.
 void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaStream_t stream);
+// Model::init's values: N(0, std^2) by Box-Muller over the counter stream (seed, "INIT", tensor, pair).
+void init_normal_counter(float* p, std::int64_t n, double std, std::uint64_t seed, std::uint32_t tensor,
+                         cudaStream_t stream);
 
 }  // namespace dlm::train::cuda

@@ -1,0 +1,42 @@
+// Where a tool's model runs (--device): the CPU backend (Model over the CPU Backend), or one NVIDIA GPU
+// through CudaModel (cuda_model.h) with its optimizer on the device. The tools name a Device, never CUDA.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "dlm/ckpt/model_config.h"
+#include "dlm/ckpt/tensor.h"
+#include "dlm/train/sampler.h"
+#include "dlm/train/trainer.h"
+
+namespace dlm::train {
+
+enum class Device { kCpu, kCuda };
+
+// "cpu" | "cuda" | "" (the default: cuda when dlm was built with CUDA and a GPU is present, else cpu).
+// "cuda" where there is none, or any other name, is a dlm::Error of one line.
+Device resolve_device(const std::string& flag);
+std::string_view device_name(Device device);
+bool cuda_built();    // this build has the CUDA backend
+bool cuda_present();  // ... and a CUDA device is visible
+
+// A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its
+// weights Model::init(seed)'s. dlm::Error without the CUDA backend or a GPU, or for a shape it cannot run.
+std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed);
+
+// A CudaModel holding `weights` (every tensor of model_tensors(config), fp32 global shapes) for the
+// samplers: logits [rows, len, vocab_size] (the real vocabulary; rows with left padding run without it,
+// their pad positions read 0), and the greedy fast path (sampler.h's GreedyFn, no logits leave the GPU).
+struct CudaSampling {
+  LogitsFn logits;
+  GreedyFn greedy;
+  std::int64_t vocab = 0;
+  std::int64_t parameters = 0;
+  std::shared_ptr<void> keep_alive;
+};
+CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights);
+
+}  // namespace dlm::train

@@ -1,0 +1,96 @@
+// CudaModel's optimizer side: the global gradient norm and AdamW on the device (adamw.cu), the moments'
+// import/export for checkpoints, and the device views that data parallelism all-reduces.
+#include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "cuda_model_impl.h"
+#include "dlm/common/error.h"
+
+namespace dlm::train {
+double CudaModel::grad_norm() {
+  auto& I = *impl_;
+  I.upload_adam_list(0.0);
+  I.timer.start(I.stream);
+  grad_sumsq(I.adam_dev, static_cast<int>(I.specs.size()), I.norm_partial, I.sumsq, I.stream);
+  I.timer.mark("grad norm", I.stream);
+  I.timer.finish();
+  check_cuda(cudaGetLastError(), "grad norm");
+  double sumsq = 0;
+  check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
+  synchronize();
+  return std::sqrt(sumsq);
+}
+
+void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
+  auto& I = *impl_;
+  I.upload_adam_list(o.weight_decay);
+  I.timer.start(I.stream);
+  cuda::adamw_step(I.adam_dev, static_cast<int>(I.specs.size()), I.sumsq, max_norm, static_cast<float>(lr),
+                   static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps,
+                   I.stream);
+  I.timer.mark("adamw", I.stream);
+  I.timer.finish();
+  check_cuda(cudaGetLastError(), "adamw");
+}
+
+double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) {
+  const double norm = grad_norm();
+  apply_adamw(o, lr, max_norm);
+  return norm;
+}
+
+std::vector<float> CudaModel::export_exp_avg(std::string_view name) const {
+  const int p = impl_->find_or_fail(name);
+  return download(impl_->m + impl_->offset[p], impl_->numel(p), impl_->stream);
+}
+
+std::vector<float> CudaModel::export_exp_avg_sq(std::string_view name) const {
+  const int p = impl_->find_or_fail(name);
+  return download(impl_->v + impl_->offset[p], impl_->numel(p), impl_->stream);
+}
+
+void CudaModel::import_moments(std::string_view name, std::span<const float> exp_avg,
+                               std::span<const float> exp_avg_sq) {
+  auto& I = *impl_;
+  const int p = I.find_or_fail(name);
+  if (static_cast<std::int64_t>(exp_avg.size()) != I.numel(p) || exp_avg_sq.size() != exp_avg.size())
+    fail(fmt::format("CudaModel: moments of '{}' have {} / {} elements, the tensor {}", name, exp_avg.size(),
+                     exp_avg_sq.size(), I.numel(p)));
+  check_cuda(cudaMemcpyAsync(I.m + I.offset[p], exp_avg.data(), exp_avg.size_bytes(), cudaMemcpyHostToDevice, I.stream),
+             "import exp_avg");
+  check_cuda(cudaMemcpyAsync(I.v + I.offset[p], exp_avg_sq.data(), exp_avg_sq.size_bytes(), cudaMemcpyHostToDevice,
+                             I.stream),
+             "import exp_avg_sq");
+  synchronize();
+}
+
+std::int64_t CudaModel::optimizer_steps() const { return impl_->steps; }
+void CudaModel::set_optimizer_steps(std::int64_t steps) { impl_->steps = static_cast<int>(steps); }
+
+CudaModel::Span CudaModel::gradient_buffer() const { return {"", impl_->grad, impl_->total}; }
+CudaModel::Span CudaModel::parameter_buffer() const { return {"", impl_->master, impl_->total}; }
+
+std::vector<CudaModel::Span> CudaModel::gradient_buffers() const {
+  std::vector<Span> out;
+  for (std::size_t i = 0; i < impl_->specs.size(); ++i)
+    out.push_back({impl_->specs[i].name, impl_->G(static_cast<int>(i)), impl_->numel(static_cast<int>(i))});
+  return out;
+}
+
+std::vector<CudaModel::Span> CudaModel::parameter_buffers() const {
+  std::vector<Span> out;
+  for (std::size_t i = 0; i < impl_->specs.size(); ++i)
+    out.push_back({impl_->specs[i].name, impl_->F(static_cast<int>(i)), impl_->numel(static_cast<int>(i))});
+  return out;
+}
+
+void* CudaModel::stream() const { return impl_->stream; }
+
+void CudaModel::refresh_bf16_weights() {
+  for (std::size_t i = 0; i < impl_->specs.size(); ++i) impl_->refresh_bf16(static_cast<int>(i));
+  synchronize();
+}
+
+}  // namespace dlm::train
