@@ -25,6 +25,17 @@ class TrainableTransformer final : public TrainableModel {
   std::vector<ParamRef> parameters() override { return refs_; }
   void zero_grad() override { model_.zero_grad(); }
   double forward_backward(const ModelBatch& batch) override { return run(batch, true); }
+  double forward_backward_all(std::span<const ModelBatch> batches) override {
+    double loss = 0;
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      // The last micro-batch's backward finishes each gradient: only then may its bucket be reduced.
+      if (hook_ && i + 1 == batches.size()) model_.set_gradient_hook(hook_);
+      loss += run(batches[i], true);
+    }
+    model_.set_gradient_hook({});
+    return loss;
+  }
+  void set_gradient_ready_hook(std::function<void(std::size_t)> hook) override { hook_ = std::move(hook); }
   double forward_loss(const ModelBatch& batch) override { return run(batch, false); }
 
  private:
@@ -47,6 +58,7 @@ class TrainableTransformer final : public TrainableModel {
 
   Model& model_;
   std::vector<ParamRef> refs_;
+  std::function<void(std::size_t)> hook_;
 };
 
 }  // namespace

@@ -57,6 +57,8 @@ void Model::backward(std::span<const float> weights) {
   column_input_backward(a.dxn_full, a.dxn);
   const Parameter& final_norm = params_[final_norm_];
   be.rmsnorm_backward(a.dxn, a.xf, final_norm.value, a.rstdf, a.dx, final_norm.grad);
+  gradient_done(final_norm_);
+  if (output_ != embedding_) gradient_done(output_);  // a tied table gets its last part in the embedding's backward
   backward_layers();
 }
 
@@ -118,11 +120,13 @@ void Model::backward_layers() {
     column_input_backward(a.dxn_full, a.dxn);
     be.rmsnorm_backward(a.dxn, A.x, params_[P.norm1].value, A.rstd1, a.dtmp, params_[P.norm1].grad);
     be.add(a.dx, a.dtmp);
+    for (int param : {P.fc2, P.fc1, P.norm2, P.proj, P.q_norm, P.k_norm, P.qkv, P.norm1}) gradient_done(param);
   }
   if (pre_process()) {
     // The embedding's output was reduced over the tensor group: its gradient reaches every rank whole.
     row_output_backward(a.dx, a.dfull);
     be.embedding_backward(a.dfull, a.ids, params_[embedding_].grad);
+    gradient_done(embedding_);
   }
 }
 

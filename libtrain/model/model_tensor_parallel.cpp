@@ -106,14 +106,16 @@ std::vector<float> Model::vocab_parallel_cross_entropy(std::span<const std::int3
   return ce;
 }
 
+// Under SP every norm saw 1/TP of the rows; QK-norm weights always see only the rank's heads.
+bool Model::gradient_shared_over_tensor_group(const Parameter& p) const {
+  if (shard_.layout.tp == 1 || !p.spec.is_norm) return false;
+  const bool qk = p.spec.name.ends_with("q_layernorm.weight") || p.spec.name.ends_with("k_layernorm.weight");
+  return qk || shard_.sequence_parallel;
+}
+
 void Model::reduce_shared_gradients() {
-  if (shard_.layout.tp == 1) return;
-  // Under SP every norm saw 1/TP of the rows; QK-norm weights always see only the rank's heads.
-  for (auto& p : params_) {
-    if (!p.spec.is_norm) continue;
-    const bool qk = p.spec.name.ends_with("q_layernorm.weight") || p.spec.name.ends_with("k_layernorm.weight");
-    if (qk || shard_.sequence_parallel) tp_all_reduce(p.grad);
-  }
+  for (auto& p : params_)
+    if (gradient_shared_over_tensor_group(p)) tp_all_reduce(p.grad);
 }
 
 }  // namespace dlm::train

@@ -43,6 +43,49 @@ GradBuffer::GradBuffer(std::span<const ParamRef> params, int dp_size, int dp_ran
     base += buckets_[b].size / d;
   }
   shard_grads_.assign(base, 0.0f);
+  bucket_of_.resize(params.size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    for (std::size_t t : bucket_params_[b]) bucket_of_[t] = b;
+}
+
+void GradBuffer::begin_overlap(std::span<const ParamRef> params, Communicator& dp, bool scatter) {
+  overlap_params_.assign(params.begin(), params.end());
+  overlap_dp_ = &dp;
+  scatter_ = scatter;
+  in_backward_ = true;
+  ready_.assign(params.size(), 0);
+  missing_.clear();
+  for (const auto& members : bucket_params_) missing_.push_back(members.size());
+  next_bucket_ = started_early_ = 0;
+  bucket_staging_.resize(buckets_.size());
+}
+
+void GradBuffer::start_bucket(std::size_t b) {
+  auto& staging = bucket_staging_[b];
+  staging.resize(buckets_[b].size);
+  pack(overlap_params_, b, false, staging);
+  if (scatter_)
+    overlap_dp_->reduce_scatter_async<float>(
+        staging, std::span<float>(shard_grads_).subspan(shard_base_[b], buckets_[b].size / dp_size_));
+  else
+    overlap_dp_->all_reduce_async<float>(staging);
+  if (in_backward_) ++started_early_;
+}
+
+void GradBuffer::mark_ready(std::size_t t) {
+  if (!in_backward_ || t >= ready_.size() || ready_[t]) return;
+  ready_[t] = 1;
+  --missing_[bucket_of_[t]];
+  while (next_bucket_ < buckets_.size() && missing_[next_bucket_] == 0) start_bucket(next_bucket_++);
+  overlap_dp_->progress();
+}
+
+void GradBuffer::finish_overlap() {
+  in_backward_ = false;
+  while (next_bucket_ < buckets_.size()) start_bucket(next_bucket_++);
+  overlap_dp_->wait_collectives();
+  if (!scatter_)
+    for (std::size_t b = 0; b < buckets_.size(); ++b) unpack(overlap_params_, b, false, bucket_staging_[b]);
 }
 
 void GradBuffer::pack(std::span<const ParamRef> params, std::size_t b, bool values, std::span<float> out) const {

@@ -27,6 +27,16 @@ class GradBuffer {
   void all_reduce_gradients(std::span<const ParamRef> params, Communicator& dp);
   // Sums the gradients over the group into this rank's shards; shard_params() then views them.
   void reduce_scatter_gradients(std::span<const ParamRef> params, Communicator& dp);
+  // --overlap-grad-reduce: the reductions start during the step's last backward. begin_overlap() before
+  // it; mark_ready(param) as each gradient becomes final; a bucket whose gradients are all final starts
+  // at once, in bucket order (the same order on every rank, as the collectives need); finish_overlap()
+  // starts any bucket left and waits: then the gradients (all-reduce) or this rank's shards (`scatter`,
+  // the distributed optimizer) hold the sums, as after all_reduce_gradients / reduce_scatter_gradients.
+  void begin_overlap(std::span<const ParamRef> params, Communicator& dp, bool scatter);
+  void mark_ready(std::size_t param);
+  void finish_overlap();
+  std::size_t buckets_started_early() const { return started_early_; }
+
   // The pieces of parameters this rank owns: value = the parameter's own memory, grad = the reduced
   // shard. In a fixed order: the distributed optimizer's moments are kept per piece.
   std::vector<ParamRef> shard_params(std::span<const ParamRef> params);
@@ -60,6 +70,16 @@ class GradBuffer {
   std::vector<std::size_t> shard_base_;      // where each bucket's shard sits in shard_grads_
   std::vector<std::vector<Piece>> owned_;    // per bucket: the pieces inside this rank's shard
   std::vector<float> staging_, shard_grads_;  // one bucket; this rank's shards of every bucket
+  // Overlap state: each bucket's own staging (reductions in flight at once), readiness per parameter.
+  void start_bucket(std::size_t bucket);
+  std::vector<std::size_t> bucket_of_;
+  std::vector<std::vector<float>> bucket_staging_;
+  std::vector<ParamRef> overlap_params_;
+  Communicator* overlap_dp_ = nullptr;
+  bool scatter_ = false, in_backward_ = false;
+  std::vector<char> ready_;
+  std::vector<std::size_t> missing_;
+  std::size_t next_bucket_ = 0, started_early_ = 0;
 };
 
 }  // namespace dlm::train

@@ -87,8 +87,14 @@ namespace {
 
 class TrainableParallel final : public TrainableModel {
  public:
-  explicit TrainableParallel(ParallelModel& model) : model_(model) {
-    for (auto& c : model_.chunks()) chunks_.push_back(c.get());
+  explicit TrainableParallel(ParallelModel& model)
+      : model_(model), tied_across_(model.chunks().front()->config().tie_word_embeddings && model.groups().config.pipeline > 1) {
+    std::size_t offset = 0;
+    for (auto& c : model_.chunks()) {
+      chunks_.push_back(c.get());
+      offsets_.push_back(offset);
+      offset += c->parameters().size();
+    }
     for (Parameter* p : model_.parameters()) {
       Backend& be = model_.chunks().front()->backend();
       std::span<float> value = be.host_f32(p->value), grad = be.host_f32(p->grad);
@@ -104,14 +110,25 @@ class TrainableParallel final : public TrainableModel {
   double forward_backward(const ModelBatch& batch) override { return forward_backward_all(std::span(&batch, 1)); }
   double forward_loss(const ModelBatch& batch) override { return forward_loss_all(std::span(&batch, 1)); }
   double forward_backward_all(std::span<const ModelBatch> batches) override {
-    return pipeline_forward_backward(chunks_, *model_.groups().pipeline, batches);
+    std::function<void(int, std::size_t)> chunk_hook;
+    if (hook_)
+      chunk_hook = [this](int chunk, std::size_t p) {
+        // Gradients other ranks still add to wait for finish_gradients().
+        if (!shared(chunk, p)) hook_(offsets_[static_cast<std::size_t>(chunk)] + p);
+      };
+    return pipeline_forward_backward(chunks_, *model_.groups().pipeline, batches, nullptr, chunk_hook);
   }
+  void set_gradient_ready_hook(std::function<void(std::size_t)> hook) override { hook_ = std::move(hook); }
   double forward_loss_all(std::span<const ModelBatch> batches) override {
     return pipeline_forward_only(chunks_, *model_.groups().pipeline, batches);
   }
   void finish_gradients() override {
     for (Model* c : chunks_) c->reduce_shared_gradients();
     if (Communicator* g = model_.embedding_group()) g->all_reduce(memory_of(tied_embedding(model_)->grad));
+    if (hook_)
+      for (std::size_t c = 0; c < chunks_.size(); ++c)
+        for (std::size_t p = 0; p < chunks_[c]->parameters().size(); ++p)
+          if (shared(static_cast<int>(c), p)) hook_(offsets_[c] + p);
   }
   bool reports() const override { return model_.groups().coords.tensor == 0 && model_.groups().coords.pipeline == 0; }
   void sum_over_model(std::span<double> values) override {
@@ -120,9 +137,20 @@ class TrainableParallel final : public TrainableModel {
   }
 
  private:
+  // Summed over the tensor group or the embedding group in finish_gradients().
+  bool shared(int chunk, std::size_t p) const {
+    const Model& m = *chunks_[static_cast<std::size_t>(chunk)];
+    const Parameter& param = m.parameters()[p];
+    return m.gradient_shared_over_tensor_group(param) ||
+           (tied_across_ && param.spec.name == "embedding.word_embeddings.weight");
+  }
+
   ParallelModel& model_;
   std::vector<Model*> chunks_;
+  std::vector<std::size_t> offsets_;  // index of each chunk's first parameter in parameters()
   std::vector<ParamRef> refs_;
+  std::function<void(std::size_t)> hook_;
+  bool tied_across_ = false;
 };
 
 }  // namespace

@@ -162,6 +162,33 @@ class MpiCommunicator final : public Communicator {
       return MPI_Irecv(data, checked_count(count), mpi_type(type), peer, checked_tag(tag), comm_, r);
     });
   }
+  void do_all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op) override {
+    start_collective("all_reduce", count, type, [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type), mpi_op(op), comm_, r);
+    });
+  }
+  void do_reduce_scatter_async(const void* in, void* out, std::size_t count, DataType type, ReduceOp op) override {
+    start_collective("reduce_scatter", count, type, [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in, out, checked_count(count), mpi_type(type), mpi_op(op), comm_, r);
+    });
+  }
+  void do_progress() override {
+    for (auto& c : collectives_) {
+      int done = 0;
+      if (c.request != MPI_REQUEST_NULL) MPI_Test(&c.request, &done, MPI_STATUS_IGNORE);
+    }
+  }
+  void do_wait_collectives() override {
+    auto started = std::move(collectives_);
+    collectives_.clear();
+    for (auto& c : started) {
+      MPI_Request request = c.request;  // MPI_REQUEST_NULL once a progress() test completed it
+      run(c.what, c.count, c.type, [&](MPI_Request* r) {
+        *r = request;
+        return MPI_SUCCESS;
+      });
+    }
+  }
   void do_wait_sends() override {
     auto pending = std::move(pending_);
     pending_.clear();
@@ -185,6 +212,14 @@ class MpiCommunicator final : public Communicator {
     std::size_t count;
     DataType type;
   };
+
+  template <typename Start>
+  void start_collective(const char* what, std::size_t count, DataType type, Start start) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = start(&request);
+    if (rc != MPI_SUCCESS) fail(fmt::format("{} on the {}: {}", what, name_, mpi_error(rc)));
+    collectives_.push_back({request, what, count, type});
+  }
 
   template <typename Start>
   void run(const std::string& what, std::size_t count, DataType type, Start start) {
@@ -270,6 +305,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
   std::string name_;
   std::vector<PendingSend> pending_;  // send_async() requests until wait_sends()
+  std::vector<PendingSend> collectives_;  // *_async() collectives until wait_collectives()
   int rank_ = 0;
 };
 

@@ -95,11 +95,13 @@ class PipelineRun {
     }
   }
 
-  void backward(int c, int b) {
+  void backward(int c, int b, const std::function<void(int, std::size_t)>& hook) {
     Model& m = *chunks_[static_cast<std::size_t>(c)];
     const ModelBatch& batch = batches_[static_cast<std::size_t>(b)];
     const int g = c * P_ + r_;
     m.use_slot(slot_of_.at({c, b}));
+    // A chunk runs its backwards in micro-batch order: the last one's gradients are final.
+    if (hook && b + 1 == static_cast<int>(batches_.size())) m.set_gradient_hook([&hook, c](std::size_t p) { hook(c, p); });
     if (m.post_process()) {
       m.backward(batch.weights);
     } else {
@@ -111,6 +113,7 @@ class PipelineRun {
       std::vector<float>& buffer = sent_.emplace_back(m.input_gradient());
       pp_.send_async<float>(buffer, (g - 1 + P_) % P_, 2 * (g - 1) + 1);
     }
+    m.set_gradient_hook({});
     release_slot(c, b);
   }
 
@@ -161,13 +164,14 @@ class PipelineRun {
 }  // namespace
 
 double pipeline_forward_backward(std::span<Model* const> chunks, Communicator& pipeline,
-                                 std::span<const ModelBatch> batches, PipelineCounters* counters) {
+                                 std::span<const ModelBatch> batches, PipelineCounters* counters,
+                                 const std::function<void(int, std::size_t)>& gradient_hook) {
   PipelineRun run(chunks, pipeline, batches);
   const auto order = pipeline_order(pipeline.size(), pipeline.rank(), static_cast<int>(chunks.size()),
                                     static_cast<int>(batches.size()));
   for (const PipelineUnit& u : order) {
     if (u.forward) run.forward(u.chunk, u.micro_batch, true);
-    else run.backward(u.chunk, u.micro_batch);
+    else run.backward(u.chunk, u.micro_batch, gradient_hook);
   }
   if (counters) counters->max_in_flight = run.max_in_flight();
   return run.finish();

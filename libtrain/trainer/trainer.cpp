@@ -91,6 +91,10 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
 
 Trainer::~Trainer() = default;
 
+std::size_t Trainer::overlapped_buckets() const {
+  return buffer_ && options_.overlap_grad_reduce ? buffer_->buckets_started_early() : 0;
+}
+
 void Trainer::resume(const TrainProgress& progress, AdamW optimizer_state) {
   progress_ = progress;
   if (DeviceTraining* device = model_.device_training()) device->load_optimizer_state(optimizer_state);
@@ -145,8 +149,19 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     for (float& w : batch.weights) w /= static_cast<float>(micro);
     batches.push_back(std::move(batch));
   }
+  // --overlap-grad-reduce: each bucket's reduction starts as soon as the last micro-batch's backward has
+  // finished its gradients, and runs while the rest of the backward computes.
+  const bool overlap = buffer_ && options_.overlap_grad_reduce;
+  if (overlap) {
+    buffer_->begin_overlap(model_.parameters(), *dp_, options_.use_distributed_optimizer);
+    model_.set_gradient_ready_hook([this](std::size_t param) { buffer_->mark_ready(param); });
+  }
   loss += model_.forward_backward_all(batches);
   model_.finish_gradients();
+  if (overlap) {
+    model_.set_gradient_ready_hook({});
+    buffer_->finish_overlap();
+  }
   if (DeviceTraining* device = model_.device_training()) {
     // Clipping and AdamW run beside the weights; only the norm comes back to the host.
     grad_norm = device->grad_norm();
@@ -159,7 +174,7 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&loss, 1));
   if (buffer_ && options_.use_distributed_optimizer) {
     // ZeRO-1: each rank clips and updates the pieces it owns; the norm is the global one.
-    buffer_->reduce_scatter_gradients(params, *dp_);
+    if (!overlap) buffer_->reduce_scatter_gradients(params, *dp_);
     auto shard = buffer_->shard_params(params);
     double sum_sq = squared_norm(shard);
     dp_->all_reduce(std::span<double>(&sum_sq, 1));
@@ -175,7 +190,7 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     }
     return loss;
   }
-  if (buffer_) buffer_->all_reduce_gradients(params, *dp_);
+  if (buffer_ && !overlap) buffer_->all_reduce_gradients(params, *dp_);
   double sum_sq = squared_norm(params);
   model_.sum_over_model(std::span<double>(&sum_sq, 1));
   grad_norm = std::sqrt(sum_sq);

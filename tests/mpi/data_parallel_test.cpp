@@ -38,13 +38,14 @@ struct TrainedRun {
 // Trains to iteration `until` (stopping early at `exit_at`, with a checkpoint in `save`), from `load`
 // when given. dp == nullptr: one process.
 TrainedRun train_run(Communicator* dp, bool distributed_optimizer, const std::string& load = "", const std::string& save = "",
-              std::int64_t exit_at = 0) {
+              std::int64_t exit_at = 0, bool overlap = false) {
   auto backend = train::make_cpu_backend(1);
   train::Model model(tiny_config(), *backend);
   model.init(11);
   auto trainable = train::make_trainable_model(model);
   auto o = options(distributed_optimizer);
   o.exit_interval = exit_at;
+  o.overlap_grad_reduce = overlap;
   SyntheticSamples source(kVocab - 1);
   train::Trainer trainer(o, *trainable, source, nullptr, dp);
   if (!load.empty()) {
@@ -113,6 +114,12 @@ TEST(DataParallel, Dp4GivesTheSingleProcessRun) {
 
 TEST(DataParallel, Dp4WithTheDistributedOptimizerGivesTheSingleProcessRun) {
   expect_single_process_run(train_run(&mpi_world(), true), 0, "DP4 + distributed optimizer");
+}
+
+TEST(DataParallel, Dp4WithOverlappedReductionGivesTheSingleProcessRun) {
+  expect_single_process_run(train_run(&mpi_world(), false, "", "", 0, true), 0, "DP4 + overlapped reduction");
+  expect_single_process_run(train_run(&mpi_world(), true, "", "", 0, true), 0,
+                            "DP4 + distributed optimizer + overlapped reduction");
 }
 
 TEST(DataParallel, CheckpointOfDp4ResumesUnderDp1) {

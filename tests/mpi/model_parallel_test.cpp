@@ -42,6 +42,7 @@ struct Run {
   std::vector<double> losses;
   ckpt::TensorSet weights;  // single process: global tensors; parallel: this rank's shards by name
   std::vector<ckpt::TensorShard> shards;
+  std::size_t overlapped_buckets = 0;
 };
 
 Run single_process_run(bool tied) {
@@ -64,11 +65,12 @@ const Run& reference(bool tied) {
 
 struct Layout {
   int tp = 1, pp = 1, virtual_stages = 1;
-  bool sp = false, distributed_optimizer = false, tied = true;
+  bool sp = false, distributed_optimizer = false, tied = true, overlap = false;
   std::string name() const {
     const int dp = 4 / (tp * pp);
     return fmt::format("TP{}xPP{}{}xDP{}{}{}{}", tp, pp, virtual_stages > 1 ? fmt::format("(x{} virtual)", virtual_stages) : "",
-                       dp, sp ? " + SP" : "", distributed_optimizer ? " + distributed optimizer" : "", tied ? "" : ", untied");
+                       dp, sp ? " + SP" : "", distributed_optimizer ? " + distributed optimizer" : "", tied ? "" : ", untied") +
+           (overlap ? " + overlapped reduction" : "");
   }
 };
 
@@ -81,6 +83,7 @@ Run parallel_run(const Layout& l, const std::string& load = "", const std::strin
   auto trainable = train::make_trainable_model(model);
   auto o = options(l.distributed_optimizer);
   o.exit_interval = exit_at;
+  o.overlap_grad_reduce = l.overlap;
   SyntheticSamples source(kVocab - 4);
   train::Trainer trainer(o, *trainable, source, nullptr, groups.data.get());
   train::CheckpointPlacement placement{model.layout(), model.tensor_rank(), {}};
@@ -99,6 +102,7 @@ Run parallel_run(const Layout& l, const std::string& load = "", const std::strin
     };
   Run r;
   for (const auto& s : trainer.run(save_fn)) r.losses.push_back(s.loss);
+  r.overlapped_buckets = trainer.overlapped_buckets();
   for (auto& chunk : model.chunks()) {
     for (auto& [name, t] : chunk->export_weights()) r.weights.insert_or_assign(name, t);
     for (const auto& p : chunk->parameters()) r.shards.push_back(p.shard);
@@ -155,6 +159,18 @@ TEST(ModelParallel, Tp2Pp2GivesTheSingleProcessRun) {
 TEST(ModelParallel, InterleavedPp2Dp2GivesTheSingleProcessRun) {
   const Layout l{.pp = 2, .virtual_stages = 2, .distributed_optimizer = true};
   expect_single_process_run(parallel_run(l), l);
+}
+
+// --overlap-grad-reduce starts bucket reductions inside the last backward (buckets of 1,500 elements:
+// several per layer) and changes nothing else.
+TEST(ModelParallel, OverlappedGradientReductionGivesTheSameRun) {
+  for (const Layout& l : {Layout{.overlap = true}, Layout{.tp = 2, .sp = true, .distributed_optimizer = true, .overlap = true},
+                          Layout{.pp = 2, .virtual_stages = 2, .overlap = true}}) {
+    const auto r = parallel_run(l);
+    expect_single_process_run(r, l);
+    EXPECT_GT(r.overlapped_buckets, 0u) << l.name();
+    if (mpi_world().rank() == 0) std::printf("%s: %zu buckets started inside the backward\n", l.name().c_str(), r.overlapped_buckets);
+  }
 }
 
 // The dry run's per-rank figures are the ones a real run holds: parameter elements of the rank's shards

@@ -95,6 +95,20 @@ class Communicator {
     do_recv_tagged(data.data(), data.size(), data_type_of<T>(), peer, tag);
   }
   void wait_sends() { do_wait_sends(); }
+  // Overlap (--overlap-grad-reduce): collectives that start now and complete in wait_collectives(); the
+  // buffers must stay untouched until then. Every member starts them in the same order. progress() lets
+  // a transport without a progress thread move them on while the caller computes.
+  template <typename T>
+  void all_reduce_async(std::span<T> data, ReduceOp op = ReduceOp::kSum) {
+    do_all_reduce_async(data.data(), data.size(), data_type_of<std::remove_const_t<T>>(), op);
+  }
+  template <typename T>
+  void reduce_scatter_async(std::span<const T> input, std::span<T> output, ReduceOp op = ReduceOp::kSum) {
+    check_blocks(input.size(), output.size(), "reduce_scatter");
+    do_reduce_scatter_async(input.data(), output.data(), output.size(), data_type_of<T>(), op);
+  }
+  void progress() { do_progress(); }
+  void wait_collectives() { do_wait_collectives(); }
   // The members with the same color form a new group, ordered by key (MPI_Comm_split, ncclCommSplit).
   // Collective over this group.
   virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
@@ -116,6 +130,15 @@ class Communicator {
     do_recv(data, count, type, peer);
   }
   virtual void do_wait_sends() {}
+  // Defaults for transports that complete collectives in order on their own (NCCL's stream): run them now.
+  virtual void do_all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op) {
+    do_all_reduce(data, count, type, op);
+  }
+  virtual void do_reduce_scatter_async(const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+    do_reduce_scatter(input, output, count, type, op);
+  }
+  virtual void do_progress() {}
+  virtual void do_wait_collectives() {}
 
  private:
   void check_blocks(std::size_t whole, std::size_t block, const char* what) const;

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -150,6 +151,12 @@ class Model {
   // Sums over the tensor group the gradients of replicated tensors that each rank computed in part (see
   // the top of this header); call once after a step's last backward. Collective over the tensor group.
   void reduce_shared_gradients();
+  // Whether reduce_shared_gradients() still sums this parameter's gradient over the tensor group.
+  bool gradient_shared_over_tensor_group(const Parameter& p) const;
+  // --overlap-grad-reduce: called with a parameter's index into parameters() once a backward has added its
+  // last contribution to that gradient (the head's, then each layer's from the last down, the embedding
+  // last), so its bucket can be reduced while the rest of the backward runs. Empty: none.
+  void set_gradient_hook(std::function<void(std::size_t)> hook) { gradient_hook_ = std::move(hook); }
 
  private:
   struct Layer;
@@ -185,6 +192,10 @@ class Model {
   std::vector<std::shared_ptr<Activations>> slots_;
   std::shared_ptr<Activations> acts_;
   int slot_ = 0;
+  std::function<void(std::size_t)> gradient_hook_;
+  void gradient_done(int param) const {
+    if (gradient_hook_ && param >= 0) gradient_hook_(static_cast<std::size_t>(param));
+  }
 };
 
 }  // namespace dlm::train

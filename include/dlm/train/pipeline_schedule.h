@@ -14,6 +14,7 @@
 // the global sample index); only the last stage's loss counts, and it is summed over the group.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -29,8 +30,11 @@ struct PipelineCounters {
 
 // One step's micro-batches through the pipeline, forward and backward (gradients add into the chunks').
 // `chunks` are this rank's in virtual-stage order. Returns sum_b sum_i w_i CE_i on every pipeline rank.
+// `gradient_hook` (--overlap-grad-reduce) is armed on each chunk for its last micro-batch's backward
+// (Model::set_gradient_hook) and called with (chunk, parameter index in the chunk).
 double pipeline_forward_backward(std::span<Model* const> chunks, Communicator& pipeline,
-                                 std::span<const ModelBatch> batches, PipelineCounters* counters = nullptr);
+                                 std::span<const ModelBatch> batches, PipelineCounters* counters = nullptr,
+                                 const std::function<void(int, std::size_t)>& gradient_hook = {});
 // The same losses, forward only.
 double pipeline_forward_only(std::span<Model* const> chunks, Communicator& pipeline, std::span<const ModelBatch> batches);
 

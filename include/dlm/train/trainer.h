@@ -95,6 +95,10 @@ class TrainableModel {
   virtual void sum_over_model(std::span<double> /*values*/) {}
   // Whether this rank speaks for its replica (logs, metrics files): one rank of a model-parallel replica.
   virtual bool reports() const { return true; }
+  // --overlap-grad-reduce: during the last micro-batch's backward of a step (and in finish_gradients()),
+  // the model calls `hook` with a parameter's index into parameters() once its gradient is final. A model
+  // that never calls it is still correct: its buckets are reduced after the backward.
+  virtual void set_gradient_ready_hook(std::function<void(std::size_t)> /*hook*/) {}
 };
 
 // Samples of seq_length + 1 tokens by global index (libdata's GPTDataset/BlendedDataset reader).
@@ -133,6 +137,7 @@ struct TrainerOptions {
   std::int64_t max_skipped_steps = 10; // --on-nan skip: stop once this many steps were skipped in a row
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer: AdamW moments sharded over DP
   std::int64_t ddp_bucket_size = 40'000'000;  // --ddp-bucket-size: gradient elements per bucket
+  bool overlap_grad_reduce = false;  // --overlap-grad-reduce: buckets reduced during the last backward
 };
 
 // What a checkpoint holds of the run besides the weights.
@@ -172,6 +177,9 @@ class Trainer {
   // Mean validation loss over eval_iters global batches of the valid source (fixed samples).
   double evaluate();
   const TrainProgress& progress() const { return progress_; }
+  // --overlap-grad-reduce: of the last step's gradient buckets, those whose reduction started before the
+  // backward pass ended (0 without overlap).
+  std::size_t overlapped_buckets() const;
   // The whole optimizer state, moments per parameter in model order (collective over the data-parallel
   // group under the distributed optimizer, which gathers the shards).
   AdamW optimizer_state() const;
