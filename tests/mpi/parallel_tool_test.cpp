@@ -1,6 +1,7 @@
-// dlm-train under mpiexec -n 4 as a user runs it: DP4 gives the single-process losses and its
+// dlm-train under mpiexec -n 4 as a user runs it: DP4, TP2xPP2, TP2xDP2 and interleaved PP2xDP2 give the
+// single-process losses; DP4 gives the single-process losses and its
 // checkpoint resumes on one process; a rank SIGKILLed or stopped mid-run makes the job exit non-zero
-// within --distributed-timeout-minutes with a message naming it; TP/PP say they are not implemented.
+// within --distributed-timeout-minutes with a message naming it; layout flags are checked up front.
 #include <signal.h>
 
 #include <chrono>
@@ -190,6 +191,21 @@ TEST_F(ParallelTool, SigkilledRankIsNamedByEverySurvivorWhenTheLauncherKeepsThem
   EXPECT_NE(r.err.find("rank 2 exited 137"), std::string::npos) << r.err;
 }
 
+TEST_F(ParallelTool, SigkilledRankOfATensorPipelineLayoutIsNamedByEverySurvivor) {
+  // TP2xPP2: the survivors wait in tensor collectives and pipeline receives, not only in data-parallel
+  // reductions; each must still name rank 1 within the timeout.
+  const auto [r, seconds] = signal_mid_run(
+      SIGKILL, 1, {"--enable-recovery"}, "\"$0\" \"$@\"; echo \"rank $OMPI_COMM_WORLD_RANK exited $?\" >&2",
+      {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"});
+  std::printf("SIGKILL of rank 1 under TP2xPP2, survivors on their own: job ended after %.1f s\n", seconds);
+  EXPECT_LT(seconds, 6.0 + 5.0);
+  for (const int survivor : {0, 2, 3}) {
+    EXPECT_NE(r.err.find(fmt::format("dlm-train: rank {}: ", survivor)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(fmt::format("rank {} exited 1", survivor)), std::string::npos) << r.err;
+  }
+  EXPECT_NE(r.err.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r.err;
+}
+
 TEST_F(ParallelTool, HungRankIsNamedWithinTheTimeout) {
   const auto [r, seconds] = signal_mid_run(SIGSTOP, 1);
   std::printf("SIGSTOP of rank 1: exit %d after %.1f s\n", r.exit_code, seconds);
@@ -198,14 +214,59 @@ TEST_F(ParallelTool, HungRankIsNamedWithinTheTimeout) {
   EXPECT_NE(r.err.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r.err;
 }
 
-TEST_F(ParallelTool, TensorAndPipelineParallelismSayTheyAreNotImplemented) {
-  for (const auto& [flag, what] : {std::pair<std::string, std::string>{"--tensor-model-parallel-size", "tensor"},
-                                   {"--pipeline-model-parallel-size", "pipeline"}}) {
-    const auto r = run(train_argv({"--train-iters", "2", flag, "2"}));
-    EXPECT_EQ(last_error_line(r, "dlm-train"),
-              fmt::format("dlm-train: {} 2: {} parallelism is not implemented yet (only data parallelism runs; --dry-run "
-                          "plans any layout)", flag, what));
+TEST_F(ParallelTool, TensorAndPipelineLayoutsGiveTheSingleProcessLossesAndResumeUnderAnotherLayout) {
+  const std::vector<std::string> common = {"--num-layers", "4", "--train-iters", "8", "--global-batch-size", "8",
+                                           "--eval-interval", "4", "--eval-iters", "2", "--metrics-file"};
+  auto with = [&](const fs::path& metrics, std::vector<std::string> layout) {
+    auto flags = common;
+    flags.push_back(metrics.string());
+    flags.insert(flags.end(), layout.begin(), layout.end());
+    return train_argv(flags);
+  };
+  const auto single = dir_ / "single.jsonl";
+  auto r = run(with(single, {}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = numbers(losses(single));
+  const auto want_valid = valid_losses(single);
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(want_valid.size(), 2u);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"},
+      {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer"},
+      {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto metrics = dir_ / fmt::format("layout{}.jsonl", k);
+    r = run(mpi(with(metrics, layouts[k])));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_close(numbers(losses(metrics)), want);
+    expect_close(valid_losses(metrics), want_valid);
   }
+  // TP2xPP2 saves at 4 and exits; DP4 resumes from its shards for the last 4.
+  const auto first = dir_ / "first.jsonl", second = dir_ / "second.jsonl";
+  const auto ckpt = (dir_ / "ckpt").string();
+  r = run(mpi(with(first, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--save", ckpt,
+                           "--exit-interval", "4"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(mpi(with(second, {"--load", ckpt})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto got = numbers(losses(first));
+  for (double l : numbers(losses(second))) got.push_back(l);
+  expect_close(got, want);
+}
+
+TEST_F(ParallelTool, LayoutFlagsAreCheckedBeforeStarting) {
+  auto r = run(train_argv({"--train-iters", "2", "--tensor-model-parallel-size", "2"}));
+  EXPECT_EQ(last_error_line(r, "dlm-train"),
+            "dlm-train: --tensor-model-parallel-size 2 x --pipeline-model-parallel-size 1 needs that many ranks or a "
+            "multiple: launch under mpirun -np N or srun");
+  EXPECT_EQ(r.exit_code, 1);
+  r = run(train_argv({"--train-iters", "2", "--num-layers-per-virtual-pipeline-stage", "1"}));
+  EXPECT_EQ(last_error_line(r, "dlm-train"),
+            "dlm-train: --num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in "
+            "Megatron)");
+  r = run(mpi(train_argv({"--train-iters", "2", "--tensor-model-parallel-size", "3"})));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--tensor-model-parallel-size"), std::string::npos) << r.err;
 }
 
 TEST_F(ParallelTool, DryRunNeedsNoDataAndPrintsEveryStage) {

@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
     auto stats = trainer.run(
         [&](const dlm::train::TrainProgress& progress, dlm::train::TrainableModel&, const dlm::train::AdamW& optimizer) {
           if (args.save.empty()) return;
+          if (setup.placement) {
+            // Tensor/pipeline shards: every position's data-parallel rank 0 writes its own, rank 0 commits.
+            dlm::tools::save_training_checkpoint(args, setup, progress, optimizer, parallel.world.get(),
+                                                 parallel.groups->coords.data == 0);
+            dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
+            return;
+          }
           // Every replica holds the same weights and (gathered) moments: rank 0 writes, the others wait
           // for the commit, so no rank runs ahead of a checkpoint that may still fail.
           if (parallel.launch.rank == 0) {

@@ -4,25 +4,31 @@
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/model_parallel.h"
 #include "dlm/train/parallel_plan.h"
 
 namespace dlm::tools {
 
 ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
-  if (args.tensor_parallel != 1)
-    fail(fmt::format("--tensor-model-parallel-size {}: tensor parallelism is not implemented yet (only data parallelism "
-                     "runs; --dry-run plans any layout)", args.tensor_parallel));
-  if (args.pipeline_parallel != 1)
-    fail(fmt::format("--pipeline-model-parallel-size {}: pipeline parallelism is not implemented yet (only data "
-                     "parallelism runs; --dry-run plans any layout)", args.pipeline_parallel));
   ParallelRun run;
   run.launch = train::launch_info_from_environment();
   if (args.world_size > 0 && args.world_size != run.launch.world_size)
     fail(fmt::format("--world-size {}: the launcher ({}) started {} ranks", args.world_size, run.launch.launcher,
                      run.launch.world_size));
-  if (args.sequence_parallel) log::warning("--sequence-parallel without tensor parallelism does nothing (as in Megatron)");
+  if (args.sequence_parallel && args.tensor_parallel == 1)
+    log::warning("--sequence-parallel without tensor parallelism does nothing (as in Megatron)");
   if (args.recompute_full) log::warning("--recompute-granularity full: the CPU backend keeps every activation");
-  if (run.launch.world_size == 1) return run;
+  if (args.overlap_param_gather)
+    log::warning("--overlap-param-gather: the updated weights are all-gathered right after the update, not during "
+                 "the next forward (same results)");
+  if (args.layers_per_virtual_stage > 0 && args.pipeline_parallel < 2)
+    fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in Megatron)");
+  if (run.launch.world_size == 1) {
+    if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)
+      fail(fmt::format("--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} needs that many ranks or a "
+                       "multiple: launch under mpirun -np N or srun", args.tensor_parallel, args.pipeline_parallel));
+    return run;
+  }
   run.mpi = std::make_unique<train::MpiSession>(argc, argv);
   run.world = train::mpi_world_communicator(args.timeout_minutes * 60.0);
   if (run.world->rank() != run.launch.rank || run.world->size() != run.launch.world_size)
@@ -32,19 +38,22 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   if (run.launch.rank != 0 && log::level() < log::Level::kWarning) log::set_level(log::Level::kWarning);
   run.groups = train::make_process_groups(
       *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
-  log::info("{} ranks ({}): TP {} x DP {} x PP {}{}", run.launch.world_size, run.launch.launcher, run.groups->config.tensor,
-            run.groups->config.data, run.groups->config.pipeline,
+  log::info("{} ranks ({}): TP {} x DP {} x PP {}{}{}{}", run.launch.world_size, run.launch.launcher,
+            run.groups->config.tensor, run.groups->config.data, run.groups->config.pipeline,
+            args.layers_per_virtual_stage > 0 ? fmt::format(" (interleaved, {} layers per chunk)", args.layers_per_virtual_stage) : "",
+            args.sequence_parallel && args.tensor_parallel > 1 ? ", sequence parallel" : "",
             args.trainer.use_distributed_optimizer ? ", distributed optimizer" : "");
   return run;
 }
 
-TrainingSetup prepare_on_every_rank(TrainArgs& args, const ParallelRun& run) {
+TrainingSetup prepare_on_every_rank(TrainArgs& args, ParallelRun& run) {
   if (!run.distributed()) return prepare_training(args);
+  train::ProcessGroups* groups = run.groups ? &*run.groups : nullptr;
   std::uint8_t ok = 0;
   TrainingSetup setup;
   if (run.launch.rank == 0) {
     try {
-      setup = prepare_training(args);
+      setup = prepare_training(args, groups);
       ok = 1;
     } catch (...) {
       run.world->broadcast(std::span<std::uint8_t>(&ok, 1), 0);
@@ -53,7 +62,7 @@ TrainingSetup prepare_on_every_rank(TrainArgs& args, const ParallelRun& run) {
   }
   run.world->broadcast(std::span<std::uint8_t>(&ok, 1), 0);
   if (!ok) fail("rank 0 stopped before training (its error is above)");
-  if (run.launch.rank != 0) setup = prepare_training(args);
+  if (run.launch.rank != 0) setup = prepare_training(args, groups);
   return setup;
 }
 
@@ -72,6 +81,7 @@ std::string dry_run_plan(TrainArgs& args) {
   o.seq_length = args.trainer.seq_length;
   o.bf16 = args.bf16;
   o.recompute_full = args.recompute_full;
+  o.virtual_stages = train::virtual_stages_for(config, layout.pipeline, args.layers_per_virtual_stage);
   return train::format_plan(config, train::plan_parallel(config, o));
 }
 

@@ -22,13 +22,13 @@ struct ParallelRun {
   train::Communicator* data_parallel() const { return groups ? groups->data.get() : nullptr; }
 };
 
-// Refuses layouts that do not run yet (TP or PP above 1: a one-line error, before MPI starts), then
-// starts MPI when the launcher started more than one rank and splits the groups.
+// Checks the layout flags (a one-line error before MPI starts), then starts MPI when the launcher started
+// more than one rank and splits the tensor, data and pipeline groups.
 ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv);
 
 // Rank 0 prepares first (it builds the data's index caches), the others after its verdict: a bad input
 // stops every rank with one message instead of each one racing to build the same files.
-TrainingSetup prepare_on_every_rank(TrainArgs& args, const ParallelRun& run);
+TrainingSetup prepare_on_every_rank(TrainArgs& args, ParallelRun& run);
 
 // The --dry-run table for the flags' model and layout; nothing is allocated and no data is read.
 std::string dry_run_plan(TrainArgs& args);

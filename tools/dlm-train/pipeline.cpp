@@ -21,6 +21,7 @@
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/train/device.h"
+#include "dlm/train/model_parallel.h"
 #include "dlm/train/model.h"
 #include "dlm/train/model_adapters.h"
 #include "dlm/train/train_checkpoint.h"
@@ -171,12 +172,13 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
 struct ModelOwner {
   std::unique_ptr<train::Backend> backend;
   std::unique_ptr<train::Model> model;
+  std::unique_ptr<train::ParallelModel> parallel;
   std::shared_ptr<Splits> splits;
 };
 
 }  // namespace
 
-TrainingSetup prepare_training(TrainArgs& args) {
+TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups) {
   TrainingSetup setup;
   if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
   resolve_model_config(args, setup);
@@ -205,9 +207,23 @@ TrainingSetup prepare_training(TrainArgs& args) {
     const ckpt::CheckpointReader reader(args.load);
     train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
   }
+  if (device == train::Device::kCuda && groups && (groups->config.tensor > 1 || groups->config.pipeline > 1))
+    fail("tensor and pipeline parallelism run on the CPU backend so far (--device cpu); the GPU trains one replica per "
+         "process");
   if (device == train::Device::kCuda) {
     // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
     setup.model = train::make_cuda_trainable(setup.config, args.seed);
+  } else if (groups && (groups->config.tensor > 1 || groups->config.pipeline > 1)) {
+    // This rank's chunks of a TP/PP replica (docs/parallelism.md).
+    owner->backend = train::make_cpu_backend(args.threads);
+    train::ModelParallelOptions mp;
+    mp.sequence_parallel = args.sequence_parallel;
+    mp.virtual_stages = train::virtual_stages_for(setup.config, groups->config.pipeline, args.layers_per_virtual_stage);
+    owner->parallel = std::make_unique<train::ParallelModel>(setup.config, *owner->backend, *groups, mp);
+    setup.model = train::make_trainable_model(*owner->parallel);
+    train::CheckpointPlacement placement{owner->parallel->layout(), owner->parallel->tensor_rank(), {}};
+    for (std::size_t v = 0; v < owner->parallel->chunks().size(); ++v) placement.stages.push_back(owner->parallel->stage_of(v));
+    setup.placement = std::move(placement);
   } else {
     owner->backend = train::make_cpu_backend(args.threads);
     owner->model = std::make_unique<train::Model>(setup.config, *owner->backend);
@@ -215,13 +231,16 @@ TrainingSetup prepare_training(TrainArgs& args) {
   }
   if (!args.load.empty()) {
     const auto params = setup.model->parameters();
-    train::TrainCheckpoint checkpoint = train::load_train_checkpoint(args.load, params, t.adam);
+    train::TrainCheckpoint checkpoint =
+        train::load_train_checkpoint(args.load, params, t.adam, setup.placement.value_or(train::CheckpointPlacement{}));
     train::restore_weights(checkpoint, params);
     if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
     setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};
     log::info("resuming {} at iteration {}", checkpoint.dir, setup.resume->progress.iteration);
   } else if (owner->model) {
     owner->model->init(args.seed);
+  } else if (owner->parallel) {
+    owner->parallel->init(args.seed);  // each shard the slice of the same whole-model init
   }
   std::int64_t parameters = 0;
   for (const auto& spec : ckpt::model_tensors(setup.config)) parameters += ckpt::element_count(spec.shape);
@@ -248,7 +267,7 @@ ckpt::ModelConfig resolve_model(TrainArgs& args) {
 }
 
 void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
-                              const train::AdamW& optimizer) {
+                              const train::AdamW& optimizer, train::Communicator* world, bool writes) {
   std::string data;
   for (const auto& p : args.data_path) data += (data.empty() ? "" : " ") + p;
   const std::map<std::string, std::string> run = {
@@ -264,7 +283,13 @@ void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const
       {"tokenizer_model", args.tokenizer.model},
   };
   const auto params = setup.model->parameters();
-  train::save_train_checkpoint(args.save, setup.config, params, optimizer, progress, run);
+  if (setup.placement) {
+    if (!world) fail("a model-parallel checkpoint needs the world communicator");
+    train::save_train_checkpoint_sharded(args.save, setup.config, params, optimizer, progress, *setup.placement, *world,
+                                         writes, run);
+  } else {
+    train::save_train_checkpoint(args.save, setup.config, params, optimizer, progress, run);
+  }
 }
 
 }  // namespace dlm::tools

@@ -8,6 +8,8 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/data/tokenizer.h"
+#include "dlm/train/parallel.h"
+#include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
 #include "train_args.h"
 
@@ -25,15 +27,20 @@ struct TrainingSetup {
   std::unique_ptr<train::TrainableModel> model;
   std::unique_ptr<train::SampleSource> train, valid;
   std::optional<ResumeState> resume;  // from --load
+  // Tensor/pipeline parallelism: where this rank's shards sit (checkpoints are then saved by every rank).
+  std::optional<train::CheckpointPlacement> placement;
   double unigram_entropy = 0;
 };
 
 // Opens the data and the checkpoint and checks them against the flags (vocabulary below the data's
 // largest id, missing files, a checkpoint whose config disagrees): every error before any compute.
-TrainingSetup prepare_training(TrainArgs& args);
+// With `groups` of tensor or pipeline size above 1 the model is this rank's ParallelModel.
+TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = nullptr);
 // The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).
 ckpt::ModelConfig resolve_model(TrainArgs& args);
+// One process writes the whole model; under tensor/pipeline parallelism every rank calls this (collective
+// over `world`) and the data-parallel rank 0 of each position (`writes`) writes its shards.
 void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
-                              const train::AdamW& optimizer);
+                              const train::AdamW& optimizer, train::Communicator* world = nullptr, bool writes = true);
 
 }  // namespace dlm::tools

@@ -76,9 +76,12 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("device", po::value(&a.device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)");
   po::options_description parallel("parallelism (Megatron's flags; launch under mpirun or srun)");
   parallel.add_options()
-      ("tensor-model-parallel-size", po::value(&a.tensor_parallel)->default_value(1), "TP size (only 1 runs yet; --dry-run plans any)")
-      ("pipeline-model-parallel-size", po::value(&a.pipeline_parallel)->default_value(1), "PP size (only 1 runs yet; --dry-run plans any)")
+      ("tensor-model-parallel-size", po::value(&a.tensor_parallel)->default_value(1), "TP size: heads, ffn and vocabulary split over ranks")
+      ("pipeline-model-parallel-size", po::value(&a.pipeline_parallel)->default_value(1), "PP size: layers split into stages (1F1B)")
+      ("num-layers-per-virtual-pipeline-stage", po::value(&a.layers_per_virtual_stage)->default_value(0), "interleaved 1F1B: layers per model chunk")
       ("sequence-parallel", po::bool_switch(&a.sequence_parallel), "split norms and residuals along the sequence (with TP)")
+      ("overlap-grad-reduce", po::bool_switch(&t.overlap_grad_reduce), "reduce each gradient bucket as soon as the last backward completes it")
+      ("overlap-param-gather", po::bool_switch(&a.overlap_param_gather), "all-gather updated weights during the next forward (GPU)")
       ("use-distributed-optimizer", po::bool_switch(&t.use_distributed_optimizer), "shard the AdamW moments over the data-parallel ranks")
       ("ddp-bucket-size", po::value(&t.ddp_bucket_size)->default_value(t.ddp_bucket_size), "gradient elements per reduction bucket")
       ("distributed-timeout-minutes", po::value(&a.timeout_minutes)->default_value(a.timeout_minutes), "a collective waiting longer names the lost rank and exits")

@@ -31,6 +31,8 @@ struct TrainArgs {
   int tensor_parallel = 1;             // --tensor-model-parallel-size
   int pipeline_parallel = 1;           // --pipeline-model-parallel-size
   bool sequence_parallel = false;      // --sequence-parallel
+  int layers_per_virtual_stage = 0;    // --num-layers-per-virtual-pipeline-stage (0: not interleaved)
+  bool overlap_param_gather = false;   // --overlap-param-gather
   double timeout_minutes = 10;         // --distributed-timeout-minutes
   bool recompute_full = false;         // --recompute-granularity full
   bool dry_run = false;                // --dry-run: print each rank's memory and traffic, allocate nothing
