@@ -198,7 +198,7 @@ TEST(AdamW, MatchesTheHostOptimizerWithClipping) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const std::vector<std::int64_t> sizes = {1000, 37, 70000};
+  const std::vector<std::int64_t> sizes = {1000, 37, 70000, 2 * kAdamWChunk + 5};
   std::vector<std::vector<float>> p(sizes.size()), g(sizes.size());
   for (std::size_t t = 0; t < sizes.size(); ++t)
     for (std::int64_t i = 0; i < sizes[t]; ++i) p[t].push_back(dist(rng)), g[t].push_back(dist(rng));
@@ -212,12 +212,15 @@ TEST(AdamW, MatchesTheHostOptimizerWithClipping) {
     list.push_back({dp[t]->get(), dg[t]->get(), dm[t]->get(), dv[t]->get(), nullptr, sizes[t], t == 1 ? 0.0f : 0.1f});
   }
   DeviceVec<AdamWTensor> d_list(list);
-  DeviceVec<double> partial{static_cast<std::size_t>(grad_norm_partial_doubles())}, sumsq{1};
+  const std::vector<AdamWChunk> chunks = adamw_chunks(list.data(), static_cast<int>(list.size()));
+  const int n = static_cast<int>(chunks.size());
+  DeviceVec<AdamWChunk> d_chunks(chunks);
+  DeviceVec<double> partial{chunks.size()}, sumsq{1};
   AdamWOptions o{0.9, 0.95, 1e-8, 0.1};
   AdamW host(o);
   for (int step = 1; step <= 3; ++step) {
-    grad_sumsq(d_list.get(), int(list.size()), partial.get(), sumsq.get(), nullptr);
-    adamw_step(d_list.get(), int(list.size()), sumsq.get(), 1.0, 1e-2f, 0.9f, 0.95f, 1e-8f, step, nullptr);
+    grad_sumsq(d_list.get(), d_chunks.get(), n, partial.get(), sumsq.get(), nullptr);
+    adamw_step(d_list.get(), d_chunks.get(), n, sumsq.get(), 1.0, 1e-2f, 0.9f, 0.95f, 1e-8f, step, nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     std::vector<std::vector<float>> gc = g;  // the host clips in place
     std::vector<std::span<float>> spans;

@@ -20,13 +20,7 @@
 namespace dlm::train {
 namespace {
 
-ckpt::ModelConfig small_config() {
-  ckpt::ModelConfig c;
-  c.num_layers = 2, c.hidden_size = 128, c.ffn_hidden_size = 344, c.num_attention_heads = 4;
-  c.num_query_groups = 2, c.kv_channels = 32, c.vocab_size = 500, c.max_position_embeddings = 128;
-  c.qk_layernorm = true, c.mask_token_id = 499;
-  return c;
-}
+using gpu_test::small_config;
 
 ModelBatch batch_for(const ObjectiveOptions& o, std::int64_t batch, std::int64_t seq, std::uint64_t step) {
   SampleBatch s;

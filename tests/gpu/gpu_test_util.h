@@ -9,7 +9,18 @@
 #include <random>
 #include <vector>
 
+#include "dlm/ckpt/model_config.h"
+
 namespace dlm::gpu_test {
+
+// The small model of the parity and model tests: 2 layers, hidden 128, GQA 4/2 heads of 32, QK-norm.
+inline ckpt::ModelConfig small_config() {
+  ckpt::ModelConfig c;
+  c.num_layers = 2, c.hidden_size = 128, c.ffn_hidden_size = 344, c.num_attention_heads = 4;
+  c.num_query_groups = 2, c.kv_channels = 32, c.vocab_size = 500, c.max_position_embeddings = 128;
+  c.qk_layernorm = true, c.mask_token_id = 499;
+  return c;
+}
 
 inline bool have_device() {
   int count = 0;

@@ -1,9 +1,11 @@
 // Multi-tensor AdamW (torch.optim.AdamW's update, see optimizer.h) and the global gradient norm, each one
-// launch over every parameter tensor: blockIdx.y picks the tensor, blocks stride over its elements.
+// launch over every parameter tensor cut into chunks of kAdamWChunk elements, one block a chunk, so that
+// the large tensors (the 311M-element embedding and output layer of the 1.7B) spread over the whole GPU
+// instead of a fixed number of blocks per tensor; 16-byte accesses.
 //   clip = min(1, max_norm / (sqrt(sum g^2) + 1e-6))   (Megatron's rule; max_norm <= 0: 1), g <- clip * g
 //   p <- p (1 - lr wd);  m <- m + (1 - b1)(g - m);  v <- b2 v + (1 - b2) g^2
 //   p <- p - lr / (1 - b1^s) * m / (sqrt(v) / sqrt(1 - b2^s) + eps);  param_bf16 <- bf16(p)
-// The norm's sum of squares is taken per block in double and summed over blocks in a fixed order, so it is
+// The norm's sum of squares is taken per chunk in double and summed over chunks in a fixed order, so it is
 // the same number on every run; the clip factor is read on the device (no host round trip).
 #include <cmath>
 
@@ -14,9 +16,6 @@ namespace dlm::train::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kNormBlocksPerTensor = 64;
-constexpr int kMaxTensors = 4096;
-constexpr int kStepBlocksPerTensor = 512;
 
 __device__ __forceinline__ double warp_sum_d(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -34,16 +33,29 @@ __device__ double block_sum_d(double v) {
   return warp_sum_d(v);
 }
 
-__global__ void __launch_bounds__(kThreads) sumsq_kernel(const AdamWTensor* tensors, double* partial) {
-  const AdamWTensor t = tensors[blockIdx.y];
+// The elements [begin, end) of the chunk's tensor; begin is a multiple of kAdamWChunk.
+struct Range {
+  std::int64_t begin, end, end4;
+};
+__device__ __forceinline__ Range chunk_range(const AdamWTensor& t, const AdamWChunk& c) {
+  const std::int64_t begin = static_cast<std::int64_t>(c.piece) * kAdamWChunk;
+  const std::int64_t end = begin + kAdamWChunk < t.numel ? begin + kAdamWChunk : t.numel;
+  return {begin, end, begin + (end - begin) / 4 * 4};
+}
+
+__global__ void __launch_bounds__(kThreads) sumsq_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
+                                                         double* partial) {
+  const AdamWChunk c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const Range r = chunk_range(t, c);
   double acc = 0.0;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < t.numel;
-       i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
-    const double g = t.grad[i];
-    acc += g * g;
+  for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
+    const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
+    acc += double(g.x) * g.x + double(g.y) * g.y + double(g.z) * g.z + double(g.w) * g.w;
   }
+  for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads) acc += double(t.grad[i]) * t.grad[i];
   acc = block_sum_d(acc);
-  if (threadIdx.x == 0) partial[static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = acc;
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 __global__ void __launch_bounds__(1024) sum_kernel(const double* partial, std::int64_t n, double* out) {
@@ -53,24 +65,51 @@ __global__ void __launch_bounds__(1024) sum_kernel(const double* partial, std::i
   if (threadIdx.x == 0) *out = acc;
 }
 
-__global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tensors, const double* sumsq,
-                                                         double max_norm, float lr, float beta1, float beta2,
-                                                         float eps, float step_size, float bc2_sqrt) {
-  const AdamWTensor t = tensors[blockIdx.y];
-  float clip = 1.0f;
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, step_size, bc2_sqrt, clip, decay;
+};
+
+__device__ __forceinline__ void update(float g, float& p, float& m, float& v, const AdamWScalars& k) {
+  g *= k.clip;
+  p *= k.decay;
+  m += (1.0f - k.beta1) * (g - m);
+  v = k.beta2 * v + (1.0f - k.beta2) * g * g;
+  p -= k.step_size * m / (sqrtf(v) / k.bc2_sqrt + k.eps);
+}
+
+__global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
+                                                         const double* sumsq, double max_norm, float lr, float beta1,
+                                                         float beta2, float eps, float step_size, float bc2_sqrt) {
+  const AdamWChunk c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const Range r = chunk_range(t, c);
+  AdamWScalars k{lr, beta1, beta2, eps, step_size, bc2_sqrt, 1.0f, 1.0f - lr * t.weight_decay};
   if (max_norm > 0 && sumsq) {
-    const double c = max_norm / (sqrt(*sumsq) + 1e-6);
-    if (c < 1.0) clip = static_cast<float>(c);
+    const double f = max_norm / (sqrt(*sumsq) + 1e-6);
+    if (f < 1.0) k.clip = static_cast<float>(f);
   }
-  const float decay = 1.0f - lr * t.weight_decay;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < t.numel;
-       i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
-    const float g = t.grad[i] * clip;
-    float p = t.param[i] * decay;
-    float m = t.m[i], v = t.v[i];
-    m += (1.0f - beta1) * (g - m);
-    v = beta2 * v + (1.0f - beta2) * g * g;
-    p -= step_size * m / (sqrtf(v) / bc2_sqrt + eps);
+  // 16-byte accesses: every tensor starts 16-byte aligned and chunks start at multiples of 4 elements.
+  for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
+    const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
+    float4 p = *reinterpret_cast<const float4*>(t.param + i);
+    float4 m = *reinterpret_cast<const float4*>(t.m + i);
+    float4 v = *reinterpret_cast<const float4*>(t.v + i);
+    update(g.x, p.x, m.x, v.x, k);
+    update(g.y, p.y, m.y, v.y, k);
+    update(g.z, p.z, m.z, v.z, k);
+    update(g.w, p.w, m.w, v.w, k);
+    *reinterpret_cast<float4*>(t.param + i) = p;
+    *reinterpret_cast<float4*>(t.m + i) = m;
+    *reinterpret_cast<float4*>(t.v + i) = v;
+    if (t.param_bf16) {
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(t.param_bf16 + i);
+      out[0] = __floats2bfloat162_rn(p.x, p.y);
+      out[1] = __floats2bfloat162_rn(p.z, p.w);
+    }
+  }
+  for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads) {
+    float p = t.param[i], m = t.m[i], v = t.v[i];
+    update(t.grad[i], p, m, v, k);
     t.param[i] = p;
     t.m[i] = m;
     t.v[i] = v;
@@ -80,23 +119,26 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
 
 }  // namespace
 
-int grad_norm_partial_doubles() { return kMaxTensors * kNormBlocksPerTensor; }
-
-void grad_sumsq(const AdamWTensor* tensors_device, int count, double* partial, double* sumsq, cudaStream_t stream) {
-  if (count > kMaxTensors) {
-    check_cuda(cudaErrorInvalidValue, "grad_sumsq: more than 4096 parameter tensors");
-  }
-  sumsq_kernel<<<dim3(kNormBlocksPerTensor, count), kThreads, 0, stream>>>(tensors_device, partial);
-  sum_kernel<<<1, 1024, 0, stream>>>(partial, std::int64_t{count} * kNormBlocksPerTensor, sumsq);
+std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors, int count) {
+  std::vector<AdamWChunk> chunks;
+  for (int t = 0; t < count; ++t)
+    for (std::int64_t piece = 0; piece * kAdamWChunk < tensors[t].numel; ++piece)
+      chunks.push_back({t, static_cast<int>(piece)});
+  return chunks;
 }
 
-void adamw_step(const AdamWTensor* tensors_device, int count, const double* sumsq, double max_norm, float lr,
-                float beta1, float beta2, float eps, int step, cudaStream_t stream) {
+void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
+                double* sumsq, cudaStream_t stream) {
+  sumsq_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, partial);
+  sum_kernel<<<1, 1024, 0, stream>>>(partial, num_chunks, sumsq);
+}
+
+void adamw_step(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, const double* sumsq,
+                double max_norm, float lr, float beta1, float beta2, float eps, int step, cudaStream_t stream) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
-  adamw_kernel<<<dim3(kStepBlocksPerTensor, count), kThreads, 0, stream>>>(
-      tensors_device, sumsq, max_norm, lr, beta1, beta2, eps, static_cast<float>(lr / bc1),
-      static_cast<float>(std::sqrt(bc2)));
+  adamw_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, sumsq, max_norm, lr, beta1, beta2, eps,
+                                                    static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)));
 }
 
 }  // namespace dlm::train::cuda

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -53,6 +55,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
                     I.find(p + "mlp.linear_fc1.weight"), I.find(p + "mlp.linear_fc2.weight")});
   }
   check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const char* graphs = std::getenv("DLM_CUDA_GRAPHS");
+  I.graphs_off = graphs && std::string_view(graphs) == "0";
   I.gemm = std::make_unique<Gemm>();
   I.attention = std::make_unique<Attention>();
   I.master = I.alloc<float>(I.total, I.owned, I.bytes);
@@ -81,7 +85,14 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
   check_cuda(cudaMemcpyAsync(I.rope_cos, c.data(), c.size() * 4, cudaMemcpyHostToDevice, I.stream), "copy rope");
   check_cuda(cudaMemcpyAsync(I.rope_sin, s.data(), s.size() * 4, cudaMemcpyHostToDevice, I.stream), "copy rope");
   I.adam_dev = I.alloc<AdamWTensor>(static_cast<std::int64_t>(I.specs.size()), I.owned, I.bytes);
-  I.norm_partial = I.alloc<double>(grad_norm_partial_doubles(), I.owned, I.bytes);
+  const std::vector<AdamWTensor> list = I.adam_list(0.0);
+  const std::vector<AdamWChunk> chunks = adamw_chunks(list.data(), static_cast<int>(list.size()));
+  I.num_chunks = static_cast<int>(chunks.size());
+  I.adam_chunks = I.alloc<AdamWChunk>(I.num_chunks, I.owned, I.bytes);
+  check_cuda(cudaMemcpyAsync(I.adam_chunks, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice,
+                             I.stream),
+             "adamw chunks");
+  I.norm_partial = I.alloc<double>(I.num_chunks, I.owned, I.bytes);
   I.sumsq = I.alloc<double>(1, I.owned, I.bytes);
   check_cuda(cudaStreamSynchronize(I.stream), "CudaModel");
 }
@@ -202,22 +213,22 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
   }
   I.ensure_acts(b.batch, b.seq);
   const cudaStream_t st = I.stream;
-  // Tokens grouped by id for the embedding backward (deterministic, no atomics).
-  std::vector<int> order(static_cast<std::size_t>(n)), uids, starts;
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return b.ids[x] < b.ids[y]; });
-  for (std::int64_t k = 0; k < n; ++k)
-    if (k == 0 || b.ids[order[k]] != b.ids[order[k - 1]]) {
-      uids.push_back(b.ids[order[k]]);
-      starts.push_back(static_cast<int>(k));
-    }
-  starts.push_back(static_cast<int>(n));
   auto up = [&](void* dst, const void* src, std::size_t bytes) {
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
   };
-  up(I.ids, b.ids.data(), n * 4), up(I.labels, b.labels.data(), n * 4), up(I.weights, b.weights.data(), n * 4);
-  up(I.pos, positions.data(), n * 4), up(I.order, order.data(), n * 4);
-  up(I.uids, uids.data(), uids.size() * 4), up(I.starts, starts.data(), starts.size() * 4);
+  up(I.ids, b.ids.data(), n * 4), up(I.pos, positions.data(), n * 4);
+  const bool backward = !logits_out && !greedy && !loss_only;
+  if (!logits_out && !greedy) up(I.labels, b.labels.data(), n * 4), up(I.weights, b.weights.data(), n * 4);
+  // Tokens grouped by id for the embedding backward (deterministic, no atomics).
+  std::vector<int> order;
+  std::vector<EmbeddingSegment> segments;
+  std::vector<EmbeddingCombine> combine;
+  if (backward) {
+    embedding_plan(b.ids.data(), static_cast<int>(n), order, segments, combine);
+    up(I.order, order.data(), n * 4);
+    up(I.emb_segments, segments.data(), segments.size() * sizeof(EmbeddingSegment));
+    if (!combine.empty()) up(I.emb_combine, combine.data(), combine.size() * sizeof(EmbeddingCombine));
+  }
 
   const int T = static_cast<int>(n), d = I.d(), F = I.ffn(), qd = I.qdim(), qkv = I.qkvdim(), V = I.vpad();
   const auto eps = static_cast<float>(c.norm_epsilon);
@@ -228,44 +239,52 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
   const float* no_norm = nullptr;
 
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
-  I.timer.start(st);
-  embedding_forward(I.ids, I.W(I.emb), I.la[0].res1, T, d, st);
-  mark("embedding fwd");
-  for (int l = 0; l < c.num_layers; ++l) {
-    const auto& P = I.lp[static_cast<std::size_t>(l)];
-    auto& A = I.la[static_cast<std::size_t>(l)];
-    if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
-    else rmsnorm_forward(I.la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
+  const auto forward = [&] {
+    I.timer.start(st);
+    embedding_forward(I.ids, I.W(I.emb), I.la[0].res1, T, d, st);
+    mark("embedding fwd");
+    for (int l = 0; l < c.num_layers; ++l) {
+      const auto& P = I.lp[static_cast<std::size_t>(l)];
+      auto& A = I.la[static_cast<std::size_t>(l)];
+      if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
+      else rmsnorm_forward(I.la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
+      mark("rmsnorm fwd");
+      gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+      mark("gemm qkv fwd");
+      qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
+                           P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, st);
+      mark("qk-norm+rope fwd");
+      I.attention->forward(as, A.qkv_rot, A.att, A.lse, st);
+      mark("attention fwd");
+      gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp, false, d, 0, st);
+      mark("gemm proj fwd");
+      rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), A.h2, A.rstd2, T, d, eps, st);
+      mark("rmsnorm fwd");
+      gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
+      mark("gemm fc1 fwd");
+      swiglu_forward(A.gu, A.act, T, F, st);
+      mark("swiglu fwd");
+      gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp, false, d, 0, st);
+      mark("gemm fc2 fwd");
+    }
+    rmsnorm_forward(I.la.back().res2, I.tmp, I.res_f, I.F(I.lnf), I.hf, I.rstd_f, T, d, eps, st);
     mark("rmsnorm fwd");
-    gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
-    mark("gemm qkv fwd");
-    qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
-                         P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, st);
-    mark("qk-norm+rope fwd");
-    I.attention->forward(as, A.qkv_rot, A.att, A.lse, st);
-    mark("attention fwd");
-    gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp, false, d, 0, st);
-    mark("gemm proj fwd");
-    rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), A.h2, A.rstd2, T, d, eps, st);
-    mark("rmsnorm fwd");
-    gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
-    mark("gemm fc1 fwd");
-    swiglu_forward(A.gu, A.act, T, F, st);
-    mark("swiglu fwd");
-    gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp, false, d, 0, st);
-    mark("gemm fc2 fwd");
-  }
-  rmsnorm_forward(I.la.back().res2, I.tmp, I.res_f, I.F(I.lnf), I.hf, I.rstd_f, T, d, eps, st);
-  mark("rmsnorm fwd");
-  check_cuda(cudaGetLastError(), "forward");
+    check_cuda(cudaGetLastError(), "forward");
+  };
 
   if (greedy) {
-    for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
-      const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
-      gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
-      // The labels and per-row loss columns are free in a forward-only pass.
-      cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(c.vocab_size), I.labels + c0, I.loss_rows + c0, st);
-    }
+    // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
+    // head run as one CUDA graph, so ~300 launches cost one.
+    I.run_graphed(b.batch, b.seq, b.causal, [&] {
+      forward();
+      for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
+        const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
+        gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+        // The labels and per-row loss columns are free in a forward-only pass.
+        cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(c.vocab_size), I.labels + c0, I.loss_rows + c0, st);
+      }
+      check_cuda(cudaGetLastError(), "greedy");
+    });
     greedy->resize(static_cast<std::size_t>(n));
     logits_out->resize(static_cast<std::size_t>(n));
     check_cuda(cudaMemcpyAsync(greedy->data(), I.labels, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
@@ -273,6 +292,7 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
     synchronize();
     return 0;
   }
+  forward();
   if (logits_out) {
     const std::int64_t vocab = c.vocab_size;
     std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
@@ -333,7 +353,8 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
     rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, T, d, st);
   }
   mark("rmsnorm bwd");
-  embedding_backward(I.dres, I.uids, I.starts, I.order, static_cast<int>(uids.size()), I.G(I.emb), d, st);
+  embedding_backward(I.dres, I.order, I.emb_segments, static_cast<int>(segments.size()), I.emb_combine,
+                     static_cast<int>(combine.size()), I.emb_partial, I.G(I.emb), d, st);
   mark("embedding bwd");
   I.timer.finish();
   check_cuda(cudaGetLastError(), "backward");

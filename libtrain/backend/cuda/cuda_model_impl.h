@@ -52,6 +52,8 @@ struct CudaModel::Impl {
   bf16* w16 = nullptr;
   float *rope_cos = nullptr, *rope_sin = nullptr;
   AdamWTensor* adam_dev = nullptr;
+  AdamWChunk* adam_chunks = nullptr;
+  int num_chunks = 0;
   double *norm_partial = nullptr, *sumsq = nullptr;
   int steps = 0;
   cudaStream_t stream = nullptr;
@@ -66,7 +68,10 @@ struct CudaModel::Impl {
   bf16 *dact = nullptr, *dgu = nullptr, *datt = nullptr, *dqkv_rot = nullptr, *dqkv = nullptr;
   float *rstd_f = nullptr, *dres = nullptr, *delta = nullptr, *partial = nullptr, *loss_rows = nullptr;
   float* weights = nullptr;
-  int *ids = nullptr, *labels = nullptr, *pos = nullptr, *uids = nullptr, *starts = nullptr, *order = nullptr;
+  int *ids = nullptr, *labels = nullptr, *pos = nullptr, *order = nullptr;
+  EmbeddingSegment* emb_segments = nullptr;
+  EmbeddingCombine* emb_combine = nullptr;
+  float* emb_partial = nullptr;
 
   template <typename T>
   T* alloc(std::int64_t n, std::vector<void*>& list, std::size_t& counter) {
@@ -93,7 +98,64 @@ struct CudaModel::Impl {
     return it == index.end() ? -1 : it->second;
   }
 
+  // Forward graphs of the sampling path (run_graphed), per shape; they hold activation and workspace
+  // pointers, so they go whenever those move. DLM_CUDA_GRAPHS=0 or the profiler turns them off.
+  struct ForwardGraph {
+    std::int64_t batch, seq;
+    bool causal;
+    std::size_t workspace;
+    cudaGraphExec_t exec;
+  };
+  std::vector<ForwardGraph> graphs;
+  std::vector<ForwardGraph> seen;  // shapes run once eagerly (their per-shape plans are built)
+  bool graphs_off = false;
+
+  void clear_graphs() {
+    for (auto& g : graphs) cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+    seen.clear();
+  }
+
+  template <typename Enqueue>
+  void run_graphed(std::int64_t batch, std::int64_t seq, bool causal, Enqueue&& enqueue) {
+    if (graphs_off || timer.enabled()) return enqueue();
+    const std::size_t ws = attention->workspace_bytes();
+    for (std::size_t i = 0; i < graphs.size(); ++i) {
+      auto& g = graphs[i];
+      if (g.batch != batch || g.seq != seq || g.causal != causal) continue;
+      if (g.workspace == ws) return check_cuda(cudaGraphLaunch(g.exec, stream), "graph launch");
+      cudaGraphExecDestroy(g.exec);
+      graphs.erase(graphs.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+    const auto same = [&](const ForwardGraph& g) { return g.batch == batch && g.seq == seq && g.causal == causal; };
+    if (std::none_of(seen.begin(), seen.end(), same)) {
+      seen.push_back({batch, seq, causal, ws, nullptr});
+      return enqueue();
+    }
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      enqueue();
+    } catch (const std::exception&) {
+      // Something in the forward cannot be captured: end the capture, run eagerly from now on.
+      cudaStreamEndCapture(stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      graphs_off = true;
+      return enqueue();
+    }
+    check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(made, "graph instantiate");
+    graphs.push_back({batch, seq, causal, ws, exec});
+    check_cuda(cudaGraphLaunch(exec, stream), "graph launch");
+  }
+
   void free_acts() {
+    clear_graphs();
     for (void* p : acts_owned) cudaFree(p);
     acts_owned.clear();
     act_bytes = 0;
@@ -122,7 +184,9 @@ struct CudaModel::Impl {
     QkvShape qs{static_cast<int>(T), cfg.num_attention_heads, cfg.num_query_groups, cfg.kv_channels, cfg.qk_layernorm, 0};
     partial = act<float>(std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs)));
     weights = act<float>(T), ids = act<int>(T), labels = act<int>(T), pos = act<int>(T);
-    uids = act<int>(T), starts = act<int>(T + 1), order = act<int>(T);
+    order = act<int>(T), emb_segments = act<EmbeddingSegment>(embedding_plan_segments(static_cast<int>(T)));
+    emb_combine = act<EmbeddingCombine>(embedding_plan_slots(static_cast<int>(T)));
+    emb_partial = act<float>(embedding_plan_slots(static_cast<int>(T)) * d());
   }
 
   void refresh_bf16(int p) {
@@ -140,13 +204,17 @@ struct CudaModel::Impl {
     return p;
   }
   // The tensor list the multi-tensor kernels walk; weight decay is per call (the options may change).
-  void upload_adam_list(double weight_decay) {
+  std::vector<AdamWTensor> adam_list(double weight_decay) const {
     std::vector<AdamWTensor> list;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       const int p = static_cast<int>(i);
       list.push_back({F(p), G(p), m + offset[i], v + offset[i], w16 + offset[i], numel(p),
                       specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
     }
+    return list;
+  }
+  void upload_adam_list(double weight_decay) {
+    const std::vector<AdamWTensor> list = adam_list(weight_decay);
     check_cuda(cudaMemcpyAsync(adam_dev, list.data(), list.size() * sizeof(AdamWTensor), cudaMemcpyHostToDevice, stream),
                "adamw list");
   }

@@ -13,9 +13,9 @@ double CudaModel::grad_norm() {
   auto& I = *impl_;
   I.upload_adam_list(0.0);
   I.timer.start(I.stream);
-  grad_sumsq(I.adam_dev, static_cast<int>(I.specs.size()), I.norm_partial, I.sumsq, I.stream);
+  grad_sumsq(I.adam_dev, I.adam_chunks, I.num_chunks, I.norm_partial, I.sumsq, I.stream);
   I.timer.mark("grad norm", I.stream);
-  I.timer.finish();
+  I.timer.finish(false);
   check_cuda(cudaGetLastError(), "grad norm");
   double sumsq = 0;
   check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
@@ -27,11 +27,11 @@ void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
   auto& I = *impl_;
   I.upload_adam_list(o.weight_decay);
   I.timer.start(I.stream);
-  cuda::adamw_step(I.adam_dev, static_cast<int>(I.specs.size()), I.sumsq, max_norm, static_cast<float>(lr),
+  cuda::adamw_step(I.adam_dev, I.adam_chunks, I.num_chunks, I.sumsq, max_norm, static_cast<float>(lr),
                    static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps,
                    I.stream);
   I.timer.mark("adamw", I.stream);
-  I.timer.finish();
+  I.timer.finish(false);
   check_cuda(cudaGetLastError(), "adamw");
 }
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace dlm::train::cuda {
 
@@ -56,12 +57,27 @@ void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStr
 //   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream);
 
-// embedding.cu: x[t] = table[ids[t]]; backward dtable[id] += sum of dx over the tokens holding id, one block
-// per distinct id in a fixed order (CSR built on the host: order[] lists token indices grouped by id,
-// starts[u]..starts[u+1] those of unique id uids[u]): deterministic, no atomics.
+// embedding.cu: x[t] = table[ids[t]]; backward dtable[id] += sum of dx over the tokens holding id, deterministic
+// (no atomics): embedding_plan groups the tokens by id on the host (order: token indices sorted by id,
+// stable) and cuts each id's run into segments of at most kEmbeddingSegment tokens; an id of one segment
+// adds into its row directly (slot -1), one of several sums its segments into partial rows `slot`, which
+// `combine` adds up in order. dim % 4 == 0. Buffers: order [tokens], segments embedding_plan_segments(tokens),
+// combine and partial rows embedding_plan_slots(tokens) (partial: that many rows of dim floats).
+constexpr int kEmbeddingSegment = 32;
+struct EmbeddingSegment {
+  int id, begin, end, slot;
+};
+struct EmbeddingCombine {
+  int id, first_slot, count;
+};
+void embedding_plan(const int* ids, int tokens, std::vector<int>& order, std::vector<EmbeddingSegment>& segments,
+                    std::vector<EmbeddingCombine>& combine);
+std::int64_t embedding_plan_segments(int tokens);
+std::int64_t embedding_plan_slots(int tokens);
 void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, int dim, cudaStream_t stream);
-void embedding_backward(const float* dx, const int* uids, const int* starts, const int* order, int unique,
-                        float* dtable, int dim, cudaStream_t stream);
+void embedding_backward(const float* dx, const int* order, const EmbeddingSegment* segments, int num_segments,
+                        const EmbeddingCombine* combine, int num_combine, float* partial, float* dtable, int dim,
+                        cudaStream_t stream);
 
 // cross_entropy.cu: per row r of bf16 logits [rows, ld] (ld = padded vocabulary, columns >= vocab ignored): loss[r] = w[r] * (lse - x[label]),
 // and in place x <- bf16(w[r] * (softmax(x) - onehot(label))), the gradient of sum_r loss[r]. fp32 math, one
@@ -92,13 +108,20 @@ struct AdamWTensor {
   std::int64_t numel;
   float weight_decay;
 };
-// sum of squares of every gradient into *sumsq (double, one slot) in a fixed order (deterministic).
-// `partial` holds grad_norm_partial_doubles() doubles.
-void grad_sumsq(const AdamWTensor* tensors_device, int count, double* partial, double* sumsq, cudaStream_t stream);
-int grad_norm_partial_doubles();
-// One step; grads are scaled by clip_scale_from(sumsq) on the fly: min(1, max_norm / (sqrt(sumsq) + 1e-6)).
-void adamw_step(const AdamWTensor* tensors_device, int count, const double* sumsq, double max_norm, float lr,
-                float beta1, float beta2, float eps, int step, cudaStream_t stream);
+// The tensors cut into chunks of kAdamWChunk elements (the last of a tensor shorter), one block each; built
+// once on the host from the host copy of the tensor list. Tensors must start 16-byte aligned.
+constexpr std::int64_t kAdamWChunk = 65536;
+struct AdamWChunk {
+  int tensor, piece;
+};
+std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors_host, int count);
+// sum of squares of every gradient into *sumsq (double, one slot) in a fixed order (deterministic);
+// `partial` holds num_chunks doubles.
+void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
+                double* sumsq, cudaStream_t stream);
+// One step; grads are scaled by min(1, max_norm / (sqrt(sumsq) + 1e-6)) on the fly (max_norm <= 0: 1).
+void adamw_step(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, const double* sumsq,
+                double max_norm, float lr, float beta1, float beta2, float eps, int step, cudaStream_t stream);
 
 // attention.cu: flash attention (online softmax, fp32 accumulation, mma.sync bf16) reading q, k, v in
 // place from the attention layout (see qk_norm_rope), output o [tokens, heads * head_dim] and lse [batch,

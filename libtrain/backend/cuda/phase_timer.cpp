@@ -36,7 +36,7 @@ void PhaseTimer::mark(const char* phase, cudaStream_t stream) {
   marks_.emplace_back(phase, e);
 }
 
-void PhaseTimer::finish() {
+void PhaseTimer::finish(bool count_step) {
   if (!enabled_ || marks_.empty()) return;
   cudaEventSynchronize(marks_.back().second);
   for (std::size_t i = 1; i < marks_.size(); ++i) {
@@ -44,7 +44,7 @@ void PhaseTimer::finish() {
     cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
     total_ms_[marks_[i].first] += ms;
   }
-  ++steps_;
+  if (count_step) ++steps_;
 }
 
 std::string PhaseTimer::report() {

@@ -19,7 +19,9 @@ class PhaseTimer {
   bool enabled() const { return enabled_; }
   void start(cudaStream_t stream);             // the step begins
   void mark(const char* phase, cudaStream_t stream);  // `phase` just ended
-  void finish();                                // synchronises, adds the step's times to the totals
+  // Synchronises and adds the times to the totals; count_step false for the optimizer's phases, which
+  // belong to the step of the forward_backward before them.
+  void finish(bool count_step = true);
   // "phase ms share" lines, largest first, over every finished step since the last report; resets.
   std::string report();
 

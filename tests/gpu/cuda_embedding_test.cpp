@@ -1,0 +1,59 @@
+// The embedding backward against a double-precision host sum, with the diffusion objective's shape of
+// input: one id (the mask token) at about half of all positions, so that it is cut into many segments,
+// ids of exactly one segment, and ids seen once; poisoned table rows that no token names stay untouched.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "gpu_test_util.h"
+
+namespace dlm::train::cuda {
+namespace {
+
+using gpu_test::DeviceVec;
+using gpu_test::have_device;
+
+TEST(Embedding, BackwardSumsEveryTokenOfAnIdOnce) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  const int tokens = 3000, dim = 72, vocab = 500, mask = 499;
+  std::vector<int> ids(tokens);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int t = 0; t < tokens; ++t) ids[t] = u(rng) < 0.5f ? mask : static_cast<int>(rng() % 400);
+  for (int t = 0; t < kEmbeddingSegment; ++t) ids[t * 7] = 450;  // exactly one full segment
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> dx(static_cast<std::size_t>(tokens) * dim), table(static_cast<std::size_t>(vocab) * dim);
+  for (auto& x : dx) x = normal(rng);
+  for (auto& x : table) x = normal(rng);
+  std::vector<int> order;
+  std::vector<EmbeddingSegment> segments;
+  std::vector<EmbeddingCombine> combine;
+  embedding_plan(ids.data(), tokens, order, segments, combine);
+  ASSERT_LE(static_cast<std::int64_t>(segments.size()), embedding_plan_segments(tokens));
+  ASSERT_LE(static_cast<std::int64_t>(combine.size()), embedding_plan_slots(tokens));
+  ASSERT_FALSE(combine.empty());
+  DeviceVec<float> ddx(dx), dtable(table), partial(static_cast<std::size_t>(embedding_plan_slots(tokens)) * dim);
+  DeviceVec<int> dorder(order);
+  DeviceVec<EmbeddingSegment> dseg(segments);
+  DeviceVec<EmbeddingCombine> dcomb(combine);
+  embedding_backward(ddx.get(), dorder.get(), dseg.get(), static_cast<int>(segments.size()), dcomb.get(),
+                     static_cast<int>(combine.size()), partial.get(), dtable.get(), dim, nullptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto got = dtable.download();
+  std::vector<double> want(table.begin(), table.end());
+  for (int t = 0; t < tokens; ++t)
+    for (int j = 0; j < dim; ++j) want[static_cast<std::size_t>(ids[t]) * dim + j] += dx[static_cast<std::size_t>(t) * dim + j];
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i])));
+  EXPECT_LT(worst, 1e-5);
+  // Twice on the same input: the same bits (fixed summation order).
+  dtable.upload(table);
+  embedding_backward(ddx.get(), dorder.get(), dseg.get(), static_cast<int>(segments.size()), dcomb.get(),
+                     static_cast<int>(combine.size()), partial.get(), dtable.get(), dim, nullptr);
+  EXPECT_EQ(dtable.download(), got);
+}
+
+}  // namespace
+}  // namespace dlm::train::cuda
