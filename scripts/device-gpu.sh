@@ -3,7 +3,9 @@
 # beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
 # WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
-# benchmark without PyTorch), bench (beside PyTorch), sample (beside PyTorch), dlmsample (dlm's alone).
+# benchmark without PyTorch), bench (beside PyTorch), sample (beside PyTorch), dlmsample (dlm's alone),
+# train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
+# carried with the call, then dlm-generate --device cuda from the 350M checkpoint).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
@@ -37,6 +39,24 @@ if [[ $WHAT == *tools* ]]; then
   DLM_TRAIN_TOOL=$(realpath $C/dlm-train) DLM_GENERATE_TOOL=$(realpath $C/dlm-generate) timeout 300 "$C/dlm_gpu_tool_tests" \
     > "$OUT/gpu_tool_tests.log" 2>&1; echo "dlm_gpu_tool_tests exit $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|gpu tool|Failure|Expected|Which is|iteration|error" "$OUT/gpu_tool_tests.log" | head -60
+fi
+if [[ $WHAT == *train* ]]; then
+  DATA=${DLM_GPU_DATA:-.gpudata/corpus_text_document}
+  common=(--data-path "$DATA" --split 100,0,0 --data-cache-path /tmp/dlm-cache
+          --seq-length 2048 --max-position-embeddings 2048 --qk-layernorm --bf16 --lr 2e-4 --log-interval 5 --device cuda)
+  echo "== dlm-train --device cuda, 350M shape (micro-batch 8, global batch 32)"
+  ( time timeout 300 "$C/dlm-train" "${common[@]}" --num-layers 24 --hidden-size 1024 --num-attention-heads 16 \
+      --group-query-attention --num-query-groups 8 --ffn-hidden-size 2816 --vocab-size 50304 --mask-token 50303 --micro-batch-size 8 --global-batch-size 32 \
+      --train-iters 20 --save /tmp/ckpt-350m ) 2>&1 | tee "$OUT/train-350m.log" | grep -vE "^\s*$" | tail -12
+  echo "== dlm-train --device cuda, 1.7B Qwen3 shape (micro-batch 4, global batch 16)"
+  ( time timeout 300 "$C/dlm-train" "${common[@]}" --num-layers 28 --hidden-size 2048 --num-attention-heads 16 \
+      --group-query-attention --num-query-groups 8 --kv-channels 128 --ffn-hidden-size 6144 \
+      --untie-embeddings-and-output-weights --vocab-size 151936 --mask-token 151935 --micro-batch-size 4 --global-batch-size 16 --train-iters 10 ) 2>&1 \
+    | tee "$OUT/train-1.7b.log" | grep -vE "^\s*$" | tail -8
+  echo "== dlm-generate --device cuda from the 350M checkpoint (256 tokens, 256 steps, block 32)"
+  ( time timeout 120 "$C/dlm-generate" --load /tmp/ckpt-350m --tokenizer-type NullTokenizer --tokenizer-model none \
+      --vocab-size 50304 --prompt "11 22 33 44" --max-new-tokens 256 --sample-steps 256 --inference-block-size 32 \
+      --no-eos-stop --device cuda ) 2>&1 | tee "$OUT/generate.log" | cut -c1-300 | tail -6
 fi
 if [[ $WHAT == *profile* ]]; then
   for cfg in ${CONFIGS//,/ }; do
