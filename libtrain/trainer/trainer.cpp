@@ -60,8 +60,9 @@ std::string eta(double seconds) {
 }  // namespace
 
 Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid,
-                 Communicator* data_parallel)
+                 Communicator* data_parallel, Communicator* device_data_parallel)
     : options_(std::move(options)), model_(model), train_(train), valid_(valid), dp_(data_parallel),
+      device_dp_(device_data_parallel),
       optimizer_(options_.adam), schedule_((check_options(options_), options_.lr)) {
   const int dp = dp_ ? dp_->size() : 1;
   if (options_.global_batch_size % (options_.micro_batch_size * dp) != 0)
@@ -78,9 +79,20 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
-  if (model_.device_training() && (dp > 1 || options_.use_distributed_optimizer))
-    fail("data parallelism and --use-distributed-optimizer are not yet wired for a model trained on the GPU "
-         "(run one process, or --device cpu)");
+  if (DeviceTraining* device = model_.device_training()) {
+    if (options_.use_distributed_optimizer)
+      fail("--use-distributed-optimizer is not implemented for a model trained on the GPU yet (data parallelism "
+           "without it runs)");
+    if (dp > 1) {
+      if (!device_dp_ || device_dp_->size() != dp)
+        fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
+      // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16 copies.
+      const DeviceSpan weights = device->parameter_buffer();
+      device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
+      device->parameters_written();
+    }
+    return;
+  }
   if (dp_ && (dp > 1 || options_.use_distributed_optimizer)) {
     const auto params = model_.parameters();
     buffer_ = std::make_unique<GradBuffer>(params, dp, dp_->rank(), options_.ddp_bucket_size);
@@ -163,6 +175,12 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     buffer_->finish_overlap();
   }
   if (DeviceTraining* device = model_.device_training()) {
+    if (dp > 1) {
+      // The gradients summed over the replicas in device memory (one buffer, NCCL); the loss on the host.
+      const DeviceSpan grads = device->gradient_buffer();
+      device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
+      dp_->all_reduce(std::span<double>(&loss, 1));
+    }
     // Clipping and AdamW run beside the weights; only the norm comes back to the host.
     grad_norm = device->grad_norm();
     applied = std::isfinite(loss) && std::isfinite(grad_norm);

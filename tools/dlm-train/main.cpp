@@ -54,7 +54,10 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, on_signal);
     dlm::log::info("unigram entropy of the training labels: {:.4f} nats (the loss of a model that ignores its input)",
                    setup.unigram_entropy);
-    dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel());
+    if (auto* on_device = setup.model->device_training(); on_device && parallel.device_data_parallel())
+      dlm::train::run_on_stream(*parallel.device_data_parallel(), on_device->stream());
+    dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel(),
+                                parallel.device_data_parallel());
     if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
     auto stats = trainer.run(
         [&](const dlm::train::TrainProgress& progress, dlm::train::TrainableModel&, const dlm::train::AdamW& optimizer) {

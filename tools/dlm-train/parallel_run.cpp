@@ -4,6 +4,7 @@
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/device.h"
 #include "dlm/train/model_parallel.h"
 #include "dlm/train/parallel_plan.h"
 
@@ -38,6 +39,13 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   if (run.launch.rank != 0 && log::level() < log::Level::kWarning) log::set_level(log::Level::kWarning);
   run.groups = train::make_process_groups(
       *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
+  if (train::resolve_device(args.device) == train::Device::kCuda) {
+    if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)
+      fail("tensor and pipeline parallelism run on the CPU backend so far (--device cpu); on GPUs, one replica per "
+           "process with data parallelism");
+    // Before any model exists: this takes the GPU of the local rank.
+    run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank, args.timeout_minutes * 60.0);
+  }
   log::info("{} ranks ({}): TP {} x DP {} x PP {}{}{}{}", run.launch.world_size, run.launch.launcher,
             run.groups->config.tensor, run.groups->config.data, run.groups->config.pipeline,
             args.layers_per_virtual_stage > 0 ? fmt::format(" (interleaved, {} layers per chunk)", args.layers_per_virtual_stage) : "",

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "dlm/train/device_groups.h"
 #include "dlm/train/mpi_communicator.h"
 #include "dlm/train/parallel.h"
 #include "pipeline.h"
@@ -18,6 +19,8 @@ struct ParallelRun {
   std::unique_ptr<train::MpiSession> mpi;     // declared first: finalized after the groups are freed
   std::unique_ptr<train::Communicator> world;  // none on one process
   std::optional<train::ProcessGroups> groups;
+  train::DeviceGroups device;  // --device cuda on several ranks: the NCCL data-parallel group
+  train::Communicator* device_data_parallel() const { return device.data.get(); }
   bool distributed() const { return world != nullptr; }
   train::Communicator* data_parallel() const { return groups ? groups->data.get() : nullptr; }
 };

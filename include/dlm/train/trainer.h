@@ -162,9 +162,11 @@ class Trainer {
  public:
   // Checks every option before any compute (dlm::Error naming the flag). With `data_parallel` (which
   // must outlive the trainer) this is one replica of the group: the weights are broadcast from its
-  // rank 0, and each rank reads only its own micro-batches.
+  // rank 0, and each rank reads only its own micro-batches. A model trained on a device (DeviceTraining)
+  // also needs `device_data_parallel`, the same group over device memory (NCCL, on the model's stream):
+  // it carries the weights' broadcast and the gradients' sum, `data_parallel` the host scalars.
   Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid,
-          Communicator* data_parallel = nullptr);
+          Communicator* data_parallel = nullptr, Communicator* device_data_parallel = nullptr);
   ~Trainer();
 
   // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
@@ -196,6 +198,7 @@ class Trainer {
   const SampleSource& train_;
   const SampleSource* valid_;
   Communicator* dp_;
+  Communicator* device_dp_;  // the data-parallel group over device memory (a model trained on a GPU)
   std::unique_ptr<GradBuffer> buffer_;  // data parallelism's gradient buckets (DP > 1 or sharded optimizer)
   AdamW optimizer_;  // moments per parameter, or per owned piece under the distributed optimizer
   LrSchedule schedule_;
