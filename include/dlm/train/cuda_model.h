@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -88,6 +89,10 @@ class CudaModel {
   std::vector<Span> gradient_buffers() const;
   std::vector<Span> parameter_buffers() const;
   void* stream() const;
+  // Data-parallel overlap (benchmarks/parallel): called on the host right after the backward kernels of
+  // layer l are enqueued on stream() (l from last to first), so the caller can record an event there and
+  // start reducing that layer's gradients while the rest of the backward runs. Empty: none.
+  void set_backward_layer_hook(std::function<void(int layer)> hook);
   // After the master weights were written in place (a broadcast into parameter_buffer()): their bf16 copies.
   void refresh_bf16_weights();
   void synchronize() const;

@@ -351,6 +351,7 @@ double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::
     gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh, false, d, 0, st);
     mark("gemm qkv bwd");
     rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, T, d, st);
+    if (I.layer_hook) I.layer_hook(l);
   }
   mark("rmsnorm bwd");
   embedding_backward(I.dres, I.order, I.emb_segments, static_cast<int>(segments.size()), I.emb_combine,

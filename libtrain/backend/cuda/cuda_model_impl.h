@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,7 @@ struct CudaModel::Impl {
   double *norm_partial = nullptr, *sumsq = nullptr;
   int steps = 0;
   cudaStream_t stream = nullptr;
+  std::function<void(int)> layer_hook;  // set_backward_layer_hook
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<Attention> attention;
   std::vector<LayerParams> lp;

@@ -87,6 +87,7 @@ std::vector<CudaModel::Span> CudaModel::parameter_buffers() const {
 }
 
 void* CudaModel::stream() const { return impl_->stream; }
+void CudaModel::set_backward_layer_hook(std::function<void(int)> hook) { impl_->layer_hook = std::move(hook); }
 
 void CudaModel::refresh_bf16_weights() {
   for (std::size_t i = 0; i < impl_->specs.size(); ++i) impl_->refresh_bf16(static_cast<int>(i));
