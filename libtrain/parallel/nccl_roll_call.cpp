@@ -22,7 +22,9 @@ RollCall::RollCall(double timeout_seconds) : timeout_seconds_(timeout_seconds) {
 
 RollCall::~RollCall() {
   // Unanswered pings may be pending after a failure; freeing marks the communicator for deallocation.
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
 void RollCall::answer() {
