@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# On the 2-GPU device machine (nvidia-h200-x2), in the repository root: the NCCL communicator tests, dlm's data
+# parallelism (dp_bench) on 1 GPU and DP2 with and without overlap, PyTorch DDP + torch.compile on 1 and 2 GPUs
+# at the same global batch, then a rank SIGKILLed during a DP2 run. Logs under $OUT.
+# usage: benchmarks/parallel/device_dp.sh [CARRIED=build-nccl/devcarry] [CONFIG=350m] [GLOBAL_BATCH=32]
+# (benchmarks/parallel/pack.sh fills CARRIED on the workstation)
+set -uo pipefail
+C=${1:-build-nccl/devcarry}
+CONFIG=${2:-350m}
+G=${3:-32}
+OUT=${OUT:-/tmp/dlm-out}
+mkdir -p "$OUT"
+SP=/opt/torch/.venv/lib/python3.12/site-packages
+PY=${PY:-python3}
+[ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
+export LD_LIBRARY_PATH=$(realpath "$C")/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
+# NVLink multicast stays off on the shared host (KINDS.md); mpirun passes these on with -x.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+MPI=(mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS)
+date -u | tee "$OUT/date.txt"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi topo -m 2>&1 | head -4 | tee -a "$OUT/gpu.txt"
+
+echo "== NCCL communicator tests (2 ranks)"
+timeout 180 "${MPI[@]}" -np 2 "$C/dlm_nccl_tests" > "$OUT/nccl_tests.log" 2>&1
+echo "exit $?"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|Failure|Expected|Which is|\[timeout\]|tests passed|TESTS FAILED" "$OUT/nccl_tests.log" | head -40
+
+bench() {  # NAME NP ARGS...
+  local name=$1 np=$2; shift 2
+  echo "== dlm $name"
+  timeout 240 "${MPI[@]}" -np "$np" "$C/dp_bench" --config "$CONFIG" --global-batch "$G" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  echo "exit $?"; tail -2 "$OUT/$name.err"; tail -1 "$OUT/$name.json"
+}
+bench dlm_1gpu 1
+bench dlm_dp2 2
+bench dlm_dp2_nooverlap 2 --no-overlap
+
+torch_run() {  # NAME NP
+  echo "== torch DDP $1"
+  timeout 420 $PY -m torch.distributed.run --standalone --nproc_per_node "$2" benchmarks/parallel/torch_ddp.py \
+    --config "$CONFIG" --global-batch "$G" > "$OUT/$1.json" 2> "$OUT/$1.err"
+  echo "exit $?"; grep -vE "Warning|warn|^\s*$" "$OUT/$1.err" | tail -3; tail -1 "$OUT/$1.json"
+}
+torch_run torch_1gpu 1
+torch_run torch_dp2 2
+
+echo "== summary"
+$PY benchmarks/parallel/summarize.py "$OUT" | tee "$OUT/summary.txt"
+
+echo "== SIGKILL of rank 1 during a DP2 run (--distributed-timeout-minutes 0.25, mpirun --enable-recovery keeps rank 0)"
+# Each rank's exit status is printed by a shell around it (mpirun --enable-recovery itself may exit 0).
+( timeout 200 "${MPI[@]}" --enable-recovery -np 2 sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >&2' \
+    "$C/dp_bench" --config "$CONFIG" --global-batch "$G" --steps 100000 --distributed-timeout-minutes 0.25 \
+    > "$OUT/kill.out" 2> "$OUT/kill.log"; echo "job exit $?" >> "$OUT/kill.log" ) &
+job=$!
+for i in $(seq 1 120); do grep -q "^step 5 " "$OUT/kill.log" 2>/dev/null && break; sleep 1; done
+victim=$(pgrep -x dp_bench | while read -r p; do
+  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo "$p"; fi; done | head -1)
+t0=$(date +%s.%N)
+echo "killing rank 1 (pid $victim) after step 5"
+kill -9 "$victim"
+wait "$job"
+t1=$(date +%s.%N)
+grep -vE "^step " "$OUT/kill.log" | tail -12
+$PY -c "print(f'job ended {float(\"$t1\") - float(\"$t0\"):.1f} s after the kill (timeout 15 s)')"
