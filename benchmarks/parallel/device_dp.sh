@@ -39,7 +39,7 @@ bench dlm_dp2_nooverlap 2 --no-overlap
 
 torch_run() {  # NAME NP
   echo "== torch DDP $1"
-  timeout 420 $PY -m torch.distributed.run --standalone --nproc_per_node "$2" benchmarks/parallel/torch_ddp.py \
+  timeout 200 $PY -m torch.distributed.run --standalone --nproc_per_node "$2" benchmarks/parallel/torch_ddp.py \
     --config "$CONFIG" --global-batch "$G" > "$OUT/$1.json" 2> "$OUT/$1.err"
   echo "exit $?"; grep -vE "Warning|warn|^\s*$" "$OUT/$1.err" | tail -3; tail -1 "$OUT/$1.json"
 }
