@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On a 2-GPU device machine (nvidia-h200-x2), in the repository root: dlm-train --device cuda on one GPU and
+# under `mpirun -np 2` (data parallelism over NCCL) on the 350M shape, same flags and data: the two loss
+# curves (equal within bf16 noise), tokens/s per GPU and the DP2 / 1-GPU ratio; then a rank SIGKILLed
+# mid-run must make the job exit non-zero within --distributed-timeout-minutes naming it. Logs under $OUT.
+# usage: scripts/device-dp2.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
+# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, carried with the call)
+set -uo pipefail
+C=${1:-build-cuda/devcarry}
+OUT=${OUT:-/tmp/dlm-out}
+if [ -f "$C/bundle.tar.xz" ]; then
+  mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
+fi
+mkdir -p "$OUT"
+SP=/opt/torch/.venv/lib/python3.12/site-packages
+export LD_LIBRARY_PATH=$(realpath $C)/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+date -u | tee "$OUT/dp2-date.txt"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+DATA=${DLM_GPU_DATA:-.gpudata/corpus_text_document}
+flags=(--data-path "$DATA" --split 100,0,0 --data-cache-path /tmp/dlm-cache --seq-length 2048
+       --max-position-embeddings 2048 --qk-layernorm --bf16 --lr 2e-4 --log-interval 5 --device cuda
+       --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+       --ffn-hidden-size 2816 --vocab-size 50304 --mask-token 50303 --micro-batch-size 8 --global-batch-size 32
+       --seed 11)
+# Index caches first (rank 0 of the mpirun job would build them too; one process here keeps the timing clean).
+timeout 120 "$C/dlm-train" "${flags[@]}" --train-iters 1 > /dev/null 2>&1
+echo "== one GPU, 30 iterations"
+timeout 300 "$C/dlm-train" "${flags[@]}" --train-iters 30 --metrics-file "$OUT/dp1.jsonl" 2>&1 | tail -4
+echo "== DP2 over NCCL, 30 iterations"
+timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$C/dlm-train" "${flags[@]}" \
+  --train-iters 30 --metrics-file "$OUT/dp2.jsonl" 2>&1 | tail -6
+python3 - "$OUT/dp1.jsonl" "$OUT/dp2.jsonl" <<'PY'
+import json, sys
+def read(p):
+    rows = [json.loads(l) for l in open(p) if l.strip()]
+    return [r for r in rows if "loss" in r]
+a, b = read(sys.argv[1]), read(sys.argv[2])
+worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+print("iterations logged:", len(a), len(b))
+print("losses 1 GPU:", [round(r["loss"], 4) for r in a])
+print("losses DP2  :", [round(r["loss"], 4) for r in b])
+print(f"max relative loss difference DP2 vs 1 GPU: {worst:.2e}")
+# tokens/s from the last windows (the first includes start-up); DP2's is the whole job's
+ta = sum(r["tokens_per_second"] for r in a[2:]) / len(a[2:]); tb = sum(r["tokens_per_second"] for r in b[2:]) / len(b[2:])
+print(f"tokens/s: 1 GPU {ta:.0f}, DP2 {tb:.0f} ({tb / 2:.0f} per GPU), DP2 / 1 GPU = {tb / ta:.2f}x")
+PY
+echo "== SIGKILL of rank 1 mid-run (timeout 0.2 min)"
+( timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$C/dlm-train" "${flags[@]}" \
+    --train-iters 100000 --distributed-timeout-minutes 0.2 > "$OUT/kill.log" 2>&1; echo "job exit $?" >> "$OUT/kill.log" ) &
+for i in $(seq 1 120); do grep -q "iteration *10/" "$OUT/kill.log" 2>/dev/null && break; sleep 1; done
+victim=$(pgrep -f "dlm-train .*--distributed-timeout-minutes 0.2" | while read p; do
+  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo $p; fi; done | head -1)
+t0=$(date +%s.%N); kill -9 "$victim"; wait
+t1=$(date +%s.%N)
+grep -E "rank|exit" "$OUT/kill.log" | tail -6
+python3 -c "print(f'job ended {float('$t1') - float('$t0'):.1f} s after the kill')"
