@@ -34,9 +34,6 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   const int V = o.virtual_stages;
   const ckpt::ParallelLayout layout{o.tensor, o.pipeline * V, o.data, {}};
   layout.validate(c);
-  if (o.sequence_parallel && o.seq_length % o.tensor != 0)
-    fail(fmt::format("--sequence-parallel: --seq-length {} is not a multiple of --tensor-model-parallel-size {}",
-                     o.seq_length, o.tensor));
 
   ParallelPlan plan;
   plan.options = o;

@@ -45,12 +45,51 @@ std::vector<PipelineUnit> pipeline_order(int P, int r, int V, int M) {
 
 namespace {
 
-ModelInput input_of(const ModelBatch& b) {
+// A micro-batch as the chunks run it. Sequence parallelism splits the batch x seq token rows over the TP
+// ranks, and seq is often odd (the diffusion objective trains on seq_length - 1 tokens, and variable-length
+// cuts draw any length), so under SP each row is padded at its end to a length L' with batch x L' a
+// multiple of TP: the pad keys are never attended (key_valid 0), the pad labels are ignored and weigh 0,
+// so every real token's loss and gradient is the unpadded batch's.
+struct StageBatch {
+  ModelBatch batch;
+  std::vector<std::uint8_t> key_valid;  // empty: no padding
+};
+
+StageBatch stage_batch(const ModelBatch& b, int row_multiple) {
+  StageBatch out{b, {}};
+  std::int64_t len = b.seq;
+  while ((b.batch * len) % row_multiple != 0) ++len;
+  if (len == b.seq) return out;
+  ModelBatch& p = out.batch;
+  p.seq = len;
+  auto widen = [&](const auto& v, auto pad) {
+    std::vector<std::decay_t<decltype(v[0])>> w(static_cast<std::size_t>(b.batch * len), pad);
+    for (std::int64_t r = 0; r < b.batch; ++r)
+      std::copy_n(v.begin() + r * b.seq, b.seq, w.begin() + r * len);
+    return w;
+  };
+  p.input_ids = widen(b.input_ids, std::int32_t{0});
+  p.labels = widen(b.labels, std::int32_t{-1});
+  p.weights = widen(b.weights, 0.0f);
+  if (!b.masked.empty()) p.masked = widen(b.masked, std::uint8_t{0});
+  std::vector<std::int32_t> positions = b.position_ids;
+  if (positions.empty()) {
+    positions.resize(b.input_ids.size());
+    for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(b.seq));
+  }
+  p.position_ids = widen(positions, std::int32_t{0});
+  out.key_valid = widen(std::vector<std::uint8_t>(b.input_ids.size(), 1), std::uint8_t{0});
+  return out;
+}
+
+ModelInput input_of(const StageBatch& s) {
+  const ModelBatch& b = s.batch;
   ModelInput in;
   in.batch = b.batch;
   in.seq = b.seq;
   in.ids = b.input_ids;
   in.positions = b.position_ids;
+  in.key_valid = s.key_valid;
   in.attention = b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional;
   return in;
 }
@@ -58,9 +97,12 @@ ModelInput input_of(const ModelBatch& b) {
 class PipelineRun {
  public:
   PipelineRun(std::span<Model* const> chunks, Communicator& pipeline, std::span<const ModelBatch> batches)
-      : chunks_(chunks), pp_(pipeline), batches_(batches), P_(pipeline.size()), r_(pipeline.rank()),
+      : chunks_(chunks), pp_(pipeline), P_(pipeline.size()), r_(pipeline.rank()),
         free_(chunks.size()), in_use_(chunks.size(), 0), max_in_use_(chunks.size(), 0) {
     if (chunks.empty()) fail("pipeline schedule: no model chunk on this rank");
+    const ModelShard& shard = chunks.front()->shard();
+    const int rows = shard.sequence_parallel ? shard.layout.tp : 1;
+    for (const auto& b : batches) batches_.push_back(stage_batch(b, rows));
     for (std::size_t v = 0; v < chunks.size(); ++v) {
       const ModelShard& s = chunks[v]->shard();
       const int stage = static_cast<int>(v) * P_ + r_;
@@ -72,10 +114,11 @@ class PipelineRun {
 
   void forward(int c, int b, bool training) {
     Model& m = *chunks_[static_cast<std::size_t>(c)];
-    const ModelBatch& batch = batches_[static_cast<std::size_t>(b)];
+    const StageBatch& stage = batches_[static_cast<std::size_t>(b)];
+    const ModelBatch& batch = stage.batch;
     const int g = c * P_ + r_;
     m.use_slot(training ? take_slot(c, b) : 0);
-    ModelInput in = input_of(batch);
+    ModelInput in = input_of(stage);
     std::vector<float> hidden;
     if (!m.pre_process()) {
       hidden.resize(rows(m, batch));
@@ -97,7 +140,7 @@ class PipelineRun {
 
   void backward(int c, int b, const std::function<void(int, std::size_t)>& hook) {
     Model& m = *chunks_[static_cast<std::size_t>(c)];
-    const ModelBatch& batch = batches_[static_cast<std::size_t>(b)];
+    const ModelBatch& batch = batches_[static_cast<std::size_t>(b)].batch;
     const int g = c * P_ + r_;
     m.use_slot(slot_of_.at({c, b}));
     // A chunk runs its backwards in micro-batch order: the last one's gradients are final.
@@ -152,7 +195,7 @@ class PipelineRun {
 
   std::span<Model* const> chunks_;
   Communicator& pp_;
-  std::span<const ModelBatch> batches_;
+  std::vector<StageBatch> batches_;
   int P_, r_;
   double loss_ = 0;
   std::deque<std::vector<float>> sent_;  // send_async buffers, alive until wait_sends()
