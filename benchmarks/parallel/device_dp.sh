@@ -2,12 +2,14 @@
 # On the 2-GPU device machine (nvidia-h200-x2), in the repository root: the NCCL communicator tests, dlm's data
 # parallelism (dp_bench) on 1 GPU and DP2 with and without overlap, PyTorch DDP + torch.compile on 1 and 2 GPUs
 # at the same global batch, then a rank SIGKILLed during a DP2 run. Logs under $OUT.
-# usage: benchmarks/parallel/device_dp.sh [CARRIED=build-nccl/devcarry] [CONFIG=350m] [GLOBAL_BATCH=32]
+# usage: benchmarks/parallel/device_dp.sh [CARRIED=build-nccl/devcarry] [CONFIG=350m] [GLOBAL_BATCH=32] [WHAT]
+# WHAT: any of tests, dlm, torch, kill (default all of them)
 # (benchmarks/parallel/pack.sh fills CARRIED on the workstation)
 set -uo pipefail
 C=${1:-build-nccl/devcarry}
 CONFIG=${2:-350m}
 G=${3:-32}
+WHAT=${4:-tests,dlm,torch,kill}
 OUT=${OUT:-/tmp/dlm-out}
 mkdir -p "$OUT"
 SP=/opt/torch/.venv/lib/python3.12/site-packages
@@ -22,10 +24,12 @@ date -u | tee "$OUT/date.txt"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 nvidia-smi topo -m 2>&1 | head -4 | tee -a "$OUT/gpu.txt"
 
+if [[ $WHAT == *tests* ]]; then
 echo "== NCCL communicator tests (2 ranks)"
 timeout 180 "${MPI[@]}" -np 2 "$C/dlm_nccl_tests" > "$OUT/nccl_tests.log" 2>&1
 echo "exit $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|Failure|Expected|Which is|\[timeout\]|tests passed|TESTS FAILED" "$OUT/nccl_tests.log" | head -40
+fi
 
 bench() {  # NAME NP ARGS...
   local name=$1 np=$2; shift 2
@@ -33,9 +37,11 @@ bench() {  # NAME NP ARGS...
   timeout 240 "${MPI[@]}" -np "$np" "$C/dp_bench" --config "$CONFIG" --global-batch "$G" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   echo "exit $?"; tail -2 "$OUT/$name.err"; tail -1 "$OUT/$name.json"
 }
-bench dlm_1gpu 1
-bench dlm_dp2 2
-bench dlm_dp2_nooverlap 2 --no-overlap
+if [[ $WHAT == *dlm* ]]; then
+  bench dlm_1gpu 1
+  bench dlm_dp2 2
+  bench dlm_dp2_nooverlap 2 --no-overlap
+fi
 
 torch_run() {  # NAME NP
   echo "== torch DDP $1"
@@ -43,12 +49,15 @@ torch_run() {  # NAME NP
     --config "$CONFIG" --global-batch "$G" > "$OUT/$1.json" 2> "$OUT/$1.err"
   echo "exit $?"; grep -vE "Warning|warn|^\s*$" "$OUT/$1.err" | tail -3; tail -1 "$OUT/$1.json"
 }
-torch_run torch_1gpu 1
-torch_run torch_dp2 2
+if [[ $WHAT == *torch* ]]; then
+  torch_run torch_1gpu 1
+  torch_run torch_dp2 2
+fi
 
 echo "== summary"
 $PY benchmarks/parallel/summarize.py "$OUT" | tee "$OUT/summary.txt"
 
+[[ $WHAT == *kill* ]] || exit 0
 echo "== SIGKILL of rank 1 during a DP2 run (--distributed-timeout-minutes 0.25, mpirun --enable-recovery keeps rank 0)"
 # Each rank's exit status is printed by a shell around it (mpirun --enable-recovery itself may exit 0).
 ( timeout 200 "${MPI[@]}" --enable-recovery -np 2 sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >&2' \

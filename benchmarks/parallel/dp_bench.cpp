@@ -87,7 +87,10 @@ ModelBatch global_micro_batch(const ObjectiveOptions& objective, std::int64_t st
   }
   b.loss_mask.assign(b.tokens.size(), 1.0f);
   for (int k = 0; k < micro; ++k) b.sample_index.push_back(static_cast<std::uint64_t>((step * num_micro_batches + m) * micro + k));
-  return make_model_batch(objective, b, {step, num_micro_batches, m, true});
+  ModelBatch batch = make_model_batch(objective, b, {step, num_micro_batches, m, true});
+  // Megatron averages the micro-batches' losses: 1/(G/M) folded into the weights, as the Trainer does.
+  for (float& w : batch.weights) w /= static_cast<float>(num_micro_batches);
+  return batch;
 }
 
 // Buckets of at least `bucket` gradient elements, cut at layer boundaries from the end of the buffer (the
