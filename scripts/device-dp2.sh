@@ -2,7 +2,9 @@
 # On a 2-GPU device machine (nvidia-h200-x2), in the repository root: dlm-train --device cuda on one GPU and
 # under `mpirun -np 2` (data parallelism over NCCL) on the 350M shape, same flags and data: the two loss
 # curves (equal within bf16 noise), tokens/s per GPU and the DP2 / 1-GPU ratio; then a rank SIGKILLed
-# mid-run must make the job exit non-zero within --distributed-timeout-minutes naming it. Logs under $OUT.
+# mid-run must make the job exit non-zero within --distributed-timeout-minutes naming it; and a DP2 run
+# killed after a checkpoint resumes from `latest` on the straight run's losses (deterministic mode, so
+# equal to the last digit). Logs under $OUT.
 # usage: scripts/device-dp2.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
 # the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, carried with the call)
 set -uo pipefail
@@ -55,3 +57,28 @@ t0=$(date +%s.%N); kill -9 "$victim"; wait
 t1=$(date +%s.%N)
 grep -E "rank|exit" "$OUT/kill.log" | tail -6
 python3 -c "print(f'job ended {float('$t1') - float('$t0'):.1f} s after the kill')"
+echo "== SIGKILL after a checkpoint, then resume (DLM_CUDA_DETERMINISTIC=1, 30 iterations, a save every 5)"
+export DLM_CUDA_DETERMINISTIC=1
+timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
+  "${flags[@]}" --train-iters 30 --metrics-file "$OUT/straight.jsonl" > /dev/null 2>&1
+rm -rf /tmp/ckpt-dp2
+( timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
+    "${flags[@]}" --train-iters 30 --save /tmp/ckpt-dp2 --save-interval 5 --distributed-timeout-minutes 0.2 \
+    > "$OUT/kill2.log" 2>&1; echo "job exit $?" >> "$OUT/kill2.log" ) &
+for i in $(seq 1 600); do grep -q "iteration *10/" "$OUT/kill2.log" 2>/dev/null && break; sleep 0.2; done
+victim=$(pgrep -f "dlm-train .*--save /tmp/ckpt-dp2" | while read p; do
+  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo $p; fi; done | head -1)
+kill -9 "$victim"; wait
+echo "killed rank 1 (pid $victim); latest: $(cat /tmp/ckpt-dp2/latest 2>/dev/null)"; tail -1 "$OUT/kill2.log"
+timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
+  "${flags[@]}" --train-iters 30 --load /tmp/ckpt-dp2 --metrics-file "$OUT/resumed.jsonl" 2>&1 | grep -E "resuming|final" | tail -2
+python3 - "$OUT/straight.jsonl" "$OUT/resumed.jsonl" <<'PY'
+import json, sys
+def read(p):
+    return {r["iteration"]: r["loss"] for r in (json.loads(l) for l in open(p) if l.strip()) if "loss" in r}
+a, b = read(sys.argv[1]), read(sys.argv[2])
+common = sorted(set(a) & set(b))
+print("resumed iterations logged:", common)
+for i in common: print(f"  iteration {i}: straight {a[i]:.6f} resumed {b[i]:.6f}")
+print("resumed losses equal to the straight run's:", all(a[i] == b[i] for i in common) and len(common) > 0)
+PY
