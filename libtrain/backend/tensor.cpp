@@ -51,4 +51,9 @@ void* Tensor::data() const {
   return buffer_ ? static_cast<std::uint8_t*>(buffer_->data()) + offset_ : nullptr;
 }
 
+std::span<float> f32_elements(const Tensor& t) {
+  if (t.dtype() != DType::kF32) fail(fmt::format("a collective over {} data: only f32 tensors are exchanged", dtype_name(t.dtype())));
+  return {static_cast<float*>(t.data()), static_cast<std::size_t>(t.numel())};
+}
+
 }  // namespace dlm::train

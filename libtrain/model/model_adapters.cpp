@@ -14,13 +14,7 @@ namespace {
 class TrainableTransformer final : public TrainableModel {
  public:
   explicit TrainableTransformer(Model& model) : model_(model) {
-    for (auto& p : model_.parameters()) {
-      std::span<float> value = model_.backend().host_f32(p.value), grad = model_.backend().host_f32(p.grad);
-      if (value.empty() || grad.empty())
-        fail(fmt::format("model: the {} backend's parameters are not host fp32 memory; its optimizer must run there",
-                         model_.backend().name()));
-      refs_.push_back({p.spec.name, value, grad, !p.spec.is_norm, p.spec.shape});
-    }
+    for (const auto& p : model_.parameters()) refs_.push_back(host_param_ref(model_.backend(), p));
   }
   std::vector<ParamRef> parameters() override { return refs_; }
   void zero_grad() override { model_.zero_grad(); }
@@ -40,18 +34,8 @@ class TrainableTransformer final : public TrainableModel {
 
  private:
   double run(const ModelBatch& batch, bool backward) {
-    ModelInput in;
-    in.batch = batch.batch;
-    in.seq = batch.seq;
-    in.ids = batch.input_ids;
-    in.positions = batch.position_ids;
-    in.attention = batch.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional;
-    model_.forward(in);
-    const std::vector<float> ce = model_.cross_entropy(batch.labels);
-    if (batch.weights.size() != ce.size())
-      fail(fmt::format("model: {} loss weights for {} positions", batch.weights.size(), ce.size()));
-    double loss = 0;
-    for (std::size_t i = 0; i < ce.size(); ++i) loss += double(batch.weights[i]) * ce[i];
+    model_.forward(model_input(batch));
+    const double loss = weighted_loss(batch.weights, model_.cross_entropy(batch.labels));
     if (backward) model_.backward(batch.weights);
     return loss;
   }
@@ -62,6 +46,31 @@ class TrainableTransformer final : public TrainableModel {
 };
 
 }  // namespace
+
+ModelInput model_input(const ModelBatch& batch) {
+  ModelInput in;
+  in.batch = batch.batch;
+  in.seq = batch.seq;
+  in.ids = batch.input_ids;
+  in.positions = batch.position_ids;
+  in.attention = batch.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional;
+  return in;
+}
+
+double weighted_loss(std::span<const float> weights, std::span<const float> ce) {
+  if (weights.size() != ce.size()) fail(fmt::format("model: {} loss weights for {} positions", weights.size(), ce.size()));
+  double loss = 0;
+  for (std::size_t i = 0; i < ce.size(); ++i) loss += double(weights[i]) * ce[i];
+  return loss;
+}
+
+ParamRef host_param_ref(Backend& backend, const Parameter& p) {
+  const std::span<float> value = backend.host_f32(p.value), grad = backend.host_f32(p.grad);
+  if (value.empty() || grad.empty())
+    fail(fmt::format("model: the {} backend's parameters are not host fp32 memory; its optimizer must run there",
+                     backend.name()));
+  return {p.spec.name, value, grad, !p.spec.is_norm, p.shard.global_shape, p.in_grad_norm};
+}
 
 std::unique_ptr<TrainableModel> make_trainable_model(Model& model) {
   return std::make_unique<TrainableTransformer>(model);

@@ -17,25 +17,16 @@
 #include "model_internal.h"
 
 namespace dlm::train {
-namespace {
-
-std::span<float> memory_of(const Tensor& t) {
-  if (t.dtype() != DType::kF32) fail(fmt::format("model: a tensor-parallel collective over {} data", dtype_name(t.dtype())));
-  return {static_cast<float*>(t.data()), static_cast<std::size_t>(t.numel())};
-}
-
-}  // namespace
-
 void Model::tp_all_reduce(const Tensor& t) const {
-  if (shard_.layout.tp > 1) shard_.tensor->all_reduce(memory_of(t));
+  if (shard_.layout.tp > 1) shard_.tensor->all_reduce(f32_elements(t));
 }
 
 void Model::gather_rows(const Tensor& local, const Tensor& full) const {
-  shard_.tensor->all_gather<float>(memory_of(local), memory_of(full));
+  shard_.tensor->all_gather<float>(f32_elements(local), f32_elements(full));
 }
 
 void Model::scatter_rows_sum(const Tensor& full, const Tensor& local) const {
-  shard_.tensor->reduce_scatter<float>(memory_of(full), memory_of(local));
+  shard_.tensor->reduce_scatter<float>(f32_elements(full), f32_elements(local));
 }
 
 const Tensor& Model::column_input(const Tensor& local, const Tensor& full) const {

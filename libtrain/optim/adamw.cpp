@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -49,15 +50,18 @@ double global_grad_norm(std::span<const std::span<const float>> grads) {
   return std::sqrt(sum);
 }
 
+double clip_coefficient(double max_norm, double norm) {
+  if (max_norm <= 0) return 1.0;
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
   std::vector<std::span<const float>> view(grads.begin(), grads.end());
   const double norm = global_grad_norm(view);
-  if (max_norm > 0) {
-    const double coeff = max_norm / (norm + 1e-6);
-    if (coeff < 1.0)
-      for (auto g : grads)
-        for (float& x : g) x = static_cast<float>(x * coeff);
-  }
+  const double coeff = clip_coefficient(max_norm, norm);
+  if (coeff < 1.0)
+    for (auto g : grads)
+      for (float& x : g) x = static_cast<float>(x * coeff);
   return norm;
 }
 

@@ -1,8 +1,6 @@
 // The NCCL data-parallel group of dlm-train's GPU runs (device_groups.h); no NCCL in the build: one line.
 #include "dlm/train/device_groups.h"
 
-#include <fmt/format.h>
-
 #include "dlm/common/error.h"
 #ifdef DLM_HAVE_NCCL
 #include "dlm/train/nccl_communicator.h"
@@ -15,11 +13,7 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
 #ifdef DLM_HAVE_NCCL
   DeviceGroups g;
   auto world = nccl_world_communicator(mpi_world, local_rank, timeout_seconds);
-  const auto ranks = data_parallel_ranks(config, mpi_world.rank());
-  std::string members;
-  for (int r : ranks) members += (members.empty() ? "" : ",") + std::to_string(r);
-  // A group's color is its first member (process_groups.cpp does the same over MPI).
-  g.data = world->split(ranks.front(), mpi_world.rank(), fmt::format("data-parallel group (world ranks {}, NCCL)", members));
+  g.data = split_group(*world, data_parallel_ranks(config, mpi_world.rank()), "NCCL data-parallel");
   g.world = std::move(world);
   return g;
 #else

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "dlm/train/model_adapters.h"
 #include "dlm/train/pipeline_schedule.h"
 
 namespace dlm::train {
@@ -60,10 +61,6 @@ void ParallelModel::init(std::uint64_t seed) {
   for (auto& c : chunks_) c->init(seed);
 }
 
-void ParallelModel::import_weights(const ckpt::TensorSet& weights) {
-  for (auto& c : chunks_) c->import_weights(weights);
-}
-
 std::vector<Parameter*> ParallelModel::parameters() {
   std::vector<Parameter*> out;
   for (auto& c : chunks_)
@@ -77,31 +74,19 @@ static Parameter* tied_embedding(ParallelModel& m) {
   fail("model parallel: the first or last stage holds no embedding");
 }
 
-static std::span<float> memory_of(const Tensor& t) { return {static_cast<float*>(t.data()), static_cast<std::size_t>(t.numel())}; }
-
-void ParallelModel::sync_tied_embedding() {
-  if (Communicator* g = embedding_group()) g->broadcast(memory_of(tied_embedding(*this)->value), 0);
-}
-
 namespace {
 
 class TrainableParallel final : public TrainableModel {
  public:
   explicit TrainableParallel(ParallelModel& model)
-      : model_(model), tied_across_(model.chunks().front()->config().tie_word_embeddings && model.groups().config.pipeline > 1) {
+      : model_(model) {
     std::size_t offset = 0;
     for (auto& c : model_.chunks()) {
       chunks_.push_back(c.get());
       offsets_.push_back(offset);
       offset += c->parameters().size();
     }
-    for (Parameter* p : model_.parameters()) {
-      Backend& be = model_.chunks().front()->backend();
-      std::span<float> value = be.host_f32(p->value), grad = be.host_f32(p->grad);
-      if (value.empty() || grad.empty())
-        fail(fmt::format("model: the {} backend's parameters are not host fp32 memory; its optimizer must run there", be.name()));
-      refs_.push_back({p->spec.name, value, grad, !p->spec.is_norm, p->shard.global_shape, p->in_grad_norm});
-    }
+    for (Parameter* p : model_.parameters()) refs_.push_back(host_param_ref(model_.chunks().front()->backend(), *p));
   }
   std::vector<ParamRef> parameters() override { return refs_; }
   void zero_grad() override {
@@ -124,7 +109,7 @@ class TrainableParallel final : public TrainableModel {
   }
   void finish_gradients() override {
     for (Model* c : chunks_) c->reduce_shared_gradients();
-    if (Communicator* g = model_.embedding_group()) g->all_reduce(memory_of(tied_embedding(model_)->grad));
+    if (Communicator* g = model_.embedding_group()) g->all_reduce(f32_elements(tied_embedding(model_)->grad));
     if (hook_)
       for (std::size_t c = 0; c < chunks_.size(); ++c)
         for (std::size_t p = 0; p < chunks_[c]->parameters().size(); ++p)
@@ -142,7 +127,7 @@ class TrainableParallel final : public TrainableModel {
     const Model& m = *chunks_[static_cast<std::size_t>(chunk)];
     const Parameter& param = m.parameters()[p];
     return m.gradient_shared_over_tensor_group(param) ||
-           (tied_across_ && param.spec.name == "embedding.word_embeddings.weight");
+           (model_.tied_across_stages() && param.spec.name == "embedding.word_embeddings.weight");
   }
 
   ParallelModel& model_;
@@ -150,7 +135,6 @@ class TrainableParallel final : public TrainableModel {
   std::vector<std::size_t> offsets_;  // index of each chunk's first parameter in parameters()
   std::vector<ParamRef> refs_;
   std::function<void(std::size_t)> hook_;
-  bool tied_across_ = false;
 };
 
 }  // namespace

@@ -178,28 +178,8 @@ class MpiCommunicator final : public Communicator {
       if (c.request != MPI_REQUEST_NULL) MPI_Test(&c.request, &done, MPI_STATUS_IGNORE);
     }
   }
-  void do_wait_collectives() override {
-    auto started = std::move(collectives_);
-    collectives_.clear();
-    for (auto& c : started) {
-      MPI_Request request = c.request;  // MPI_REQUEST_NULL once a progress() test completed it
-      run(c.what, c.count, c.type, [&](MPI_Request* r) {
-        *r = request;
-        return MPI_SUCCESS;
-      });
-    }
-  }
-  void do_wait_sends() override {
-    auto pending = std::move(pending_);
-    pending_.clear();
-    for (auto& p : pending) {
-      MPI_Request request = p.request;
-      run(p.what, p.count, p.type, [&](MPI_Request* r) {
-        *r = request;
-        return MPI_SUCCESS;
-      });
-    }
-  }
+  void do_wait_collectives() override { wait_all(collectives_); }
+  void do_wait_sends() override { wait_all(pending_); }
 
  private:
   static int checked_tag(int tag) {
@@ -212,6 +192,18 @@ class MpiCommunicator final : public Communicator {
     std::size_t count;
     DataType type;
   };
+
+  // Waits for every request started (in order), each under the timeout and roll call of run(); a request
+  // a progress() test already completed is MPI_REQUEST_NULL and returns at once.
+  void wait_all(std::vector<PendingSend>& started) {
+    auto requests = std::move(started);
+    started.clear();
+    for (auto& p : requests)
+      run(p.what, p.count, p.type, [&](MPI_Request* r) {
+        *r = p.request;
+        return MPI_SUCCESS;
+      });
+  }
 
   template <typename Start>
   void start_collective(const char* what, std::size_t count, DataType type, Start start) {

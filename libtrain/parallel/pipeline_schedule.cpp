@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "dlm/train/model_adapters.h"
 
 namespace dlm::train {
 
@@ -51,16 +53,18 @@ namespace {
 // multiple of TP: the pad keys are never attended (key_valid 0), the pad labels are ignored and weigh 0,
 // so every real token's loss and gradient is the unpadded batch's.
 struct StageBatch {
-  ModelBatch batch;
+  const ModelBatch* original = nullptr;  // the caller's micro-batch, used as it is when it needs no padding
+  std::optional<ModelBatch> padded;
   std::vector<std::uint8_t> key_valid;  // empty: no padding
+  const ModelBatch& batch() const { return padded ? *padded : *original; }
 };
 
 StageBatch stage_batch(const ModelBatch& b, int row_multiple) {
-  StageBatch out{b, {}};
+  StageBatch out{&b, std::nullopt, {}};
   std::int64_t len = b.seq;
   while ((b.batch * len) % row_multiple != 0) ++len;
   if (len == b.seq) return out;
-  ModelBatch& p = out.batch;
+  ModelBatch& p = out.padded.emplace(b);
   p.seq = len;
   auto widen = [&](const auto& v, auto pad) {
     std::vector<std::decay_t<decltype(v[0])>> w(static_cast<std::size_t>(b.batch * len), pad);
@@ -83,14 +87,8 @@ StageBatch stage_batch(const ModelBatch& b, int row_multiple) {
 }
 
 ModelInput input_of(const StageBatch& s) {
-  const ModelBatch& b = s.batch;
-  ModelInput in;
-  in.batch = b.batch;
-  in.seq = b.seq;
-  in.ids = b.input_ids;
-  in.positions = b.position_ids;
+  ModelInput in = model_input(s.batch());
   in.key_valid = s.key_valid;
-  in.attention = b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional;
   return in;
 }
 
@@ -115,7 +113,7 @@ class PipelineRun {
   void forward(int c, int b, bool training) {
     Model& m = *chunks_[static_cast<std::size_t>(c)];
     const StageBatch& stage = batches_[static_cast<std::size_t>(b)];
-    const ModelBatch& batch = stage.batch;
+    const ModelBatch& batch = stage.batch();
     const int g = c * P_ + r_;
     m.use_slot(training ? take_slot(c, b) : 0);
     ModelInput in = input_of(stage);
@@ -127,10 +125,7 @@ class PipelineRun {
     }
     const Tensor& out = m.forward(in);
     if (m.post_process()) {
-      const std::vector<float> ce = m.cross_entropy(batch.labels);
-      if (batch.weights.size() != ce.size())
-        fail(fmt::format("model: {} loss weights for {} positions", batch.weights.size(), ce.size()));
-      for (std::size_t i = 0; i < ce.size(); ++i) loss_ += double(batch.weights[i]) * ce[i];
+      loss_ += weighted_loss(batch.weights, m.cross_entropy(batch.labels));
     } else {
       std::vector<float>& buffer = sent_.emplace_back(static_cast<std::size_t>(out.numel()));
       m.backend().copy_to_host(out, buffer);
@@ -140,7 +135,7 @@ class PipelineRun {
 
   void backward(int c, int b, const std::function<void(int, std::size_t)>& hook) {
     Model& m = *chunks_[static_cast<std::size_t>(c)];
-    const ModelBatch& batch = batches_[static_cast<std::size_t>(b)].batch;
+    const ModelBatch& batch = batches_[static_cast<std::size_t>(b)].batch();
     const int g = c * P_ + r_;
     m.use_slot(slot_of_.at({c, b}));
     // A chunk runs its backwards in micro-batch order: the last one's gradients are final.

@@ -85,6 +85,11 @@ std::vector<int> pipeline_parallel_ranks(const ParallelConfig& c, int rank) {
   return out;
 }
 
+std::unique_ptr<Communicator> split_group(Communicator& world, const std::vector<int>& ranks, const std::string& what) {
+  // A group's color is its first member: unique per group, the same for all of its members.
+  return world.split(ranks.front(), world.rank(), fmt::format("{} group (world ranks {})", what, join(ranks)));
+}
+
 ProcessGroups make_process_groups(Communicator& world, const ParallelConfig& config) {
   if (world.size() != config.world())
     fail(fmt::format("the launcher started {} ranks, the layout needs {}", world.size(), config.world()));
@@ -92,13 +97,9 @@ ProcessGroups make_process_groups(Communicator& world, const ParallelConfig& con
   g.config = config;
   const int rank = world.rank();
   g.coords = rank_coords(config, rank);
-  // A group's color is its first member: unique per group, the same for all of its members.
-  auto make = [&](const std::vector<int>& ranks, const char* what) {
-    return world.split(ranks.front(), rank, fmt::format("{} group (world ranks {})", what, join(ranks)));
-  };
-  g.tensor = make(tensor_parallel_ranks(config, rank), "tensor-parallel");
-  g.data = make(data_parallel_ranks(config, rank), "data-parallel");
-  g.pipeline = make(pipeline_parallel_ranks(config, rank), "pipeline-parallel");
+  g.tensor = split_group(world, tensor_parallel_ranks(config, rank), "tensor-parallel");
+  g.data = split_group(world, data_parallel_ranks(config, rank), "data-parallel");
+  g.pipeline = split_group(world, pipeline_parallel_ranks(config, rank), "pipeline-parallel");
   return g;
 }
 

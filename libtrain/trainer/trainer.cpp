@@ -46,7 +46,7 @@ double squared_norm(std::span<const ParamRef> params) {
 
 // Megatron's clipping (optimizer.h) by a global norm computed beforehand.
 void scale_gradients(std::span<const ParamRef> params, double max_norm, double norm) {
-  const double coeff = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+  const double coeff = clip_coefficient(max_norm, norm);
   if (coeff >= 1.0) return;
   for (const auto& p : params)
     for (float& g : p.grad) g = static_cast<float>(g * coeff);

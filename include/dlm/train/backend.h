@@ -58,6 +58,10 @@ class Tensor {
   std::size_t offset_ = 0;
 };
 
+// A fp32 tensor's elements in its backend's memory, for a communicator that addresses that memory (MPI:
+// host, NCCL: device); a dlm::Error for another dtype.
+std::span<float> f32_elements(const Tensor& t);
+
 enum class AttentionKind { kBidirectional, kCausal };
 
 class Backend {

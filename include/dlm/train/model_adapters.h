@@ -21,4 +21,13 @@ std::unique_ptr<TrainableModel> make_trainable_model(Model& model);
 // they never win a sample. The model must outlive the function.
 LogitsFn make_logits_fn(Model& model);
 
+// What the adapters of a Model and of a ParallelModel (model_parallel.h) share:
+// the model's input for a micro-batch (its mask kind and position ids; no key padding);
+ModelInput model_input(const ModelBatch& batch);
+// sum_i weights_i * ce_i, double accumulation (a dlm::Error when the sizes differ);
+double weighted_loss(std::span<const float> weights, std::span<const float> ce);
+// a parameter as the host optimizer sees it: views of `backend`'s memory, the global shape for
+// checkpoints (a dlm::Error when that memory is not host fp32).
+ParamRef host_param_ref(Backend& backend, const Parameter& p);
+
 }  // namespace dlm::train

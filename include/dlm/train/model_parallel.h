@@ -42,10 +42,8 @@ class ParallelModel {
   const ModelParallelOptions& options() const { return options_; }
 
   void init(std::uint64_t seed);
-  // Whole-model tensors (global shapes); each chunk takes its shards.
-  void import_weights(const ckpt::TensorSet& weights);
-  // The tied embedding's replica on the last stage starts equal to the first stage's (collective).
-  void sync_tied_embedding();
+  // Tied embeddings over more than one stage: the last stage holds a replica of the first's table.
+  bool tied_across_stages() const { return tied_across_stages_; }
 
   // Every chunk's parameters, in chunk then model order (the trainer's and checkpoints' order).
   std::vector<Parameter*> parameters();

@@ -60,6 +60,9 @@ class AdamW {
   std::vector<std::vector<float>> m_, v_;
 };
 
+// Megatron's clipping factor for a global gradient norm: max_norm / (norm + 1e-6) when that is below 1,
+// else 1 (no clipping; also for max_norm <= 0). Model parallelism computes the norm from its parts first.
+double clip_coefficient(double max_norm, double norm);
 // The global L2 norm of all gradients (double accumulation).
 double global_grad_norm(std::span<const std::span<const float>> grads);
 // Scales the gradients so that their global norm is at most `max_norm` (Megatron's rule, above);

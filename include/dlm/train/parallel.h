@@ -47,6 +47,10 @@ std::vector<int> tensor_parallel_ranks(const ParallelConfig& config, int rank);
 std::vector<int> data_parallel_ranks(const ParallelConfig& config, int rank);
 std::vector<int> pipeline_parallel_ranks(const ParallelConfig& config, int rank);
 
+// The group of `ranks` (one of the lists above, this rank among them) split from `world`, named
+// "<what> group (world ranks 0,2,...)" in errors; collective over the world (each rank passes its own).
+std::unique_ptr<Communicator> split_group(Communicator& world, const std::vector<int>& ranks, const std::string& what);
+
 // The groups of one rank, split from the world communicator (collective over the world).
 struct ProcessGroups {
   ParallelConfig config;
