@@ -27,9 +27,7 @@ std::vector<PipelineUnit> pipeline_order(int P, int r, int V, int M) {
     for (int b = steady; b < M; ++b) order.push_back({false, 0, b});
     return order;
   }
-  if (M % P != 0)
-    fail(fmt::format("the interleaved pipeline schedule needs the number of micro-batches per data-parallel rank ({}) "
-                     "to be a multiple of --pipeline-model-parallel-size {}", M, P));
+  check_interleaved_micro_batches(P, M);
   const int total = M * V, group = P * V;
   const int warm = M == P ? total : std::min((P - r - 1) * 2 + (V - 1) * P, total), steady = total - warm;
   auto unit = [&](int k, bool forward) {
@@ -43,6 +41,12 @@ std::vector<PipelineUnit> pipeline_order(int P, int r, int V, int M) {
   }
   for (int k = steady; k < total; ++k) order.push_back(unit(k, false));
   return order;
+}
+
+void check_interleaved_micro_batches(int P, std::int64_t M) {
+  if (M % P != 0)
+    fail(fmt::format("the interleaved pipeline schedule needs the number of micro-batches per data-parallel rank ({}) "
+                     "to be a multiple of --pipeline-model-parallel-size {}", M, P));
 }
 
 namespace {

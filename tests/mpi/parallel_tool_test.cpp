@@ -264,6 +264,15 @@ TEST_F(ParallelTool, LayoutFlagsAreCheckedBeforeStarting) {
   EXPECT_EQ(last_error_line(r, "dlm-train"),
             "dlm-train: --num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in "
             "Megatron)");
+  // Interleaving with 1 micro-batch per data-parallel rank (global batch 4 = micro-batch 2 x DP 2) on 2 stages.
+  r = run(mpi(train_argv({"--train-iters", "2", "--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                          "--num-layers-per-virtual-pipeline-stage", "1"})));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("dlm-train: the interleaved pipeline schedule needs the number of micro-batches per data-parallel "
+                       "rank (1) to be a multiple of --pipeline-model-parallel-size 2"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("iteration"), std::string::npos) << r.err;  // refused before training
   r = run(mpi(train_argv({"--train-iters", "2", "--tensor-model-parallel-size", "3"})));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--tensor-model-parallel-size"), std::string::npos) << r.err;

@@ -7,6 +7,7 @@
 #include "dlm/train/device.h"
 #include "dlm/train/model_parallel.h"
 #include "dlm/train/parallel_plan.h"
+#include "dlm/train/pipeline_schedule.h"
 
 namespace dlm::tools {
 
@@ -24,6 +25,12 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
                  "the next forward (same results)");
   if (args.layers_per_virtual_stage > 0 && args.pipeline_parallel < 2)
     fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in Megatron)");
+  const int model_ranks = args.tensor_parallel * args.pipeline_parallel;
+  if (args.layers_per_virtual_stage > 0 && model_ranks > 0 && run.launch.world_size % model_ranks == 0) {
+    const std::int64_t per_rank = args.trainer.micro_batch_size * (run.launch.world_size / model_ranks);
+    if (per_rank > 0 && args.trainer.global_batch_size % per_rank == 0)
+      train::check_interleaved_micro_batches(args.pipeline_parallel, args.trainer.global_batch_size / per_rank);
+  }
   if (run.launch.world_size == 1) {
     if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)
       fail(fmt::format("--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} needs that many ranks or a "

@@ -14,6 +14,7 @@
 // the global sample index); only the last stage's loss counts, and it is summed over the group.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <vector>
@@ -46,5 +47,8 @@ struct PipelineUnit {
   int micro_batch = 0;
 };
 std::vector<PipelineUnit> pipeline_order(int pipeline_size, int rank, int virtual_stages, int micro_batches);
+// The interleaved schedule's rule (dlm::Error naming the flags otherwise): micro-batches per data-parallel
+// rank a multiple of the pipeline size. dlm-train checks it before anything starts.
+void check_interleaved_micro_batches(int pipeline_size, std::int64_t micro_batches);
 
 }  // namespace dlm::train
