@@ -38,7 +38,7 @@ Device resolve_device(const std::string& flag) {
 std::string_view device_name(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
 #if !DLM_HAVE_CUDA
-std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig&, std::uint64_t) {
+std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig&, std::uint64_t, const CudaParallelGroups&) {
   fail("--device cuda: this build of dlm has no CUDA backend (built without nvcc)");
 }
 CudaSampling make_cuda_sampling(const ckpt::ModelConfig&, const ckpt::TensorSet&) {

@@ -1,7 +1,10 @@
 // The NCCL data-parallel group of dlm-train's GPU runs (device_groups.h); no NCCL in the build: one line.
 #include "dlm/train/device_groups.h"
 
+#include <fmt/format.h>
+
 #include "dlm/common/error.h"
+#include "dlm/train/device_group.h"
 #ifdef DLM_HAVE_NCCL
 #include "dlm/train/nccl_communicator.h"
 #endif
@@ -13,7 +16,16 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
 #ifdef DLM_HAVE_NCCL
   DeviceGroups g;
   auto world = nccl_world_communicator(mpi_world, local_rank, timeout_seconds);
-  g.data = split_group(*world, data_parallel_ranks(config, mpi_world.rank()), "NCCL data-parallel");
+  const int rank = mpi_world.rank();
+  g.data = split_group(*world, data_parallel_ranks(config, rank), "NCCL data-parallel");
+  if (config.tensor > 1) {
+    g.tensor = split_group(*world, tensor_parallel_ranks(config, rank), "NCCL tensor-parallel");
+    g.tensor_group = nccl_device_group(*g.tensor);
+  }
+  if (config.pipeline > 1) {
+    g.pipeline = split_group(*world, pipeline_parallel_ranks(config, rank), "NCCL pipeline-parallel");
+    g.pipeline_group = nccl_device_group(*g.pipeline);
+  }
   g.world = std::move(world);
   return g;
 #else
@@ -21,6 +33,14 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
   fail("--device cuda on several ranks needs NCCL, and this build of dlm has none (see docs/cuda.md; or --device cpu)");
 #endif
 }
+
+std::size_t device_element_size(DeviceElement type) { return type == DeviceElement::kBF16 ? 2 : 4; }
+
+#ifndef DLM_HAVE_NCCL
+std::unique_ptr<DeviceGroup> nccl_device_group(Communicator& nccl) {
+  fail(fmt::format("{}: this build of dlm has no NCCL", nccl.name()));
+}
+#endif
 
 void run_on_stream(Communicator& device_group, void* stream) {
 #ifdef DLM_HAVE_NCCL

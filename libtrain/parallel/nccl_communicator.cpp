@@ -230,11 +230,27 @@ void NcclCommunicator::enqueue_all_reduce(void* data, std::size_t count, DataTyp
   State& st = *state_;
   if (st.aborted) fail(fmt::format("the {} was aborted after a failure", st.name));
   if (after) check_cuda(cudaStreamWaitEvent(st.stream, static_cast<cudaEvent_t>(after), 0), "cudaStreamWaitEvent");
+  enqueued("all_reduce", count * data_type_size(type), [&] {
+    return static_cast<int>(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), st.comm, st.stream));
+  });
+}
+
+void NcclCommunicator::enqueue(const std::string& what, std::size_t bytes, void* stream,
+                               const std::function<int(void*, void*)>& call) {
+  State& st = *state_;
+  if (st.aborted) fail(fmt::format("the {} was aborted after a failure", st.name));
+  use_stream(stream);
+  enqueued(what, bytes, [&] { return call(st.comm, st.stream); });
+}
+
+// Posts an operation without waiting for it on the device; the first one not yet waited for names the
+// batch in a timeout's message.
+void NcclCommunicator::enqueued(const std::string& what, std::size_t bytes, const std::function<int()>& post) {
+  State& st = *state_;
   const long long op_index = shared_->next_operation();
   const auto begin = Clock::now();
-  const std::string described =
-      fmt::format("all_reduce #{} of {} bytes on the {}", op_index, count * data_type_size(type), st.name);
-  const ncclResult_t rc = ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), st.comm, st.stream);
+  const std::string described = fmt::format("{} #{} of {} bytes on the {}", what, op_index, bytes, st.name);
+  const auto rc = static_cast<ncclResult_t>(post());
   if (rc != ncclSuccess && rc != ncclInProgress)
     lose(*shared_, st, described, fmt::format("failed: {} ({})", ncclGetErrorString(rc), ncclGetLastError(st.comm)), begin);
   settle(*shared_, st, st.comm, described, begin, false);  // the host-side enqueue only

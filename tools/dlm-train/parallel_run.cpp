@@ -47,9 +47,9 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   run.groups = train::make_process_groups(
       *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
   if (train::resolve_device(args.device) == train::Device::kCuda) {
-    if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)
-      fail("tensor and pipeline parallelism run on the CPU backend so far (--device cpu); on GPUs, one replica per "
-           "process with data parallelism");
+    if (args.layers_per_virtual_stage > 0)
+      fail("--num-layers-per-virtual-pipeline-stage: the interleaved schedule runs on the CPU backend so far "
+           "(--device cpu); on GPUs the pipeline is 1F1B");
     // Before any model exists: this takes the GPU of the local rank.
     run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank, args.timeout_minutes * 60.0);
   }
@@ -68,7 +68,7 @@ TrainingSetup prepare_on_every_rank(TrainArgs& args, ParallelRun& run) {
   TrainingSetup setup;
   if (run.launch.rank == 0) {
     try {
-      setup = prepare_training(args, groups);
+      setup = prepare_training(args, groups, &run.device);
       ok = 1;
     } catch (...) {
       run.world->broadcast(std::span<std::uint8_t>(&ok, 1), 0);
@@ -77,7 +77,7 @@ TrainingSetup prepare_on_every_rank(TrainArgs& args, ParallelRun& run) {
   }
   run.world->broadcast(std::span<std::uint8_t>(&ok, 1), 0);
   if (!ok) fail("rank 0 stopped before training (its error is above)");
-  if (run.launch.rank != 0) setup = prepare_training(args, groups);
+  if (run.launch.rank != 0) setup = prepare_training(args, groups, &run.device);
   return setup;
 }
 

@@ -178,7 +178,7 @@ struct ModelOwner {
 
 }  // namespace
 
-TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups) {
+TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, train::DeviceGroups* device_groups) {
   TrainingSetup setup;
   if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
   resolve_model_config(args, setup);
@@ -207,10 +207,21 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups) {
     const ckpt::CheckpointReader reader(args.load);
     train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
   }
-  if (device == train::Device::kCuda && groups && (groups->config.tensor > 1 || groups->config.pipeline > 1))
-    fail("tensor and pipeline parallelism run on the CPU backend so far (--device cpu); the GPU trains one replica per "
-         "process");
-  if (device == train::Device::kCuda) {
+  const bool model_parallel = groups && (groups->config.tensor > 1 || groups->config.pipeline > 1);
+  if (device == train::Device::kCuda && model_parallel) {
+    // This rank's CudaModel shard, its layers' collectives and the pipeline's transfers over NCCL.
+    if (!device_groups) fail("GPU model parallelism needs the NCCL groups");
+    train::CudaParallelGroups parallel{groups, device_groups->tensor_group.get(), device_groups->pipeline_group.get(),
+                                       args.sequence_parallel};
+    setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
+    train::CheckpointPlacement placement;
+    placement.layout.tp = groups->config.tensor;
+    placement.layout.pp = groups->config.pipeline;
+    placement.layout.dp = groups->config.data;
+    placement.tensor_rank = groups->coords.tensor;
+    placement.stages = {groups->coords.pipeline};
+    setup.placement = std::move(placement);
+  } else if (device == train::Device::kCuda) {
     // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
     setup.model = train::make_cuda_trainable(setup.config, args.seed);
   } else if (groups && (groups->config.tensor > 1 || groups->config.pipeline > 1)) {
@@ -231,8 +242,9 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups) {
   }
   if (!args.load.empty()) {
     const auto params = setup.model->parameters();
+    const train::CheckpointPlacement whole_model;
     train::TrainCheckpoint checkpoint =
-        train::load_train_checkpoint(args.load, params, t.adam, setup.placement.value_or(train::CheckpointPlacement{}));
+        train::load_train_checkpoint(args.load, params, t.adam, setup.placement ? *setup.placement : whole_model);
     train::restore_weights(checkpoint, params);
     if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
     setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};

@@ -8,6 +8,7 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/data/tokenizer.h"
+#include "dlm/train/device_groups.h"
 #include "dlm/train/parallel.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
@@ -34,8 +35,10 @@ struct TrainingSetup {
 
 // Opens the data and the checkpoint and checks them against the flags (vocabulary below the data's
 // largest id, missing files, a checkpoint whose config disagrees): every error before any compute.
-// With `groups` of tensor or pipeline size above 1 the model is this rank's ParallelModel.
-TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = nullptr);
+// With `groups` of tensor or pipeline size above 1 the model is this rank's part of the replica: a
+// ParallelModel on the CPU, a CudaModel shard on the GPU (`device` holds its NCCL tensor/pipeline groups).
+TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = nullptr,
+                               train::DeviceGroups* device = nullptr);
 // The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).
 ckpt::ModelConfig resolve_model(TrainArgs& args);
 // One process writes the whole model; under tensor/pipeline parallelism every rank calls this (collective

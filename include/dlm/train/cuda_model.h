@@ -7,6 +7,12 @@
 //
 // Parameters are named and shaped as model_tensors(config) says; host import/export is fp32.
 // A step:  loss = forward_backward(batch) (adds into the gradients) ; adamw_step(...) ; zero_grad().
+//
+// Model parallelism (CudaShard; docs/parallelism.md): one rank's part of a model in Megatron's layout, the
+// slices of libckpt's rank_shards() (the CPU backend's and the checkpoints' rules). Tensor parallelism puts
+// the collectives where model.h says, enqueued on the model's stream through a DeviceGroup (bf16 for
+// activations, as Megatron); sequence parallelism keeps 1/TP of the token rows in the residual stream and
+// the norms. Pipeline stages run through the stage calls below (cuda_pipeline.h schedules them).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,8 @@
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
+#include "dlm/ckpt/sharding.h"
+#include "dlm/train/device_group.h"
 #include "dlm/train/optimizer.h"
 
 namespace dlm::train {
@@ -30,20 +38,36 @@ struct CudaBatch {
   std::span<const float> weights;
 };
 
+// This rank's part of the model: its tensor rank and pipeline stage under `layout` (no virtual stages on
+// the GPU), and the tensor group (layout.tp members; null when tp == 1). The default is the whole model.
+struct CudaShard {
+  ckpt::ParallelLayout layout{};
+  int tensor_rank = 0, stage = 0;
+  bool sequence_parallel = false;
+  DeviceGroup* tensor = nullptr;
+};
+
 class CudaModel {
  public:
-  // Allocates parameters and optimizer state on the current device; dlm::Error without one.
-  explicit CudaModel(ckpt::ModelConfig config);
+  // Allocates parameters and optimizer state on the current device; dlm::Error without one, or for a
+  // layout libckpt's sharding rules refuse.
+  explicit CudaModel(ckpt::ModelConfig config, CudaShard shard = {});
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
 
   static bool device_available();
   const ckpt::ModelConfig& config() const;
+  const CudaShard& shard() const;
+  // This rank's tensors in model order: global names, local shapes, where they sit in the global tensors.
+  const std::vector<ckpt::TensorShard>& tensors() const;
+  bool pre_process() const;   // holds the embedding (the first stage)
+  bool post_process() const;  // holds the final norm, the output layer and the loss (the last stage)
 
   // Model::init's values for the same seed (N(0, init_method_std^2) matrices from the counter stream, norms 1),
-  // drawn on the device.
+  // drawn on the device; a shard gets its slice of the whole model's values.
   void init(std::uint64_t seed);
+  // Import and export are of this rank's (local) tensors.
   void import_parameter(std::string_view name, std::span<const float> values);
   std::vector<float> export_parameter(std::string_view name) const;
   std::vector<float> export_gradient(std::string_view name) const;
@@ -70,6 +94,34 @@ class CudaModel {
   // takes the sum of squares on the device (and returns the norm), apply_adamw() clips by that sum.
   double grad_norm();
   void apply_adamw(const AdamWOptions& options, double lr, double max_norm);
+  // Model parallelism: grad_sumsq() is this rank's share of the squared norm (the tensors it saves: a
+  // replicated norm counts on tensor rank 0 only, the last stage's tied embedding not at all); once the
+  // caller has summed the shares over the replica, set_grad_sumsq() makes that the sum apply_adamw() clips by.
+  double grad_sumsq();
+  void set_grad_sumsq(double sumsq);
+
+  // ---- pipeline stages: forward_backward() of one micro-batch is these calls in a row ----
+  // Micro-batch k's columns on the device, before its step's first transfer (the host never waits on a
+  // stream that holds collectives). Every micro-batch of a step has the same shape.
+  void upload_inputs(int k, const CudaBatch& batch);
+  // The hidden-state rows this rank passes between stages: batch * seq, or 1/TP of them under SP.
+  std::int64_t stage_rows() const;
+  // Forward of micro-batch k with its activations in `slot` (one per micro-batch in flight). A stage
+  // without the embedding reads its input from stage_input(slot) (bf16 [stage_rows, hidden]); one without
+  // the head leaves its output in stage_output() (bf16, until the next forward_stage). With training off
+  // the last stage adds the loss of k (forward only).
+  void* stage_input(int slot);
+  void forward_stage(int k, int slot, bool training);
+  const void* stage_output() const;
+  // Backward of micro-batch k (slot as its forward): the last stage computes the head and the loss from
+  // the forward just run on that slot; any other stage first receives d output into stage_output_grad()
+  // (fp32 [stage_rows, hidden]). A stage without the embedding leaves d input in stage_input_grad()
+  // (fp32, until the next backward_stage).
+  float* stage_output_grad();
+  void backward_stage(int k, int slot);
+  const float* stage_input_grad() const;
+  // The losses added since the last call (a host copy: call it once the groups have completed).
+  double take_loss();
   // AdamW's state by parameter name (fp32, model_tensors' shape) and its step count, for checkpoints.
   std::vector<float> export_exp_avg(std::string_view name) const;
   std::vector<float> export_exp_avg_sq(std::string_view name) const;
@@ -104,13 +156,12 @@ class CudaModel {
   // report; otherwise a header line only.
   std::string profile_report();
 
+  struct Impl;  // the device state, shared by the backend's files (libtrain/backend/cuda/cuda_model_impl.h)
+
  private:
-  // logits set: forward only, logits out; greedy set too: forward only, greedy tokens out and the
+  // The samplers' forward (tp = pp = 1): logits out, or with greedy set, greedy tokens out and the
   // confidences in *logits.
-  // loss_only: forward and loss, no backward.
-  double step(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy = nullptr,
-              bool loss_only = false);
-  struct Impl;
+  void sample_forward(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,8 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/tensor.h"
+#include "dlm/train/device_group.h"
+#include "dlm/train/parallel.h"
 #include "dlm/train/sampler.h"
 #include "dlm/train/trainer.h"
 
@@ -23,9 +25,22 @@ std::string_view device_name(Device device);
 bool cuda_built();    // this build has the CUDA backend
 bool cuda_present();  // ... and a CUDA device is visible
 
+// One rank's part of a tensor/pipeline-parallel replica on the GPU (docs/parallelism.md): the MPI groups
+// (host scalars: the loss, the gradient norm) and the tensor and pipeline groups over device memory
+// (NCCL; staged through the host in tests). Empty: the whole model.
+struct CudaParallelGroups {
+  ProcessGroups* host = nullptr;
+  DeviceGroup* tensor = nullptr;    // with host->config.tensor > 1
+  DeviceGroup* pipeline = nullptr;  // with host->config.pipeline > 1
+  bool sequence_parallel = false;
+};
+
 // A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its
-// weights Model::init(seed)'s. dlm::Error without the CUDA backend or a GPU, or for a shape it cannot run.
-std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed);
+// weights Model::init(seed)'s (a shard: its slice of them). Its micro-batches run through the GPU
+// pipeline schedule (cuda_pipeline.h) when `parallel` is given. dlm::Error without the CUDA backend or a
+// GPU, or for a shape or layout it cannot run.
+std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed,
+                                                    const CudaParallelGroups& parallel = {});
 
 // A CudaModel holding `weights` (every tensor of model_tensors(config), fp32 global shapes) for the
 // samplers: logits [rows, len, vocab_size] (the real vocabulary; rows with left padding run without it,

@@ -1,11 +1,13 @@
-// dlm-train's data-parallel group over GPU memory: with --device cuda under mpirun/srun, each rank's model
-// lives on the GPU of its local rank and the gradients are summed in device memory (NCCL), while the
-// host scalars (loss, stop flags) keep going through the MPI groups of parallel.h.
+// dlm-train's groups over GPU memory: with --device cuda under mpirun/srun, each rank's model lives on the
+// GPU of its local rank; the gradients are summed in device memory (NCCL) and, under TP/PP, the layers'
+// collectives and the pipeline's transfers go through NCCL too, while the host scalars (loss, stop flags,
+// the norm) keep going through the MPI groups of parallel.h.
 #pragma once
 
 #include <memory>
 
 #include "dlm/train/communicator.h"
+#include "dlm/train/device_group.h"
 #include "dlm/train/parallel.h"
 
 namespace dlm::train {
@@ -13,10 +15,14 @@ namespace dlm::train {
 struct DeviceGroups {
   std::unique_ptr<Communicator> world;  // the NCCL world the groups are split from
   std::unique_ptr<Communicator> data;   // this rank's data-parallel group, device memory
+  // With TP or PP: those groups, and their enqueue-only views for the model's layers (device_group.h).
+  std::unique_ptr<Communicator> tensor, pipeline;
+  std::unique_ptr<DeviceGroup> tensor_group, pipeline_group;
 };
 
 // Collective over `mpi_world`: takes GPU `local_rank`, makes the NCCL world and splits its data-parallel
-// group with Megatron's rank order. A dlm::Error of one line when this build has no NCCL.
+// group (and tensor and pipeline groups when they have several members) with Megatron's rank order.
+// A dlm::Error of one line when this build has no NCCL.
 DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& config, int local_rank,
                                 double timeout_seconds);
 // Puts the group's work on `stream` (the model's cudaStream_t), behind the kernels that produce its data.

@@ -22,6 +22,7 @@
 // would wait forever for a dead peer): wait() is the only safe way to finish it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -54,6 +55,10 @@ class NcclCommunicator final : public Communicator {
   }
   // Every operation enqueued so far has completed; CommunicationError naming the lost rank otherwise.
   void wait();
+  // Enqueues what `call` posts (one NCCL call, or a group of them) on `stream` (a cudaStream_t, which
+  // becomes this communicator's stream) and returns at once; wait() completes it. `call` gets the
+  // ncclComm_t and the stream and returns the ncclResult_t (as int). For device_group.h's NCCL groups.
+  void enqueue(const std::string& what, std::size_t bytes, void* stream, const std::function<int(void*, void*)>& call);
 
  protected:
   void do_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) override;
@@ -66,6 +71,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void enqueue_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, void* after);
+  void enqueued(const std::string& what, std::size_t bytes, const std::function<int()>& post);
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<State> state_;
 };

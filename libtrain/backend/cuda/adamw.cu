@@ -129,6 +129,10 @@ std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors, int count) {
 
 void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
                 double* sumsq, cudaStream_t stream) {
+  if (num_chunks == 0) {
+    cudaMemsetAsync(sumsq, 0, sizeof(double), stream);
+    return;
+  }
   sumsq_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, partial);
   sum_kernel<<<1, 1024, 0, stream>>>(partial, num_chunks, sumsq);
 }

@@ -1,4 +1,4 @@
-// Element-wise conversions and fills.
+// Element-wise conversions, fills and adds, and the loss's sum.
 #include <cmath>
 
 #include "kernels.h"
@@ -10,6 +10,23 @@ namespace {
 __global__ void to_bf16(const float* in, bf16* out, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+__global__ void add_bf16_kernel(const bf16* a, const bf16* b, bf16* out, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+// One block: thread t sums elements t, t + 1024, ... in double, then a fixed tree: the same order every run.
+__global__ void __launch_bounds__(1024) sum_into(const float* x, std::int64_t n, double* total) {
+  __shared__ double part[1024];
+  double s = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += 1024) s += x[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = 512; w > 0; w >>= 1) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *total += part[0];
 }
 __global__ void fill(float* p, float value, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -60,6 +77,12 @@ void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaSt
 
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream) {
   if (n > 0) to_bf16<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(in, out, n);
+}
+void add_bf16(const bf16* a, const bf16* b, bf16* out, std::int64_t n, cudaStream_t stream) {
+  if (n > 0) add_bf16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a, b, out, n);
+}
+void accumulate_sum(const float* x, std::int64_t n, double* total, cudaStream_t stream) {
+  if (n > 0) sum_into<<<1, 1024, 0, stream>>>(x, n, total);
 }
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream) {
   if (n > 0) fill<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, value, n);

@@ -1,4 +1,5 @@
-// CudaModel: the training step as one sequence of kernels on one stream (see cuda_model.h).
+// CudaModel: construction (this rank's tensors and where each sits in the device buffers), parameters by
+// name, and the samplers' forward (see cuda_model.h; the training step is cuda_model_stage.cpp).
 // Activations kept for the backward per layer: the residual streams entering each norm (bf16), the normed
 // inputs of the GEMMs, QKV before and after QK-norm + RoPE, the attention output and its lse, fc1's output
 // and SwiGLU's; nothing is recomputed. The residual gradient is carried in fp32.
@@ -19,12 +20,20 @@
 
 namespace dlm::train {
 
+namespace {
+std::int64_t max_global_numel(const CudaModel::Impl& I) {
+  std::int64_t most = 0;
+  for (const auto& spec : I.specs) most = std::max(most, ckpt::element_count(spec.global_shape));
+  return most;
+}
+}  // namespace
+
 bool CudaModel::device_available() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>()) {
+CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;
   config.validate();
   if (!device_available()) fail("CudaModel: no CUDA device");
@@ -33,21 +42,35 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
     fail(fmt::format("CudaModel: kv_channels {} unsupported (16, 32, 64 or 128)", hd));
   if (config.hidden_size % 8 != 0 || config.ffn_hidden_size % 8 != 0)
     fail("CudaModel: hidden_size and ffn_hidden_size must be multiples of 8");
+  const auto& layout = shard.layout;
+  layout.validate(config);
+  if (layout.tp > 1 && !shard.tensor) fail("CudaModel: tensor parallelism needs the tensor group's device collectives");
+  if (shard.tensor && (shard.tensor->size() != layout.tp || shard.tensor->rank() != shard.tensor_rank))
+    fail(fmt::format("CudaModel: tensor rank {} of {} but its group has rank {} of {}", shard.tensor_rank, layout.tp,
+                     shard.tensor->rank(), shard.tensor->size()));
   I.cfg = std::move(config);
-  I.specs = ckpt::model_tensors(I.cfg);
+  I.shard = shard;
+  I.tp = layout.tp;
+  I.sp = shard.sequence_parallel && layout.tp > 1;
+  I.heads = I.cfg.num_attention_heads / I.tp, I.groups = I.cfg.num_query_groups / I.tp;
+  I.ffn_local = I.cfg.ffn_hidden_size / I.tp;
+  if (I.ffn_local % 8 != 0) fail("CudaModel: ffn_hidden_size / tensor-parallel size must be a multiple of 8");
+  I.vocab_first = shard.tensor_rank * static_cast<std::int64_t>(I.vpad());
+  I.vocab_local = std::clamp<std::int64_t>(I.cfg.vocab_size - I.vocab_first, 0, I.vpad());
+  const ckpt::LayerRange range = ckpt::stage_layer_range(I.cfg, layout, shard.stage);
+  I.first_layer = range.first, I.layers = range.count;
+  I.pre = shard.stage == 0, I.post = shard.stage == layout.pp - 1;
+  if (I.layers == 0) fail(fmt::format("CudaModel: pipeline stage {} holds no layer", shard.stage));
+  I.specs = ckpt::rank_shards(I.cfg, layout, shard.tensor_rank, shard.stage);
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     I.index[I.specs[i].name] = static_cast<int>(i);
     I.offset.push_back(I.total);
-    // The output layer's GEMMs run over the padded vocabulary: its rows past vocab_size exist (zero).
-    const bool out_rows = I.specs[i].name == (I.cfg.tie_word_embeddings ? "embedding.word_embeddings.weight"
-                                                                          : "output_layer.weight");
-    const std::int64_t n = out_rows ? I.cfg.padded_vocab_size() * I.cfg.hidden_size : I.numel(static_cast<int>(i));
-    I.total += (std::max(n, I.numel(static_cast<int>(i))) + kAlign - 1) / kAlign * kAlign;
+    I.total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
   }
   I.emb = I.find("embedding.word_embeddings.weight");
   I.lnf = I.find("decoder.final_layernorm.weight");
   I.out = I.cfg.tie_word_embeddings ? I.emb : I.find("output_layer.weight");
-  for (int l = 0; l < I.cfg.num_layers; ++l) {
+  for (int l = I.first_layer; l < I.first_layer + I.layers; ++l) {
     const std::string p = fmt::format("decoder.layers.{}.", l);
     I.lp.push_back({I.find(p + "self_attention.linear_qkv.layer_norm_weight"), I.find(p + "self_attention.linear_qkv.weight"),
                     I.find(p + "self_attention.q_layernorm.weight"), I.find(p + "self_attention.k_layernorm.weight"),
@@ -92,6 +115,16 @@ CudaModel::CudaModel(ckpt::ModelConfig config) : impl_(std::make_unique<Impl>())
   check_cuda(cudaMemcpyAsync(I.adam_chunks, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice,
                              I.stream),
              "adamw chunks");
+  // The gradient norm counts the tensors this rank saves (a replicated norm once, on tensor rank 0).
+  std::vector<AdamWChunk> counted;
+  for (const AdamWChunk& chunk : chunks)
+    if (I.specs[static_cast<std::size_t>(chunk.tensor)].saved) counted.push_back(chunk);
+  I.num_norm_chunks = static_cast<int>(counted.size());
+  I.norm_chunks = I.alloc<AdamWChunk>(I.num_norm_chunks, I.owned, I.bytes);
+  if (!counted.empty())
+    check_cuda(cudaMemcpyAsync(I.norm_chunks, counted.data(), counted.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice,
+                               I.stream),
+               "norm chunks");
   I.norm_partial = I.alloc<double>(I.num_chunks, I.owned, I.bytes);
   I.sumsq = I.alloc<double>(1, I.owned, I.bytes);
   check_cuda(cudaStreamSynchronize(I.stream), "CudaModel");
@@ -107,6 +140,10 @@ CudaModel::~CudaModel() {
 }
 
 const ckpt::ModelConfig& CudaModel::config() const { return impl_->cfg; }
+const CudaShard& CudaModel::shard() const { return impl_->shard; }
+const std::vector<ckpt::TensorShard>& CudaModel::tensors() const { return impl_->specs; }
+bool CudaModel::pre_process() const { return impl_->pre; }
+bool CudaModel::post_process() const { return impl_->post; }
 std::int64_t CudaModel::parameter_count() const {
   std::int64_t n = 0;
   for (std::size_t i = 0; i < impl_->specs.size(); ++i) n += impl_->numel(static_cast<int>(i));
@@ -122,12 +159,34 @@ void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->st
 
 void CudaModel::init(std::uint64_t seed) {
   auto& I = *impl_;
+  // Tensor t of model_tensors() draws from counter stream t over its global shape; a shard copies its pieces
+  // out of the whole tensor, drawn in a scratch buffer.
+  std::unordered_map<std::string, std::uint32_t> global_index;
+  for (const auto& spec : ckpt::model_tensors(I.cfg)) global_index.emplace(spec.name, static_cast<std::uint32_t>(global_index.size()));
+  float* scratch = nullptr;
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
+    const auto& spec = I.specs[i];
     const int p = static_cast<int>(i);
-    if (I.specs[i].is_norm) fill_f32(I.F(p), 1.0f, I.numel(p), I.stream);
-    else init_normal_counter(I.F(p), I.numel(p), I.cfg.init_method_std, seed, static_cast<std::uint32_t>(i), I.stream);
+    if (spec.is_norm) {
+      fill_f32(I.F(p), 1.0f, I.numel(p), I.stream);
+    } else if (spec.local_shape == spec.global_shape) {
+      init_normal_counter(I.F(p), I.numel(p), I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
+    } else {
+      const std::int64_t rows = spec.global_shape[0], cols = spec.global_shape[1], local_cols = spec.local_shape[1];
+      if (!scratch) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), sizeof(float) * max_global_numel(I), I.stream), "init");
+      init_normal_counter(scratch, rows * cols, I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
+      for (const ckpt::ShardPiece& piece : spec.pieces) {
+        const bool by_rows = piece.dim == 0;
+        check_cuda(cudaMemcpy2DAsync(I.F(p) + (by_rows ? piece.local_start * cols : piece.local_start), local_cols * 4,
+                                     scratch + (by_rows ? piece.global_start * cols : piece.global_start), cols * 4,
+                                     (by_rows ? cols : piece.length) * 4, by_rows ? piece.length : rows,
+                                     cudaMemcpyDeviceToDevice, I.stream),
+                   "init shard");
+      }
+    }
     I.refresh_bf16(p);
   }
+  if (scratch) check_cuda(cudaFreeAsync(scratch, I.stream), "init");
   synchronize();
 }
 
@@ -142,13 +201,6 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   synchronize();
 }
 
-namespace {
-double download_loss(const float* rows, std::int64_t n, cudaStream_t stream) {
-  double total = 0;
-  for (float x : download(rows, n, stream)) total += x;
-  return total;
-}
-}  // namespace
 
 std::vector<float> CudaModel::export_parameter(std::string_view name) const {
   const int p = impl_->find(std::string(name));
@@ -168,8 +220,6 @@ void CudaModel::zero_grad() {
   check_cuda(cudaMemsetAsync(impl_->grad, 0, sizeof(float) * impl_->total, impl_->stream), "zero_grad");
 }
 
-double CudaModel::forward_backward(const CudaBatch& b) { return step(b, nullptr); }
-double CudaModel::forward_loss(const CudaBatch& b) { return step(b, nullptr, nullptr, true); }
 
 std::vector<float> CudaModel::forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
                                              std::span<const std::int32_t> ids,
@@ -177,7 +227,7 @@ std::vector<float> CudaModel::forward_logits(std::int64_t batch, std::int64_t se
   const std::vector<std::int32_t> labels(ids.size(), 0);
   const std::vector<float> weights(ids.size(), 0.0f);
   std::vector<float> logits;
-  step({batch, seq, causal, ids, labels, positions, weights}, &logits);
+  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &logits, nullptr);
   return logits;
 }
 
@@ -186,180 +236,53 @@ void CudaModel::greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal,
                               std::vector<float>& confidence) {
   const std::vector<std::int32_t> labels(ids.size(), 0);
   const std::vector<float> weights(ids.size(), 0.0f);
-  step({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens);
+  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens);
 }
 
-double CudaModel::step(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy,
-                       bool loss_only) {
+void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy) {
   auto& I = *impl_;
-  const auto& c = I.cfg;
+  if (!I.whole()) fail("CudaModel: sampling runs on the whole model (no tensor or pipeline parallelism)");
+  upload_micro_batch(I, 0, b, false);
   const std::int64_t n = b.batch * b.seq;
-  if (b.batch <= 0 || b.seq <= 0 || static_cast<std::int64_t>(b.ids.size()) != n ||
-      static_cast<std::int64_t>(b.labels.size()) != n || static_cast<std::int64_t>(b.weights.size()) != n ||
-      (!b.positions.empty() && static_cast<std::int64_t>(b.positions.size()) != n))
-    fail(fmt::format("CudaModel: micro-batch columns disagree with its shape {} x {}", b.batch, b.seq));
-  if (b.seq > c.max_position_embeddings)
-    fail(fmt::format("CudaModel: seq {} beyond max_position_embeddings {}", b.seq, c.max_position_embeddings));
-  std::vector<std::int32_t> positions(b.positions.begin(), b.positions.end());
-  if (positions.empty())
-    for (std::int64_t i = 0; i < n; ++i) positions.push_back(static_cast<std::int32_t>(i % b.seq));
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (b.ids[i] < 0 || b.ids[i] >= c.vocab_size)
-      fail(fmt::format("CudaModel: token {} at position {} outside the vocabulary of {}", b.ids[i], i, c.vocab_size));
-    if (b.weights[i] != 0 && (b.labels[i] < 0 || b.labels[i] >= c.vocab_size))
-      fail(fmt::format("CudaModel: label {} at position {} outside the vocabulary of {}", b.labels[i], i, c.vocab_size));
-    if (positions[i] < 0 || positions[i] > c.max_position_embeddings)
-      fail(fmt::format("CudaModel: position {} at {} beyond max_position_embeddings", positions[i], i));
-  }
-  I.ensure_acts(b.batch, b.seq);
+  const int d = I.d(), V = I.vpad();
   const cudaStream_t st = I.stream;
-  auto up = [&](void* dst, const void* src, std::size_t bytes) {
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
-  };
-  up(I.ids, b.ids.data(), n * 4), up(I.pos, positions.data(), n * 4);
-  const bool backward = !logits_out && !greedy && !loss_only;
-  if (!logits_out && !greedy) up(I.labels, b.labels.data(), n * 4), up(I.weights, b.weights.data(), n * 4);
-  // Tokens grouped by id for the embedding backward (deterministic, no atomics).
-  std::vector<int> order;
-  std::vector<EmbeddingSegment> segments;
-  std::vector<EmbeddingCombine> combine;
-  if (backward) {
-    embedding_plan(b.ids.data(), static_cast<int>(n), order, segments, combine);
-    up(I.order, order.data(), n * 4);
-    up(I.emb_segments, segments.data(), segments.size() * sizeof(EmbeddingSegment));
-    if (!combine.empty()) up(I.emb_combine, combine.data(), combine.size() * sizeof(EmbeddingCombine));
-  }
-
-  const int T = static_cast<int>(n), d = I.d(), F = I.ffn(), qd = I.qdim(), qkv = I.qkvdim(), V = I.vpad();
-  const auto eps = static_cast<float>(c.norm_epsilon);
-  const QkvShape qs{T, c.num_attention_heads, c.num_query_groups, c.kv_channels, c.qk_layernorm, eps};
-  const AttentionShape as{static_cast<int>(b.batch), static_cast<int>(b.seq), c.num_attention_heads,
-                          c.num_query_groups, c.kv_channels, b.causal};
   auto& gm = *I.gemm;
-  const float* no_norm = nullptr;
-
-  auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
-  const auto forward = [&] {
-    I.timer.start(st);
-    embedding_forward(I.ids, I.W(I.emb), I.la[0].res1, T, d, st);
-    mark("embedding fwd");
-    for (int l = 0; l < c.num_layers; ++l) {
-      const auto& P = I.lp[static_cast<std::size_t>(l)];
-      auto& A = I.la[static_cast<std::size_t>(l)];
-      if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
-      else rmsnorm_forward(I.la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), A.h1, A.rstd1, T, d, eps, st);
-      mark("rmsnorm fwd");
-      gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
-      mark("gemm qkv fwd");
-      qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
-                           P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, st);
-      mark("qk-norm+rope fwd");
-      I.attention->forward(as, A.qkv_rot, A.att, A.lse, st);
-      mark("attention fwd");
-      gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp, false, d, 0, st);
-      mark("gemm proj fwd");
-      rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), A.h2, A.rstd2, T, d, eps, st);
-      mark("rmsnorm fwd");
-      gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
-      mark("gemm fc1 fwd");
-      swiglu_forward(A.gu, A.act, T, F, st);
-      mark("swiglu fwd");
-      gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp, false, d, 0, st);
-      mark("gemm fc2 fwd");
-    }
-    rmsnorm_forward(I.la.back().res2, I.tmp, I.res_f, I.F(I.lnf), I.hf, I.rstd_f, T, d, eps, st);
-    mark("rmsnorm fwd");
-    check_cuda(cudaGetLastError(), "forward");
-  };
-
+  MicroInputs& in = I.inputs[0];
+  auto& la = I.slot_acts(0);
   if (greedy) {
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
     // head run as one CUDA graph, so ~300 launches cost one.
     I.run_graphed(b.batch, b.seq, b.causal, [&] {
-      forward();
+      enqueue_forward(I, in, la);
       for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
         const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
         gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
         // The labels and per-row loss columns are free in a forward-only pass.
-        cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(c.vocab_size), I.labels + c0, I.loss_rows + c0, st);
+        cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0, st);
       }
       check_cuda(cudaGetLastError(), "greedy");
     });
     greedy->resize(static_cast<std::size_t>(n));
     logits_out->resize(static_cast<std::size_t>(n));
-    check_cuda(cudaMemcpyAsync(greedy->data(), I.labels, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
-    check_cuda(cudaMemcpyAsync(logits_out->data(), I.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
+    check_cuda(cudaMemcpyAsync(greedy->data(), in.labels, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
+    check_cuda(cudaMemcpyAsync(logits_out->data(), in.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
     synchronize();
-    return 0;
+    return;
   }
-  forward();
-  if (logits_out) {
-    const std::int64_t vocab = c.vocab_size;
-    std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
-    for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
-      const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
-      gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
-      check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), I.logits, V * sizeof(bf16),
-                                   vocab * sizeof(bf16), rows, cudaMemcpyDeviceToHost, st),
-                 "logits");
-      synchronize();
-    }
-    logits_out->resize(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) (*logits_out)[i] = __bfloat162float(host[i]);
-    return 0;
-  }
-  // Output layer and loss, a chunk of rows at a time: logits, in-place CE gradient, then both GEMMs back.
+  enqueue_forward(I, in, la);
+  I.timer.finish();
+  const std::int64_t vocab = I.cfg.vocab_size;
+  std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
   for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
     const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
     gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
-    mark("gemm logits fwd");
-    cross_entropy_forward_backward(I.logits, V, I.labels + c0, I.weights + c0, I.loss_rows + c0, rows,
-                                   static_cast<int>(c.vocab_size), st);
-    mark("cross-entropy");
-    if (loss_only) continue;
-    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, I.dh + c0 * d, false, d, 0, st);
-    gm.run(true, false, V, d, rows, I.logits, V, I.hf + c0 * d, d, I.G(I.out), true, d, 1, st);
-    mark("gemm logits bwd");
+    check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), I.logits, V * sizeof(bf16),
+                                 vocab * sizeof(bf16), rows, cudaMemcpyDeviceToHost, st),
+               "logits");
+    synchronize();
   }
-  if (loss_only) return download_loss(I.loss_rows, n, st);
-  check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * n * d, st), "memset");
-  rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial, T, d, st);
-  for (int l = c.num_layers - 1; l >= 0; --l) {
-    const auto& P = I.lp[static_cast<std::size_t>(l)];
-    auto& A = I.la[static_cast<std::size_t>(l)];
-    mark("rmsnorm bwd");
-    gm.run(true, false, d, F, T, I.dres16, d, A.act, F, I.G(P.fc2), true, F, 1, st);
-    gm.run(false, false, T, F, d, I.dres16, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
-    mark("gemm fc2 bwd");
-    swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
-    mark("swiglu bwd");
-    gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, 1, st);
-    gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh, false, d, 0, st);
-    mark("gemm fc1 bwd");
-    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres, I.dres16, I.G(P.ln2), I.partial, T, d, st);
-    mark("rmsnorm bwd");
-    gm.run(true, false, d, qd, T, I.dres16, d, A.att, qd, I.G(P.proj), true, qd, 1, st);
-    gm.run(false, false, T, qd, d, I.dres16, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
-    mark("gemm proj bwd");
-    I.attention->backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
-    mark("attention bwd");
-    qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, P.qn >= 0 ? I.F(P.qn) : no_norm,
-                          P.kn >= 0 ? I.F(P.kn) : no_norm, I.pos, I.rope_cos, I.rope_sin, I.dqkv,
-                          P.qn >= 0 ? I.G(P.qn) : nullptr, P.kn >= 0 ? I.G(P.kn) : nullptr, I.partial, st);
-    mark("qk-norm+rope bwd");
-    gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, 1, st);
-    gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh, false, d, 0, st);
-    mark("gemm qkv bwd");
-    rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, T, d, st);
-    if (I.layer_hook) I.layer_hook(l);
-  }
-  mark("rmsnorm bwd");
-  embedding_backward(I.dres, I.order, I.emb_segments, static_cast<int>(segments.size()), I.emb_combine,
-                     static_cast<int>(combine.size()), I.emb_partial, I.G(I.emb), d, st);
-  mark("embedding bwd");
-  I.timer.finish();
-  check_cuda(cudaGetLastError(), "backward");
-  return download_loss(I.loss_rows, n, st);
+  logits_out->resize(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) (*logits_out)[i] = __bfloat162float(host[i]);
 }
 
 }  // namespace dlm::train

@@ -1,4 +1,5 @@
-// CudaModel's state, shared by the files that implement it (cuda_model.cpp: allocation and the step;
+// CudaModel's state, shared by the files that implement it (cuda_model.cpp: allocation, parameters and the
+// samplers' forward; cuda_model_stage.cpp: a training step's stages and their collectives;
 // cuda_model_optimizer.cpp: the norm, AdamW and the optimizer state's import/export).
 #pragma once
 
@@ -31,9 +32,21 @@ constexpr std::size_t kLogitsBudget = std::size_t{3} << 29;  // bf16 logits of o
 struct LayerParams {
   int ln1, qkv, qn, kn, proj, ln2, fc1, fc2;
 };
+// What one layer keeps for its backward. res1/res2 (the residual stream entering each norm) and the rstds
+// hold the rank's rows (1/TP of them under SP); h1/h2 (the GEMMs' normed inputs) every row, gathered.
 struct LayerActs {
   bf16 *res1, *h1, *qkv_raw, *qkv_rot, *att, *res2, *h2, *gu, *act;
   float *rstd1, *qk_rstd, *lse, *rstd2;
+};
+
+// One micro-batch's columns on the device (ids as this rank's vocabulary rows: -1 for another's).
+struct MicroInputs {
+  int *ids, *labels, *pos, *order;
+  float *weights, *loss_rows;
+  EmbeddingSegment* segments;
+  EmbeddingCombine* combine;
+  int num_segments = 0, num_combine = 0;
+  bool causal = false;
 };
 
 }  // namespace cuda_detail
@@ -43,7 +56,12 @@ using namespace cuda_detail;
 struct CudaModel::Impl {
   PhaseTimer timer;
   ckpt::ModelConfig cfg;
-  std::vector<ckpt::TensorSpec> specs;
+  CudaShard shard;
+  std::vector<ckpt::TensorShard> specs;  // this rank's tensors, local shapes
+  // The part of the model this rank runs: tensor-parallel size and local widths, its layers, its ends.
+  int tp = 1, heads = 0, groups = 0, ffn_local = 0, first_layer = 0, layers = 0;
+  std::int64_t vocab_first = 0, vocab_local = 0;  // padded-vocabulary rows [first, first + vpad()) held, real ones
+  bool sp = false, pre = true, post = true;
   std::vector<std::int64_t> offset;
   std::unordered_map<std::string, int> index;
   std::int64_t total = 0;
@@ -55,25 +73,30 @@ struct CudaModel::Impl {
   AdamWTensor* adam_dev = nullptr;
   AdamWChunk* adam_chunks = nullptr;
   int num_chunks = 0;
+  AdamWChunk* norm_chunks = nullptr;  // the chunks of the tensors this rank counts in the gradient norm
+  int num_norm_chunks = 0;
   double *norm_partial = nullptr, *sumsq = nullptr;
   int steps = 0;
   cudaStream_t stream = nullptr;
   std::function<void(int)> layer_hook;  // set_backward_layer_hook
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<Attention> attention;
-  std::vector<LayerParams> lp;
+  std::vector<LayerParams> lp;  // this rank's layers
   int emb = -1, lnf = -1, out = -1;
-  // activations for T = B * S tokens
-  std::int64_t B = 0, S = 0, T = 0, chunk = 0;
-  std::vector<LayerActs> la;
-  bf16 *tmp = nullptr, *res_f = nullptr, *hf = nullptr, *logits = nullptr, *dres16 = nullptr, *dh = nullptr;
+  // Activations for T = B * S tokens, Ts of them this rank's rows (T / TP under SP).
+  std::int64_t B = 0, S = 0, T = 0, Ts = 0, chunk = 0;
+  std::vector<std::vector<LayerActs>> slots;  // per micro-batch in flight
+  std::vector<MicroInputs> inputs;            // per micro-batch of a step
+  int head_slot = -1;                         // the slot whose final norm res_f / hf hold
+  // Shared work buffers. Under SP the *_full ones hold every row (gathered, or before a reduce-scatter);
+  // otherwise they alias their local buffer.
+  bf16 *tmp = nullptr, *tmp_full = nullptr, *hloc = nullptr, *res_f = nullptr, *hf = nullptr, *logits = nullptr;
+  bf16 *dres16 = nullptr, *dres16_full = nullptr, *dh = nullptr, *dh_full = nullptr, *stage_out = nullptr;
   bf16 *dact = nullptr, *dgu = nullptr, *datt = nullptr, *dqkv_rot = nullptr, *dqkv = nullptr;
-  float *rstd_f = nullptr, *dres = nullptr, *delta = nullptr, *partial = nullptr, *loss_rows = nullptr;
-  float* weights = nullptr;
-  int *ids = nullptr, *labels = nullptr, *pos = nullptr, *order = nullptr;
-  EmbeddingSegment* emb_segments = nullptr;
-  EmbeddingCombine* emb_combine = nullptr;
+  float *rstd_f = nullptr, *dres = nullptr, *dres_full = nullptr, *delta = nullptr, *partial = nullptr;
+  float *ce_lse = nullptr, *ce_label = nullptr;  // vocabulary-parallel CE: [tp, chunk] lse, [chunk] label logits
   float* emb_partial = nullptr;
+  double* loss_total = nullptr;  // device: the losses since take_loss()
 
   template <typename T>
   T* alloc(std::int64_t n, std::vector<void*>& list, std::size_t& counter) {
@@ -88,13 +111,17 @@ struct CudaModel::Impl {
   T* act(std::int64_t n) { return alloc<T>(n, acts_owned, act_bytes); }
 
   int d() const { return cfg.hidden_size; }
-  int ffn() const { return cfg.ffn_hidden_size; }
-  int qdim() const { return static_cast<int>(cfg.q_size()); }
-  int qkvdim() const { return static_cast<int>(cfg.q_size() + 2 * cfg.kv_size()); }
-  int vpad() const { return static_cast<int>(cfg.padded_vocab_size()); }
+  // Local widths (the whole model's when tp == 1).
+  int ffn() const { return ffn_local; }
+  int qdim() const { return heads * cfg.kv_channels; }
+  int qkvdim() const { return (heads + 2 * groups) * cfg.kv_channels; }
+  int vpad() const { return static_cast<int>(cfg.padded_vocab_size() / tp); }
   const bf16* W(int p) const { return w16 + offset[p]; }
   float* F(int p) const { return master + offset[p]; }
   float* G(int p) const { return grad + offset[p]; }
+  // The whole model on this rank: no collectives inside a step, the profiler's phases make sense.
+  bool whole() const { return tp == 1 && pre && post; }
+  MicroInputs& uploaded(int k);  // micro-batch k's inputs (dlm::Error when not uploaded)
   int find(const std::string& name) const {
     auto it = index.find(name);
     return it == index.end() ? -1 : it->second;
@@ -161,34 +188,61 @@ struct CudaModel::Impl {
     for (void* p : acts_owned) cudaFree(p);
     acts_owned.clear();
     act_bytes = 0;
-    la.clear();
+    slots.clear();
+    inputs.clear();
+    head_slot = -1;
     T = 0;
   }
 
+  // The shared buffers for micro-batches of batch x seq; slots and inputs come on demand.
   void ensure_acts(std::int64_t batch, std::int64_t seq) {
     if (batch == B && seq == S && T > 0) return;
     free_acts();
-    B = batch, S = seq, T = batch * seq;
-    const std::int64_t heads = cfg.num_attention_heads, norms = heads + cfg.num_query_groups;
-    la.resize(static_cast<std::size_t>(cfg.num_layers));
-    for (auto& a : la) {
-      a.res1 = act<bf16>(T * d()), a.h1 = act<bf16>(T * d()), a.qkv_raw = act<bf16>(T * qkvdim());
-      a.qkv_rot = act<bf16>(T * qkvdim()), a.att = act<bf16>(T * qdim()), a.res2 = act<bf16>(T * d());
-      a.h2 = act<bf16>(T * d()), a.gu = act<bf16>(T * 2 * ffn()), a.act = act<bf16>(T * ffn());
-      a.rstd1 = act<float>(T), a.qk_rstd = act<float>(T * norms), a.lse = act<float>(T * heads), a.rstd2 = act<float>(T);
-    }
+    B = batch, S = seq, T = batch * seq, Ts = sp ? T / tp : T;
+    const std::int64_t nh = heads;
     chunk = std::min<std::int64_t>(T, std::max<std::int64_t>(64, static_cast<std::int64_t>(kLogitsBudget / (2 * vpad())) / 64 * 64));
-    tmp = act<bf16>(T * d()), res_f = act<bf16>(T * d()), hf = act<bf16>(T * d()), dres16 = act<bf16>(T * d());
-    dh = act<bf16>(T * d()), logits = act<bf16>(chunk * vpad()), dact = act<bf16>(T * ffn());
+    tmp = act<bf16>(Ts * d()), res_f = act<bf16>(Ts * d()), dres16 = act<bf16>(Ts * d()), dh = act<bf16>(Ts * d());
+    hf = act<bf16>(T * d()), logits = act<bf16>(chunk * vpad()), dact = act<bf16>(T * ffn());
+    tmp_full = sp ? act<bf16>(T * d()) : tmp, hloc = sp ? act<bf16>(Ts * d()) : nullptr;
+    dres16_full = sp ? act<bf16>(T * d()) : dres16, dh_full = sp ? act<bf16>(T * d()) : dh;
+    stage_out = post ? nullptr : act<bf16>(Ts * d());
     dgu = act<bf16>(T * 2 * ffn()), datt = act<bf16>(T * qdim()), dqkv_rot = act<bf16>(T * qkvdim());
     dqkv = act<bf16>(T * qkvdim());
-    rstd_f = act<float>(T), dres = act<float>(T * d()), delta = act<float>(T * heads), loss_rows = act<float>(T);
-    QkvShape qs{static_cast<int>(T), cfg.num_attention_heads, cfg.num_query_groups, cfg.kv_channels, cfg.qk_layernorm, 0};
+    rstd_f = act<float>(Ts), dres = act<float>(Ts * d()), delta = act<float>(T * nh);
+    dres_full = sp && pre ? act<float>(T * d()) : dres;
+    if (tp > 1) ce_lse = act<float>(tp * chunk), ce_label = act<float>(chunk);
+    QkvShape qs{static_cast<int>(T), heads, groups, cfg.kv_channels, cfg.qk_layernorm, 0};
     partial = act<float>(std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs)));
-    weights = act<float>(T), ids = act<int>(T), labels = act<int>(T), pos = act<int>(T);
-    order = act<int>(T), emb_segments = act<EmbeddingSegment>(embedding_plan_segments(static_cast<int>(T)));
-    emb_combine = act<EmbeddingCombine>(embedding_plan_slots(static_cast<int>(T)));
     emb_partial = act<float>(embedding_plan_slots(static_cast<int>(T)) * d());
+    loss_total = act<double>(1);
+    check_cuda(cudaMemsetAsync(loss_total, 0, sizeof(double), stream), "memset");
+  }
+
+  std::vector<LayerActs>& slot_acts(int s) {
+    if (s < 0) fail(fmt::format("CudaModel: activation slot {}", s));
+    while (static_cast<int>(slots.size()) <= s) {
+      auto& la = slots.emplace_back(static_cast<std::size_t>(layers));
+      const std::int64_t norms = heads + groups;
+      for (auto& a : la) {
+        a.res1 = act<bf16>(Ts * d()), a.h1 = act<bf16>(T * d()), a.qkv_raw = act<bf16>(T * qkvdim());
+        a.qkv_rot = act<bf16>(T * qkvdim()), a.att = act<bf16>(T * qdim()), a.res2 = act<bf16>(Ts * d());
+        a.h2 = act<bf16>(T * d()), a.gu = act<bf16>(T * 2 * ffn()), a.act = act<bf16>(T * ffn());
+        a.rstd1 = act<float>(Ts), a.qk_rstd = act<float>(T * norms), a.lse = act<float>(T * heads), a.rstd2 = act<float>(Ts);
+      }
+    }
+    return slots[static_cast<std::size_t>(s)];
+  }
+
+  MicroInputs& input_set(int k) {
+    if (k < 0) fail(fmt::format("CudaModel: micro-batch {}", k));
+    while (static_cast<int>(inputs.size()) <= k) {
+      auto& in = inputs.emplace_back();
+      in.ids = act<int>(T), in.labels = act<int>(T), in.pos = act<int>(T), in.order = act<int>(T);
+      in.weights = act<float>(T), in.loss_rows = act<float>(T);
+      in.segments = act<EmbeddingSegment>(embedding_plan_segments(static_cast<int>(T)));
+      in.combine = act<EmbeddingCombine>(embedding_plan_slots(static_cast<int>(T)));
+    }
+    return inputs[static_cast<std::size_t>(k)];
   }
 
   void refresh_bf16(int p) {
@@ -197,7 +251,7 @@ struct CudaModel::Impl {
   }
   std::int64_t numel(int p) const {
     std::int64_t n = 1;
-    for (auto s : specs[static_cast<std::size_t>(p)].shape) n *= s;
+    for (auto s : specs[static_cast<std::size_t>(p)].local_shape) n *= s;
     return n;
   }
   int find_or_fail(std::string_view name) const {
@@ -205,6 +259,18 @@ struct CudaModel::Impl {
     if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
     return p;
   }
+  // Device collectives of the tensor group on the model's stream (no-ops when tp == 1). Under SP, gather
+  // takes the rank's rows to every row and scatter_sum sums every row's partials back to the rank's rows;
+  // without SP the rows are whole: gather is nothing and scatter_sum an all-reduce (full == local then).
+  void gather(const bf16* local, bf16* full) {
+    if (sp) shard.tensor->all_gather(local, full, static_cast<std::size_t>(Ts * d()), DeviceElement::kBF16, stream);
+  }
+  void scatter_sum(bf16* full, bf16* local) {
+    if (tp == 1) return;
+    if (sp) shard.tensor->reduce_scatter(full, local, static_cast<std::size_t>(Ts * d()), DeviceElement::kBF16, stream);
+    else shard.tensor->all_reduce(full, static_cast<std::size_t>(T * d()), DeviceElement::kBF16, stream);
+  }
+
   // The tensor list the multi-tensor kernels walk; weight decay is per call (the options may change).
   std::vector<AdamWTensor> adam_list(double weight_decay) const {
     std::vector<AdamWTensor> list;
@@ -221,6 +287,11 @@ struct CudaModel::Impl {
                "adamw list");
   }
 };
+
+// cuda_model_stage.cpp: micro-batch k's columns to the device (plan: the embedding backward's grouping too),
+// and the forward of one micro-batch's layers (the samplers' forward as well).
+void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, bool plan);
+void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la);
 
 inline std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
   std::vector<float> out(static_cast<std::size_t>(n));

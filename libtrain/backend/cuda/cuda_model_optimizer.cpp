@@ -9,19 +9,26 @@
 #include "dlm/common/error.h"
 
 namespace dlm::train {
-double CudaModel::grad_norm() {
+double CudaModel::grad_sumsq() {
   auto& I = *impl_;
   I.upload_adam_list(0.0);
   I.timer.start(I.stream);
-  grad_sumsq(I.adam_dev, I.adam_chunks, I.num_chunks, I.norm_partial, I.sumsq, I.stream);
+  cuda::grad_sumsq(I.adam_dev, I.norm_chunks, I.num_norm_chunks, I.norm_partial, I.sumsq, I.stream);
   I.timer.mark("grad norm", I.stream);
   I.timer.finish(false);
   check_cuda(cudaGetLastError(), "grad norm");
   double sumsq = 0;
   check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
   synchronize();
-  return std::sqrt(sumsq);
+  return sumsq;
 }
+
+void CudaModel::set_grad_sumsq(double sumsq) {
+  check_cuda(cudaMemcpyAsync(impl_->sumsq, &sumsq, sizeof(double), cudaMemcpyHostToDevice, impl_->stream), "norm");
+  synchronize();
+}
+
+double CudaModel::grad_norm() { return std::sqrt(grad_sumsq()); }
 
 void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
   auto& I = *impl_;

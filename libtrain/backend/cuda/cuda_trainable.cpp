@@ -1,11 +1,15 @@
 // CudaModel behind the trainer's TrainableModel (with DeviceTraining: the optimizer stays on the GPU) and
 // behind the samplers' LogitsFn / GreedyFn (device.h).
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "cuda_pipeline.h"
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/device.h"
 
@@ -16,29 +20,84 @@ CudaBatch cuda_batch(const ModelBatch& b) {
   return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights};
 }
 
+// The whole model, or one rank's part of a TP/PP replica (then the micro-batches of a step run through
+// the GPU pipeline schedule, and the norm and shared gradients are summed over the replica's ranks).
 class CudaTrainable final : public TrainableModel, public DeviceTraining {
  public:
-  CudaTrainable(const ckpt::ModelConfig& config, std::uint64_t seed)
-      : model_(config), specs_(ckpt::model_tensors(model_.config())), options_{} {
+  CudaTrainable(const ckpt::ModelConfig& config, std::uint64_t seed, const CudaParallelGroups& parallel)
+      : parallel_(parallel), model_(config, shard_of(config, parallel)), options_{} {
     model_.init(seed);
+  }
+  ~CudaTrainable() override {
+    if (zeros_) cudaFree(zeros_);
   }
 
   // Host copies of the master weights, refreshed on each call (checkpoints only: never per step).
   std::vector<ParamRef> parameters() override {
-    host_.resize(specs_.size());
+    const auto& specs = model_.tensors();
+    host_.resize(specs.size());
     std::vector<ParamRef> refs;
-    for (std::size_t i = 0; i < specs_.size(); ++i) {
-      host_[i] = model_.export_parameter(specs_[i].name);
-      refs.push_back({specs_[i].name, host_[i], {}, !specs_[i].is_norm, specs_[i].shape});
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      host_[i] = model_.export_parameter(specs[i].name);
+      refs.push_back({specs[i].name, host_[i], {}, !specs[i].is_norm, specs[i].global_shape, specs[i].saved});
     }
     return refs;
   }
   void zero_grad() override { model_.zero_grad(); }
-  double forward_backward(const ModelBatch& batch) override { return model_.forward_backward(cuda_batch(batch)); }
-  double forward_loss(const ModelBatch& batch) override { return model_.forward_loss(cuda_batch(batch)); }
+  double forward_backward(const ModelBatch& batch) override { return forward_backward_all(std::span(&batch, 1)); }
+  double forward_loss(const ModelBatch& batch) override { return forward_loss_all(std::span(&batch, 1)); }
+  double forward_backward_all(std::span<const ModelBatch> batches) override { return run(batches, true); }
+  double forward_loss_all(std::span<const ModelBatch> batches) override { return run(batches, false); }
   DeviceTraining* device_training() override { return this; }
 
-  double grad_norm() override { return model_.grad_norm(); }
+  void finish_gradients() override {
+    if (!parallel_.host) return;
+    const auto& specs = model_.tensors();
+    const auto grads = model_.gradient_buffers();
+    // Replicated norms whose gradient each tensor rank has in part: QK-norm (local heads) always, the
+    // others under SP (local token rows).
+    if (parallel_.tensor)
+      for (std::size_t i = 0; i < specs.size(); ++i)
+        if (specs[i].is_norm && (parallel_.sequence_parallel || specs[i].name.ends_with("q_layernorm.weight") ||
+                                 specs[i].name.ends_with("k_layernorm.weight")))
+          parallel_.tensor->all_reduce(grads[i].data, static_cast<std::size_t>(grads[i].numel), DeviceElement::kF32,
+                                       model_.stream());
+    // Tied embeddings over several stages: the first stage's table and the last's replica add their
+    // gradients (Megatron's embedding group); stages between contribute zeros.
+    if (parallel_.pipeline && model_.config().tie_word_embeddings) {
+      const std::size_t n = embedding_rows();
+      float* mine = nullptr;
+      for (std::size_t i = 0; i < specs.size(); ++i)
+        if (specs[i].name == "embedding.word_embeddings.weight") mine = grads[i].data;
+      if (!mine) {
+        if (!zeros_) {
+          check(cudaMalloc(reinterpret_cast<void**>(&zeros_), n * sizeof(float)));
+          check(cudaMemset(zeros_, 0, n * sizeof(float)));
+        }
+        mine = zeros_;
+      }
+      parallel_.pipeline->all_reduce(mine, n, DeviceElement::kF32, model_.stream());
+      if (mine == zeros_) check(cudaMemsetAsync(zeros_, 0, n * sizeof(float), static_cast<cudaStream_t>(model_.stream())));
+    }
+    complete();
+  }
+  bool reports() const override {
+    return !parallel_.host || (parallel_.host->coords.tensor == 0 && parallel_.host->coords.pipeline == 0);
+  }
+  void sum_over_model(std::span<double> values) override {
+    if (!parallel_.host) return;
+    if (parallel_.host->config.tensor > 1) parallel_.host->tensor->all_reduce(values);
+    if (parallel_.host->config.pipeline > 1) parallel_.host->pipeline->all_reduce(values);
+  }
+
+  double grad_norm() override {
+    double sumsq = model_.grad_sumsq();
+    if (parallel_.host) {
+      sum_over_model(std::span<double>(&sumsq, 1));
+      model_.set_grad_sumsq(sumsq);
+    }
+    return std::sqrt(sumsq);
+  }
   void step(const AdamWOptions& options, double lr, double max_norm) override {
     options_ = options;
     model_.apply_adamw(options, lr, max_norm);
@@ -48,25 +107,27 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     state.set_steps(model_.optimizer_steps());
     // As the host AdamW: no moments before the first step.
     if (model_.optimizer_steps() > 0)
-      for (const auto& s : specs_) {
+      for (const auto& s : model_.tensors()) {
         state.exp_avg().push_back(model_.export_exp_avg(s.name));
         state.exp_avg_sq().push_back(model_.export_exp_avg_sq(s.name));
       }
     return state;
   }
   void load_optimizer_state(const AdamW& state) override {
+    const auto& specs = model_.tensors();
     options_ = state.options();
     if (!state.exp_avg().empty()) {
-      if (state.exp_avg().size() != specs_.size() || state.exp_avg_sq().size() != specs_.size())
-        fail(fmt::format("optimizer state: {} moment tensors for {} parameters", state.exp_avg().size(), specs_.size()));
-      for (std::size_t i = 0; i < specs_.size(); ++i)
-        model_.import_moments(specs_[i].name, state.exp_avg()[i], state.exp_avg_sq()[i]);
+      if (state.exp_avg().size() != specs.size() || state.exp_avg_sq().size() != specs.size())
+        fail(fmt::format("optimizer state: {} moment tensors for {} parameters", state.exp_avg().size(), specs.size()));
+      for (std::size_t i = 0; i < specs.size(); ++i)
+        model_.import_moments(specs[i].name, state.exp_avg()[i], state.exp_avg_sq()[i]);
     }
     model_.set_optimizer_steps(state.steps());
   }
   void commit_parameters() override {
-    if (host_.size() != specs_.size()) fail("commit_parameters: no host copies (call parameters() first)");
-    for (std::size_t i = 0; i < specs_.size(); ++i) model_.import_parameter(specs_[i].name, host_[i]);
+    const auto& specs = model_.tensors();
+    if (host_.size() != specs.size()) fail("commit_parameters: no host copies (call parameters() first)");
+    for (std::size_t i = 0; i < specs.size(); ++i) model_.import_parameter(specs[i].name, host_[i]);
     host_.clear();
     host_.shrink_to_fit();
   }
@@ -82,10 +143,52 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   void parameters_written() override { model_.refresh_bf16_weights(); }
 
  private:
+  static CudaShard shard_of(const ckpt::ModelConfig& config, const CudaParallelGroups& p) {
+    if (!p.host) return {};
+    const ParallelConfig& c = p.host->config;
+    if ((c.tensor > 1 && !p.tensor) || (c.pipeline > 1 && !p.pipeline))
+      fail("GPU model parallelism needs the tensor and pipeline groups over device memory");
+    CudaShard shard;
+    shard.layout = ckpt::ParallelLayout{c.tensor, c.pipeline, c.data, {}};
+    shard.layout.validate(config);
+    shard.tensor_rank = p.host->coords.tensor;
+    shard.stage = p.host->coords.pipeline;
+    shard.sequence_parallel = p.sequence_parallel;
+    shard.tensor = c.tensor > 1 ? p.tensor : nullptr;
+    return shard;
+  }
+  std::size_t embedding_rows() const {
+    const auto& c = model_.config();
+    return static_cast<std::size_t>(c.padded_vocab_size() / model_.shard().layout.tp * c.hidden_size);
+  }
+  static void check(cudaError_t e) {
+    if (e != cudaSuccess) fail(fmt::format("CUDA: {}", cudaGetErrorString(e)));
+  }
+  // Every transfer of the step has completed (a lost rank is named here, within the timeout).
+  void complete() {
+    if (parallel_.tensor) parallel_.tensor->complete();
+    if (parallel_.pipeline) parallel_.pipeline->complete();
+  }
+  double run(std::span<const ModelBatch> batches, bool training) {
+    if (!parallel_.host) {
+      double loss = 0;
+      for (const auto& b : batches)
+        loss += training ? model_.forward_backward(cuda_batch(b)) : model_.forward_loss(cuda_batch(b));
+      return loss;
+    }
+    for (std::size_t k = 0; k < batches.size(); ++k) model_.upload_inputs(static_cast<int>(k), cuda_batch(batches[k]));
+    cuda_pipeline_run(model_, parallel_.pipeline, static_cast<int>(batches.size()), training);
+    complete();
+    double loss = model_.take_loss();  // the last stage's; every other stage's is 0
+    if (parallel_.host->config.pipeline > 1) parallel_.host->pipeline->all_reduce(std::span<double>(&loss, 1));
+    return loss;
+  }
+
+  CudaParallelGroups parallel_;
   CudaModel model_;
-  std::vector<ckpt::TensorSpec> specs_;
   std::vector<std::vector<float>> host_;
   AdamWOptions options_;
+  float* zeros_ = nullptr;
 };
 
 // Rows of a left-padded batch grouped by their padding: each group runs as one batch without its pad
@@ -123,8 +226,9 @@ void by_group(const SequenceBatch& b, std::int64_t width, std::vector<T>& out, R
 
 }  // namespace
 
-std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed) {
-  return std::make_unique<CudaTrainable>(config, seed);
+std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed,
+                                                    const CudaParallelGroups& parallel) {
+  return std::make_unique<CudaTrainable>(config, seed, parallel);
 }
 
 CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights) {

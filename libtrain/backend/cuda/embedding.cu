@@ -1,4 +1,5 @@
-// Token embedding: x[t] = table[ids[t]].
+// Token embedding: x[t] = table[ids[t]]; an id of -1 (vocabulary-parallel: a row another rank holds) gives a
+// zero row and no gradient.
 // Backward: dtable[id] += sum of dx[t] over the tokens t holding id, deterministic (no atomics). The
 // tokens are grouped by id on the host (embedding_plan: stable, token order within an id) and cut into
 // segments of at most kEmbeddingSegment tokens; one block sums one segment's rows in order. An id with
@@ -21,8 +22,14 @@ __global__ void embedding_fwd(const int* ids, const bf16* table, bf16* x, std::i
   if (i >= vecs) return;
   const int per_row = dim / 8;
   const std::int64_t t = i / per_row, col = (i % per_row) * 8;
+  const int id = ids[t];
+  if (id < 0) {
+    const float zero[8] = {};
+    *reinterpret_cast<Bf16x8*>(x + t * dim + col) = pack8(zero);
+    return;
+  }
   *reinterpret_cast<Bf16x8*>(x + t * dim + col) =
-      *reinterpret_cast<const Bf16x8*>(table + static_cast<std::int64_t>(ids[t]) * dim + col);
+      *reinterpret_cast<const Bf16x8*>(table + static_cast<std::int64_t>(id) * dim + col);
 }
 
 __device__ __forceinline__ void add4(float4& a, const float4& b) { a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w; }
@@ -71,6 +78,10 @@ void embedding_plan(const int* ids, int tokens, std::vector<int>& order, std::ve
     int end = k;
     while (end < tokens && ids[order[end]] == ids[order[k]]) ++end;
     const int id = ids[order[k]], count = end - k;
+    if (id < 0) {  // rows another tensor-parallel rank holds
+      k = end;
+      continue;
+    }
     if (count <= kEmbeddingSegment) {
       segments.push_back({id, k, end, -1});
     } else {

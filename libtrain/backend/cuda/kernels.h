@@ -57,7 +57,7 @@ void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStr
 //   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream);
 
-// embedding.cu: x[t] = table[ids[t]]; backward dtable[id] += sum of dx over the tokens holding id, deterministic
+// embedding.cu: x[t] = table[ids[t]] (id -1: a zero row, no gradient: another tensor-parallel rank's); backward dtable[id] += sum of dx over the tokens holding id, deterministic
 // (no atomics): embedding_plan groups the tokens by id on the host (order: token indices sorted by id,
 // stable) and cuts each id's run into segments of at most kEmbeddingSegment tokens; an id of one segment
 // adds into its row directly (slot -1), one of several sums its segments into partial rows `slot`, which
@@ -84,6 +84,16 @@ void embedding_backward(const float* dx, const int* order, const EmbeddingSegmen
 // pass for max and sum (online softmax), no fp32 logits stored.
 void cross_entropy_forward_backward(bf16* logits, std::int64_t ld, const int* labels, const float* weights,
                                     float* loss, int rows, int vocab, cudaStream_t stream);
+// The same over a tensor-parallel rank's columns [first, first + ld) of the padded vocabulary (Megatron's
+// vocab-parallel cross-entropy; `vocab` of the columns real, labels global). _local: per row the lse of the
+// local columns and the label's logit where it is local (0 elsewhere); the caller gathers lse_local into
+// lse_all [group, rows] and sums label_logit over the group; _backward: loss and the in-place gradient with
+// lse = logsumexp over the group.
+void vocab_parallel_ce_local(const bf16* logits, std::int64_t ld, const int* labels, const float* weights, int first,
+                             int vocab, float* lse_local, float* label_logit, int rows, cudaStream_t stream);
+void vocab_parallel_ce_backward(bf16* logits, std::int64_t ld, const int* labels, const float* weights, int first,
+                                int vocab, const float* lse_all, int group, const float* label_logit, float* loss,
+                                int rows, cudaStream_t stream);
 
 // greedy.cu: per row, the argmax over the first `vocab` columns (first on ties) and its softmax probability.
 void greedy_tokens(const bf16* logits, std::int64_t ld, int rows, int vocab, int* token, float* confidence,
@@ -141,6 +151,10 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // convert.cu
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream);
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
+// out = bf16(a + b) (fp32 add: a pipeline stage's output residual).
+void add_bf16(const bf16* a, const bf16* b, bf16* out, std::int64_t n, cudaStream_t stream);
+// *total += sum of x (double, in a fixed order): the loss of a micro-batch, kept on the device.
+void accumulate_sum(const float* x, std::int64_t n, double* total, cudaStream_t stream);
 // p[i] = std * N(0, 1) from a hash of (seed, i) (Box-Muller): fast device init for benchmarks.
 void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaStream_t stream);
 // Model::init's values: N(0, std^2) by Box-Muller over the counter stream (seed, "INIT", tensor, pair).

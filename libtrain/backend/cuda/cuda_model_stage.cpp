@@ -1,0 +1,310 @@
+// A training step of CudaModel as pipeline-stage calls, with the tensor-parallel collectives where
+// Megatron puts them (cuda_model.h). Everything is enqueued on the model's stream; the only host waits are
+// take_loss() and the uploads, which run before a step's first collective.
+//
+// Per layer, with Ts of the T token rows on this rank (Ts = T / TP under SP, else T):
+//   h1 = gather(RMSNorm(res1))            [Ts, d] -> [T, d]   (SP: all-gather; else nothing)
+//   qkv = h1 Wqkv_r^T ; attention over the rank's heads ; y = att Wproj_r^T   (partial sum over ranks)
+//   tmp = scatter_sum(y)                  [T, d] -> [Ts, d]   (SP: reduce-scatter; else all-reduce)
+//   and the same around the MLP. Backward mirrors it: the gradient entering a row-parallel GEMM is gathered,
+//   the one leaving a column-parallel GEMM summed back. The head: hf gathered, logits over the rank's
+//   vocabulary rows, the vocabulary-parallel cross-entropy (lse gathered, the label's logit summed).
+// Activations kept per layer: see LayerActs. The residual gradient is carried in fp32 on the rank's rows.
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cuda_model_impl.h"
+#include "dlm/common/error.h"
+
+namespace dlm::train {
+
+namespace {
+
+using Impl = CudaModel::Impl;
+
+QkvShape qkv_shape(const Impl& I) {
+  return {static_cast<int>(I.T), I.heads, I.groups, I.cfg.kv_channels, I.cfg.qk_layernorm,
+          static_cast<float>(I.cfg.norm_epsilon)};
+}
+AttentionShape attention_shape(const Impl& I, bool causal) {
+  return {static_cast<int>(I.B), static_cast<int>(I.S), I.heads, I.groups, I.cfg.kv_channels, causal};
+}
+const float* opt(const Impl& I, int p) { return p >= 0 ? I.F(p) : nullptr; }
+float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.G(p) : nullptr; }
+
+}  // namespace
+
+void upload_micro_batch(Impl& I, int k, const CudaBatch& b, bool plan) {
+  const auto& c = I.cfg;
+  const std::int64_t n = b.batch * b.seq;
+  if (b.batch <= 0 || b.seq <= 0 || static_cast<std::int64_t>(b.ids.size()) != n ||
+      static_cast<std::int64_t>(b.labels.size()) != n || static_cast<std::int64_t>(b.weights.size()) != n ||
+      (!b.positions.empty() && static_cast<std::int64_t>(b.positions.size()) != n))
+    fail(fmt::format("CudaModel: micro-batch columns disagree with its shape {} x {}", b.batch, b.seq));
+  if (b.seq > c.max_position_embeddings)
+    fail(fmt::format("CudaModel: seq {} beyond max_position_embeddings {}", b.seq, c.max_position_embeddings));
+  if (I.sp && n % I.tp != 0)
+    fail(fmt::format("CudaModel: sequence parallelism splits the {} x {} token rows over {} ranks: they must divide",
+                     b.batch, b.seq, I.tp));
+  std::vector<std::int32_t> positions(b.positions.begin(), b.positions.end());
+  if (positions.empty())
+    for (std::int64_t i = 0; i < n; ++i) positions.push_back(static_cast<std::int32_t>(i % b.seq));
+  std::vector<std::int32_t> ids(b.ids.begin(), b.ids.end());
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (b.ids[i] < 0 || b.ids[i] >= c.vocab_size)
+      fail(fmt::format("CudaModel: token {} at position {} outside the vocabulary of {}", b.ids[i], i, c.vocab_size));
+    if (b.weights[i] != 0 && (b.labels[i] < 0 || b.labels[i] >= c.vocab_size))
+      fail(fmt::format("CudaModel: label {} at position {} outside the vocabulary of {}", b.labels[i], i, c.vocab_size));
+    if (positions[i] < 0 || positions[i] > c.max_position_embeddings)
+      fail(fmt::format("CudaModel: position {} at {} beyond max_position_embeddings", positions[i], i));
+    // Vocabulary-parallel embedding: this rank's rows of the table, -1 for the others'.
+    const std::int64_t local = ids[i] - I.vocab_first;
+    ids[i] = local >= 0 && local < I.vpad() ? static_cast<std::int32_t>(local) : -1;
+  }
+  if (b.batch != I.B || b.seq != I.S) {
+    if (k != 0) fail("CudaModel: the micro-batches of a step must have one shape");
+    I.ensure_acts(b.batch, b.seq);
+  }
+  MicroInputs& in = I.input_set(k);
+  in.causal = b.causal;
+  const cudaStream_t st = I.stream;
+  auto up = [&](void* dst, const void* src, std::size_t bytes) {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
+  };
+  up(in.ids, ids.data(), n * 4), up(in.pos, positions.data(), n * 4);
+  up(in.labels, b.labels.data(), n * 4), up(in.weights, b.weights.data(), n * 4);
+  in.num_segments = in.num_combine = 0;
+  if (plan && I.pre) {
+    // Tokens grouped by id for the embedding backward (deterministic, no atomics).
+    std::vector<int> order;
+    std::vector<EmbeddingSegment> segments;
+    std::vector<EmbeddingCombine> combine;
+    embedding_plan(ids.data(), static_cast<int>(n), order, segments, combine);
+    up(in.order, order.data(), order.size() * 4);
+    up(in.segments, segments.data(), segments.size() * sizeof(EmbeddingSegment));
+    if (!combine.empty()) up(in.combine, combine.data(), combine.size() * sizeof(EmbeddingCombine));
+    in.num_segments = static_cast<int>(segments.size());
+    in.num_combine = static_cast<int>(combine.size());
+  }
+  // Pageable uploads are staged by the driver: done before the step's collectives are enqueued.
+  check_cuda(cudaStreamSynchronize(st), "upload");
+}
+
+void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
+  const auto& c = I.cfg;
+  const cudaStream_t st = I.stream;
+  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
+            qkv = I.qkvdim();
+  const auto eps = static_cast<float>(c.norm_epsilon);
+  const QkvShape qs = qkv_shape(I);
+  const AttentionShape as = attention_shape(I, in.causal);
+  auto& gm = *I.gemm;
+  auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
+  if (I.whole()) I.timer.start(st);
+  if (I.pre) {
+    // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
+    // embedding, under SP straight into the rank's token rows.
+    bf16* x = la[0].res1;
+    embedding_forward(in.ids, I.W(I.emb), I.sp ? I.tmp_full : x, T, d, st);
+    I.scatter_sum(I.sp ? I.tmp_full : x, x);
+    mark("embedding fwd");
+  }
+  for (int l = 0; l < I.layers; ++l) {
+    const auto& P = I.lp[static_cast<std::size_t>(l)];
+    auto& A = la[static_cast<std::size_t>(l)];
+    bf16* h1 = I.sp ? I.hloc : A.h1;
+    if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+    else rmsnorm_forward(la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+    I.gather(h1, A.h1);
+    mark("rmsnorm fwd");
+    gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+    mark("gemm qkv fwd");
+    qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
+                         I.rope_sin, st);
+    mark("qk-norm+rope fwd");
+    I.attention->forward(as, A.qkv_rot, A.att, A.lse, st);
+    mark("attention fwd");
+    gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp_full, false, d, 0, st);
+    I.scatter_sum(I.tmp_full, I.tmp);
+    mark("gemm proj fwd");
+    bf16* h2 = I.sp ? I.hloc : A.h2;
+    rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), h2, A.rstd2, Ts, d, eps, st);
+    I.gather(h2, A.h2);
+    mark("rmsnorm fwd");
+    gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
+    mark("gemm fc1 fwd");
+    swiglu_forward(A.gu, A.act, T, F, st);
+    mark("swiglu fwd");
+    gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp_full, false, d, 0, st);
+    I.scatter_sum(I.tmp_full, I.tmp);
+    mark("gemm fc2 fwd");
+  }
+  const bf16* last = la.back().res2;
+  if (I.post) {
+    rmsnorm_forward(last, I.tmp, I.res_f, I.F(I.lnf), I.sp ? I.hloc : I.hf, I.rstd_f, Ts, d, eps, st);
+    I.gather(I.hloc, I.hf);
+    mark("rmsnorm fwd");
+  } else {
+    add_bf16(last, I.tmp, I.stage_out, static_cast<std::int64_t>(Ts) * d, st);
+  }
+  check_cuda(cudaGetLastError(), "forward");
+}
+
+namespace {
+
+// Output layer and loss, a chunk of rows at a time: logits, the CE gradient in place, then (backward) both
+// GEMMs back and the final norm's backward, leaving d residual in dres / dres16.
+void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
+  const cudaStream_t st = I.stream;
+  const int d = I.d(), V = I.vpad();
+  auto& gm = *I.gemm;
+  for (std::int64_t c0 = 0; c0 < I.T; c0 += I.chunk) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, I.T - c0));
+    gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+    I.timer.mark("gemm logits fwd", st);
+    if (I.tp == 1) {
+      cross_entropy_forward_backward(I.logits, V, in.labels + c0, in.weights + c0, in.loss_rows + c0, rows,
+                                     static_cast<int>(I.cfg.vocab_size), st);
+    } else {
+      const int first = static_cast<int>(I.vocab_first), real = static_cast<int>(I.vocab_local);
+      float* mine = I.ce_lse + static_cast<std::int64_t>(I.shard.tensor->rank()) * rows;
+      vocab_parallel_ce_local(I.logits, V, in.labels + c0, in.weights + c0, first, real, mine, I.ce_label, rows, st);
+      I.shard.tensor->all_gather(mine, I.ce_lse, static_cast<std::size_t>(rows), DeviceElement::kF32, st);
+      I.shard.tensor->all_reduce(I.ce_label, static_cast<std::size_t>(rows), DeviceElement::kF32, st);
+      vocab_parallel_ce_backward(I.logits, V, in.labels + c0, in.weights + c0, first, real, I.ce_lse, I.tp, I.ce_label,
+                                 in.loss_rows + c0, rows, st);
+    }
+    I.timer.mark("cross-entropy", st);
+    if (!backward) continue;
+    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, I.dh_full + c0 * d, false, d, 0, st);
+    gm.run(true, false, V, d, rows, I.logits, V, I.hf + c0 * d, d, I.G(I.out), true, d, 1, st);
+    I.timer.mark("gemm logits bwd", st);
+  }
+  accumulate_sum(in.loss_rows, I.T, I.loss_total, st);
+  if (!backward) return;
+  I.scatter_sum(I.dh_full, I.dh);
+  check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * I.Ts * d, st), "memset");
+  rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial,
+                   static_cast<int>(I.Ts), d, st);
+  I.timer.mark("rmsnorm bwd", st);
+}
+
+void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
+  const cudaStream_t st = I.stream;
+  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
+            qkv = I.qkvdim();
+  const QkvShape qs = qkv_shape(I);
+  const AttentionShape as = attention_shape(I, in.causal);
+  auto& gm = *I.gemm;
+  auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
+  for (int l = I.layers - 1; l >= 0; --l) {
+    const auto& P = I.lp[static_cast<std::size_t>(l)];
+    auto& A = la[static_cast<std::size_t>(l)];
+    I.gather(I.dres16, I.dres16_full);
+    gm.run(true, false, d, F, T, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, 1, st);
+    gm.run(false, false, T, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
+    mark("gemm fc2 bwd");
+    swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
+    mark("swiglu bwd");
+    gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, 1, st);
+    gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st);
+    I.scatter_sum(I.dh_full, I.dh);
+    mark("gemm fc1 bwd");
+    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres, I.dres16, I.G(P.ln2), I.partial, Ts, d, st);
+    mark("rmsnorm bwd");
+    I.gather(I.dres16, I.dres16_full);
+    gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, 1, st);
+    gm.run(false, false, T, qd, d, I.dres16_full, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
+    mark("gemm proj bwd");
+    I.attention->backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
+    mark("attention bwd");
+    qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
+                          I.rope_sin, I.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), I.partial, st);
+    mark("qk-norm+rope bwd");
+    gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, 1, st);
+    gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh_full, false, d, 0, st);
+    I.scatter_sum(I.dh_full, I.dh);
+    mark("gemm qkv bwd");
+    rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, Ts, d, st);
+    mark("rmsnorm bwd");
+    if (I.layer_hook) I.layer_hook(I.first_layer + l);
+  }
+  if (I.pre) {
+    // Every row's gradient reaches the rank's rows of the table (under SP gathered first).
+    if (I.sp)
+      I.shard.tensor->all_gather(I.dres, I.dres_full, static_cast<std::size_t>(I.Ts * d), DeviceElement::kF32, st);
+    embedding_backward(I.dres_full, in.order, in.segments, in.num_segments, in.combine, in.num_combine, I.emb_partial,
+                       I.G(I.emb), d, st);
+    mark("embedding bwd");
+  }
+}
+
+}  // namespace
+
+void CudaModel::upload_inputs(int k, const CudaBatch& batch) { upload_micro_batch(*impl_, k, batch, true); }
+std::int64_t CudaModel::stage_rows() const { return impl_->Ts; }
+void* CudaModel::stage_input(int slot) { return impl_->slot_acts(slot)[0].res1; }
+const void* CudaModel::stage_output() const { return impl_->stage_out; }
+float* CudaModel::stage_output_grad() { return impl_->dres; }
+const float* CudaModel::stage_input_grad() const { return impl_->dres; }
+
+MicroInputs& CudaModel::Impl::uploaded(int k) {
+  if (k < 0 || k >= static_cast<int>(inputs.size())) fail(fmt::format("CudaModel: micro-batch {} was not uploaded", k));
+  return inputs[static_cast<std::size_t>(k)];
+}
+
+void CudaModel::forward_stage(int k, int slot, bool training) {
+  auto& I = *impl_;
+  const MicroInputs& in = I.uploaded(k);
+  enqueue_forward(I, in, I.slot_acts(slot));
+  if (!I.post) return;
+  I.head_slot = slot;
+  if (!training) {
+    enqueue_head(I, in, false);
+    if (I.whole()) I.timer.finish();
+  }
+}
+
+void CudaModel::backward_stage(int k, int slot) {
+  auto& I = *impl_;
+  const MicroInputs& in = I.uploaded(k);
+  if (I.post) {
+    // The last stage's forward and backward of a micro-batch are adjacent in every schedule: the head's
+    // inputs (hf, res_f) are the forward's just run.
+    if (I.head_slot != slot)
+      fail(fmt::format("CudaModel: backward of slot {} after a forward of slot {} on the last stage", slot, I.head_slot));
+    enqueue_head(I, in, true);
+  } else {
+    f32_to_bf16(I.dres, I.dres16, I.Ts * I.d(), I.stream);
+  }
+  enqueue_backward_layers(I, in, I.slot_acts(slot));
+  if (I.whole()) I.timer.finish();
+  check_cuda(cudaGetLastError(), "backward");
+}
+
+double CudaModel::take_loss() {
+  auto& I = *impl_;
+  if (!I.loss_total) return 0;
+  double loss = 0;
+  check_cuda(cudaMemcpyAsync(&loss, I.loss_total, sizeof loss, cudaMemcpyDeviceToHost, I.stream), "loss");
+  check_cuda(cudaMemsetAsync(I.loss_total, 0, sizeof(double), I.stream), "loss");
+  synchronize();
+  return loss;
+}
+
+double CudaModel::forward_backward(const CudaBatch& b) {
+  upload_inputs(0, b);
+  forward_stage(0, 0, true);
+  backward_stage(0, 0);
+  return take_loss();
+}
+
+double CudaModel::forward_loss(const CudaBatch& b) {
+  upload_inputs(0, b);
+  forward_stage(0, 0, false);
+  return take_loss();
+}
+
+}  // namespace dlm::train
