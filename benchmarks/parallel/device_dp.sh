@@ -2,8 +2,10 @@
 # On the 2-GPU device machine (nvidia-h200-x2), in the repository root: the NCCL communicator tests, dlm's data
 # parallelism (dp_bench) on 1 GPU and DP2 with and without overlap, PyTorch DDP + torch.compile on 1 and 2 GPUs
 # at the same global batch, then a rank SIGKILLed during a DP2 run. Logs under $OUT.
+# torchtp / torchpp: PyTorch TP2 + sequence parallelism / PP2 (1F1B) on the 2 GPUs (torch_mp.py), rerun once with
+# --no-compile if the compiled run fails (the JSON's "compile" says which ran).
 # usage: benchmarks/parallel/device_dp.sh [CARRIED=build-nccl/devcarry] [CONFIG=350m] [GLOBAL_BATCH=32] [WHAT]
-# WHAT: any of tests, dlm, torch, kill (default all of them)
+# WHAT: comma-separated words of tests, dlm, torch, torchtp, torchpp, kill (default tests,dlm,torch,kill)
 # (benchmarks/parallel/pack.sh fills CARRIED on the workstation)
 set -uo pipefail
 C=${1:-build-nccl/devcarry}
@@ -24,7 +26,9 @@ date -u | tee "$OUT/date.txt"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 nvidia-smi topo -m 2>&1 | head -4 | tee -a "$OUT/gpu.txt"
 
-if [[ $WHAT == *tests* ]]; then
+want() { [[ ,${WHAT// /,}, == *,$1,* ]]; }  # whole words: "torch" is not in "torchtp"
+
+if want tests; then
 echo "== NCCL communicator tests (2 ranks)"
 timeout 180 "${MPI[@]}" -np 2 "$C/dlm_nccl_tests" > "$OUT/nccl_tests.log" 2>&1
 echo "exit $?"
@@ -37,27 +41,37 @@ bench() {  # NAME NP ARGS...
   timeout 240 "${MPI[@]}" -np "$np" "$C/dp_bench" --config "$CONFIG" --global-batch "$G" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   echo "exit $?"; tail -2 "$OUT/$name.err"; tail -1 "$OUT/$name.json"
 }
-if [[ $WHAT == *dlm* ]]; then
+if want dlm; then
   bench dlm_1gpu 1
   bench dlm_dp2 2
   bench dlm_dp2_nooverlap 2 --no-overlap
 fi
 
-torch_run() {  # NAME NP
-  echo "== torch DDP $1"
-  timeout 200 $PY -m torch.distributed.run --standalone --nproc_per_node "$2" benchmarks/parallel/torch_ddp.py \
-    --config "$CONFIG" --global-batch "$G" > "$OUT/$1.json" 2> "$OUT/$1.err"
-  echo "exit $?"; grep -vE "Warning|warn|^\s*$" "$OUT/$1.err" | tail -3; tail -1 "$OUT/$1.json"
+torch_run() {  # NAME NP TIMEOUT SCRIPT [ARGS...]
+  local name=$1 np=$2 limit=$3 script=$4; shift 4
+  echo "== torch $name $*"
+  timeout "$limit" $PY -m torch.distributed.run --standalone --nproc_per_node "$np" "benchmarks/parallel/$script" \
+    --config "$CONFIG" --global-batch "$G" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  local rc=$?
+  echo "exit $rc"; grep -vE "Warning|warn|^\s*$" "$OUT/$name.err" | tail -3; tail -1 "$OUT/$name.json"
+  return $rc
 }
-if [[ $WHAT == *torch* ]]; then
-  torch_run torch_1gpu 1
-  torch_run torch_dp2 2
+if want torch; then
+  torch_run torch_1gpu 1 200 torch_ddp.py
+  torch_run torch_dp2 2 200 torch_ddp.py
 fi
+torch_mp() {  # LAYOUT: compiled, or once more without torch.compile if that run fails (its log kept apart)
+  torch_run "torch_$1" 2 240 torch_mp.py --layout "$1" && return
+  mv "$OUT/torch_$1.err" "$OUT/torch_$1_compiled.err"
+  torch_run "torch_$1" 2 240 torch_mp.py --layout "$1" --no-compile
+}
+want torchtp && torch_mp tp2sp
+want torchpp && torch_mp pp2
 
 echo "== summary"
 $PY benchmarks/parallel/summarize.py "$OUT" | tee "$OUT/summary.txt"
 
-[[ $WHAT == *kill* ]] || exit 0
+want kill || exit 0
 echo "== SIGKILL of rank 1 during a DP2 run (--distributed-timeout-minutes 0.25, mpirun --enable-recovery keeps rank 0)"
 # Each rank's exit status is printed by a shell around it (mpirun --enable-recovery itself may exit 0).
 ( timeout 200 "${MPI[@]}" --enable-recovery -np 2 sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >&2' \

@@ -1,6 +1,7 @@
-"""Reads device_dp.sh's JSON lines (dlm_1gpu, dlm_dp2, dlm_dp2_nooverlap, torch_1gpu, torch_dp2 in DIR) and prints
-tokens/s per GPU, the DP2 / 1-GPU ratios, dlm's losses on 1 GPU and DP2 side by side, and dlm's device memory beside
-the dry run's plan. usage: summarize.py DIR"""
+"""Reads device_dp.sh's JSON lines (dlm_1gpu, dlm_dp2, dlm_dp2_nooverlap, torch_1gpu, torch_dp2, torch_tp2sp,
+torch_pp2 in DIR) and prints tokens/s per GPU, the DP2 / 1-GPU ratios, dlm's losses on 1 GPU and DP2 side by side,
+PyTorch's TP2+SP / PP2 losses and memory per rank (and dlm / PyTorch where a dlm_tp2sp or dlm_pp2 result is there),
+and dlm's device memory beside the dry run's plan. usage: summarize.py DIR"""
 import json
 import os
 import sys
@@ -16,7 +17,8 @@ def load(d, name):
 
 def main():
     d = sys.argv[1]
-    runs = {n: load(d, n) for n in ("dlm_1gpu", "dlm_dp2", "dlm_dp2_nooverlap", "torch_1gpu", "torch_dp2")}
+    runs = {n: load(d, n) for n in ("dlm_1gpu", "dlm_dp2", "dlm_dp2_nooverlap", "torch_1gpu", "torch_dp2",
+                                    "torch_tp2sp", "torch_pp2")}
     print(f"{'run':20} {'GPUs':>4} {'step ms':>9} {'tokens/s':>10} {'per GPU':>9} {'memory GiB':>11}")
     for n, r in runs.items():
         if r:
@@ -32,6 +34,14 @@ def main():
         print(f"dlm DP2 / torch DDP DP2 = {runs['dlm_dp2']['tokens_per_s'] / runs['torch_dp2']['tokens_per_s']:.3f}x")
     if runs["dlm_dp2_nooverlap"] and runs["dlm_dp2"]:
         print(f"dlm DP2 overlap / no overlap = {runs['dlm_dp2']['tokens_per_s'] / runs['dlm_dp2_nooverlap']['tokens_per_s']:.3f}x")
+    for layout in ("tp2sp", "pp2"):
+        r, mine = runs[f"torch_{layout}"], load(d, f"dlm_{layout}")
+        if r:
+            mem = " ".join(f"{m:.2f}" for m in r["peak_gib_per_rank"])
+            print(f"torch {layout} (compile {r['compile']}): memory per rank {mem} GiB, losses",
+                  " ".join(f"{x:.4f}" for x in r["losses"]))
+        if r and mine:
+            print(f"dlm {layout} / torch {layout} = {mine['tokens_per_s'] / r['tokens_per_s']:.3f}x")
     one, two = runs["dlm_1gpu"], runs["dlm_dp2"]
     if one and two:
         a, b = one["losses"], two["losses"]
