@@ -3,9 +3,10 @@
 // tensor-parallel layer never waits on the host. Nothing here blocks; complete() is where the host waits
 // (with the group's timeout, naming a lost rank) once a step's work is enqueued.
 //
-// Two implementations: NCCL (nccl_communicator.h: one GPU per rank, the production path), and one that
-// stages through host memory over any Communicator (MPI), which lets several ranks share one GPU: the
-// tests run every layout on a one-GPU machine with it, at host speed.
+// Implementations: NCCL (nccl_communicator.h: one GPU per rank, the production path), and groups that stage
+// through host memory over any Communicator (MPI): with CUDA copies several ranks share one GPU (the tests
+// run every layout on a one-GPU machine, at host speed); over plain host memory the pipeline schedule's
+// tests run on CPUs.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +53,9 @@ class DeviceGroup {
 // `nccl` must outlive the result.
 std::unique_ptr<DeviceGroup> nccl_device_group(Communicator& nccl);
 // Device memory staged through the host over `host` (MPI): the stream is synchronized around each operation.
-// For tests of the parallel layouts on one GPU; `host` must outlive the result.
+// For tests of the parallel layouts on one GPU (CUDA builds only); `host` must outlive the result.
 std::unique_ptr<DeviceGroup> staged_device_group(Communicator& host);
+// "Device" memory that is host memory, over `host`: the schedules' tests on CPUs.
+std::unique_ptr<DeviceGroup> host_device_group(Communicator& host);
 
 }  // namespace dlm::train

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
-#include "cuda_pipeline.h"
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/device.h"
+#include "dlm/train/device_pipeline.h"
 
 namespace dlm::train {
 namespace {
@@ -19,6 +19,25 @@ namespace {
 CudaBatch cuda_batch(const ModelBatch& b) {
   return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights};
 }
+
+// CudaModel's stage calls as the pipeline schedule drives them.
+class CudaStage final : public PipelineStage {
+ public:
+  explicit CudaStage(CudaModel& model) : m_(model) {}
+  std::size_t boundary_elements() const override {
+    return static_cast<std::size_t>(m_.stage_rows() * m_.config().hidden_size);
+  }
+  void* input(int slot) override { return m_.stage_input(slot); }
+  const void* output() const override { return m_.stage_output(); }
+  float* output_grad() override { return m_.stage_output_grad(); }
+  const float* input_grad() const override { return m_.stage_input_grad(); }
+  void forward(int mb, int slot, bool training) override { m_.forward_stage(mb, slot, training); }
+  void backward(int mb, int slot) override { m_.backward_stage(mb, slot); }
+  void* stream() override { return m_.stream(); }
+
+ private:
+  CudaModel& m_;
+};
 
 // The whole model, or one rank's part of a TP/PP replica (then the micro-batches of a step run through
 // the GPU pipeline schedule, and the norm and shared gradients are summed over the replica's ranks).
@@ -177,7 +196,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       return loss;
     }
     for (std::size_t k = 0; k < batches.size(); ++k) model_.upload_inputs(static_cast<int>(k), cuda_batch(batches[k]));
-    cuda_pipeline_run(model_, parallel_.pipeline, static_cast<int>(batches.size()), training);
+    CudaStage stage(model_);
+    run_pipeline_1f1b(stage, parallel_.pipeline, static_cast<int>(batches.size()), training);
     complete();
     double loss = model_.take_loss();  // the last stage's; every other stage's is 0
     if (parallel_.host->config.pipeline > 1) parallel_.host->pipeline->all_reduce(std::span<double>(&loss, 1));
