@@ -33,6 +33,10 @@ if [[ $WHAT == *tests* ]]; then
   DLM_CUDA_ATTENTION=own timeout 120 "$C/dlm_gpu_tests" --gtest_filter='CudaParity.DiffusionStep*:CudaParity.Causal*' 2>&1 | grep -E "parity\]|PASSED|FAILED"
   echo "== tiny step"
   timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
+  echo "== TP2, TP2+SP, PP2 against the whole model: 2 ranks sharing this GPU, groups staged through MPI"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 2 --oversubscribe --bind-to none \
+    -x LD_LIBRARY_PATH "$C/dlm_cuda_parallel_tests" > "$OUT/cuda_parallel_tests.log" 2>&1; echo "exit $?"
+  grep -E "gpu layouts\]|FAILED|Failure|Expected|Which is|passed" "$OUT/cuda_parallel_tests.log" | head -40
 fi
 if [[ $WHAT == *tools* ]]; then
   echo "== dlm-train / dlm-generate --device cuda (tests/gpu/gpu_tool_test.cpp)"
