@@ -109,7 +109,11 @@ void check_layout(int tp, int pp, bool sp, bool tied) {
   const int devices = gpus();
   if (devices == 0) GTEST_SKIP() << "needs a GPU";
   ASSERT_EQ(mpi_world().size(), 2);
+#ifdef DLM_HAVE_NCCL
   const bool nccl = devices >= 2;
+#else
+  const bool nccl = false;
+#endif
   ASSERT_EQ(cudaSetDevice(nccl ? launch_info_from_environment().local_rank : 0), cudaSuccess);
   const ckpt::ModelConfig config = tiny(tied);
   const auto data = batches(4, 7);

@@ -104,6 +104,8 @@ class CudaModel {
   // Micro-batch k's columns on the device, before its step's first transfer (the host never waits on a
   // stream that holds collectives). Every micro-batch of a step has the same shape.
   void upload_inputs(int k, const CudaBatch& batch);
+  // Activations for `count` micro-batches in flight, allocated now (not between a step's collectives).
+  void reserve_slots(int count);
   // The hidden-state rows this rank passes between stages: batch * seq, or 1/TP of them under SP.
   std::int64_t stage_rows() const;
   // Forward of micro-batch k with its activations in `slot` (one per micro-batch in flight). A stage

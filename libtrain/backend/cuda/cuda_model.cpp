@@ -55,11 +55,16 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.heads = I.cfg.num_attention_heads / I.tp, I.groups = I.cfg.num_query_groups / I.tp;
   I.ffn_local = I.cfg.ffn_hidden_size / I.tp;
   if (I.ffn_local % 8 != 0) fail("CudaModel: ffn_hidden_size / tensor-parallel size must be a multiple of 8");
+  // The cross-entropy and greedy kernels read rows of logits 8 bf16 at a time.
+  if (I.vpad() % 8 != 0)
+    fail(fmt::format("CudaModel: each tensor-parallel rank's {} vocabulary rows must be a multiple of 8 (raise "
+                     "--make-vocab-size-divisible-by)", I.vpad()));
   I.vocab_first = shard.tensor_rank * static_cast<std::int64_t>(I.vpad());
   I.vocab_local = std::clamp<std::int64_t>(I.cfg.vocab_size - I.vocab_first, 0, I.vpad());
   const ckpt::LayerRange range = ckpt::stage_layer_range(I.cfg, layout, shard.stage);
   I.first_layer = range.first, I.layers = range.count;
   I.pre = shard.stage == 0, I.post = shard.stage == layout.pp - 1;
+  if (!I.whole()) I.timer.turn_off();
   if (I.layers == 0) fail(fmt::format("CudaModel: pipeline stage {} holds no layer", shard.stage));
   I.specs = ckpt::rank_shards(I.cfg, layout, shard.tensor_rank, shard.stage);
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
@@ -242,7 +247,7 @@ void CudaModel::greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal,
 void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy) {
   auto& I = *impl_;
   if (!I.whole()) fail("CudaModel: sampling runs on the whole model (no tensor or pipeline parallelism)");
-  upload_micro_batch(I, 0, b, false);
+  upload_micro_batch(I, 0, b, Upload::kSampling);
   const std::int64_t n = b.batch * b.seq;
   const int d = I.d(), V = I.vpad();
   const cudaStream_t st = I.stream;
@@ -270,7 +275,6 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     return;
   }
   enqueue_forward(I, in, la);
-  I.timer.finish();
   const std::int64_t vocab = I.cfg.vocab_size;
   std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
   for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {

@@ -288,9 +288,11 @@ struct CudaModel::Impl {
   }
 };
 
-// cuda_model_stage.cpp: micro-batch k's columns to the device (plan: the embedding backward's grouping too),
-// and the forward of one micro-batch's layers (the samplers' forward as well).
-void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, bool plan);
+// cuda_model_stage.cpp: micro-batch k's columns to the device, as much as its use needs (training: the
+// labels, weights and the embedding backward's grouping; loss: labels and weights; sampling: ids and
+// positions), and the forward of one micro-batch's layers (the samplers' forward as well).
+enum class Upload { kTraining, kLoss, kSampling };
+void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, Upload use);
 void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la);
 
 inline std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {

@@ -36,7 +36,7 @@ float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.G(p) : nullptr; }
 
 }  // namespace
 
-void upload_micro_batch(Impl& I, int k, const CudaBatch& b, bool plan) {
+void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
   const auto& c = I.cfg;
   const std::int64_t n = b.batch * b.seq;
   if (b.batch <= 0 || b.seq <= 0 || static_cast<std::int64_t>(b.ids.size()) != n ||
@@ -74,9 +74,9 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, bool plan) {
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
   };
   up(in.ids, ids.data(), n * 4), up(in.pos, positions.data(), n * 4);
-  up(in.labels, b.labels.data(), n * 4), up(in.weights, b.weights.data(), n * 4);
+  if (use != Upload::kSampling) up(in.labels, b.labels.data(), n * 4), up(in.weights, b.weights.data(), n * 4);
   in.num_segments = in.num_combine = 0;
-  if (plan && I.pre) {
+  if (use == Upload::kTraining && I.pre) {
     // Tokens grouped by id for the embedding backward (deterministic, no atomics).
     std::vector<int> order;
     std::vector<EmbeddingSegment> segments;
@@ -88,8 +88,9 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, bool plan) {
     in.num_segments = static_cast<int>(segments.size());
     in.num_combine = static_cast<int>(combine.size());
   }
-  // Pageable uploads are staged by the driver: done before the step's collectives are enqueued.
-  check_cuda(cudaStreamSynchronize(st), "upload");
+  // A shard's step enqueues collectives after its uploads: they are complete before the first one, so the host
+  // never waits on a stream that holds NCCL work (a pageable upload may wait for the stream).
+  if (!I.whole()) check_cuda(cudaStreamSynchronize(st), "upload");
 }
 
 void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
@@ -102,7 +103,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
   const AttentionShape as = attention_shape(I, in.causal);
   auto& gm = *I.gemm;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
-  if (I.whole()) I.timer.start(st);
+  I.timer.start(st);
   if (I.pre) {
     // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
     // embedding, under SP straight into the rank's token rows.
@@ -243,7 +244,11 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
 
 }  // namespace
 
-void CudaModel::upload_inputs(int k, const CudaBatch& batch) { upload_micro_batch(*impl_, k, batch, true); }
+void CudaModel::upload_inputs(int k, const CudaBatch& batch) { upload_micro_batch(*impl_, k, batch, Upload::kTraining); }
+
+void CudaModel::reserve_slots(int count) {
+  if (count > 0) impl_->slot_acts(count - 1);
+}
 std::int64_t CudaModel::stage_rows() const { return impl_->Ts; }
 void* CudaModel::stage_input(int slot) { return impl_->slot_acts(slot)[0].res1; }
 const void* CudaModel::stage_output() const { return impl_->stage_out; }
@@ -261,10 +266,7 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
   enqueue_forward(I, in, I.slot_acts(slot));
   if (!I.post) return;
   I.head_slot = slot;
-  if (!training) {
-    enqueue_head(I, in, false);
-    if (I.whole()) I.timer.finish();
-  }
+  if (!training) enqueue_head(I, in, false);
 }
 
 void CudaModel::backward_stage(int k, int slot) {
@@ -280,7 +282,7 @@ void CudaModel::backward_stage(int k, int slot) {
     f32_to_bf16(I.dres, I.dres16, I.Ts * I.d(), I.stream);
   }
   enqueue_backward_layers(I, in, I.slot_acts(slot));
-  if (I.whole()) I.timer.finish();
+  I.timer.finish();
   check_cuda(cudaGetLastError(), "backward");
 }
 
@@ -302,7 +304,7 @@ double CudaModel::forward_backward(const CudaBatch& b) {
 }
 
 double CudaModel::forward_loss(const CudaBatch& b) {
-  upload_inputs(0, b);
+  upload_micro_batch(*impl_, 0, b, Upload::kLoss);
   forward_stage(0, 0, false);
   return take_loss();
 }

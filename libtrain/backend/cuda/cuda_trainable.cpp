@@ -91,7 +91,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       if (!mine) {
         if (!zeros_) {
           check(cudaMalloc(reinterpret_cast<void**>(&zeros_), n * sizeof(float)));
-          check(cudaMemset(zeros_, 0, n * sizeof(float)));
+          check(cudaMemsetAsync(zeros_, 0, n * sizeof(float), static_cast<cudaStream_t>(model_.stream())));
         }
         mine = zeros_;
       }
@@ -196,6 +196,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       return loss;
     }
     for (std::size_t k = 0; k < batches.size(); ++k) model_.upload_inputs(static_cast<int>(k), cuda_batch(batches[k]));
+    const int stages = parallel_.host->config.pipeline, M = static_cast<int>(batches.size());
+    model_.reserve_slots(training ? std::min(stages - parallel_.host->coords.pipeline, M) : 1);
     CudaStage stage(model_);
     run_pipeline_1f1b(stage, parallel_.pipeline, static_cast<int>(batches.size()), training);
     complete();

@@ -17,6 +17,8 @@ class PhaseTimer {
   PhaseTimer();
   ~PhaseTimer();
   bool enabled() const { return enabled_; }
+  // A model-parallel shard: its steps interleave micro-batches and collectives, phases would mislead.
+  void turn_off() { enabled_ = false; }
   void start(cudaStream_t stream);             // the step begins
   void mark(const char* phase, cudaStream_t stream);  // `phase` just ended
   // Synchronises and adds the times to the totals; count_step false for the optimizer's phases, which
