@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +55,19 @@ inline ChildResult wait_child(pid_t pid, const std::string& err_path) {
   s << in.rdbuf();
   r.err = s.str();
   return r;
+}
+
+// When `pid` ends by itself before `deadline`, the instant it was seen ended; nullopt when it still runs at
+// `deadline`. The child is left unreaped, for wait_child.
+inline std::optional<std::chrono::steady_clock::time_point> exit_time_before(pid_t pid,
+                                                                            std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    siginfo_t info{};
+    const auto now = std::chrono::steady_clock::now();
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) return now;
+    if (now >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::microseconds(200)));
+  }
 }
 
 inline ChildResult run(const std::vector<std::string>& argv, const std::string& err_path, rlim_t fsize_limit = 0) {
