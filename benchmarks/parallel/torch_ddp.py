@@ -11,13 +11,13 @@ import contextlib
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 from torch_reference import CONFIGS, Model, diffusion_loss  # noqa: E402
+from timing import peak_gib_per_rank, timed  # noqa: E402
 
 
 class LossModule(torch.nn.Module):
@@ -73,27 +73,15 @@ def main():
         opt.zero_grad(set_to_none=False)
         return total
 
-    for _ in range(args.warmup):
-        step()
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    sync()
-    if dev == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    dist.barrier()
-    t0 = time.perf_counter()
-    losses = [step() for _ in range(args.steps)]
-    sync()
-    dist.barrier()
-    dt = (time.perf_counter() - t0) / args.steps
+    losses, dt = timed(lambda i: step(), args.warmup, args.steps, dev)
     for l in losses:
         dist.all_reduce(l)
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0], device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    peak = max(peak_gib_per_rank(dev))
     tps = args.global_batch * s / dt
     if rank == 0:
         print(json.dumps(dict(peer="torch-ddp", config=args.config, gpus=world, global_batch=args.global_batch,
                               micro_batch=b, seq=s, compile=args.compile, step_ms=dt * 1e3, tokens_per_s=tps,
-                              tokens_per_s_per_gpu=tps / world, peak_gib=float(peak), losses=[float(l) for l in losses])),
+                              tokens_per_s_per_gpu=tps / world, peak_gib=peak, losses=[float(l) for l in losses])),
               flush=True)
     dist.destroy_process_group()
 

@@ -35,7 +35,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -48,6 +47,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 from torch_reference import CONFIGS, Model, diffusion_loss, rope_tables  # noqa: E402
+from timing import peak_gib_per_rank, timed  # noqa: E402
 
 
 def seed_of(step, k, n):
@@ -143,23 +143,6 @@ def clip_grad_norm(params, replicas, max_norm=1.0):
     for p in params:
         local(p.grad).mul_(coef)
     return sq.sqrt()
-
-
-def timed(train_step, warmup, steps, dev):
-    """train_step(i) for warmup untimed steps, then for steps timed between barriers (peak memory counted from the
-    first of them); returns the timed steps' results and the seconds per step."""
-    for i in range(warmup):
-        train_step(i)
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    sync()
-    if dev == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    dist.barrier()
-    t0 = time.perf_counter()
-    out = [train_step(warmup + i) for i in range(steps)]
-    sync()
-    dist.barrier()
-    return out, (time.perf_counter() - t0) / steps
 
 
 def replay(c, tokens, steps):
@@ -270,15 +253,13 @@ def main():
     losses = torch.stack(losses)
     if args.layout == "pp2":
         dist.all_reduce(losses)  # only the last stage has them
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0], device=dev)
-    peaks = [torch.zeros_like(peak) for _ in range(world)]
-    dist.all_gather(peaks, peak)
+    peaks = peak_gib_per_rank(dev)
     tps = args.global_batch * s / dt
     if rank == 0:
         out = dict(peer=f"torch-{args.layout}", layout=args.layout, config=args.config, gpus=world,
                    global_batch=args.global_batch, micro_batch=b, seq=s, compile=args.compile, step_ms=dt * 1e3,
-                   tokens_per_s=tps, tokens_per_s_per_gpu=tps / world, peak_gib=max(float(p) for p in peaks),
-                   peak_gib_per_rank=[float(p) for p in peaks], losses=[float(l) for l in losses])
+                   tokens_per_s=tps, tokens_per_s_per_gpu=tps / world, peak_gib=max(peaks),
+                   peak_gib_per_rank=peaks, losses=[float(l) for l in losses])
         if args.check:
             ref = replay(c, tokens, args.steps)
             # the gradient norms catch what the losses of a few steps cannot: a gradient not summed or counted twice
