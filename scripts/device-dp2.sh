@@ -10,27 +10,16 @@
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}
-if [ -f "$C/bundle.tar.xz" ]; then
-  mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
-fi
-mkdir -p "$OUT"
-SP=/opt/torch/.venv/lib/python3.12/site-packages
-export LD_LIBRARY_PATH=$(realpath $C)/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$(dirname "$0")/device-common.sh"
 date -u | tee "$OUT/dp2-date.txt"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-DATA=${DLM_GPU_DATA:-.gpudata/corpus_text_document}
-flags=(--data-path "$DATA" --split 100,0,0 --data-cache-path /tmp/dlm-cache --seq-length 2048
-       --max-position-embeddings 2048 --qk-layernorm --bf16 --lr 2e-4 --log-interval 5 --device cuda
-       --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --group-query-attention --num-query-groups 8
-       --ffn-hidden-size 2816 --vocab-size 50304 --mask-token 50303 --micro-batch-size 8 --global-batch-size 32
-       --seed 11)
+flags=("${FLAGS_350M[@]}")
 # Index caches first (rank 0 of the mpirun job would build them too; one process here keeps the timing clean).
 timeout 120 "$C/dlm-train" "${flags[@]}" --train-iters 1 > /dev/null 2>&1
 echo "== one GPU, 30 iterations"
 timeout 300 "$C/dlm-train" "${flags[@]}" --train-iters 30 --metrics-file "$OUT/dp1.jsonl" 2>&1 | tail -4
 echo "== DP2 over NCCL, 30 iterations"
-timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$C/dlm-train" "${flags[@]}" \
+timeout 300 "${MPI2[@]}" "$C/dlm-train" "${flags[@]}" \
   --train-iters 30 --metrics-file "$OUT/dp2.jsonl" 2>&1 | tail -6
 python3 - "$OUT/dp1.jsonl" "$OUT/dp2.jsonl" <<'PY'
 import json, sys
@@ -48,21 +37,13 @@ ta = sum(r["tokens_per_second"] for r in a[2:]) / len(a[2:]); tb = sum(r["tokens
 print(f"tokens/s: 1 GPU {ta:.0f}, DP2 {tb:.0f} ({tb / 2:.0f} per GPU), DP2 / 1 GPU = {tb / ta:.2f}x")
 PY
 echo "== SIGKILL of rank 1 mid-run (timeout 0.2 min)"
-( timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$C/dlm-train" "${flags[@]}" \
-    --train-iters 100000 --distributed-timeout-minutes 0.2 > "$OUT/kill.log" 2>&1; echo "job exit $?" >> "$OUT/kill.log" ) &
-for i in $(seq 1 120); do grep -q "iteration *10/" "$OUT/kill.log" 2>/dev/null && break; sleep 1; done
-victim=$(pgrep -f "dlm-train .*--distributed-timeout-minutes 0.2" | while read p; do
-  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo $p; fi; done | head -1)
-t0=$(date +%s.%N); kill -9 "$victim"; wait
-t1=$(date +%s.%N)
-grep -E "rank|exit" "$OUT/kill.log" | tail -6
-python3 -c "print(f'job ended {float('$t1') - float('$t0'):.1f} s after the kill')"
+kill_rank_one_midrun "$OUT/kill.log"
 echo "== SIGKILL after a checkpoint, then resume (DLM_CUDA_DETERMINISTIC=1, 30 iterations, a save every 5)"
 export DLM_CUDA_DETERMINISTIC=1
-timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
+timeout 300 "${MPI2[@]}" -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
   "${flags[@]}" --train-iters 30 --metrics-file "$OUT/straight.jsonl" > /dev/null 2>&1
 rm -rf /tmp/ckpt-dp2
-( timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
+( timeout 300 "${MPI2[@]}" -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
     "${flags[@]}" --train-iters 30 --save /tmp/ckpt-dp2 --save-interval 5 --distributed-timeout-minutes 0.2 \
     > "$OUT/kill2.log" 2>&1; echo "job exit $?" >> "$OUT/kill2.log" ) &
 for i in $(seq 1 600); do grep -q "iteration *10/" "$OUT/kill2.log" 2>/dev/null && break; sleep 0.2; done
@@ -70,7 +51,7 @@ victim=$(pgrep -f "dlm-train .*--save /tmp/ckpt-dp2" | while read p; do
   if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo $p; fi; done | head -1)
 kill -9 "$victim"; wait
 echo "killed rank 1 (pid $victim); latest: $(cat /tmp/ckpt-dp2/latest 2>/dev/null)"; tail -1 "$OUT/kill2.log"
-timeout 300 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
+timeout 300 "${MPI2[@]}" -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
   "${flags[@]}" --train-iters 30 --load /tmp/ckpt-dp2 --metrics-file "$OUT/resumed.jsonl" 2>&1 | grep -E "resuming|final" | tail -2
 python3 - "$OUT/straight.jsonl" "$OUT/resumed.jsonl" <<'PY'
 import json, sys

@@ -12,27 +12,15 @@
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}
-if [ -f "$C/bundle.tar.xz" ]; then
-  mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
-fi
-mkdir -p "$OUT"
-SP=/opt/torch/.venv/lib/python3.12/site-packages
-export LD_LIBRARY_PATH=$(realpath $C)/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPI=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
+source "$(dirname "$0")/device-common.sh"
 date -u | tee "$OUT/mp2-date.txt"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 echo "== CudaModel layouts over NCCL (tests/nccl)"
-timeout 300 "${MPI[@]}" "$C/dlm_cuda_parallel_tests" > "$OUT/cuda_parallel_tests.log" 2>&1; echo "exit $?"
+timeout 300 "${MPI2[@]}" "$C/dlm_cuda_parallel_tests" > "$OUT/cuda_parallel_tests.log" 2>&1; echo "exit $?"
 grep -E "gpu layouts\]|FAILED|Failure|Expected|Which is|passed" "$OUT/cuda_parallel_tests.log" | head -40
 
-DATA=${DLM_GPU_DATA:-.gpudata/corpus_text_document}
-flags=(--data-path "$DATA" --split 100,0,0 --data-cache-path /tmp/dlm-cache --seq-length 2048
-       --max-position-embeddings 2048 --qk-layernorm --bf16 --lr 2e-4 --log-interval 5 --device cuda
-       --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --group-query-attention --num-query-groups 8
-       --ffn-hidden-size 2816 --vocab-size 50304 --mask-token 50303 --micro-batch-size 8 --global-batch-size 32
-       --seed 11)
+flags=("${FLAGS_350M[@]}")
 timeout 120 "$C/dlm-train" "${flags[@]}" --train-iters 1 > /dev/null 2>&1  # index caches
 
 # NAME NP LAYOUT-FLAGS...: a 30-iteration run with its metrics and each GPU's peak memory in use.
@@ -45,7 +33,7 @@ run() {
   if [ "$np" = 1 ]; then
     timeout 300 "$C/dlm-train" "${flags[@]}" "$@" --train-iters 30 --metrics-file "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
   else
-    timeout 300 "${MPI[@]}" "$C/dlm-train" "${flags[@]}" "$@" --train-iters 30 --metrics-file "$OUT/$name.jsonl" \
+    timeout 300 "${MPI2[@]}" "$C/dlm-train" "${flags[@]}" "$@" --train-iters 30 --metrics-file "$OUT/$name.jsonl" \
       > "$OUT/$name.log" 2>&1
   fi
   echo "exit $?"; kill $sampler 2>/dev/null
@@ -89,12 +77,4 @@ for name in ["one_gpu", "dp2", "tp2sp", "pp2"]:
 PY
 
 echo "== SIGKILL of rank 1 of a TP2+SP run (timeout 0.2 min)"
-( timeout 300 "${MPI[@]}" "$C/dlm-train" "${flags[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
-    --train-iters 100000 --distributed-timeout-minutes 0.2 > "$OUT/kill-tp.log" 2>&1; echo "job exit $?" >> "$OUT/kill-tp.log" ) &
-for i in $(seq 1 120); do grep -q "iteration *10/" "$OUT/kill-tp.log" 2>/dev/null && break; sleep 1; done
-victim=$(pgrep -f "dlm-train .*--distributed-timeout-minutes 0.2" | while read p; do
-  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo $p; fi; done | head -1)
-t0=$(date +%s.%N); kill -9 "$victim"; wait
-t1=$(date +%s.%N)
-grep -E "rank|exit" "$OUT/kill-tp.log" | tail -4
-python3 -c "print(f'job ended {float('$t1') - float('$t0'):.1f} s after the kill')"
+kill_rank_one_midrun "$OUT/kill-tp.log" --tensor-model-parallel-size 2 --sequence-parallel
