@@ -98,10 +98,13 @@ std::vector<float> Model::vocab_parallel_cross_entropy(std::span<const std::int3
 }
 
 // Under SP every norm saw 1/TP of the rows; QK-norm weights always see only the rank's heads.
+bool gradient_summed_over_tensor_group(std::string_view name, bool is_norm, int tp, bool sequence_parallel) {
+  if (tp == 1 || !is_norm) return false;
+  return name.ends_with("q_layernorm.weight") || name.ends_with("k_layernorm.weight") || sequence_parallel;
+}
+
 bool Model::gradient_shared_over_tensor_group(const Parameter& p) const {
-  if (shard_.layout.tp == 1 || !p.spec.is_norm) return false;
-  const bool qk = p.spec.name.ends_with("q_layernorm.weight") || p.spec.name.ends_with("k_layernorm.weight");
-  return qk || shard_.sequence_parallel;
+  return gradient_summed_over_tensor_group(p.spec.name, p.spec.is_norm, shard_.layout.tp, shard_.sequence_parallel);
 }
 
 void Model::reduce_shared_gradients() {

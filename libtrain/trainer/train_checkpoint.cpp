@@ -91,6 +91,12 @@ void save_train_checkpoint_sharded(const std::string& save_dir, const ckpt::Mode
 }
 
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
+                                      const AdamWOptions& adam) {
+  static const CheckpointPlacement whole_model;
+  return load_train_checkpoint(load_dir, params, adam, whole_model);
+}
+
+TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
                                       const AdamWOptions& adam, const CheckpointPlacement& placement) {
   ckpt::CheckpointReader reader(load_dir);
   const auto& md = reader.metadata();

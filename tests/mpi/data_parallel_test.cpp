@@ -134,7 +134,9 @@ TEST(DataParallel, CheckpointOfDp4ResumesUnderDp1) {
 
 TEST(DataParallel, CheckpointOfDp1ResumesUnderDp4) {
   const std::string dir = shared_dir("dp1-to-dp4");
-  if (mpi_world().rank() == 0) ASSERT_EQ(train_run(nullptr, false, "", dir, 10).losses.size(), 10u);
+  if (mpi_world().rank() == 0) {
+    ASSERT_EQ(train_run(nullptr, false, "", dir, 10).losses.size(), 10u);
+  }
   mpi_world().barrier();
   expect_single_process_run(train_run(&mpi_world(), false, dir), 10, "DP1 -> checkpoint -> DP4");
   expect_single_process_run(train_run(&mpi_world(), true, dir), 10, "DP1 -> checkpoint -> DP4 + distributed optimizer");

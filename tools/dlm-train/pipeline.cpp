@@ -242,9 +242,9 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   }
   if (!args.load.empty()) {
     const auto params = setup.model->parameters();
-    const train::CheckpointPlacement whole_model;
-    train::TrainCheckpoint checkpoint =
-        train::load_train_checkpoint(args.load, params, t.adam, setup.placement ? *setup.placement : whole_model);
+    train::TrainCheckpoint checkpoint = setup.placement
+                                            ? train::load_train_checkpoint(args.load, params, t.adam, *setup.placement)
+                                            : train::load_train_checkpoint(args.load, params, t.adam);
     train::restore_weights(checkpoint, params);
     if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
     setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};

@@ -52,6 +52,11 @@
 
 namespace dlm::train {
 
+// Whether a replicated tensor's gradient is only this tensor rank's part, to be summed over the tensor group
+// (one rule for every backend): QK-norm weights always (each rank normalises its own heads), the other norms
+// under sequence parallelism (each rank its own token rows); nothing when tp == 1.
+bool gradient_summed_over_tensor_group(std::string_view name, bool is_norm, int tp, bool sequence_parallel);
+
 // This process's part of the model. `layout` is libckpt's (layout.pp counts every pipeline chunk:
 // pipeline stages x virtual stages), `stage` is this chunk's place among them; the tensor-parallel
 // rank is the tensor group's. The default is the whole model on one process.

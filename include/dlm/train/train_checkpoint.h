@@ -58,7 +58,11 @@ struct TrainCheckpoint {
 // With a placement, the weights and moments are this rank's slices (read_rank: only the needed hyperslabs),
 // whatever layout saved the checkpoint.
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
-                                      const AdamWOptions& adam, const CheckpointPlacement& placement = {});
+                                      const AdamWOptions& adam, const CheckpointPlacement& placement);
+// The whole model on one rank. (An overload rather than a default argument: GCC 12 warns, wrongly, that the
+// default's temporary vector may be used uninitialised wherever the call is inlined.)
+TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,
+                                      const AdamWOptions& adam);
 
 // A checkpoint's model against the flags: the first field that differs, as a dlm::Error naming the
 // checkpoint file, the field and both values.

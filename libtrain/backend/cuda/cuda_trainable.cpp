@@ -12,6 +12,8 @@
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/device.h"
 #include "dlm/train/device_pipeline.h"
+#include "dlm/train/model.h"
+#include "kernels.h"
 
 namespace dlm::train {
 namespace {
@@ -73,14 +75,12 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (!parallel_.host) return;
     const auto& specs = model_.tensors();
     const auto grads = model_.gradient_buffers();
-    // Replicated norms whose gradient each tensor rank has in part: QK-norm (local heads) always, the
-    // others under SP (local token rows).
-    if (parallel_.tensor)
-      for (std::size_t i = 0; i < specs.size(); ++i)
-        if (specs[i].is_norm && (parallel_.sequence_parallel || specs[i].name.ends_with("q_layernorm.weight") ||
-                                 specs[i].name.ends_with("k_layernorm.weight")))
-          parallel_.tensor->all_reduce(grads[i].data, static_cast<std::size_t>(grads[i].numel), DeviceElement::kF32,
-                                       model_.stream());
+    // Replicated norms whose gradient each tensor rank has in part.
+    const int tp = model_.shard().layout.tp;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (gradient_summed_over_tensor_group(specs[i].name, specs[i].is_norm, tp, parallel_.sequence_parallel))
+        parallel_.tensor->all_reduce(grads[i].data, static_cast<std::size_t>(grads[i].numel), DeviceElement::kF32,
+                                     model_.stream());
     // Tied embeddings over several stages: the first stage's table and the last's replica add their
     // gradients (Megatron's embedding group); stages between contribute zeros.
     if (parallel_.pipeline && model_.config().tie_word_embeddings) {
@@ -90,13 +90,16 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
         if (specs[i].name == "embedding.word_embeddings.weight") mine = grads[i].data;
       if (!mine) {
         if (!zeros_) {
-          check(cudaMalloc(reinterpret_cast<void**>(&zeros_), n * sizeof(float)));
-          check(cudaMemsetAsync(zeros_, 0, n * sizeof(float), static_cast<cudaStream_t>(model_.stream())));
+          cuda::check_cuda(cudaMalloc(reinterpret_cast<void**>(&zeros_), n * sizeof(float)), "tied-embedding zeros");
+          cuda::check_cuda(cudaMemsetAsync(zeros_, 0, n * sizeof(float), static_cast<cudaStream_t>(model_.stream())),
+                           "tied-embedding zeros");
         }
         mine = zeros_;
       }
       parallel_.pipeline->all_reduce(mine, n, DeviceElement::kF32, model_.stream());
-      if (mine == zeros_) check(cudaMemsetAsync(zeros_, 0, n * sizeof(float), static_cast<cudaStream_t>(model_.stream())));
+      if (mine == zeros_)
+        cuda::check_cuda(cudaMemsetAsync(zeros_, 0, n * sizeof(float), static_cast<cudaStream_t>(model_.stream())),
+                         "tied-embedding zeros");
     }
     complete();
   }
@@ -179,9 +182,6 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   std::size_t embedding_rows() const {
     const auto& c = model_.config();
     return static_cast<std::size_t>(c.padded_vocab_size() / model_.shard().layout.tp * c.hidden_size);
-  }
-  static void check(cudaError_t e) {
-    if (e != cudaSuccess) fail(fmt::format("CUDA: {}", cudaGetErrorString(e)));
   }
   // Every transfer of the step has completed (a lost rank is named here, within the timeout).
   void complete() {
