@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlm/train/communicator.h"
@@ -59,6 +60,8 @@ class DeviceTraining {
   virtual DeviceSpan parameter_buffer() = 0;
   virtual void* stream() = 0;
   virtual void parameters_written() = 0;
+  // A host copy of one local parameter's gradient as it stands (tests compare layouts by it).
+  virtual std::vector<float> gradient(std::string_view name) = 0;
 };
 
 // What the trainer needs of a model; the model behind it (and its backend) stays out of sight.

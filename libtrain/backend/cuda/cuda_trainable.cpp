@@ -163,6 +163,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   }
   void* stream() override { return model_.stream(); }
   void parameters_written() override { model_.refresh_bf16_weights(); }
+  std::vector<float> gradient(std::string_view name) override { return model_.export_gradient(name); }
 
  private:
   static CudaShard shard_of(const ckpt::ModelConfig& config, const CudaParallelGroups& p) {
