@@ -18,6 +18,7 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
   auto world = nccl_world_communicator(mpi_world, local_rank, timeout_seconds);
   const int rank = mpi_world.rank();
   g.data = split_group(*world, data_parallel_ranks(config, rank), "NCCL data-parallel");
+  if (config.data > 1) g.data_group = nccl_device_group(*g.data);
   if (config.tensor > 1) {
     g.tensor = split_group(*world, tensor_parallel_ranks(config, rank), "NCCL tensor-parallel");
     g.tensor_group = nccl_device_group(*g.tensor);

@@ -80,9 +80,13 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
   if (DeviceTraining* device = model_.device_training()) {
-    if (options_.use_distributed_optimizer)
-      fail("--use-distributed-optimizer is not implemented for a model trained on the GPU yet (data parallelism "
-           "without it runs)");
+    // The distributed optimizer on the GPU is the model's own (device.h): it must have been made for this
+    // data-parallel group, and without the option it must not be sharded.
+    const int shards = options_.use_distributed_optimizer ? static_cast<int>(dp) : 1;
+    if (device->optimizer_shards() != shards)
+      fail(fmt::format("the GPU model's optimizer is split {} ways, and --use-distributed-optimizer over {} "
+                       "data-parallel ranks needs {}",
+                       device->optimizer_shards(), dp, shards));
     if (dp > 1) {
       if (!device_dp_ || device_dp_->size() != dp)
         fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
@@ -176,9 +180,12 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   }
   if (DeviceTraining* device = model_.device_training()) {
     if (dp > 1) {
-      // The gradients summed over the replicas in device memory (one buffer, NCCL); the loss on the host.
-      const DeviceSpan grads = device->gradient_buffer();
-      device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
+      // The gradients summed over the replicas in device memory (one buffer, NCCL; the distributed
+      // optimizer's model has summed its range already); the loss on the host.
+      if (device->optimizer_shards() == 1) {
+        const DeviceSpan grads = device->gradient_buffer();
+        device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
+      }
       dp_->all_reduce(std::span<double>(&loss, 1));
     }
     // Clipping and AdamW run beside the weights; only the norm comes back to the host.

@@ -249,11 +249,105 @@ void check_layout(int tp, int pp, bool sp, bool tied) {
                 cpu_loss, worst_norm, worst[0], worst[1]);
 }
 
+// The distributed optimizer over 2 data-parallel ranks against the whole model on all four micro-batches
+// (each rank runs micro-batches rank and rank + 2, as the trainer splits them): the same losses and norms up
+// to the order of the fp32 gradient sums, the same updates, identical weights on both ranks, the moments
+// gathered from the two ranges equal to the whole model's, and a checkpoint's moments loaded back into a
+// fresh sharded model gathered again bit for bit.
+void check_distributed_optimizer() {
+  const int devices = gpus();
+  if (devices == 0) GTEST_SKIP() << "needs a GPU";
+  ASSERT_EQ(mpi_world().size(), 2);
+#ifdef DLM_HAVE_NCCL
+  const bool nccl = devices >= 2;
+#else
+  const bool nccl = false;
+#endif
+  ASSERT_EQ(cudaSetDevice(nccl ? launch_info_from_environment().local_rank : 0), cudaSuccess);
+  const ckpt::ModelConfig config = tiny(false);
+  const auto data = batches(4, 7);
+  constexpr int kSteps = 8;
+  auto whole = make_cuda_trainable(config, 5);
+  const Run want = train(*whole, data, kSteps);
+  const AdamW want_state = whole->device_training()->optimizer_state();
+  whole.reset();
+
+  ProcessGroups groups = make_process_groups(mpi_world(), derive_parallel_config(2, 1, 1));
+  DeviceGroups nccl_groups;
+  std::unique_ptr<DeviceGroup> staged_data;
+  CudaParallelGroups parallel;
+  parallel.host = &groups, parallel.distributed_optimizer = true;
+  if (nccl) {
+    nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0);
+    parallel.data = nccl_groups.data_group.get();
+  } else {
+    staged_data = staged_device_group(*groups.data), parallel.data = staged_data.get();
+  }
+  auto model = make_cuda_trainable(config, 5, parallel);
+  DeviceTraining& device = *model->device_training();
+  ASSERT_EQ(device.optimizer_shards(), 2);
+  const int rank = groups.coords.data;
+  const std::vector<ModelBatch> mine = {data[static_cast<std::size_t>(rank)], data[static_cast<std::size_t>(rank + 2)]};
+  Run got = train(*model, mine, kSteps);
+  for (double& loss : got.losses) groups.data->all_reduce(std::span<double>(&loss, 1));
+  const std::string what = nccl ? "DP2, distributed optimizer (NCCL)" : "DP2, distributed optimizer (staged through MPI)";
+
+  double worst_loss = 0, worst_norm = 0, worst_update = 0, worst_moment = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    worst_loss = std::max(worst_loss, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+    worst_norm = std::max(worst_norm, std::abs(got.norms[s] - want.norms[s]) / want.norms[s]);
+  }
+  // The first step differs from the whole model by the order of the fp32 gradient sums only; later steps
+  // start from weights whose bf16 copies may differ in a last bit, which a small model's norm shows most.
+  const double first_norm = std::abs(got.norms[0] - want.norms[0]) / want.norms[0];
+  EXPECT_LE(first_norm, 1e-5) << what;
+  EXPECT_LE(worst_loss, 1e-4) << what;
+  EXPECT_LE(worst_norm, 1e-2) << what;
+  const AdamW got_state = device.optimizer_state();
+  ASSERT_EQ(got.after.size(), want.after.size());
+  ASSERT_EQ(got_state.exp_avg().size(), want_state.exp_avg().size());
+  for (std::size_t i = 0; i < got.after.size(); ++i) {
+    ASSERT_EQ(got.after[i].name, want.after[i].name);
+    std::vector<double> du(want.after_values[i].size()), dg(du.size());
+    for (std::size_t e = 0; e < du.size(); ++e)
+      du[e] = double{want.after_values[i][e]} - want.before_values[i][e],
+      dg[e] = double{got.after_values[i][e]} - got.before_values[i][e];
+    const double update = 1 - cosine(dg, du);
+    EXPECT_LE(update, 1e-4) << what << ": update of " << got.after[i].name;
+    worst_update = std::max(worst_update, update);
+    const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    const double m = 1 - cosine(widen(got_state.exp_avg()[i]), widen(want_state.exp_avg()[i]));
+    const double v = 1 - cosine(widen(got_state.exp_avg_sq()[i]), widen(want_state.exp_avg_sq()[i]));
+    EXPECT_LE(std::max(m, v), 1e-4) << what << ": moments of " << got.after[i].name;
+    worst_moment = std::max({worst_moment, m, v});
+    // Both ranks hold the same weights (the all-gathered master): the sums of the two ranks' values are
+    // twice this rank's exactly when they agree (compared as the max and min over the group).
+    std::vector<float> hi = got.after_values[i], lo = got.after_values[i];
+    groups.data->all_reduce(std::span<float>(hi), ReduceOp::kMax);
+    groups.data->all_reduce(std::span<float>(lo), ReduceOp::kMin);
+    EXPECT_EQ(hi, lo) << what << ": the ranks' " << got.after[i].name << " differ";
+  }
+
+  // A checkpoint's moments into a fresh sharded model: each rank keeps its range, gathering gives them back.
+  auto resumed = make_cuda_trainable(config, 5, parallel);
+  resumed->device_training()->load_optimizer_state(got_state);
+  const AdamW again = resumed->device_training()->optimizer_state();
+  EXPECT_EQ(again.steps(), got_state.steps());
+  EXPECT_EQ(again.exp_avg(), got_state.exp_avg()) << what;
+  EXPECT_EQ(again.exp_avg_sq(), got_state.exp_avg_sq()) << what;
+  if (mpi_world().rank() == 0)
+    std::printf("[gpu layouts] %s: losses %.6f..%.6f (whole %.6f..%.6f), worst loss rel %.2e, norm rel %.2e "
+                "(first step %.2e), worst 1-cosine of an update %.2e, of a moment %.2e\n",
+                what.c_str(), got.losses.front(), got.losses.back(), want.losses.front(), want.losses.back(), worst_loss,
+                worst_norm, first_norm, worst_update, worst_moment);
+}
+
 TEST(CudaModelParallel, TensorParallel) { check_layout(2, 1, false, false); }
 TEST(CudaModelParallel, TensorAndSequenceParallel) { check_layout(2, 1, true, false); }
 TEST(CudaModelParallel, TensorParallelTiedEmbeddings) { check_layout(2, 1, true, true); }
 TEST(CudaModelParallel, PipelineParallel) { check_layout(1, 2, false, false); }
 TEST(CudaModelParallel, PipelineParallelTiedEmbeddings) { check_layout(1, 2, false, true); }
+TEST(CudaModelParallel, DistributedOptimizer) { check_distributed_optimizer(); }
 
 }  // namespace
 }  // namespace dlm::train

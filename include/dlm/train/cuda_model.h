@@ -40,11 +40,16 @@ struct CudaBatch {
 
 // This rank's part of the model: its tensor rank and pipeline stage under `layout` (no virtual stages on
 // the GPU), and the tensor group (layout.tp members; null when tp == 1). The default is the whole model.
+// The distributed optimizer (optimizer_shards > 1, one per data-parallel rank): the flat parameter buffer is
+// cut into that many equal ranges; this rank holds the AdamW moments of range optimizer_rank only, and
+// apply_adamw() updates that range (its caller reduce-scatters the gradients into it first and all-gathers
+// the master weights after, over optimizer_range()).
 struct CudaShard {
   ckpt::ParallelLayout layout{};
   int tensor_rank = 0, stage = 0;
   bool sequence_parallel = false;
   DeviceGroup* tensor = nullptr;
+  int optimizer_shards = 1, optimizer_rank = 0;
 };
 
 class CudaModel {
@@ -124,14 +129,17 @@ class CudaModel {
   const float* stage_input_grad() const;
   // The losses added since the last call (a host copy: call it once the groups have completed).
   double take_loss();
-  // AdamW's state by parameter name (fp32, model_tensors' shape) and its step count, for checkpoints.
+  // AdamW's state by parameter name (fp32, model_tensors' shape) and its step count, for checkpoints. With
+  // optimizer shards, the elements outside this rank's range read 0 (the shards' exports sum to the whole)
+  // and an import keeps the elements inside it.
   std::vector<float> export_exp_avg(std::string_view name) const;
   std::vector<float> export_exp_avg_sq(std::string_view name) const;
   void import_moments(std::string_view name, std::span<const float> exp_avg, std::span<const float> exp_avg_sq);
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t steps);
   // Device memory for collectives (NCCL): fp32 gradients and master weights, each one contiguous buffer of
-  // every parameter in model_tensors order (gaps between tensors hold zeros), per tensor too; and the
+  // every parameter in model_tensors order (gaps between tensors, and the padding that makes the buffer a
+  // multiple of the optimizer shards, hold zeros), per tensor too; and the
   // stream every kernel of the model runs on (a cudaStream_t).
   struct Span {
     std::string name;
@@ -140,6 +148,12 @@ class CudaModel {
   };
   Span gradient_buffer() const;
   Span parameter_buffer() const;
+  // The distributed optimizer's range of those buffers (block optimizer_rank of optimizer_shards equal
+  // blocks; the whole buffer without shards): offset into the buffers and element count.
+  struct Range {
+    std::int64_t offset = 0, numel = 0;
+  };
+  Range optimizer_range() const;
   std::vector<Span> gradient_buffers() const;
   std::vector<Span> parameter_buffers() const;
   void* stream() const;

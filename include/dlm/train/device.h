@@ -25,14 +25,23 @@ std::string_view device_name(Device device);
 bool cuda_built();    // this build has the CUDA backend
 bool cuda_present();  // ... and a CUDA device is visible
 
-// One rank's part of a tensor/pipeline-parallel replica on the GPU (docs/parallelism.md): the MPI groups
-// (host scalars: the loss, the gradient norm) and the tensor and pipeline groups over device memory
-// (NCCL; staged through the host in tests). Empty: the whole model.
+// One rank's part of a parallel run on the GPU (docs/parallelism.md): the MPI groups (host scalars: the
+// loss, the gradient norm) and the tensor and pipeline groups over device memory (NCCL; staged through the
+// host in tests). Empty: the whole model.
+// With distributed_optimizer and host->config.data > 1, the model also does the distributed optimizer's
+// data-parallel work over `data`: finish_gradients() reduce-scatters the gradients (each data-parallel rank
+// sums its 1/DP range, the trainer then leaves them alone), the norm adds over host->data, step() updates
+// the range and all-gathers the fp32 master weights, and optimizer_state() gathers the moments. The AdamW
+// moments live on their range's rank only; the fp32 master weights stay whole on every rank (the forward
+// reads the norms' fp32 weights), so of the 12 optimizer-state bytes per parameter the moments' 8 are split
+// over the data-parallel ranks (Megatron splits all 12 and all-gathers bf16 weights instead).
 struct CudaParallelGroups {
   ProcessGroups* host = nullptr;
   DeviceGroup* tensor = nullptr;    // with host->config.tensor > 1
   DeviceGroup* pipeline = nullptr;  // with host->config.pipeline > 1
   bool sequence_parallel = false;
+  DeviceGroup* data = nullptr;      // with distributed_optimizer and host->config.data > 1
+  bool distributed_optimizer = false;
 };
 
 // A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its

@@ -18,6 +18,8 @@ struct DeviceGroups {
   // With TP or PP: those groups, and their enqueue-only views for the model's layers (device_group.h).
   std::unique_ptr<Communicator> tensor, pipeline;
   std::unique_ptr<DeviceGroup> tensor_group, pipeline_group;
+  // With several data-parallel ranks: the data group's view, for the GPU's distributed optimizer.
+  std::unique_ptr<DeviceGroup> data_group;
 };
 
 // Collective over `mpi_world`: takes GPU `local_rank`, makes the NCCL world and splits its data-parallel

@@ -60,6 +60,9 @@ class DeviceTraining {
   virtual DeviceSpan parameter_buffer() = 0;
   virtual void* stream() = 0;
   virtual void parameters_written() = 0;
+  // The distributed optimizer's data-parallel ranks (1: none): with more, finish_gradients() has already
+  // summed each rank's range of the gradients over the data-parallel group, and the trainer must not.
+  virtual int optimizer_shards() const = 0;
   // A host copy of one local parameter's gradient as it stands (tests compare layouts by it).
   virtual std::vector<float> gradient(std::string_view name) = 0;
 };

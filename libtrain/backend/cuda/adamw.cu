@@ -139,6 +139,7 @@ void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int
 
 void adamw_step(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, const double* sumsq,
                 double max_norm, float lr, float beta1, float beta2, float eps, int step, cudaStream_t stream) {
+  if (num_chunks == 0) return;  // an optimizer shard of padding only
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
   adamw_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, sumsq, max_norm, lr, beta1, beta2, eps,

@@ -72,6 +72,13 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
     I.offset.push_back(I.total);
     I.total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
   }
+  if (shard.optimizer_shards < 1 || shard.optimizer_rank < 0 || shard.optimizer_rank >= shard.optimizer_shards)
+    fail(fmt::format("CudaModel: optimizer shard {} of {}", shard.optimizer_rank, shard.optimizer_shards));
+  // Equal, aligned optimizer ranges (a reduce-scatter's blocks): the buffer grows to a multiple of them.
+  const std::int64_t quantum = kAlign * shard.optimizer_shards;
+  I.total = (I.total + quantum - 1) / quantum * quantum;
+  I.opt_numel = I.total / shard.optimizer_shards;
+  I.opt_first = I.opt_numel * shard.optimizer_rank;
   I.emb = I.find("embedding.word_embeddings.weight");
   I.lnf = I.find("decoder.final_layernorm.weight");
   I.out = I.cfg.tie_word_embeddings ? I.emb : I.find("output_layer.weight");
@@ -89,13 +96,13 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.attention = std::make_unique<Attention>();
   I.master = I.alloc<float>(I.total, I.owned, I.bytes);
   I.grad = I.alloc<float>(I.total, I.owned, I.bytes);
-  I.m = I.alloc<float>(I.total, I.owned, I.bytes);
-  I.v = I.alloc<float>(I.total, I.owned, I.bytes);
+  I.m = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
+  I.v = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
   I.w16 = I.alloc<bf16>(I.total, I.owned, I.bytes);
   check_cuda(cudaMemsetAsync(I.w16, 0, sizeof(bf16) * I.total, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.master, 0, sizeof(float) * I.total, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.total, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.total, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "memset");
   // RoPE tables in double, rounded once: angle = pos * theta^(-2i/D).
   const int half = hd / 2, max_pos = I.cfg.max_position_embeddings + 1;
@@ -120,10 +127,12 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   check_cuda(cudaMemcpyAsync(I.adam_chunks, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice,
                              I.stream),
              "adamw chunks");
-  // The gradient norm counts the tensors this rank saves (a replicated norm once, on tensor rank 0).
+  // The gradient norm counts the tensors this rank saves (a replicated norm once, on tensor rank 0), in its
+  // optimizer range (the ranges' sums add up over the data-parallel group).
   std::vector<AdamWChunk> counted;
   for (const AdamWChunk& chunk : chunks)
-    if (I.specs[static_cast<std::size_t>(chunk.tensor)].saved) counted.push_back(chunk);
+    if (I.specs[static_cast<std::size_t>(I.adam_spec[static_cast<std::size_t>(chunk.tensor)])].saved)
+      counted.push_back(chunk);
   I.num_norm_chunks = static_cast<int>(counted.size());
   I.norm_chunks = I.alloc<AdamWChunk>(I.num_norm_chunks, I.owned, I.bytes);
   if (!counted.empty())

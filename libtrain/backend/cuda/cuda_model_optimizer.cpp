@@ -48,14 +48,26 @@ double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) 
   return norm;
 }
 
+namespace {
+// Tensor p's moments (`moments` is m or v), zeros outside the optimizer range.
+std::vector<float> export_moment(const CudaModel::Impl& I, int p, const float* moments) {
+  std::vector<float> out(static_cast<std::size_t>(I.numel(p)), 0.0f);
+  const auto part = I.moment_part(p);
+  if (part.numel > 0)
+    check_cuda(cudaMemcpyAsync(out.data() + part.in_tensor, moments + part.in_moments,
+                               static_cast<std::size_t>(part.numel) * 4, cudaMemcpyDeviceToHost, I.stream),
+               "export moments");
+  check_cuda(cudaStreamSynchronize(I.stream), "export moments");
+  return out;
+}
+}  // namespace
+
 std::vector<float> CudaModel::export_exp_avg(std::string_view name) const {
-  const int p = impl_->find_or_fail(name);
-  return download(impl_->m + impl_->offset[p], impl_->numel(p), impl_->stream);
+  return export_moment(*impl_, impl_->find_or_fail(name), impl_->m);
 }
 
 std::vector<float> CudaModel::export_exp_avg_sq(std::string_view name) const {
-  const int p = impl_->find_or_fail(name);
-  return download(impl_->v + impl_->offset[p], impl_->numel(p), impl_->stream);
+  return export_moment(*impl_, impl_->find_or_fail(name), impl_->v);
 }
 
 void CudaModel::import_moments(std::string_view name, std::span<const float> exp_avg,
@@ -65,10 +77,14 @@ void CudaModel::import_moments(std::string_view name, std::span<const float> exp
   if (static_cast<std::int64_t>(exp_avg.size()) != I.numel(p) || exp_avg_sq.size() != exp_avg.size())
     fail(fmt::format("CudaModel: moments of '{}' have {} / {} elements, the tensor {}", name, exp_avg.size(),
                      exp_avg_sq.size(), I.numel(p)));
-  check_cuda(cudaMemcpyAsync(I.m + I.offset[p], exp_avg.data(), exp_avg.size_bytes(), cudaMemcpyHostToDevice, I.stream),
-             "import exp_avg");
-  check_cuda(cudaMemcpyAsync(I.v + I.offset[p], exp_avg_sq.data(), exp_avg_sq.size_bytes(), cudaMemcpyHostToDevice,
+  const auto part = I.moment_part(p);
+  if (part.numel == 0) return;
+  const auto bytes = static_cast<std::size_t>(part.numel) * 4;
+  check_cuda(cudaMemcpyAsync(I.m + part.in_moments, exp_avg.data() + part.in_tensor, bytes, cudaMemcpyHostToDevice,
                              I.stream),
+             "import exp_avg");
+  check_cuda(cudaMemcpyAsync(I.v + part.in_moments, exp_avg_sq.data() + part.in_tensor, bytes,
+                             cudaMemcpyHostToDevice, I.stream),
              "import exp_avg_sq");
   synchronize();
 }
@@ -78,6 +94,7 @@ void CudaModel::set_optimizer_steps(std::int64_t steps) { impl_->steps = static_
 
 CudaModel::Span CudaModel::gradient_buffer() const { return {"", impl_->grad, impl_->total}; }
 CudaModel::Span CudaModel::parameter_buffer() const { return {"", impl_->master, impl_->total}; }
+CudaModel::Range CudaModel::optimizer_range() const { return {impl_->opt_first, impl_->opt_numel}; }
 
 std::vector<CudaModel::Span> CudaModel::gradient_buffers() const {
   std::vector<Span> out;

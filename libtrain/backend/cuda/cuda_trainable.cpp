@@ -72,7 +72,15 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   DeviceTraining* device_training() override { return this; }
 
   void finish_gradients() override {
-    if (!parallel_.host) return;
+    if (sharded()) {
+      // The distributed optimizer: each data-parallel rank gets the sum of its range (in place).
+      const auto range = model_.optimizer_range();
+      float* grads = model_.gradient_buffer().data;
+      parallel_.data->reduce_scatter(grads, grads + range.offset, static_cast<std::size_t>(range.numel),
+                                     DeviceElement::kF32, model_.stream());
+      parallel_.data->complete();
+    }
+    if (!model_parallel()) return;
     const auto& specs = model_.tensors();
     const auto grads = model_.gradient_buffers();
     // Replicated norms whose gradient each tensor rank has in part.
@@ -116,6 +124,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     double sumsq = model_.grad_sumsq();
     if (parallel_.host) {
       sum_over_model(std::span<double>(&sumsq, 1));
+      if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&sumsq, 1));  // the ranges' sums
       model_.set_grad_sumsq(sumsq);
     }
     return std::sqrt(sumsq);
@@ -123,7 +132,17 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   void step(const AdamWOptions& options, double lr, double max_norm) override {
     options_ = options;
     model_.apply_adamw(options, lr, max_norm);
+    if (sharded()) {
+      // Every rank's updated range to every rank (in place), then the bf16 copies of all of it.
+      const auto range = model_.optimizer_range();
+      float* master = model_.parameter_buffer().data;
+      parallel_.data->all_gather(master + range.offset, master, static_cast<std::size_t>(range.numel),
+                                 DeviceElement::kF32, model_.stream());
+      parallel_.data->complete();
+      model_.refresh_bf16_weights();
+    }
   }
+  int optimizer_shards() const override { return model_.shard().optimizer_shards; }
   AdamW optimizer_state() override {
     AdamW state(options_);
     state.set_steps(model_.optimizer_steps());
@@ -132,6 +151,10 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       for (const auto& s : model_.tensors()) {
         state.exp_avg().push_back(model_.export_exp_avg(s.name));
         state.exp_avg_sq().push_back(model_.export_exp_avg_sq(s.name));
+        if (sharded()) {  // each rank exported its range and zeros elsewhere
+          parallel_.host->data->all_reduce(std::span<float>(state.exp_avg().back()));
+          parallel_.host->data->all_reduce(std::span<float>(state.exp_avg_sq().back()));
+        }
       }
     return state;
   }
@@ -166,12 +189,20 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   std::vector<float> gradient(std::string_view name) override { return model_.export_gradient(name); }
 
  private:
+  bool model_parallel() const {
+    return parallel_.host && (parallel_.host->config.tensor > 1 || parallel_.host->config.pipeline > 1);
+  }
+  bool sharded() const { return model_.shard().optimizer_shards > 1; }
   static CudaShard shard_of(const ckpt::ModelConfig& config, const CudaParallelGroups& p) {
     if (!p.host) return {};
     const ParallelConfig& c = p.host->config;
     if ((c.tensor > 1 && !p.tensor) || (c.pipeline > 1 && !p.pipeline))
       fail("GPU model parallelism needs the tensor and pipeline groups over device memory");
+    const bool distributed = p.distributed_optimizer && c.data > 1;
+    if (distributed && (!p.data || p.data->size() != c.data || p.data->rank() != p.host->coords.data))
+      fail("the distributed optimizer on the GPU needs the data-parallel group over device memory");
     CudaShard shard;
+    if (distributed) shard.optimizer_shards = c.data, shard.optimizer_rank = p.host->coords.data;
     shard.layout = ckpt::ParallelLayout{c.tensor, c.pipeline, c.data, {}};
     shard.layout.validate(config);
     shard.tensor_rank = p.host->coords.tensor;
@@ -190,7 +221,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (parallel_.pipeline) parallel_.pipeline->complete();
   }
   double run(std::span<const ModelBatch> batches, bool training) {
-    if (!parallel_.host) {
+    if (!model_parallel()) {
       double loss = 0;
       for (const auto& b : batches)
         loss += training ? model_.forward_backward(cuda_batch(b)) : model_.forward_loss(cuda_batch(b));
