@@ -152,16 +152,23 @@ std::vector<float> slice(const std::vector<float>& whole, const ckpt::TensorShar
   return {v.begin(), v.end()};
 }
 
-void check_layout(int tp, int pp, bool sp, bool tied) {
-  const int devices = gpus();
-  if (devices == 0) GTEST_SKIP() << "needs a GPU";
-  ASSERT_EQ(mpi_world().size(), 2);
+// NCCL with a GPU per rank (and NCCL in the build), else both ranks on GPU 0 with staged groups; the
+// device is set. Collective over the world.
+bool use_nccl(int devices) {
 #ifdef DLM_HAVE_NCCL
   const bool nccl = devices >= 2;
 #else
   const bool nccl = false;
 #endif
-  ASSERT_EQ(cudaSetDevice(nccl ? launch_info_from_environment().local_rank : 0), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(nccl ? launch_info_from_environment().local_rank : 0), cudaSuccess);
+  return nccl;
+}
+
+void check_layout(int tp, int pp, bool sp, bool tied) {
+  const int devices = gpus();
+  if (devices == 0) GTEST_SKIP() << "needs a GPU";
+  ASSERT_EQ(mpi_world().size(), 2);
+  const bool nccl = use_nccl(devices);
   const ckpt::ModelConfig config = tiny(tied);
   const auto data = batches(4, 7);
   constexpr int kSteps = 8;
@@ -258,12 +265,7 @@ void check_distributed_optimizer() {
   const int devices = gpus();
   if (devices == 0) GTEST_SKIP() << "needs a GPU";
   ASSERT_EQ(mpi_world().size(), 2);
-#ifdef DLM_HAVE_NCCL
-  const bool nccl = devices >= 2;
-#else
-  const bool nccl = false;
-#endif
-  ASSERT_EQ(cudaSetDevice(nccl ? launch_info_from_environment().local_rank : 0), cudaSuccess);
+  const bool nccl = use_nccl(devices);
   const ckpt::ModelConfig config = tiny(false);
   const auto data = batches(4, 7);
   constexpr int kSteps = 8;
