@@ -2,7 +2,7 @@
 # On a 2-GPU device machine (nvidia-h200-x2), in the repository root: dlm's model-parallel layouts on the GPUs.
 #   1. tests/nccl/cuda_model_parallel_test.cpp over NCCL (TP2, TP2+SP, PP2 against the whole model);
 #   2. dlm-train --device cuda on the 350M shape (seq 2048, micro-batch 8, global batch 32, 30 iterations) on
-#      one GPU, then under mpirun -np 2 as DP2, TP2+SP and PP2: each layout's losses against the one-GPU curve,
+#      one GPU, then under mpirun -np 2 as DP2, DP2 with the distributed optimizer, TP2+SP and PP2: each layout's losses against the one-GPU curve,
 #      tokens/s per GPU beside one GPU's, and each rank's peak device memory (nvidia-smi, sampled) beside
 #      `dlm-train --dry-run`'s plan for the same flags;
 #   3. a SIGKILLed rank of a TP2+SP run must end the job naming it.
@@ -43,6 +43,7 @@ run() {
 }
 run one_gpu 1
 run dp2 2
+run dp2do 2 --use-distributed-optimizer
 run tp2sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 run pp2 2 --pipeline-model-parallel-size 2
 
@@ -64,7 +65,7 @@ def peak(name):
 base = losses("one_gpu")
 tps1 = sum(r["tokens_per_second"] for r in base[2:]) / len(base[2:])
 print(f"{'layout':8} {'tokens/s':>10} {'per GPU':>9} {'vs 1 GPU':>8} {'max loss rel':>12}  peak GiB in use per GPU")
-for name in ["one_gpu", "dp2", "tp2sp", "pp2"]:
+for name in ["one_gpu", "dp2", "dp2do", "tp2sp", "pp2"]:
     try:
         rows = losses(name)
     except OSError:
