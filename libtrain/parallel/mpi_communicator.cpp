@@ -7,28 +7,22 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <deque>
-#include <map>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "roll_call.h"
+
 namespace dlm::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kPingTag = 7001, kPongTag = 7002, kDataTag = 11;
+constexpr int kDataTag = 11;
 
-// Shared by the world and every group split from it: one operation counter per process, one
-// communicator for roll calls (a duplicate of the world, so pings never match a data message).
-struct Watch {
-  MPI_Comm roll_call = MPI_COMM_NULL;
-  int world_rank = 0;
-  double timeout_seconds = 600;
-  long long operations = 0;
-  std::deque<long long> reply_buffers;  // pings and pongs in flight (MPI keeps pointers to them)
-};
+// Shared by the world and every group split from it: one operation counter per process and one roll call
+// (roll_call.h), whose communicator is a duplicate of the world, so pings never match a data message.
+using Watch = RollCall;
 
 MPI_Datatype mpi_type(DataType t) {
   switch (t) {
@@ -60,23 +54,6 @@ std::string mpi_error(int code) {
 int checked_count(std::size_t count) {
   if (count > static_cast<std::size_t>(INT_MAX)) fail(fmt::format("a single MPI transfer of {} elements is too large", count));
   return static_cast<int>(count);
-}
-
-// Answers every ping waiting for this process with the number of operations it has entered.
-void answer_pings(Watch& w) {
-  for (;;) {
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, w.roll_call, &flag, &status) != MPI_SUCCESS || !flag) return;
-    long long asked = 0;
-    MPI_Recv(&asked, 1, MPI_LONG_LONG, status.MPI_SOURCE, kPingTag, w.roll_call, MPI_STATUS_IGNORE);
-    w.reply_buffers.push_back(w.operations);
-    if (w.reply_buffers.size() > 4096) w.reply_buffers.pop_front();
-    MPI_Request request;
-    // Eager and small: completes locally; the request is never waited on.
-    if (MPI_Isend(&w.reply_buffers.back(), 1, MPI_LONG_LONG, status.MPI_SOURCE, kPongTag, w.roll_call, &request) == MPI_SUCCESS)
-      MPI_Request_free(&request);
-  }
 }
 
 class MpiCommunicator final : public Communicator {
@@ -216,9 +193,9 @@ class MpiCommunicator final : public Communicator {
   template <typename Start>
   void run(const std::string& what, std::size_t count, DataType type, Start start) {
     Watch& w = *watch_;
-    const long long op = ++w.operations;
+    const long long op = w.next_operation();
     const auto begin = Clock::now();
-    const double total = w.timeout_seconds;
+    const double total = w.timeout_seconds();
     const double wait_seconds = std::max(0.8 * total, total - 30.0);
     const auto describe = [&] {
       return fmt::format("{} #{} of {} bytes on the {}", what, op, count * data_type_size(type), name_);
@@ -233,7 +210,7 @@ class MpiCommunicator final : public Communicator {
       rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) roll_call(describe(), "failed: " + mpi_error(rc), begin);
       if (done) return;
-      answer_pings(w);
+      w.answer();
       if (std::chrono::duration<double>(Clock::now() - begin).count() > wait_seconds)
         roll_call(describe(), fmt::format("did not complete within {:g} min (--distributed-timeout-minutes)", total / 60), begin);
       // Spin briefly (collectives on one node finish in microseconds), then sleep so that waiting ranks
@@ -245,51 +222,12 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Pings every other member; those that do not answer by the end of the timeout are the lost ones.
+  // The roll call over the members (then the rest of the world): the error names the lost rank, and comes
+  // within --distributed-timeout-minutes of the operation's start.
   [[noreturn]] void roll_call(const std::string& operation, const std::string& problem, Clock::time_point begin) {
-    Watch& w = *watch_;
-    std::map<int, long long> answers;  // world rank -> its operation count
-    w.reply_buffers.push_back(w.operations);
-    const long long& mine = w.reply_buffers.back();
-    for (int r = 0; r < size(); ++r) {
-      if (r == rank_) continue;
-      MPI_Request request;
-      if (MPI_Isend(&mine, 1, MPI_LONG_LONG, world_rank(r), kPingTag, w.roll_call, &request) == MPI_SUCCESS)
-        MPI_Request_free(&request);
-    }
-    // Alive members answer within milliseconds from their polling loops; the roll call ends with the
-    // timeout, so the error comes within --distributed-timeout-minutes of the operation's start.
-    const auto deadline = begin + std::chrono::duration<double>(w.timeout_seconds);
-    while (static_cast<int>(answers.size()) < size() - 1 && Clock::now() < deadline) {
-      answer_pings(w);
-      int flag = 0;
-      MPI_Status status;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, kPongTag, w.roll_call, &flag, &status) == MPI_SUCCESS && flag) {
-        long long theirs = 0;
-        MPI_Recv(&theirs, 1, MPI_LONG_LONG, status.MPI_SOURCE, kPongTag, w.roll_call, MPI_STATUS_IGNORE);
-        answers[status.MPI_SOURCE] = theirs;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
-    std::vector<int> lost;
-    std::string where;
-    for (int r = 0; r < size(); ++r) {
-      const int world = world_rank(r);
-      if (r == rank_) continue;
-      auto it = answers.find(world);
-      if (it == answers.end()) lost.push_back(world);
-      else where += fmt::format("{}rank {} at operation #{}", where.empty() ? "" : ", ", world, it->second);
-    }
-    std::string verdict;
-    if (lost.empty()) {
-      verdict = fmt::format("every member answered ({}): the ranks did not call the same collectives", where);
-    } else {
-      std::string names;
-      for (int r : lost) names += (names.empty() ? "" : ", ") + std::to_string(r);
-      verdict = fmt::format("{} {} did not answer (dead or hung)", lost.size() == 1 ? "rank" : "ranks", names);
-    }
-    throw CommunicationError(fmt::format("{} {}: {}", operation, problem, verdict));
+    const auto deadline = begin + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(watch_->timeout_seconds()));
+    throw CommunicationError(fmt::format("{} {}: {}", operation, problem, watch_->verdict(world_ranks_, deadline)));
   }
 
   std::shared_ptr<Watch> watch_;
@@ -316,13 +254,9 @@ MpiSession::~MpiSession() {
 
 std::unique_ptr<Communicator> mpi_world_communicator(double timeout_seconds) {
   if (!(timeout_seconds > 0)) fail(fmt::format("--distributed-timeout-minutes must be positive"));
-  auto watch = std::make_shared<Watch>();
-  watch->timeout_seconds = timeout_seconds;
-  MPI_Comm_rank(MPI_COMM_WORLD, &watch->world_rank);
+  auto watch = std::make_shared<Watch>(timeout_seconds);
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_dup(MPI_COMM_WORLD, &watch->roll_call);
-  MPI_Comm_set_errhandler(watch->roll_call, MPI_ERRORS_RETURN);
   std::vector<int> world(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) world[static_cast<std::size_t>(r)] = r;
   return std::make_unique<MpiCommunicator>(std::move(watch), MPI_COMM_WORLD, std::move(world),

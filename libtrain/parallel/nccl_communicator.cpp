@@ -12,13 +12,13 @@
 
 #include <fmt/format.h>
 
-#include "nccl_roll_call.h"
+#include "roll_call.h"
 
 namespace dlm::train {
 
-using Clock = nccl::RollCall::Clock;
+using Clock = RollCall::Clock;
 
-struct NcclCommunicator::Shared : nccl::RollCall {
+struct NcclCommunicator::Shared : RollCall {
   using RollCall::RollCall;
 };
 
