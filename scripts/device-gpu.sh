@@ -40,7 +40,8 @@ if [[ $WHAT == *tests* ]]; then
 fi
 if [[ $WHAT == *tools* ]]; then
   echo "== dlm-train / dlm-generate --device cuda (tests/gpu/gpu_tool_test.cpp)"
-  DLM_TRAIN_TOOL=$(realpath $C/dlm-train) DLM_GENERATE_TOOL=$(realpath $C/dlm-generate) timeout 300 "$C/dlm_gpu_tool_tests" \
+  DLM_TRAIN_TOOL=$(realpath $C/dlm-train) DLM_GENERATE_TOOL=$(realpath $C/dlm-generate) DLM_MPIEXEC=$(command -v mpirun) \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 "$C/dlm_gpu_tool_tests" \
     > "$OUT/gpu_tool_tests.log" 2>&1; echo "dlm_gpu_tool_tests exit $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|gpu tool|Failure|Expected|Which is|iteration|error" "$OUT/gpu_tool_tests.log" | head -60
 fi

@@ -44,6 +44,9 @@ std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig&, st
 CudaSampling make_cuda_sampling(const ckpt::ModelConfig&, const ckpt::TensorSet&) {
   fail("--device cuda: this build of dlm has no CUDA backend (built without nvcc)");
 }
+std::unique_ptr<DeviceGroup> staged_device_group(Communicator&) {
+  fail("a device group staged through the host needs the CUDA backend (built without nvcc)");
+}
 #endif
 
 }  // namespace dlm::train

@@ -35,6 +35,16 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
 #endif
 }
 
+DeviceGroups staged_device_groups(const ProcessGroups& groups) {
+  if (groups.config.data > 1)
+    fail(fmt::format("DLM_DEVICE_GROUPS=staged (ranks sharing a GPU, for tests): {} data-parallel ranks need NCCL",
+                     groups.config.data));
+  DeviceGroups g;
+  if (groups.config.tensor > 1) g.tensor_group = staged_device_group(*groups.tensor);
+  if (groups.config.pipeline > 1) g.pipeline_group = staged_device_group(*groups.pipeline);
+  return g;
+}
+
 std::size_t device_element_size(DeviceElement type) { return type == DeviceElement::kBF16 ? 2 : 4; }
 
 #ifndef DLM_HAVE_NCCL

@@ -1,9 +1,14 @@
 // dlm-train and dlm-generate on the GPU (--device cuda) as a user runs them: the losses of a tiny
 // diffusion model follow the CPU run's from the same seed (the GPU draws Model::init's weights and the
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
-// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU.
-// The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL) where the binaries were carried.
+// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU. And the
+// GPU's tensor (with sequence) and pipeline layouts through the tool under mpiexec, two ranks sharing this
+// GPU (DLM_DEVICE_GROUPS=staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
+// GPU as the whole model.
+// The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL, DLM_MPIEXEC) where the binaries
+// were carried.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "dlm/train/device.h"
@@ -105,6 +110,64 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   const std::string on_gpu = sample("cuda"), on_host = sample("cpu");
   EXPECT_FALSE(on_gpu.empty());
   std::printf("[gpu tool] sampled on the GPU:\n%s[gpu tool] on the CPU:\n%s", on_gpu.c_str(), on_host.c_str());
+}
+
+// Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI.
+std::vector<std::string> on_two_ranks(std::vector<std::string> argv) {
+  std::vector<std::string> a = {tool("DLM_MPIEXEC", DLM_MPIEXEC), "-np", "2", "--oversubscribe", "--allow-run-as-root",
+                                "--bind-to", "none", "--mca", "btl", "self,vader", "-x", "DLM_DEVICE_GROUPS=staged",
+                                "-x", "DLM_CUDA_DETERMINISTIC", "-x", "LD_LIBRARY_PATH"};
+  a.insert(a.end(), argv.begin(), argv.end());
+  return a;
+}
+
+TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
+  const auto whole = dir_ / "whole.jsonl";
+  auto r = run(argv_on("cuda", {"--train-iters", "10", "--metrics-file", whole.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = numbers(losses(whole));
+  ASSERT_EQ(want.size(), 10u);
+  struct Layout {
+    const char* name;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Layout> layouts = {
+      {"TP2+SP", {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"PP2", {"--pipeline-model-parallel-size", "2"}},
+  };
+  for (const Layout& layout : layouts) {
+    const auto metrics = dir_ / (std::string(layout.name) + ".jsonl");
+    const auto ckpt = (dir_ / (std::string(layout.name) + "-ckpt")).string();
+    auto flags = layout.flags;
+    flags.insert(flags.end(), {"--train-iters", "10", "--save", ckpt, "--save-interval", "5", "--metrics-file",
+                               metrics.string()});
+    r = run(on_two_ranks(argv_on("cuda", flags)));
+    ASSERT_EQ(r.exit_code, 0) << layout.name << ": " << r.err;
+    const auto got = numbers(losses(metrics));
+    ASSERT_EQ(got.size(), want.size()) << layout.name;
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double rel = std::abs(got[i] - want[i]) / std::abs(want[i]);
+      worst = std::max(worst, rel);
+      // TP's partial sums round to bf16 before they are added (the layout test's 1e-4 in 8 steps); PP's
+      // stages compute what one GPU does.
+      EXPECT_LT(rel, 5e-3) << layout.name << ", iteration " << i + 1 << ": one GPU " << want[i] << ", layout "
+                           << got[i];
+    }
+    std::printf("[gpu tool] %s on two ranks sharing the GPU: worst relative loss difference to one GPU %.3g "
+                "(last %.6f / %.6f)\n",
+                layout.name, worst, want.back(), got.back());
+    // Its iteration-5 checkpoint (each rank's shards) continues on one GPU as the whole model.
+    const auto resumed = dir_ / (std::string(layout.name) + "-resumed.jsonl");
+    r = run(argv_on("cuda", {"--train-iters", "10", "--load", ckpt + "/iter_0000005", "--metrics-file",
+                             resumed.string()}));
+    ASSERT_EQ(r.exit_code, 0) << layout.name << " resumed whole: " << r.err;
+    const auto after = numbers(losses(resumed));
+    ASSERT_EQ(after.size(), 5u) << layout.name;
+    for (std::size_t i = 0; i < after.size(); ++i)
+      EXPECT_LT(std::abs(after[i] - got[5 + i]) / std::abs(got[5 + i]), 5e-3)
+          << layout.name << " resumed whole, iteration " << 6 + i << ": " << after[i] << " vs " << got[5 + i];
+  }
 }
 
 }  // namespace

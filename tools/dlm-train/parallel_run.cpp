@@ -1,5 +1,8 @@
 #include "parallel_run.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -50,8 +53,16 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     if (args.layers_per_virtual_stage > 0)
       fail("--num-layers-per-virtual-pipeline-stage: the interleaved schedule runs on the CPU backend so far "
            "(--device cpu); on GPUs the pipeline is 1F1B");
-    // Before any model exists: this takes the GPU of the local rank.
-    run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank, args.timeout_minutes * 60.0);
+    // Before any model exists: this takes the GPU of the local rank. DLM_DEVICE_GROUPS=staged (tests on one
+    // GPU) stages the model's groups through the host instead, every rank on the current GPU.
+    const char* groups_kind = std::getenv("DLM_DEVICE_GROUPS");
+    if (groups_kind && std::string_view(groups_kind) == "staged") {
+      log::warning("DLM_DEVICE_GROUPS=staged: the tensor and pipeline groups go through host memory (for tests)");
+      run.device = train::staged_device_groups(*run.groups);
+    } else {
+      run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank,
+                                             args.timeout_minutes * 60.0);
+    }
   }
   log::info("{} ranks ({}): TP {} x DP {} x PP {}{}{}{}", run.launch.world_size, run.launch.launcher,
             run.groups->config.tensor, run.groups->config.data, run.groups->config.pipeline,
