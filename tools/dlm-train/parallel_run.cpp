@@ -50,6 +50,9 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   run.groups = train::make_process_groups(
       *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
   if (train::resolve_device(args.device) == train::Device::kCuda) {
+    if (args.trainer.overlap_grad_reduce)
+      log::warning("--overlap-grad-reduce: on GPUs the gradients are reduced after the backward, not during it "
+                   "(same results; benchmarks/parallel/dp_bench measured no gain from the overlap over NVLink)");
     if (args.layers_per_virtual_stage > 0)
       fail("--num-layers-per-virtual-pipeline-stage: the interleaved schedule runs on the CPU backend so far "
            "(--device cpu); on GPUs the pipeline is 1F1B");
