@@ -3,7 +3,8 @@
 # beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
 # WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
-# benchmark without PyTorch), bench (beside PyTorch), sample (beside PyTorch), dlmsample (dlm's alone),
+# benchmark without PyTorch), bench (beside PyTorch), accum (beside PyTorch, ACCUMULATE=8 micro-batches per
+# optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone),
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # carried with the call, then dlm-generate --device cuda from the 350M checkpoint).
 set -uo pipefail
@@ -78,6 +79,11 @@ fi
 if [[ $WHAT == *bench* ]]; then
   echo "== benchmark"
   $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs "$CONFIGS" 2>&1 | tee "$OUT/bench.log" | grep -vE "^\s*$" | tail -40
+fi
+if [[ $WHAT == *accum* ]]; then
+  echo "== benchmark with gradient accumulation (ACCUMULATE=${ACCUMULATE:-8} micro-batches per optimizer step, both sides)"
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs "$CONFIGS" --steps 4 \
+    --accumulate "${ACCUMULATE:-8}" 2>&1 | tee "$OUT/accum.log" | grep -vE "^\s*$" | tail -40
 fi
 if [[ $WHAT == *dlmsample* ]]; then
   for batch in 1 16; do

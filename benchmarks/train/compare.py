@@ -2,6 +2,10 @@
 and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both).
 
 usage: compare.py --bench build/benchmarks/train/cuda_train_bench [--configs 350m,qwen3-1.7b] [--steps 10]
+                  [--accumulate 8]
+--accumulate N: N micro-batches per optimizer step on both sides (gradient accumulation, as a real run's
+global batch does: MegaDLMs' 1.7B has 256 samples of micro-batch 4, 8 micro-batches per GPU at DP 8);
+the default 1 steps AdamW after every micro-batch.
 """
 import argparse
 import json
@@ -34,13 +38,16 @@ def main():
     ap.add_argument("--configs", default="350m,qwen3-1.7b")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--accumulate", type=int, default=1)
     args = ap.parse_args()
     rows = []
     for cfg in args.configs.split(","):
-        ours = run([args.bench, cfg, str(args.steps), "3"], 180)
+        ours = run([args.bench, cfg, str(args.steps), "3", str(args.accumulate)], 180 * args.accumulate)
         ref = run([args.python, os.path.join(HERE, "torch_reference.py"), "train", "--config", cfg,
-                   "--steps", str(args.steps), "--warmup", "3"], 330)
+                   "--steps", str(args.steps), "--warmup", "3", "--accumulate", str(args.accumulate)],
+                  330 + 150 * (args.accumulate - 1))
         rows.append((cfg, ours, ref))
+    print(f"micro-batches per optimizer step: {args.accumulate}")
     print("| model | dlm tokens/s | dlm MFU | dlm GiB | PyTorch tokens/s | PyTorch MFU | PyTorch GiB | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for cfg, ours, ref in rows:

@@ -1,6 +1,7 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench CONFIG [STEPS [WARMUP]]   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+// usage: cuda_train_bench CONFIG [STEPS [WARMUP [ACCUMULATE]]]   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+// ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,10 +33,16 @@ bool lookup(const std::string& name, Shape& s) {
 int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
-    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP]]\n");
+    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE]]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
+  // Micro-batches per optimizer step (gradient accumulation; 1: AdamW after every micro-batch).
+  const int accumulate = argc > 4 ? std::atoi(argv[4]) : 1;
+  if (steps < 1 || warmup < 0 || accumulate < 1) {
+    std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0 and ACCUMULATE >= 1\n");
+    return 2;
+  }
   try {
     dlm::ckpt::ModelConfig c;
     c.num_layers = s.layers, c.hidden_size = s.hidden, c.num_attention_heads = s.heads;
@@ -49,7 +56,7 @@ int main(int argc, char** argv) {
     dlm::train::AdamWOptions adam{0.9, 0.95, 1e-8, 0.1};
     std::mt19937 rng(0);
     // The sample has seq + 1 tokens so that the un-shifted input has seq positions, as in the torch reference.
-    auto make = [&](std::uint64_t step) {
+    auto make = [&](std::uint64_t step, int m) {
       dlm::train::SampleBatch b;
       b.batch = s.batch, b.seq = s.seq + 1;
       for (long long i = 0; i < b.batch * b.seq; ++i) {
@@ -57,13 +64,18 @@ int main(int argc, char** argv) {
         b.labels.push_back(static_cast<int>(rng() % (s.vocab - 1)));
       }
       b.loss_mask.assign(b.tokens.size(), 1.0f);
-      for (int k = 0; k < s.batch; ++k) b.sample_index.push_back(step * s.batch + k);
-      return dlm::train::make_model_batch(o, b, {static_cast<std::int64_t>(step), 1, 0, true});
+      for (int k = 0; k < s.batch; ++k) b.sample_index.push_back((step * accumulate + m) * s.batch + k);
+      auto mb = dlm::train::make_model_batch(o, b, {static_cast<std::int64_t>(step), accumulate, m, true});
+      for (float& w : mb.weights) w /= static_cast<float>(accumulate);  // the step's mean over its micro-batches
+      return mb;
     };
     double loss = 0;
     auto step = [&](std::uint64_t i) {
-      const auto mb = make(i);
-      loss = model.forward_backward({mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
+      loss = 0;
+      for (int m = 0; m < accumulate; ++m) {
+        const auto mb = make(i, m);
+        loss += model.forward_backward({mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
+      }
       model.adamw_step(adam, 2e-4, 1.0);
       model.zero_grad();
     };
@@ -78,12 +90,12 @@ int main(int argc, char** argv) {
     const double per_layer = d * (q + 2 * kv) + q * d + d * 2 * s.ffn + double(s.ffn) * d + 2 * d + 2 * s.head_dim;
     const double params = s.layers * per_layer + d + double(s.vocab) * d;
     const double flops = 6 * params + 12.0 * s.layers * s.seq * q;
-    const double tps = double(s.batch) * s.seq / dt;
+    const double tps = double(s.batch) * s.seq * accumulate / dt;
     std::printf(
-        "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"step_ms\": %.3f, "
-        "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, \"peak_gib\": %.2f, "
-        "\"attention\": \"%s\"}\n",
-        argv[1], s.batch, s.seq, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
+        "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"accumulate\": %d, "
+        "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, "
+        "\"peak_gib\": %.2f, \"attention\": \"%s\"}\n",
+        argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
         double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str());
     if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
   } catch (const std::exception& e) {

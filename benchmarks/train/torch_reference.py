@@ -12,7 +12,7 @@ FLOPs per token (device.md's rule, PaLM's): 6 x parameters other than the input 
 The sampler is MegaDLMs' generate (the same as LLaDA's): no cache, greedy x0, low-confidence remasking with
 its float64 softmax, per-row top-k, blocks left to right.
 
-usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --no-compile]
+usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --accumulate 8 --no-compile]
        torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --steps 256 --block 32]
 Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads.
 """
@@ -137,12 +137,18 @@ def train(args):
     opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=dev == "cuda")
     loss_fn = torch.compile(diffusion_loss) if args.compile else diffusion_loss
-    tokens = torch.randint(0, c["vocab"] - 1, (args.steps + args.warmup, b, s), device=dev)
+    n = args.accumulate
+    tokens = torch.randint(0, c["vocab"] - 1, (args.steps + args.warmup, n, b, s), device=dev)
 
     def step(i):
-        with torch.autocast(dev, dtype=torch.bfloat16):
-            loss = loss_fn(model, tokens[i], c["vocab"] - 1)
-        loss.backward()
+        # n micro-batches' gradients (each loss / n: the step's mean), then one clipped AdamW step.
+        total = 0.0
+        for m in range(n):
+            with torch.autocast(dev, dtype=torch.bfloat16):
+                loss = loss_fn(model, tokens[i, m], c["vocab"] - 1) / n
+            loss.backward()
+            total = total + loss.detach()
+        loss = total
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -158,9 +164,9 @@ def train(args):
     if dev == "cuda":
         torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / args.steps
-    tps = b * s / dt
+    tps = b * s * n / dt
     flops = model_flops_per_token(c, s)
-    out = dict(peer="torch", mode="train", config=args.config, batch=b, seq=s, compile=args.compile,
+    out = dict(peer="torch", mode="train", config=args.config, batch=b, seq=s, accumulate=n, compile=args.compile,
                step_ms=dt * 1e3, tokens_per_s=tps, mfu=tps * flops / (PEAK_TFLOPS * 1e12),
                loss=float(losses[-1]), flops_per_token=flops,
                peak_gib=torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0)
@@ -225,6 +231,7 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="micro-batch (train) or prompts (sample); 0 = config's")
     ap.add_argument("--seq", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10, help="timed training steps")
+    ap.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step (train)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--prompt", type=int, default=64)
