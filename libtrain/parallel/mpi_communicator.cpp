@@ -20,10 +20,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kDataTag = 11;
 
-// Shared by the world and every group split from it: one operation counter per process and one roll call
-// (roll_call.h), whose communicator is a duplicate of the world, so pings never match a data message.
-using Watch = RollCall;
-
 MPI_Datatype mpi_type(DataType t) {
   switch (t) {
     case DataType::kFloat32: return MPI_FLOAT;
@@ -58,7 +54,7 @@ int checked_count(std::size_t count) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(std::shared_ptr<Watch> watch, MPI_Comm comm, std::vector<int> world_ranks, std::string name)
+  MpiCommunicator(std::shared_ptr<RollCall> watch, MPI_Comm comm, std::vector<int> world_ranks, std::string name)
       : watch_(std::move(watch)), comm_(comm), world_ranks_(std::move(world_ranks)), name_(std::move(name)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -192,7 +188,7 @@ class MpiCommunicator final : public Communicator {
 
   template <typename Start>
   void run(const std::string& what, std::size_t count, DataType type, Start start) {
-    Watch& w = *watch_;
+    RollCall& w = *watch_;
     const long long op = w.next_operation();
     const auto begin = Clock::now();
     const double total = w.timeout_seconds();
@@ -230,7 +226,7 @@ class MpiCommunicator final : public Communicator {
     throw CommunicationError(fmt::format("{} {}: {}", operation, problem, watch_->verdict(world_ranks_, deadline)));
   }
 
-  std::shared_ptr<Watch> watch_;
+  std::shared_ptr<RollCall> watch_;
   MPI_Comm comm_;
   std::vector<int> world_ranks_;
   std::string name_;
@@ -253,8 +249,9 @@ MpiSession::~MpiSession() {
 }
 
 std::unique_ptr<Communicator> mpi_world_communicator(double timeout_seconds) {
-  if (!(timeout_seconds > 0)) fail(fmt::format("--distributed-timeout-minutes must be positive"));
-  auto watch = std::make_shared<Watch>(timeout_seconds);
+  // Shared by the world and every group split from it: one operation counter per process and one roll call,
+  // whose communicator is a duplicate of the world, so pings never match a data message.
+  auto watch = std::make_shared<RollCall>(timeout_seconds);  // a dlm::Error unless the timeout is positive
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<int> world(static_cast<std::size_t>(size));

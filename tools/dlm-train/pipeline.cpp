@@ -208,32 +208,28 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
   }
   const bool model_parallel = groups && (groups->config.tensor > 1 || groups->config.pipeline > 1);
-  if (device == train::Device::kCuda && model_parallel) {
-    // This rank's CudaModel shard, its layers' collectives and the pipeline's transfers over NCCL.
-    if (!device_groups) fail("GPU model parallelism needs the NCCL groups");
+  const bool distributed_optimizer = groups && groups->config.data > 1 && args.trainer.use_distributed_optimizer;
+  if (device == train::Device::kCuda && (model_parallel || distributed_optimizer)) {
+    // This rank's CudaModel shard, its layers' collectives and the pipeline's transfers over NCCL, and with
+    // the distributed optimizer its range of the optimizer (device.h).
+    if (!device_groups) fail("GPU model parallelism and the distributed optimizer on GPUs need the NCCL groups");
     train::CudaParallelGroups parallel{groups, device_groups->tensor_group.get(), device_groups->pipeline_group.get(),
                                        args.sequence_parallel, device_groups->data_group.get(),
                                        args.trainer.use_distributed_optimizer};
     setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
-    train::CheckpointPlacement placement;
-    placement.layout.tp = groups->config.tensor;
-    placement.layout.pp = groups->config.pipeline;
-    placement.layout.dp = groups->config.data;
-    placement.tensor_rank = groups->coords.tensor;
-    placement.stages = {groups->coords.pipeline};
-    setup.placement = std::move(placement);
-  } else if (device == train::Device::kCuda && groups && groups->config.data > 1 &&
-             args.trainer.use_distributed_optimizer) {
-    // The replica's optimizer split over the data-parallel ranks (device.h), the gradients reduce-scattered
-    // and the master weights all-gathered over NCCL.
-    if (!device_groups || !device_groups->data_group) fail("the distributed optimizer on GPUs needs the NCCL groups");
-    train::CudaParallelGroups parallel;
-    parallel.host = groups, parallel.data = device_groups->data_group.get(), parallel.distributed_optimizer = true;
-    setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
+    if (model_parallel) {
+      train::CheckpointPlacement placement;
+      placement.layout.tp = groups->config.tensor;
+      placement.layout.pp = groups->config.pipeline;
+      placement.layout.dp = groups->config.data;
+      placement.tensor_rank = groups->coords.tensor;
+      placement.stages = {groups->coords.pipeline};
+      setup.placement = std::move(placement);
+    }
   } else if (device == train::Device::kCuda) {
     // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
     setup.model = train::make_cuda_trainable(setup.config, args.seed);
-  } else if (groups && (groups->config.tensor > 1 || groups->config.pipeline > 1)) {
+  } else if (model_parallel) {
     // This rank's chunks of a TP/PP replica (docs/parallelism.md).
     owner->backend = train::make_cpu_backend(args.threads);
     train::ModelParallelOptions mp;

@@ -129,10 +129,12 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
              "adamw chunks");
   // The gradient norm counts the tensors this rank saves (a replicated norm once, on tensor rank 0), in its
   // optimizer range (the ranges' sums add up over the data-parallel group).
+  std::vector<int> listed;  // the spec of each entry of the list (adam_list leaves out those the range misses)
+  for (int p = 0; p < static_cast<int>(I.specs.size()); ++p)
+    if (I.moment_part(p).numel > 0) listed.push_back(p);
   std::vector<AdamWChunk> counted;
   for (const AdamWChunk& chunk : chunks)
-    if (I.specs[static_cast<std::size_t>(I.adam_spec[static_cast<std::size_t>(chunk.tensor)])].saved)
-      counted.push_back(chunk);
+    if (I.specs[static_cast<std::size_t>(listed[static_cast<std::size_t>(chunk.tensor)])].saved) counted.push_back(chunk);
   I.num_norm_chunks = static_cast<int>(counted.size());
   I.norm_chunks = I.alloc<AdamWChunk>(I.num_norm_chunks, I.owned, I.bytes);
   if (!counted.empty())

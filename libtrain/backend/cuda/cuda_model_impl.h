@@ -66,7 +66,6 @@ struct CudaModel::Impl {
   std::unordered_map<std::string, int> index;
   std::int64_t total = 0;
   std::int64_t opt_first = 0, opt_numel = 0;  // the optimizer's range of the flat buffers (CudaShard)
-  std::vector<int> adam_spec;                 // the spec of each entry of adam_list()
   std::vector<void*> owned, acts_owned;
   std::size_t bytes = 0, act_bytes = 0;
   float *master = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
@@ -273,25 +272,8 @@ struct CudaModel::Impl {
     else shard.tensor->all_reduce(full, static_cast<std::size_t>(T * d()), DeviceElement::kBF16, stream);
   }
 
-  // The tensor list the multi-tensor kernels walk: each tensor's part inside the optimizer's range (all of
-  // it without shards), its moments at their place in that range; weight decay is per call (the options
-  // may change). Fills adam_spec.
-  std::vector<AdamWTensor> adam_list(double weight_decay) {
-    std::vector<AdamWTensor> list;
-    adam_spec.clear();
-    const std::int64_t lo = opt_first, hi = opt_first + opt_numel;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const int p = static_cast<int>(i);
-      const std::int64_t a = std::max(offset[i], lo), b = std::min(offset[i] + numel(p), hi);
-      if (a >= b) continue;
-      const std::int64_t in = a - offset[i];
-      list.push_back({F(p) + in, G(p) + in, m + (a - lo), v + (a - lo), w16 + a, b - a,
-                      specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
-      adam_spec.push_back(p);
-    }
-    return list;
-  }
-  // The moments of tensor p inside the range, as (element of p, element of the moment buffers, count).
+  // The part of tensor p inside the optimizer's range (all of it without shards), as (element of p, element
+  // of the moment buffers, count); count 0 when the range misses it.
   struct MomentPart {
     std::int64_t in_tensor = 0, in_moments = 0, numel = 0;
   };
@@ -300,6 +282,20 @@ struct CudaModel::Impl {
     const std::int64_t a = std::max(offset[p], lo), b = std::min(offset[p] + numel(p), hi);
     if (a >= b) return {};
     return {a - offset[p], a - lo, b - a};
+  }
+  // The tensor list the multi-tensor kernels walk: each tensor's part inside the optimizer's range, in model
+  // order, tensors the range misses left out; weight decay is per call (the options may change).
+  std::vector<AdamWTensor> adam_list(double weight_decay) const {
+    std::vector<AdamWTensor> list;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const int p = static_cast<int>(i);
+      const MomentPart part = moment_part(p);
+      if (part.numel == 0) continue;
+      list.push_back({F(p) + part.in_tensor, G(p) + part.in_tensor, m + part.in_moments, v + part.in_moments,
+                      w16 + offset[i] + part.in_tensor, part.numel,
+                      specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
+    }
+    return list;
   }
   void upload_adam_list(double weight_decay) {
     const std::vector<AdamWTensor> list = adam_list(weight_decay);

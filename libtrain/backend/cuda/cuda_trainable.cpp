@@ -78,9 +78,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       float* grads = model_.gradient_buffer().data;
       parallel_.data->reduce_scatter(grads, grads + range.offset, static_cast<std::size_t>(range.numel),
                                      DeviceElement::kF32, model_.stream());
-      parallel_.data->complete();
     }
-    if (!model_parallel()) return;
+    if (!model_parallel()) return complete();
     const auto& specs = model_.tensors();
     const auto grads = model_.gradient_buffers();
     // Replicated norms whose gradient each tensor rank has in part.
@@ -138,7 +137,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       float* master = model_.parameter_buffer().data;
       parallel_.data->all_gather(master + range.offset, master, static_cast<std::size_t>(range.numel),
                                  DeviceElement::kF32, model_.stream());
-      parallel_.data->complete();
+      complete();                     // before refresh_bf16_weights(), which synchronizes the stream
       model_.refresh_bf16_weights();
     }
   }
@@ -219,6 +218,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   void complete() {
     if (parallel_.tensor) parallel_.tensor->complete();
     if (parallel_.pipeline) parallel_.pipeline->complete();
+    if (sharded()) parallel_.data->complete();
   }
   double run(std::span<const ModelBatch> batches, bool training) {
     if (!model_parallel()) {
