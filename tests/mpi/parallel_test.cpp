@@ -225,6 +225,14 @@ TEST(DryRun, SmallConfigEqualsHandComputedValues) {
   EXPECT_DOUBLE_EQ(s0.pipeline_bytes, 16384.0);
   EXPECT_DOUBLE_EQ(s1.pipeline_bytes, 16384.0);
 
+  // The GPU's distributed optimizer: the fp32 master weights (4 bytes) stay whole, the moments (8) split
+  // over DP 2; the all-gather moves fp32 weights.
+  o.whole_master_weights = true;
+  const auto gpu = plan_parallel(c, o).stages[0];
+  EXPECT_DOUBLE_EQ(gpu.optimizer, 4.0 * 45312 + 8.0 * 45312 / 2);
+  EXPECT_DOUBLE_EQ(gpu.data_parallel_bytes, 45312 * 8.0 / 2);
+  o.whole_master_weights = false;
+
   o.recompute_full = true;
   EXPECT_DOUBLE_EQ(plan_parallel(c, o).stages[0].activations, 2 * 2 * 4096.0 + 53760);
   o.recompute_full = false;
