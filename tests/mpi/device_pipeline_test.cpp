@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "dlm/common/error.h"
 #include "dlm/train/device_pipeline.h"
 #include "dlm/train/parallel.h"
 #include "dlm/train/pipeline_schedule.h"
@@ -42,7 +44,10 @@ float input_gradient(int mb, int stage, int stages) {
 
 class FakeStage final : public PipelineStage {
  public:
-  FakeStage(int rank, int stages) : r_(rank), P_(stages), out_(kElements), grad_out_(kElements), grad_in_(kElements) {}
+  // Global stage `rank` of `stages`; an interleaved rank's chunks log into one order (their chunk index).
+  FakeStage(int rank, int stages, std::vector<PipelineUnit>* log = nullptr, int chunk = 0)
+      : order_log(log ? log : &order), r_(rank), P_(stages), chunk_(chunk), out_(kElements), grad_out_(kElements),
+        grad_in_(kElements) {}
   std::size_t boundary_elements() const override { return kElements; }
   void* input(int slot) override { return slot_data(slot).data(); }
   const void* output() const override { return out_.data(); }
@@ -51,7 +56,7 @@ class FakeStage final : public PipelineStage {
   void* stream() override { return nullptr; }
 
   void forward(int mb, int slot, bool training) override {
-    order.push_back({true, 0, mb});
+    order_log->push_back({true, chunk_, mb});
     auto& x = slot_data(slot);
     if (r_ == 0) x = activations(mb, 0);
     if (x != activations(mb, r_)) ++wrong_inputs;
@@ -59,7 +64,7 @@ class FakeStage final : public PipelineStage {
     if (r_ == P_ - 1) loss += static_cast<double>(mb + 1) * (training ? 1 : 10);
   }
   void backward(int mb, int slot) override {
-    order.push_back({false, 0, mb});
+    order_log->push_back({false, chunk_, mb});
     if (slot_data(slot) != activations(mb, r_)) ++wrong_slots;
     float g = static_cast<float>(mb + 1);
     if (r_ < P_ - 1) {
@@ -72,6 +77,7 @@ class FakeStage final : public PipelineStage {
   }
 
   std::vector<PipelineUnit> order;
+  std::vector<PipelineUnit>* order_log;
   int wrong_inputs = 0, wrong_slots = 0, wrong_gradients = 0;
   double loss = 0;
 
@@ -80,7 +86,7 @@ class FakeStage final : public PipelineStage {
     while (static_cast<int>(slots_.size()) <= slot) slots_.emplace_back(kElements);
     return slots_[static_cast<std::size_t>(slot)];
   }
-  int r_, P_;
+  int r_, P_, chunk_;
   std::vector<std::vector<std::uint16_t>> slots_;
   std::vector<std::uint16_t> out_;
   std::vector<float> grad_out_, grad_in_;
@@ -111,6 +117,69 @@ void run_layout(int pipeline_size, int micro_batches, bool training) {
   const double loss = stage.loss;
   const double expected = r == P - 1 ? micro_batches * (micro_batches + 1) / 2.0 * (training ? 1 : 10) : 0.0;
   EXPECT_EQ(loss, expected) << what;
+}
+
+// Interleaved: V chunks per rank, chunk v of rank r is global stage v * P + r of P * V, the ring's
+// transfers checked the same way (values, slots, gradients, order of work, loss on the last stage).
+void run_interleaved(int pipeline_size, int chunks, int micro_batches, bool training) {
+  ASSERT_EQ(mpi_world().size(), 4);
+  ProcessGroups groups = make_process_groups(mpi_world(), derive_parallel_config(4, 1, pipeline_size));
+  auto group = host_device_group(*groups.pipeline);
+  const int r = groups.pipeline->rank(), P = groups.pipeline->size();
+  std::vector<PipelineUnit> order;
+  std::vector<std::unique_ptr<FakeStage>> stages;
+  std::vector<PipelineStage*> views;
+  for (int v = 0; v < chunks; ++v) {
+    stages.push_back(std::make_unique<FakeStage>(v * P + r, P * chunks, &order, v));
+    views.push_back(stages.back().get());
+  }
+  const int held = run_pipeline_interleaved(views, group.get(), micro_batches, training);
+  const std::string what =
+      fmt::format("PP{} V={} M={} {} rank {}", P, chunks, micro_batches, training ? "interleaved 1F1B" : "forward", r);
+  double loss = 0;
+  for (const auto& s : stages) {
+    EXPECT_EQ(s->wrong_inputs, 0) << what;
+    EXPECT_EQ(s->wrong_slots, 0) << what;
+    EXPECT_EQ(s->wrong_gradients, 0) << what;
+    loss += s->loss;
+  }
+  std::vector<PipelineUnit> want;
+  for (const PipelineUnit& u : pipeline_order(P, r, chunks, micro_batches))
+    if (training || u.forward) want.push_back(u);
+  if (!training) {  // forward only: unit k's order, micro-batches P at a time through each chunk
+    want.clear();
+    for (int k = 0; k < micro_batches * chunks; ++k)
+      want.push_back({true, (k % (P * chunks)) / P, (k / (P * chunks)) * P + k % P});
+  }
+  ASSERT_EQ(order.size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(order[i].forward, want[i].forward) << what << " unit " << i;
+    EXPECT_EQ(order[i].chunk, want[i].chunk) << what << " unit " << i;
+    EXPECT_EQ(order[i].micro_batch, want[i].micro_batch) << what << " unit " << i;
+  }
+  EXPECT_GE(held, 1) << what;
+  const double expected = r == P - 1 ? micro_batches * (micro_batches + 1) / 2.0 * (training ? 1 : 10) : 0.0;
+  EXPECT_EQ(loss, expected) << what;
+}
+
+TEST(DevicePipeline, InterleavedFourStagesRing) {
+  for (int v : {2, 3})
+    for (int m : {4, 8, 12}) run_interleaved(4, v, m, true);
+}
+TEST(DevicePipeline, InterleavedTwoStagesShareOnePairBothWays) {
+  for (int v : {2, 3})
+    for (int m : {2, 4, 6}) run_interleaved(2, v, m, true);
+}
+TEST(DevicePipeline, InterleavedForwardOnly) {
+  run_interleaved(4, 2, 8, false);
+  run_interleaved(2, 3, 4, false);
+}
+TEST(DevicePipeline, InterleavedNeedsWholeRoundsOfMicroBatches) {
+  ProcessGroups groups = make_process_groups(mpi_world(), derive_parallel_config(4, 1, 2));
+  auto group = host_device_group(*groups.pipeline);
+  FakeStage a(groups.pipeline->rank(), 4), b(groups.pipeline->rank() + 2, 4);
+  std::vector<PipelineStage*> views{&a, &b};
+  EXPECT_THROW(run_pipeline_interleaved(views, group.get(), 3, true), dlm::Error);
 }
 
 TEST(DevicePipeline, FourStagesPairTheirTransfers) {

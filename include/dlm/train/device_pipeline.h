@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "dlm/train/device_group.h"
 
@@ -38,5 +39,12 @@ class PipelineStage {
 // Micro-batches 0 .. micro_batches - 1 through this rank's stage (rank `pipeline->rank()` of its size; null:
 // one stage), forward and backward or forward only. Returns the most micro-batches held at once.
 int run_pipeline_1f1b(PipelineStage& stage, DeviceGroup* pipeline, int micro_batches, bool training);
+
+// Megatron's interleaved 1F1B over this rank's chunks (chunk v is global stage v * P + r; pipeline_order()'s
+// order of work), activations and gradients passed around the ring of ranks in one group per unit. The
+// chunks must share one stream; micro_batches must be a multiple of the group's size (dlm::Error).
+// Returns the most micro-batches one chunk held at once.
+int run_pipeline_interleaved(std::span<PipelineStage* const> chunks, DeviceGroup* pipeline, int micro_batches,
+                             bool training);
 
 }  // namespace dlm::train
