@@ -1,6 +1,7 @@
 // Diffusion sampling on the GPU with dlm's CUDA model: MegaDLMs' generate (greedy x0, low-confidence
 // remasking, per-row top-k, blocks left to right, no cache), the same loop as torch_reference.py's
-// generate; the argmax and its probability are computed on the device, the selection on the host.
+// generate; the argmax and its probability are computed on the device for the current block's columns
+// (the only ones a step can change, as diffusion_generate asks), the selection on the host.
 // Random weights (as the torch side); prints one JSON line in torch_reference.py's form.
 // usage: cuda_sample_bench CONFIG BATCH [PROMPT GEN STEPS BLOCK]   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny
 #include <algorithm>
@@ -32,7 +33,8 @@ struct Run {
       for (int r = 0; r < batch; ++r)
         masked[r] = static_cast<int>(std::count(x.begin() + r * L + lo, x.begin() + r * L + hi, mask));
       for (int i = 0; i < per_block; ++i) {
-        model.greedy_tokens(batch, L, false, x, {}, tok, conf);
+        // The columns a step can change (the prompts hold no mask): the block's rows alone reach the head.
+        model.greedy_tokens(batch, L, false, x, {}, tok, conf, {lo, hi});
         for (int r = 0; r < batch; ++r) {
           const int k = masked[r] / per_block + (i < masked[r] % per_block ? 1 : 0);
           idx.clear();

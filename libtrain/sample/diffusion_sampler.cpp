@@ -110,7 +110,20 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
           for (std::int64_t j = begin; j < end && !any; ++j) any = x.ids[static_cast<std::size_t>(r * len + j)] == o.mask_token;
         if (!any) break;
       }
-      if (fast) greedy(x, greedy_tokens, greedy_confidence);
+      if (fast) {
+        // The columns a step can change: the block, and before it any column still masked (a prompt may
+        // hold masks). One window per block keeps the model's shapes (and the GPU's graphs) per block.
+        std::int64_t first = begin;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t j = 0; j < first; ++j) {
+            const auto i = static_cast<std::size_t>(r * len + j);
+            if (x.ids[i] == o.mask_token && x.attention[i]) {
+              first = j;
+              break;
+            }
+          }
+        greedy(x, first, end, greedy_tokens, greedy_confidence);
+      }
       else guided_logits(model, x, is_prompt, o, logits);
       ++calls;
       if (fast && (greedy_tokens.size() != x.ids.size() || greedy_confidence.size() != x.ids.size()))

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
+#include "dlm/common/error.h"
 #include "dlm/train/backend.h"
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/model.h"
@@ -61,6 +62,48 @@ TEST(CudaModel, GraphedGreedyTokensAreTheArgmaxOfTheLogits) {
       EXPECT_NEAR(confidence[r], 1.0 / sum, 1e-4) << "call " << call << " row " << r;
     }
   }
+}
+
+// The samplers ask for a window of columns (the current block): its rows alone reach the output layer,
+// and each gives the value the whole-sequence call gives; columns outside read 0. Each window shape is
+// eager, then captured, then replayed.
+TEST(CudaModel, GreedyTokensOfAWindowAreTheWholeSequencesValuesThere) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = small_config();
+  CudaModel gpu(c);
+  gpu.init(4);
+  std::mt19937 rng(9);
+  const std::int64_t batch = 3, seq = 48, n = batch * seq;
+  for (int call = 0; call < 6; ++call) {
+    const ColumnWindow window = call < 3 ? ColumnWindow{16, 32} : ColumnWindow{5, 48};
+    std::vector<std::int32_t> ids(n);
+    for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 500);
+    std::vector<std::int32_t> tokens, all_tokens;
+    std::vector<float> confidence, all_confidence;
+    gpu.greedy_tokens(batch, seq, false, ids, {}, tokens, confidence, window);
+    gpu.greedy_tokens(batch, seq, false, ids, {}, all_tokens, all_confidence);
+    ASSERT_EQ(tokens.size(), static_cast<std::size_t>(n));
+    ASSERT_EQ(confidence.size(), static_cast<std::size_t>(n));
+    for (std::int64_t r = 0; r < batch; ++r)
+      for (std::int64_t j = 0; j < seq; ++j) {
+        const auto i = static_cast<std::size_t>(r * seq + j);
+        if (j < window.first || j >= window.end) {
+          EXPECT_EQ(tokens[i], 0) << "call " << call << " row " << r << " column " << j;
+          EXPECT_EQ(confidence[i], 0.0f) << "call " << call << " row " << r << " column " << j;
+          continue;
+        }
+        EXPECT_EQ(tokens[i], all_tokens[i]) << "call " << call << " row " << r << " column " << j;
+        // The same rows through the same GEMM, fewer of them: cuBLASLt may pick another kernel.
+        EXPECT_NEAR(confidence[i], all_confidence[i], 2e-3 * all_confidence[i] + 1e-6)
+            << "call " << call << " row " << r << " column " << j;
+      }
+  }
+  std::vector<std::int32_t> tokens;
+  std::vector<float> confidence;
+  EXPECT_THROW(gpu.greedy_tokens(batch, seq, false, std::vector<std::int32_t>(n, 1), {}, tokens, confidence, {10, 10}),
+               dlm::Error);
+  EXPECT_THROW(gpu.greedy_tokens(batch, seq, false, std::vector<std::int32_t>(n, 1), {}, tokens, confidence, {0, 49}),
+               dlm::Error);
 }
 
 }  // namespace

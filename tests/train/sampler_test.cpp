@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
 #include "dlm/common/error.h"
 #include "dlm/train/sampler.h"
 
@@ -19,6 +24,16 @@ void toy_model(const SequenceBatch& b, std::vector<float>& logits) {
   }
 }
 
+// 8 new tokens in 4 steps, blocks of 4: two blocks of two steps each.
+DiffusionSamplingOptions two_blocks_of_four() {
+  DiffusionSamplingOptions o;
+  o.gen_length = 8;
+  o.steps = 4;
+  o.block_length = 4;
+  o.mask_token = kMask;
+  return o;
+}
+
 TEST(TransferCounts, SplitsTheRemainderFirst) {
   EXPECT_EQ(transfer_counts(10, 4), (std::vector<std::int64_t>{3, 3, 2, 2}));
   EXPECT_EQ(transfer_counts(4, 4), (std::vector<std::int64_t>{1, 1, 1, 1}));
@@ -26,11 +41,7 @@ TEST(TransferCounts, SplitsTheRemainderFirst) {
 }
 
 TEST(DiffusionSampler, GreedyDecodesTheModelsArgmax) {
-  DiffusionSamplingOptions o;
-  o.gen_length = 8;
-  o.steps = 4;
-  o.block_length = 4;
-  o.mask_token = kMask;
+  DiffusionSamplingOptions o = two_blocks_of_four();
   std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3}, {4}};
   int calls = 0;
   LogitsFn model = [&](const SequenceBatch& b, std::vector<float>& l) {
@@ -44,6 +55,48 @@ TEST(DiffusionSampler, GreedyDecodesTheModelsArgmax) {
   EXPECT_EQ(calls, 4);
   EXPECT_EQ(out[0], (std::vector<std::int32_t>{3, 4, 0, 1, 2, 3, 4, 0}));
   EXPECT_EQ(out[1], (std::vector<std::int32_t>{1, 2, 3, 4, 0, 1, 2, 3}));
+}
+
+// The greedy fast path is asked for the columns a step can change: the block, widened left to a masked
+// prompt column while one is left. Outside that window it gets garbage back (a model skips those rows)
+// and must give the logits path's output.
+TEST(DiffusionSampler, GreedyPathReadsOnlyTheWindowItAsksFor) {
+  DiffusionSamplingOptions o = two_blocks_of_four();
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, kMask, 3}, {4}};
+  std::vector<std::pair<std::int64_t, std::int64_t>> windows;
+  GreedyFn greedy = [&](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::vector<std::int32_t>& tokens,
+                        std::vector<float>& confidence) {
+    windows.emplace_back(first, end);
+    std::vector<float> logits;
+    toy_model(b, logits);
+    tokens.assign(static_cast<std::size_t>(b.rows * b.len), 5);  // garbage outside the window
+    confidence.assign(tokens.size(), 2.0f);
+    for (std::int64_t r = 0; r < b.rows; ++r)
+      for (std::int64_t j = first; j < end; ++j) {
+        const auto i = static_cast<std::size_t>(r * b.len + j);
+        const float* row = logits.data() + i * kVocab;
+        const auto best = std::max_element(row, row + kVocab) - row;
+        double sum = 0;
+        for (std::int64_t v = 0; v < kVocab; ++v) sum += std::exp(double(row[v]) - row[best]);
+        tokens[i] = static_cast<std::int32_t>(best);
+        confidence[i] = static_cast<float>(1.0 / sum);
+      }
+  };
+  const auto fast = diffusion_generate(toy_model, kVocab, prompts, o, nullptr, greedy);
+  const auto slow = diffusion_generate(toy_model, kVocab, prompts, o);
+  EXPECT_EQ(fast, slow);
+  // Blocks are columns [3, 7) and [7, 11). The prompt's mask (column 1) competes with the block's masks
+  // in every step and, the toy being less sure further left, is never the most confident: every window
+  // starts at column 1.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> want = {{1, 7}, {1, 7}, {1, 11}, {1, 11}};
+  EXPECT_EQ(windows, want);
+  EXPECT_EQ(fast[0].size(), 8u);
+  // Without a masked prompt column the window is the block.
+  windows.clear();
+  const std::vector<std::vector<std::int32_t>> plain = {{1, 2, 3}, {4}};
+  EXPECT_EQ(diffusion_generate(toy_model, kVocab, plain, o, nullptr, greedy), diffusion_generate(toy_model, kVocab, plain, o));
+  const std::vector<std::pair<std::int64_t, std::int64_t>> blocks = {{3, 7}, {3, 7}, {7, 11}, {7, 11}};
+  EXPECT_EQ(windows, blocks);
 }
 
 TEST(DiffusionSampler, StopsAtEosAndIsDeterministicPerSeed) {

@@ -52,6 +52,11 @@ struct CudaShard {
   int optimizer_shards = 1, optimizer_rank = 0;
 };
 
+// Columns [first, end) of every sequence of a batch; end < 0 means the sequence's end.
+struct ColumnWindow {
+  std::int64_t first = 0, end = -1;
+};
+
 class CudaModel {
  public:
   // Allocates parameters and optimizer state on the current device; dlm::Error without one, or for a
@@ -85,11 +90,13 @@ class CudaModel {
   // positions may be empty (0..seq-1 per row).
   std::vector<float> forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
                                     std::span<const std::int32_t> ids, std::span<const std::int32_t> positions);
-  // Forward only, then per position the most likely token and its probability (fp32 softmax over the real
-  // vocabulary): the diffusion samplers' greedy x0 and confidence, with no logits leaving the device.
+  // Forward only, then per position of `window` the most likely token and its probability (fp32 softmax
+  // over the real vocabulary): the diffusion samplers' greedy x0 and confidence, with no logits leaving the
+  // device. tokens and confidence are [batch, seq]; columns outside the window read 0 (their rows skip the
+  // output layer).
   void greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
                      std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
-                     std::vector<float>& confidence);
+                     std::vector<float>& confidence, ColumnWindow window = {});
   // The same loss, forward only (no gradient).
   double forward_loss(const CudaBatch& batch);
   void zero_grad();
@@ -175,9 +182,10 @@ class CudaModel {
   struct Impl;  // the device state, shared by the backend's files (libtrain/backend/cuda/cuda_model_impl.h)
 
  private:
-  // The samplers' forward (tp = pp = 1): logits out, or with greedy set, greedy tokens out and the
-  // confidences in *logits.
-  void sample_forward(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy);
+  // The samplers' forward (tp = pp = 1): logits out, or with greedy set, greedy tokens of the window's
+  // columns out and their confidences in *logits.
+  void sample_forward(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy,
+                      ColumnWindow window);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -40,9 +40,10 @@ struct SequenceBatch {
 using LogitsFn = std::function<void(const SequenceBatch& batch, std::vector<float>& logits)>;
 // Optional fast path for greedy sampling (temperature 0, no guidance): per position of the batch the
 // argmax over the vocabulary (first on ties) and its softmax probability, [rows, len] each, computed
-// where the model runs so that no logits travel (the CUDA backend's greedy_tokens).
-using GreedyFn = std::function<void(const SequenceBatch& batch, std::vector<std::int32_t>& tokens,
-                                    std::vector<float>& confidence)>;
+// where the model runs so that no logits travel (the CUDA backend's greedy_tokens). Only columns
+// [first, end) are read back: the model may skip the output layer elsewhere (values there unspecified).
+using GreedyFn = std::function<void(const SequenceBatch& batch, std::int64_t first, std::int64_t end,
+                                    std::vector<std::int32_t>& tokens, std::vector<float>& confidence)>;
 
 enum class Remasking { kLowConfidence, kRandom };
 Remasking parse_remasking(const std::string& name);  // "low_confidence" | "random"

@@ -1,5 +1,6 @@
-// CudaModel: construction (this rank's tensors and where each sits in the device buffers), parameters by
-// name, and the samplers' forward (see cuda_model.h; the training step is cuda_model_stage.cpp).
+// CudaModel: construction (this rank's tensors and where each sits in the device buffers) and parameters by
+// name (see cuda_model.h; the training step is cuda_model_stage.cpp, the samplers' forward
+// cuda_model_sampling.cpp).
 // Activations kept for the backward per layer: the residual streams entering each norm (bf16), the normed
 // inputs of the GEMMs, QKV before and after QK-norm + RoPE, the attention output and its lse, fc1's output
 // and SwiGLU's; nothing is recomputed. The residual gradient is carried in fp32.
@@ -236,68 +237,5 @@ void CudaModel::zero_grad() {
   check_cuda(cudaMemsetAsync(impl_->grad, 0, sizeof(float) * impl_->total, impl_->stream), "zero_grad");
 }
 
-
-std::vector<float> CudaModel::forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
-                                             std::span<const std::int32_t> ids,
-                                             std::span<const std::int32_t> positions) {
-  const std::vector<std::int32_t> labels(ids.size(), 0);
-  const std::vector<float> weights(ids.size(), 0.0f);
-  std::vector<float> logits;
-  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &logits, nullptr);
-  return logits;
-}
-
-void CudaModel::greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
-                              std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
-                              std::vector<float>& confidence) {
-  const std::vector<std::int32_t> labels(ids.size(), 0);
-  const std::vector<float> weights(ids.size(), 0.0f);
-  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens);
-}
-
-void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy) {
-  auto& I = *impl_;
-  if (!I.whole()) fail("CudaModel: sampling runs on the whole model (no tensor or pipeline parallelism)");
-  upload_micro_batch(I, 0, b, Upload::kSampling);
-  const std::int64_t n = b.batch * b.seq;
-  const int d = I.d(), V = I.vpad();
-  const cudaStream_t st = I.stream;
-  auto& gm = *I.gemm;
-  MicroInputs& in = I.inputs[0];
-  auto& la = I.slot_acts(0);
-  if (greedy) {
-    // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
-    // head run as one CUDA graph, so ~300 launches cost one.
-    I.run_graphed(b.batch, b.seq, b.causal, [&] {
-      enqueue_forward(I, in, la);
-      for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
-        const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
-        gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
-        // The labels and per-row loss columns are free in a forward-only pass.
-        cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0, st);
-      }
-      check_cuda(cudaGetLastError(), "greedy");
-    });
-    greedy->resize(static_cast<std::size_t>(n));
-    logits_out->resize(static_cast<std::size_t>(n));
-    check_cuda(cudaMemcpyAsync(greedy->data(), in.labels, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
-    check_cuda(cudaMemcpyAsync(logits_out->data(), in.loss_rows, n * 4, cudaMemcpyDeviceToHost, st), "greedy");
-    synchronize();
-    return;
-  }
-  enqueue_forward(I, in, la);
-  const std::int64_t vocab = I.cfg.vocab_size;
-  std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
-  for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
-    gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
-    check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), I.logits, V * sizeof(bf16),
-                                 vocab * sizeof(bf16), rows, cudaMemcpyDeviceToHost, st),
-               "logits");
-    synchronize();
-  }
-  logits_out->resize(host.size());
-  for (std::size_t i = 0; i < host.size(); ++i) (*logits_out)[i] = __bfloat162float(host[i]);
-}
 
 }  // namespace dlm::train

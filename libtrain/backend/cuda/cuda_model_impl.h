@@ -130,9 +130,15 @@ struct CudaModel::Impl {
 
   // Forward graphs of the sampling path (run_graphed), per shape; they hold activation and workspace
   // pointers, so they go whenever those move. DLM_CUDA_GRAPHS=0 or the profiler turns them off.
-  struct ForwardGraph {
+  // A graph's shape: the batch, and the columns whose rows reach the output layer.
+  struct GraphShape {
     std::int64_t batch, seq;
     bool causal;
+    std::int64_t first, end;
+    bool operator==(const GraphShape&) const = default;
+  };
+  struct ForwardGraph {
+    GraphShape shape;
     std::size_t workspace;
     cudaGraphExec_t exec;
   };
@@ -147,20 +153,20 @@ struct CudaModel::Impl {
   }
 
   template <typename Enqueue>
-  void run_graphed(std::int64_t batch, std::int64_t seq, bool causal, Enqueue&& enqueue) {
+  void run_graphed(const GraphShape& shape, Enqueue&& enqueue) {
     if (graphs_off || timer.enabled()) return enqueue();
     const std::size_t ws = attention->workspace_bytes();
     for (std::size_t i = 0; i < graphs.size(); ++i) {
       auto& g = graphs[i];
-      if (g.batch != batch || g.seq != seq || g.causal != causal) continue;
+      if (!(g.shape == shape)) continue;
       if (g.workspace == ws) return check_cuda(cudaGraphLaunch(g.exec, stream), "graph launch");
       cudaGraphExecDestroy(g.exec);
       graphs.erase(graphs.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
-    const auto same = [&](const ForwardGraph& g) { return g.batch == batch && g.seq == seq && g.causal == causal; };
+    const auto same = [&](const ForwardGraph& g) { return g.shape == shape; };
     if (std::none_of(seen.begin(), seen.end(), same)) {
-      seen.push_back({batch, seq, causal, ws, nullptr});
+      seen.push_back({shape, ws, nullptr});
       return enqueue();
     }
     cudaGraph_t graph = nullptr;
@@ -180,7 +186,7 @@ struct CudaModel::Impl {
     const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check_cuda(made, "graph instantiate");
-    graphs.push_back({batch, seq, causal, ws, exec});
+    graphs.push_back({shape, ws, exec});
     check_cuda(cudaGraphLaunch(exec, stream), "graph launch");
   }
 

@@ -304,13 +304,17 @@ CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::Ten
       return model->forward_logits(rows, len, causal, ids, positions);
     });
   };
-  s.greedy = [model, causal](const SequenceBatch& b, std::vector<std::int32_t>& tokens, std::vector<float>& confidence) {
+  s.greedy = [model, causal](const SequenceBatch& b, std::int64_t first, std::int64_t end,
+                              std::vector<std::int32_t>& tokens, std::vector<float>& confidence) {
     // Tokens and confidences of one group come from one call: keep the confidences beside the tokens.
     std::vector<float> conf_group;
     by_group<std::int32_t>(b, 1, tokens, [&](std::int64_t rows, std::int64_t len, const auto& ids, const auto& positions) {
       std::vector<std::int32_t> t;
       std::vector<float> c;
-      model->greedy_tokens(rows, len, causal, ids, positions, t, c);
+      // The group's columns start after its padding: the window moves left by it, clipped at 0.
+      const std::int64_t pad = b.len - len;
+      const std::int64_t lo = std::max<std::int64_t>(first - pad, 0), hi = std::max<std::int64_t>(end - pad, lo + 1);
+      model->greedy_tokens(rows, len, causal, ids, positions, t, c, {lo, std::min(hi, len)});
       conf_group.insert(conf_group.end(), c.begin(), c.end());
       return t;
     });
