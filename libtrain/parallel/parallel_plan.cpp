@@ -89,12 +89,10 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
     const double params = static_cast<double>(p.parameters);
     p.weights = params * e;
     p.gradients = params * g;
-    const double whole_master = o.distributed_optimizer && o.whole_master_weights && o.bf16 ? 4 : 0;
-    p.optimizer = params * whole_master + params * (state - whole_master) / (o.distributed_optimizer ? d : 1.0);
+    p.optimizer = params * state / (o.distributed_optimizer ? d : 1.0);
     p.activations += (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
     if (o.data > 1)
-      p.data_parallel_bytes = o.distributed_optimizer ? params * (g + (whole_master > 0 ? 4 : e)) * (d - 1) / d
-                                                      : params * g * 2 * (d - 1) / d;
+      p.data_parallel_bytes = o.distributed_optimizer ? params * (g + e) * (d - 1) / d : params * g * 2 * (d - 1) / d;
     if (o.tensor > 1) {
       // Per layer: two all-reduces forward and two backward (or their all-gather + reduce-scatter pairs
       // with SP, the same bytes), 2 (t-1)/t of the hidden states each; a full recomputation repeats the
@@ -118,7 +116,7 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
       "per rank per step; {}; recomputation {}\n",
       c.num_layers, c.hidden_size, c.ffn_hidden_size, c.num_attention_heads, c.num_query_groups, c.padded_vocab_size(),
       static_cast<double>(plan.model_parameters) / 1e9, o.tensor * o.data * o.pipeline, o.tensor, o.data, o.pipeline,
-      o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? (o.whole_master_weights && o.bf16 ? ", distributed optimizer (the GPU's: moments split, fp32 master weights whole)" : ", distributed optimizer") : "",
+      o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
       o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
       o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32", o.recompute_full ? "full" : "off");
   out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",

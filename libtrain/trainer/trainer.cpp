@@ -90,10 +90,16 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
     if (dp > 1) {
       if (!device_dp_ || device_dp_->size() != dp)
         fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
-      // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16 copies.
-      const DeviceSpan weights = device->parameter_buffer();
-      device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
-      device->parameters_written();
+      // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16
+      // copies. A distributed optimizer's rank holds only its range of the master weights, so rank 0 has none
+      // of the others' to send; nor is there a need: the GPU model draws its init from counter streams keyed
+      // by the global tensor (never the rank), so every replica starts from the same weights, and a checkpoint
+      // loads the same values on every rank.
+      if (shards == 1) {
+        const DeviceSpan weights = device->parameter_buffer();
+        device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
+        device->parameters_written();
+      }
     }
     return;
   }

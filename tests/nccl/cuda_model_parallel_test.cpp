@@ -29,6 +29,7 @@
 
 #include "dlm/ckpt/sharding.h"
 #include "dlm/train/backend.h"
+#include "dlm/train/cuda_model.h"
 #include "dlm/train/device.h"
 #include "dlm/train/device_groups.h"
 #include "dlm/train/model.h"
@@ -258,9 +259,12 @@ void check_layout(int tp, int pp, bool sp, bool tied) {
 
 // The distributed optimizer over 2 data-parallel ranks against the whole model on all four micro-batches
 // (each rank runs micro-batches rank and rank + 2, as the trainer splits them): the same losses and norms up
-// to the order of the fp32 gradient sums, the same updates, identical weights on both ranks, the moments
-// gathered from the two ranges equal to the whole model's, and a checkpoint's moments loaded back into a
-// fresh sharded model gathered again bit for bit.
+// to the order of the fp32 gradient sums, the same updates, the checkpoint's weights (gathered from the two
+// ranks' ranges of the fp32 master weights) whole and identical on both ranks, the forward seeing identical
+// weights on both ranks (the same loss bit for bit), the moments gathered from the two ranges equal to the
+// whole model's, and a checkpoint's weights and moments loaded into a fresh sharded model gathered again bit
+// for bit, its forward the trained model's. And the memory: each rank holds 1/2 of the 12 optimizer bytes
+// per parameter (fp32 master weights and moments).
 void check_distributed_optimizer() {
   const int devices = gpus();
   if (devices == 0) GTEST_SKIP() << "needs a GPU";
@@ -272,6 +276,7 @@ void check_distributed_optimizer() {
   auto whole = make_cuda_trainable(config, 5);
   const Run want = train(*whole, data, kSteps);
   const AdamW want_state = whole->device_training()->optimizer_state();
+  const double want_final = whole->forward_loss_all(data);
   whole.reset();
 
   ProcessGroups groups = make_process_groups(mpi_world(), derive_parallel_config(2, 1, 1));
@@ -310,6 +315,8 @@ void check_distributed_optimizer() {
   ASSERT_EQ(got_state.exp_avg().size(), want_state.exp_avg().size());
   for (std::size_t i = 0; i < got.after.size(); ++i) {
     ASSERT_EQ(got.after[i].name, want.after[i].name);
+    // The same init, gathered from the ranges of the sharded master weights.
+    EXPECT_EQ(got.before_values[i], want.before_values[i]) << what << ": initial " << got.after[i].name;
     std::vector<double> du(want.after_values[i].size()), dg(du.size());
     for (std::size_t e = 0; e < du.size(); ++e)
       du[e] = double{want.after_values[i][e]} - want.before_values[i][e],
@@ -322,26 +329,61 @@ void check_distributed_optimizer() {
     const double v = 1 - cosine(widen(got_state.exp_avg_sq()[i]), widen(want_state.exp_avg_sq()[i]));
     EXPECT_LE(std::max(m, v), 1e-4) << what << ": moments of " << got.after[i].name;
     worst_moment = std::max({worst_moment, m, v});
-    // Both ranks hold the same weights (the all-gathered master): the sums of the two ranks' values are
-    // twice this rank's exactly when they agree (compared as the max and min over the group).
+    // Both ranks' checkpoints hold the same whole weights (compared as the max and min over the group).
     std::vector<float> hi = got.after_values[i], lo = got.after_values[i];
     groups.data->all_reduce(std::span<float>(hi), ReduceOp::kMax);
     groups.data->all_reduce(std::span<float>(lo), ReduceOp::kMin);
     EXPECT_EQ(hi, lo) << what << ": the ranks' " << got.after[i].name << " differ";
   }
 
-  // A checkpoint's moments into a fresh sharded model: each rank keeps its range, gathering gives them back.
+  // The forward after the last step reads the all-gathered bf16 weights and the summed fp32 norm weights:
+  // the same on both ranks, so the same loss bit for bit (the same kernels on the same shapes).
+  const double final_loss = model->forward_loss_all(data);
+  double final_hi = final_loss, final_lo = final_loss;
+  groups.data->all_reduce(std::span<double>(&final_hi, 1), ReduceOp::kMax);
+  groups.data->all_reduce(std::span<double>(&final_lo, 1), ReduceOp::kMin);
+  EXPECT_EQ(final_hi, final_lo) << what << ": the ranks' forwards differ";
+  const double final_rel = std::abs(final_loss - want_final) / want_final;
+  EXPECT_LE(final_rel, 1e-4) << what;
+
+  // A checkpoint into a fresh sharded model: each rank keeps its range of the weights (their bf16 copies and
+  // norm weights from the whole tensors) and of the moments; gathering gives them back, the forward is the
+  // trained model's.
   auto resumed = make_cuda_trainable(config, 5, parallel);
+  const std::vector<ParamRef> slots = resumed->parameters();
+  ASSERT_EQ(slots.size(), got.after_values.size());
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    std::copy(got.after_values[i].begin(), got.after_values[i].end(), slots[i].value.begin());
+  resumed->device_training()->commit_parameters();
   resumed->device_training()->load_optimizer_state(got_state);
+  for (std::size_t i = 0; const auto& r : resumed->parameters())
+    EXPECT_EQ(std::vector<float>(r.value.begin(), r.value.end()), got.after_values[i++]) << what << ": " << r.name;
+  EXPECT_EQ(resumed->forward_loss_all(data), final_loss) << what << ": the loaded checkpoint's forward";
   const AdamW again = resumed->device_training()->optimizer_state();
   EXPECT_EQ(again.steps(), got_state.steps());
   EXPECT_EQ(again.exp_avg(), got_state.exp_avg()) << what;
   EXPECT_EQ(again.exp_avg_sq(), got_state.exp_avg_sq()) << what;
+  resumed.reset();
+  model.reset();
+
+  // Memory: the sharded model saves (DP-1)/DP of the fp32 master weights' and the moments' 12 bytes per
+  // parameter (alignment padding and the norms' fp32 copies aside: within 1%).
+  const std::int64_t whole_bytes = static_cast<std::int64_t>(CudaModel(config).device_bytes());
+  CudaShard shard;
+  shard.optimizer_shards = 2, shard.optimizer_rank = rank;
+  const CudaModel sharded(config, shard);
+  const std::int64_t sharded_bytes = static_cast<std::int64_t>(sharded.device_bytes());
+  const double expected_saving = 12.0 * static_cast<double>(sharded.parameter_count()) / 2;
+  const double saving = static_cast<double>(whole_bytes - sharded_bytes);
+  EXPECT_NEAR(saving, expected_saving, 0.01 * expected_saving) << what << ": device bytes whole " << whole_bytes
+                                                                << ", sharded " << sharded_bytes;
   if (mpi_world().rank() == 0)
     std::printf("[gpu layouts] %s: losses %.6f..%.6f (whole %.6f..%.6f), worst loss rel %.2e, norm rel %.2e "
-                "(first step %.2e), worst 1-cosine of an update %.2e, of a moment %.2e\n",
+                "(first step %.2e), worst 1-cosine of an update %.2e, of a moment %.2e; final forward %.6f (whole "
+                "%.6f, rel %.2e); device bytes whole %lld, sharded %lld (saving %.0f, 12 x params / 2 = %.0f)\n",
                 what.c_str(), got.losses.front(), got.losses.back(), want.losses.front(), want.losses.back(), worst_loss,
-                worst_norm, first_norm, worst_update, worst_moment);
+                worst_norm, first_norm, worst_update, worst_moment, final_loss, want_final, final_rel,
+                static_cast<long long>(whole_bytes), static_cast<long long>(sharded_bytes), saving, expected_saving);
 }
 
 TEST(CudaModelParallel, TensorParallel) { check_layout(2, 1, false, false); }

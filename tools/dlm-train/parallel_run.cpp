@@ -105,7 +105,6 @@ std::string dry_run_plan(TrainArgs& args) {
   o.data = layout.data;
   o.sequence_parallel = args.sequence_parallel;
   o.distributed_optimizer = args.trainer.use_distributed_optimizer;
-  o.whole_master_weights = args.device == "cuda" || (args.device.empty() && train::cuda_present());
   o.micro_batch_size = args.trainer.micro_batch_size;
   o.global_batch_size = args.trainer.global_batch_size;
   o.seq_length = args.trainer.seq_length;

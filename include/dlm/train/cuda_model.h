@@ -40,10 +40,11 @@ struct CudaBatch {
 
 // This rank's part of the model: its tensor rank and pipeline stage under `layout` (no virtual stages on
 // the GPU), and the tensor group (layout.tp members; null when tp == 1). The default is the whole model.
-// The distributed optimizer (optimizer_shards > 1, one per data-parallel rank): the flat parameter buffer is
-// cut into that many equal ranges; this rank holds the AdamW moments of range optimizer_rank only, and
-// apply_adamw() updates that range (its caller reduce-scatters the gradients into it first and all-gathers
-// the master weights after, over optimizer_range()).
+// The distributed optimizer (optimizer_shards > 1, one per data-parallel rank; Megatron's): the flat parameter
+// buffer is cut into that many equal ranges; this rank holds the fp32 master weights and AdamW moments of
+// range optimizer_rank only, and apply_adamw() updates that range (its caller reduce-scatters the gradients
+// into it first, over optimizer_range(), and calls share_updated_weights() after). The bf16 weights stay
+// whole on every rank, and so do fp32 copies of the norm weights, which the kernels read in fp32.
 struct CudaShard {
   ckpt::ParallelLayout layout{};
   int tensor_rank = 0, stage = 0;
@@ -77,7 +78,9 @@ class CudaModel {
   // Model::init's values for the same seed (N(0, init_method_std^2) matrices from the counter stream, norms 1),
   // drawn on the device; a shard gets its slice of the whole model's values.
   void init(std::uint64_t seed);
-  // Import and export are of this rank's (local) tensors.
+  // Import and export are of this rank's (local) tensors, whole. With optimizer shards an import keeps the
+  // range's part of the master weights (the bf16 copy from all of it), and an export reads 0 outside the
+  // range (the shards' exports sum to the whole tensor).
   void import_parameter(std::string_view name, std::span<const float> values);
   std::vector<float> export_parameter(std::string_view name) const;
   std::vector<float> export_gradient(std::string_view name) const;
@@ -144,9 +147,10 @@ class CudaModel {
   void import_moments(std::string_view name, std::span<const float> exp_avg, std::span<const float> exp_avg_sq);
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t steps);
-  // Device memory for collectives (NCCL): fp32 gradients and master weights, each one contiguous buffer of
-  // every parameter in model_tensors order (gaps between tensors, and the padding that makes the buffer a
-  // multiple of the optimizer shards, hold zeros), per tensor too; and the
+  // Device memory for collectives (NCCL): the fp32 gradients, one contiguous buffer of every parameter in
+  // model_tensors order (gaps between tensors, and the padding that makes the buffer a multiple of the
+  // optimizer shards, hold zeros), per tensor too; the fp32 master weights laid out the same way, but with
+  // optimizer shards only this rank's range of them (optimizer_range(), indexed from its start); and the
   // stream every kernel of the model runs on (a cudaStream_t).
   struct Span {
     std::string name;
@@ -155,21 +159,26 @@ class CudaModel {
   };
   Span gradient_buffer() const;
   Span parameter_buffer() const;
-  // The distributed optimizer's range of those buffers (block optimizer_rank of optimizer_shards equal
-  // blocks; the whole buffer without shards): offset into the buffers and element count.
+  // The distributed optimizer's range of the flat buffers (block optimizer_rank of optimizer_shards equal
+  // blocks; the whole buffer without shards): offset into the gradient buffer and element count.
   struct Range {
     std::int64_t offset = 0, numel = 0;
   };
   Range optimizer_range() const;
   std::vector<Span> gradient_buffers() const;
-  std::vector<Span> parameter_buffers() const;
   void* stream() const;
   // Data-parallel overlap (benchmarks/parallel): called on the host right after the backward kernels of
   // layer l are enqueued on stream() (l from last to first), so the caller can record an event there and
   // start reducing that layer's gradients while the rest of the backward runs. Empty: none.
   void set_backward_layer_hook(std::function<void(int layer)> hook);
   // After the master weights were written in place (a broadcast into parameter_buffer()): their bf16 copies.
+  // Without optimizer shards only (dlm::Error with them: no rank holds every master weight).
   void refresh_bf16_weights();
+  // With optimizer shards, after apply_adamw(): enqueues on stream() the all-gather of every range's updated
+  // bf16 weights and the sum that gives every rank the norms' updated fp32 weights, over `data` (the
+  // data-parallel group: optimizer_shards members, this rank optimizer_rank); the caller completes the group.
+  // Nothing without shards.
+  void share_updated_weights(DeviceGroup& data);
   void synchronize() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;

@@ -31,10 +31,10 @@ bool cuda_present();  // ... and a CUDA device is visible
 // With distributed_optimizer and host->config.data > 1, the model also does the distributed optimizer's
 // data-parallel work over `data`: finish_gradients() reduce-scatters the gradients (each data-parallel rank
 // sums its 1/DP range, the trainer then leaves them alone), the norm adds over host->data, step() updates
-// the range and all-gathers the fp32 master weights, and optimizer_state() gathers the moments. The AdamW
-// moments live on their range's rank only; the fp32 master weights stay whole on every rank (the forward
-// reads the norms' fp32 weights), so of the 12 optimizer-state bytes per parameter the moments' 8 are split
-// over the data-parallel ranks (Megatron splits all 12 and all-gathers bf16 weights instead).
+// the range and all-gathers the updated bf16 weights, and parameters() and optimizer_state() gather the
+// fp32 master weights and the moments for checkpoints. As in Megatron, the fp32 master weights and AdamW
+// moments (12 bytes per parameter) live on their range's rank only; every rank keeps the bf16 weights and
+// fp32 copies of the norm weights (which the forward reads in fp32), summed from their owners each step.
 struct CudaParallelGroups {
   ProcessGroups* host = nullptr;
   DeviceGroup* tensor = nullptr;    // with host->config.tensor > 1

@@ -16,9 +16,6 @@ struct PlanOptions {
   int tensor = 1, pipeline = 1, data = 1;
   bool sequence_parallel = false;       // --sequence-parallel
   bool distributed_optimizer = false;   // --use-distributed-optimizer
-  // The GPU's distributed optimizer (device.h) splits the moments only: the fp32 master weights stay whole on
-  // every rank and are all-gathered in fp32 (Megatron's, and the CPU backend's, split them too).
-  bool whole_master_weights = false;
   std::int64_t micro_batch_size = 1, global_batch_size = 1, seq_length = 2048;
   bool bf16 = false;            // bf16 weights and activations, fp32 gradients and master weights; else all fp32
   bool recompute_full = false;  // --recompute-granularity full: each layer keeps only its input

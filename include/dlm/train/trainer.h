@@ -55,7 +55,9 @@ class DeviceTraining {
   virtual void commit_parameters() = 0;
   // Device views for data parallelism: the gradients and fp32 master weights, one contiguous buffer each
   // (alignment gaps hold zeros), the stream the model's work runs on (a cudaStream_t), and the call to
-  // make after the master weights were written in place (a broadcast): it refreshes the bf16 copies.
+  // make after the master weights were written in place (a broadcast): it refreshes the bf16 copies. With
+  // optimizer shards the master weights' buffer is this rank's range only and parameters_written() fails
+  // (no rank holds the others' ranges to broadcast; parameters() gathers them for checkpoints).
   virtual DeviceSpan gradient_buffer() = 0;
   virtual DeviceSpan parameter_buffer() = 0;
   virtual void* stream() = 0;

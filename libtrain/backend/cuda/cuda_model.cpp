@@ -95,13 +95,23 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.graphs_off = graphs && std::string_view(graphs) == "0";
   I.gemm = std::make_unique<Gemm>();
   I.attention = std::make_unique<Attention>();
-  I.master = I.alloc<float>(I.total, I.owned, I.bytes);
+  // The optimizer state (fp32 master weights, moments) of the rank's range only; the bf16 weights and the
+  // gradients whole (the forward and backward need every weight; the gradients are reduce-scattered in place).
+  I.master = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
   I.grad = I.alloc<float>(I.total, I.owned, I.bytes);
   I.m = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
   I.v = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
   I.w16 = I.alloc<bf16>(I.total, I.owned, I.bytes);
+  I.norm_offset.assign(I.specs.size(), -1);
+  if (I.sharded()) {
+    for (std::size_t i = 0; i < I.specs.size(); ++i)
+      if (I.specs[i].is_norm)
+        I.norm_offset[i] = I.norm_total, I.norm_total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+    I.norms32 = I.alloc<float>(I.norm_total, I.owned, I.bytes);
+    check_cuda(cudaMemsetAsync(I.norms32, 0, sizeof(float) * I.norm_total, I.stream), "memset");
+  }
   check_cuda(cudaMemsetAsync(I.w16, 0, sizeof(bf16) * I.total, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.master, 0, sizeof(float) * I.total, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.master, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "memset");
@@ -177,33 +187,42 @@ void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->st
 void CudaModel::init(std::uint64_t seed) {
   auto& I = *impl_;
   // Tensor t of model_tensors() draws from counter stream t over its global shape; a shard copies its pieces
-  // out of the whole tensor, drawn in a scratch buffer.
+  // out of the whole tensor, drawn in a scratch buffer. With optimizer shards each local tensor is made whole
+  // in a second scratch buffer, so its bf16 copy comes from all of it, then the range keeps its part.
   std::unordered_map<std::string, std::uint32_t> global_index;
   for (const auto& spec : ckpt::model_tensors(I.cfg)) global_index.emplace(spec.name, static_cast<std::uint32_t>(global_index.size()));
-  float* scratch = nullptr;
+  float *global = nullptr, *local = nullptr;
+  const auto scratch = [&](float*& buffer, std::int64_t numel) {
+    if (!buffer) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&buffer), sizeof(float) * numel, I.stream), "init");
+    return buffer;
+  };
+  std::int64_t most_local = 0;
+  for (std::size_t i = 0; i < I.specs.size(); ++i) most_local = std::max(most_local, I.numel(static_cast<int>(i)));
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     const auto& spec = I.specs[i];
     const int p = static_cast<int>(i);
+    float* values = I.values_room(p, I.sharded() ? scratch(local, most_local) : nullptr);
     if (spec.is_norm) {
-      fill_f32(I.F(p), 1.0f, I.numel(p), I.stream);
+      fill_f32(values, 1.0f, I.numel(p), I.stream);
     } else if (spec.local_shape == spec.global_shape) {
-      init_normal_counter(I.F(p), I.numel(p), I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
+      init_normal_counter(values, I.numel(p), I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
     } else {
       const std::int64_t rows = spec.global_shape[0], cols = spec.global_shape[1], local_cols = spec.local_shape[1];
-      if (!scratch) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), sizeof(float) * max_global_numel(I), I.stream), "init");
-      init_normal_counter(scratch, rows * cols, I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
+      scratch(global, max_global_numel(I));
+      init_normal_counter(global, rows * cols, I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
       for (const ckpt::ShardPiece& piece : spec.pieces) {
         const bool by_rows = piece.dim == 0;
-        check_cuda(cudaMemcpy2DAsync(I.F(p) + (by_rows ? piece.local_start * cols : piece.local_start), local_cols * 4,
-                                     scratch + (by_rows ? piece.global_start * cols : piece.global_start), cols * 4,
+        check_cuda(cudaMemcpy2DAsync(values + (by_rows ? piece.local_start * cols : piece.local_start), local_cols * 4,
+                                     global + (by_rows ? piece.global_start * cols : piece.global_start), cols * 4,
                                      (by_rows ? cols : piece.length) * 4, by_rows ? piece.length : rows,
                                      cudaMemcpyDeviceToDevice, I.stream),
                    "init shard");
       }
     }
-    I.refresh_bf16(p);
+    I.set_weights(p, values);
   }
-  if (scratch) check_cuda(cudaFreeAsync(scratch, I.stream), "init");
+  for (float* buffer : {global, local})
+    if (buffer) check_cuda(cudaFreeAsync(buffer, I.stream), "init");
   synchronize();
 }
 
@@ -213,17 +232,18 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
   if (static_cast<std::int64_t>(values.size()) != I.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.numel(p), values.size()));
-  check_cuda(cudaMemcpyAsync(I.F(p), values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
-  I.refresh_bf16(p);
+  float* scratch = nullptr;  // with optimizer shards: the whole tensor, for its bf16 copy
+  if (I.sharded())
+    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), values.size() * 4, I.stream), "import");
+  float* room = I.values_room(p, scratch);
+  check_cuda(cudaMemcpyAsync(room, values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
+  I.set_weights(p, room);
+  if (scratch) check_cuda(cudaFreeAsync(scratch, I.stream), "import");
   synchronize();
 }
 
-
 std::vector<float> CudaModel::export_parameter(std::string_view name) const {
-  const int p = impl_->find(std::string(name));
-  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
-  synchronize();
-  return download(impl_->F(p), impl_->numel(p), impl_->stream);
+  return impl_->export_part(impl_->find_or_fail(name), impl_->master);
 }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {

@@ -68,8 +68,15 @@ struct CudaModel::Impl {
   std::int64_t opt_first = 0, opt_numel = 0;  // the optimizer's range of the flat buffers (CudaShard)
   std::vector<void*> owned, acts_owned;
   std::size_t bytes = 0, act_bytes = 0;
+  // grad and w16 span the flat buffer (total elements); master, m and v only the optimizer's range (the whole
+  // buffer without shards), indexed by moment_part(p).in_moments.
   float *master = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
   bf16* w16 = nullptr;
+  // With optimizer shards, whole fp32 copies of the norm weights, which the kernels read in fp32 (F(p)); packed,
+  // each at norm_offset[p] (-1 for other tensors). Without shards the kernels read the master weights: null.
+  float* norms32 = nullptr;
+  std::vector<std::int64_t> norm_offset;
+  std::int64_t norm_total = 0;
   float *rope_cos = nullptr, *rope_sin = nullptr;
   AdamWTensor* adam_dev = nullptr;
   AdamWChunk* adam_chunks = nullptr;
@@ -117,8 +124,11 @@ struct CudaModel::Impl {
   int qdim() const { return heads * cfg.kv_channels; }
   int qkvdim() const { return (heads + 2 * groups) * cfg.kv_channels; }
   int vpad() const { return static_cast<int>(cfg.padded_vocab_size() / tp); }
+  bool sharded() const { return shard.optimizer_shards > 1; }
   const bf16* W(int p) const { return w16 + offset[p]; }
-  float* F(int p) const { return master + offset[p]; }
+  // The fp32 weights of norm tensor p as the kernels read them, whole on every rank (other tensors are read
+  // as bf16, W(p)).
+  const float* F(int p) const { return sharded() ? norms32 + norm_offset[p] : master + offset[p]; }
   float* G(int p) const { return grad + offset[p]; }
   // The whole model on this rank: no collectives inside a step, the profiler's phases make sense.
   bool whole() const { return tp == 1 && pre && post; }
@@ -252,10 +262,26 @@ struct CudaModel::Impl {
     return inputs[static_cast<std::size_t>(k)];
   }
 
-  void refresh_bf16(int p) {
-    f32_to_bf16(F(p), w16 + offset[p], numel(p), stream);
+  // Tensor p's whole (local) fp32 values in device memory become its weights: the bf16 copy of all of them,
+  // the master weights' part in the optimizer range and, with shards, the norms' fp32 copy. Without shards
+  // `values` is where the master holds p (values_room), so only the bf16 copy is written.
+  void set_weights(int p, const float* values) {
+    f32_to_bf16(values, w16 + offset[p], numel(p), stream);
     check_cuda(cudaGetLastError(), "f32_to_bf16");
+    if (!sharded()) return;
+    const MomentPart part = moment_part(p);
+    if (part.numel > 0)
+      check_cuda(cudaMemcpyAsync(master + part.in_moments, values + part.in_tensor, sizeof(float) * part.numel,
+                                 cudaMemcpyDeviceToDevice, stream),
+                 "master weights");
+    if (norm_offset[p] >= 0)
+      check_cuda(cudaMemcpyAsync(norms32 + norm_offset[p], values, sizeof(float) * numel(p), cudaMemcpyDeviceToDevice,
+                                 stream),
+                 "norm weights");
   }
+  // Where tensor p's whole values are written before set_weights(): in place in the master weights without
+  // shards, else `scratch` (device memory of at least numel(p) floats, the caller's).
+  float* values_room(int p, float* scratch) const { return sharded() ? scratch : master + offset[p]; }
   std::int64_t numel(int p) const {
     std::int64_t n = 1;
     for (auto s : specs[static_cast<std::size_t>(p)].local_shape) n *= s;
@@ -297,11 +323,23 @@ struct CudaModel::Impl {
       const int p = static_cast<int>(i);
       const MomentPart part = moment_part(p);
       if (part.numel == 0) continue;
-      list.push_back({F(p) + part.in_tensor, G(p) + part.in_tensor, m + part.in_moments, v + part.in_moments,
+      list.push_back({master + part.in_moments, G(p) + part.in_tensor, m + part.in_moments, v + part.in_moments,
                       w16 + offset[i] + part.in_tensor, part.numel,
                       specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
     }
     return list;
+  }
+  // Tensor p's values from a buffer of the optimizer range (master, m or v), zeros outside the range (with
+  // shards the ranks' exports sum to the whole tensor).
+  std::vector<float> export_part(int p, const float* range_buffer) const {
+    std::vector<float> out(static_cast<std::size_t>(numel(p)), 0.0f);
+    const MomentPart part = moment_part(p);
+    if (part.numel > 0)
+      check_cuda(cudaMemcpyAsync(out.data() + part.in_tensor, range_buffer + part.in_moments,
+                                 static_cast<std::size_t>(part.numel) * 4, cudaMemcpyDeviceToHost, stream),
+                 "export");
+    check_cuda(cudaStreamSynchronize(stream), "export");
+    return out;
   }
   void upload_adam_list(double weight_decay) {
     const std::vector<AdamWTensor> list = adam_list(weight_decay);

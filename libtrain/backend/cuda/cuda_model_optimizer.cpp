@@ -1,5 +1,6 @@
 // CudaModel's optimizer side: the global gradient norm and AdamW on the device (adamw.cu), the moments'
-// import/export for checkpoints, and the device views that data parallelism all-reduces.
+// import/export for checkpoints, the device views that data parallelism all-reduces, and the distributed
+// optimizer's sharing of the updated weights.
 #include <cmath>
 #include <string_view>
 
@@ -48,26 +49,12 @@ double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) 
   return norm;
 }
 
-namespace {
-// Tensor p's moments (`moments` is m or v), zeros outside the optimizer range.
-std::vector<float> export_moment(const CudaModel::Impl& I, int p, const float* moments) {
-  std::vector<float> out(static_cast<std::size_t>(I.numel(p)), 0.0f);
-  const auto part = I.moment_part(p);
-  if (part.numel > 0)
-    check_cuda(cudaMemcpyAsync(out.data() + part.in_tensor, moments + part.in_moments,
-                               static_cast<std::size_t>(part.numel) * 4, cudaMemcpyDeviceToHost, I.stream),
-               "export moments");
-  check_cuda(cudaStreamSynchronize(I.stream), "export moments");
-  return out;
-}
-}  // namespace
-
 std::vector<float> CudaModel::export_exp_avg(std::string_view name) const {
-  return export_moment(*impl_, impl_->find_or_fail(name), impl_->m);
+  return impl_->export_part(impl_->find_or_fail(name), impl_->m);
 }
 
 std::vector<float> CudaModel::export_exp_avg_sq(std::string_view name) const {
-  return export_moment(*impl_, impl_->find_or_fail(name), impl_->v);
+  return impl_->export_part(impl_->find_or_fail(name), impl_->v);
 }
 
 void CudaModel::import_moments(std::string_view name, std::span<const float> exp_avg,
@@ -93,7 +80,7 @@ std::int64_t CudaModel::optimizer_steps() const { return impl_->steps; }
 void CudaModel::set_optimizer_steps(std::int64_t steps) { impl_->steps = static_cast<int>(steps); }
 
 CudaModel::Span CudaModel::gradient_buffer() const { return {"", impl_->grad, impl_->total}; }
-CudaModel::Span CudaModel::parameter_buffer() const { return {"", impl_->master, impl_->total}; }
+CudaModel::Span CudaModel::parameter_buffer() const { return {"", impl_->master, impl_->opt_numel}; }
 CudaModel::Range CudaModel::optimizer_range() const { return {impl_->opt_first, impl_->opt_numel}; }
 
 std::vector<CudaModel::Span> CudaModel::gradient_buffers() const {
@@ -103,19 +90,37 @@ std::vector<CudaModel::Span> CudaModel::gradient_buffers() const {
   return out;
 }
 
-std::vector<CudaModel::Span> CudaModel::parameter_buffers() const {
-  std::vector<Span> out;
-  for (std::size_t i = 0; i < impl_->specs.size(); ++i)
-    out.push_back({impl_->specs[i].name, impl_->F(static_cast<int>(i)), impl_->numel(static_cast<int>(i))});
-  return out;
-}
-
 void* CudaModel::stream() const { return impl_->stream; }
 void CudaModel::set_backward_layer_hook(std::function<void(int)> hook) { impl_->layer_hook = std::move(hook); }
 
 void CudaModel::refresh_bf16_weights() {
-  for (std::size_t i = 0; i < impl_->specs.size(); ++i) impl_->refresh_bf16(static_cast<int>(i));
+  auto& I = *impl_;
+  if (I.sharded()) fail("CudaModel: refresh_bf16_weights() needs whole master weights (with optimizer shards, "
+                        "share_updated_weights() publishes them)");
+  for (std::size_t i = 0; i < I.specs.size(); ++i) I.set_weights(static_cast<int>(i), I.master + I.offset[i]);
   synchronize();
+}
+
+void CudaModel::share_updated_weights(DeviceGroup& data) {
+  auto& I = *impl_;
+  if (!I.sharded()) return;
+  if (data.size() != I.shard.optimizer_shards || data.rank() != I.shard.optimizer_rank)
+    fail(fmt::format("CudaModel: optimizer shard {} of {}, but the data-parallel group has rank {} of {}",
+                     I.shard.optimizer_rank, I.shard.optimizer_shards, data.rank(), data.size()));
+  // AdamW wrote the bf16 copy of exactly the range it updated: gather the ranges in place.
+  data.all_gather(I.w16 + I.opt_first, I.w16, static_cast<std::size_t>(I.opt_numel), DeviceElement::kBF16, I.stream);
+  // The norms' fp32 copies: each rank writes the elements it owns over zeros and the group sums them, which
+  // gives every rank the owners' values exactly (x + 0 = x).
+  if (I.norm_total == 0) return;
+  check_cuda(cudaMemsetAsync(I.norms32, 0, sizeof(float) * I.norm_total, I.stream), "norm weights");
+  for (std::size_t i = 0; i < I.specs.size(); ++i) {
+    const auto part = I.moment_part(static_cast<int>(i));
+    if (I.norm_offset[i] < 0 || part.numel == 0) continue;
+    check_cuda(cudaMemcpyAsync(I.norms32 + I.norm_offset[i] + part.in_tensor, I.master + part.in_moments,
+                               sizeof(float) * part.numel, cudaMemcpyDeviceToDevice, I.stream),
+               "norm weights");
+  }
+  data.all_reduce(I.norms32, static_cast<std::size_t>(I.norm_total), DeviceElement::kF32, I.stream);
 }
 
 }  // namespace dlm::train

@@ -53,13 +53,15 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (zeros_) cudaFree(zeros_);
   }
 
-  // Host copies of the master weights, refreshed on each call (checkpoints only: never per step).
+  // Host copies of the master weights, refreshed on each call (checkpoints only: never per step); whole on
+  // every rank, also when each holds only its range.
   std::vector<ParamRef> parameters() override {
     const auto& specs = model_.tensors();
     host_.resize(specs.size());
     std::vector<ParamRef> refs;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       host_[i] = model_.export_parameter(specs[i].name);
+      sum_shards(host_[i]);
       refs.push_back({specs[i].name, host_[i], {}, !specs[i].is_norm, specs[i].global_shape, specs[i].saved});
     }
     return refs;
@@ -132,13 +134,10 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     options_ = options;
     model_.apply_adamw(options, lr, max_norm);
     if (sharded()) {
-      // Every rank's updated range to every rank (in place), then the bf16 copies of all of it.
-      const auto range = model_.optimizer_range();
-      float* master = model_.parameter_buffer().data;
-      parallel_.data->all_gather(master + range.offset, master, static_cast<std::size_t>(range.numel),
-                                 DeviceElement::kF32, model_.stream());
-      complete();                     // before refresh_bf16_weights(), which synchronizes the stream
-      model_.refresh_bf16_weights();
+      // Every rank's updated bf16 range (and norm weights) to every rank. Completed here, not at the next
+      // forward: the host must never synchronize a stream that holds collectives (a lost peer would hang it).
+      model_.share_updated_weights(*parallel_.data);
+      complete();
     }
   }
   int optimizer_shards() const override { return model_.shard().optimizer_shards; }
@@ -150,10 +149,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       for (const auto& s : model_.tensors()) {
         state.exp_avg().push_back(model_.export_exp_avg(s.name));
         state.exp_avg_sq().push_back(model_.export_exp_avg_sq(s.name));
-        if (sharded()) {  // each rank exported its range and zeros elsewhere
-          parallel_.host->data->all_reduce(std::span<float>(state.exp_avg().back()));
-          parallel_.host->data->all_reduce(std::span<float>(state.exp_avg_sq().back()));
-        }
+        sum_shards(state.exp_avg().back());
+        sum_shards(state.exp_avg_sq().back());
       }
     return state;
   }
@@ -192,6 +189,11 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     return parallel_.host && (parallel_.host->config.tensor > 1 || parallel_.host->config.pipeline > 1);
   }
   bool sharded() const { return model_.shard().optimizer_shards > 1; }
+  // A tensor each optimizer shard exported as its range and zeros elsewhere becomes the whole tensor on every
+  // rank (summed over the data-parallel group: x + 0 = x exactly).
+  void sum_shards(std::vector<float>& values) {
+    if (sharded()) parallel_.host->data->all_reduce(std::span<float>(values));
+  }
   static CudaShard shard_of(const ckpt::ModelConfig& config, const CudaParallelGroups& p) {
     if (!p.host) return {};
     const ParallelConfig& c = p.host->config;
