@@ -96,8 +96,8 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       // by the global tensor (never the rank), so every replica starts from the same weights, and a checkpoint
       // loads the same values on every rank.
       if (shards == 1) {
-        const DeviceSpan weights = device->parameter_buffer();
-        device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
+        for (const DeviceSpan& weights : device->parameter_buffers())
+          device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
         device->parameters_written();
       }
     }
@@ -186,11 +186,11 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   }
   if (DeviceTraining* device = model_.device_training()) {
     if (dp > 1) {
-      // The gradients summed over the replicas in device memory (one buffer, NCCL; the distributed
-      // optimizer's model has summed its range already); the loss on the host.
+      // The gradients summed over the replicas in device memory (one buffer per model chunk, NCCL; the
+      // distributed optimizer's model has summed its range already); the loss on the host.
       if (device->optimizer_shards() == 1) {
-        const DeviceSpan grads = device->gradient_buffer();
-        device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
+        for (const DeviceSpan& grads : device->gradient_buffers())
+          device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
       }
       dp_->all_reduce(std::span<double>(&loss, 1));
     }

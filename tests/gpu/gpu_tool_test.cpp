@@ -122,23 +122,31 @@ std::vector<std::string> on_two_ranks(std::vector<std::string> argv) {
 }
 
 TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
-  const auto whole = dir_ / "whole.jsonl";
-  auto r = run(argv_on("cuda", {"--train-iters", "10", "--metrics-file", whole.string()}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto want = numbers(losses(whole));
-  ASSERT_EQ(want.size(), 10u);
   struct Layout {
     const char* name;
     std::vector<std::string> flags;
+    std::vector<std::string> model;  // the model's own flags, for the one-GPU run too
   };
+  // Interleaved PP2 with one layer per chunk needs 4 layers: two chunks per rank, stages 0-3 as r, 2 + r.
   const std::vector<Layout> layouts = {
-      {"TP2+SP", {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-      {"PP2", {"--pipeline-model-parallel-size", "2"}},
+      {"TP2+SP", {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, {}},
+      {"PP2", {"--pipeline-model-parallel-size", "2"}, {}},
+      {"PP2-interleaved",
+       {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
+       {"--num-layers", "4"}},
   };
   for (const Layout& layout : layouts) {
+    const auto whole = dir_ / (std::string(layout.name) + "-whole.jsonl");
+    auto whole_flags = layout.model;
+    whole_flags.insert(whole_flags.end(), {"--train-iters", "10", "--metrics-file", whole.string()});
+    auto r = run(argv_on("cuda", whole_flags));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto want = numbers(losses(whole));
+    ASSERT_EQ(want.size(), 10u);
     const auto metrics = dir_ / (std::string(layout.name) + ".jsonl");
     const auto ckpt = (dir_ / (std::string(layout.name) + "-ckpt")).string();
     auto flags = layout.flags;
+    flags.insert(flags.end(), layout.model.begin(), layout.model.end());
     flags.insert(flags.end(), {"--train-iters", "10", "--save", ckpt, "--save-interval", "5", "--metrics-file",
                                metrics.string()});
     r = run(on_two_ranks(argv_on("cuda", flags)));
@@ -159,8 +167,10 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
                 layout.name, worst, want.back(), got.back());
     // Its iteration-5 checkpoint (each rank's shards) continues on one GPU as the whole model.
     const auto resumed = dir_ / (std::string(layout.name) + "-resumed.jsonl");
-    r = run(argv_on("cuda", {"--train-iters", "10", "--load", ckpt + "/iter_0000005", "--metrics-file",
-                             resumed.string()}));
+    auto resume_flags = layout.model;
+    resume_flags.insert(resume_flags.end(),
+                        {"--train-iters", "10", "--load", ckpt + "/iter_0000005", "--metrics-file", resumed.string()});
+    r = run(argv_on("cuda", resume_flags));
     ASSERT_EQ(r.exit_code, 0) << layout.name << " resumed whole: " << r.err;
     const auto after = numbers(losses(resumed));
     ASSERT_EQ(after.size(), 5u) << layout.name;

@@ -1,7 +1,7 @@
-// CudaModel under tensor (with and without sequence parallelism) and pipeline parallelism on 2 ranks, against
-// the whole model on one GPU: the same initial weights (each shard the slice of the whole model's init), the
-// same micro-batches, eight AdamW steps through the trainer's calls (forward_backward_all, finish_gradients,
-// grad_norm, step). Losses and gradient norms must agree within bf16 noise. Per tensor, the first gradient is
+// CudaModel under tensor (with and without sequence parallelism) and pipeline parallelism (1F1B, and
+// interleaved over two chunks per rank) on 2 ranks, against the whole model on one GPU: the same initial
+// weights (each shard the slice of the whole model's init), the same micro-batches, eight AdamW steps through
+// the trainer's calls (forward_backward_all, finish_gradients, grad_norm, step). Losses and gradient norms must agree within bf16 noise. Per tensor, the first gradient is
 // measured against the fp32 CPU model's (same weights, same micro-batches) as 1 - cosine: a layout may stand as
 // far from that reference as the whole GPU model does, up to kSlack times (a layout rounds elsewhere: each
 // rank's partial sums are bf16 before they are added), never more. A small tensor whose gradient is a
@@ -165,7 +165,7 @@ bool use_nccl(int devices) {
   return nccl;
 }
 
-void check_layout(int tp, int pp, bool sp, bool tied) {
+void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   const int devices = gpus();
   if (devices == 0) GTEST_SKIP() << "needs a GPU";
   ASSERT_EQ(mpi_world().size(), 2);
@@ -183,6 +183,7 @@ void check_layout(int tp, int pp, bool sp, bool tied) {
   DeviceGroups nccl_groups;
   std::unique_ptr<DeviceGroup> staged_tensor, staged_pipeline;
   CudaParallelGroups parallel{&groups, nullptr, nullptr, sp};
+  parallel.virtual_stages = chunks;
   if (nccl) {
     nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0);
     parallel.tensor = nccl_groups.tensor_group.get(), parallel.pipeline = nccl_groups.pipeline_group.get();
@@ -193,7 +194,8 @@ void check_layout(int tp, int pp, bool sp, bool tied) {
   auto model = make_cuda_trainable(config, 5, parallel);
   const Run got = train(*model, data, kSteps);
 
-  const std::string what = fmt::format("TP{}{} PP{}{} ({})", tp, sp ? "+SP" : "", pp, tied ? " tied" : "",
+  const std::string what = fmt::format("TP{}{} PP{}{}{} ({})", tp, sp ? "+SP" : "", pp,
+                                       chunks > 1 ? fmt::format(" interleaved x{}", chunks) : "", tied ? " tied" : "",
                                        nccl ? "NCCL" : "staged through MPI");
   double worst_loss = 0, worst_norm = 0, cpu_loss = 0;
   for (int s = 0; s < kSteps; ++s) {
@@ -209,8 +211,12 @@ void check_layout(int tp, int pp, bool sp, bool tied) {
   // slices, allowed kSlack times the whole GPU model's distance or a floor, whichever is larger (see the top).
   constexpr double kSlack = 4, kGradientFloor = 2e-4, kUpdateFloor = 5e-3;
   const bool verbose = std::getenv("DLM_TEST_VERBOSE") != nullptr;
-  const auto shards = ckpt::rank_shards(config, ckpt::ParallelLayout{tp, pp, 1, {}}, groups.coords.tensor,
-                                        groups.coords.pipeline);
+  // The rank's tensors chunk by chunk (chunk v is stage v * PP + r of PP x chunks), as parameters() lists them.
+  std::vector<ckpt::TensorShard> shards;
+  for (int v = 0; v < chunks; ++v)
+    for (auto& s : ckpt::rank_shards(config, ckpt::ParallelLayout{tp, pp * chunks, 1, {}}, groups.coords.tensor,
+                                     v * pp + groups.coords.pipeline))
+      shards.push_back(std::move(s));
   ASSERT_EQ(shards.size(), got.after.size());
   double worst[2] = {0, 0};  // the largest distance over allowance, first gradients and updates
   for (std::size_t i = 0; i < shards.size(); ++i) {
@@ -391,6 +397,8 @@ TEST(CudaModelParallel, TensorAndSequenceParallel) { check_layout(2, 1, true, fa
 TEST(CudaModelParallel, TensorParallelTiedEmbeddings) { check_layout(2, 1, true, true); }
 TEST(CudaModelParallel, PipelineParallel) { check_layout(1, 2, false, false); }
 TEST(CudaModelParallel, PipelineParallelTiedEmbeddings) { check_layout(1, 2, false, true); }
+TEST(CudaModelParallel, InterleavedPipeline) { check_layout(1, 2, false, false, 2); }
+TEST(CudaModelParallel, InterleavedPipelineTiedEmbeddings) { check_layout(1, 2, false, true, 2); }
 TEST(CudaModelParallel, DistributedOptimizer) { check_distributed_optimizer(); }
 
 }  // namespace

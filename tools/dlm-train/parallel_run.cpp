@@ -53,9 +53,6 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     if (args.trainer.overlap_grad_reduce)
       log::warning("--overlap-grad-reduce: on GPUs the gradients are reduced after the backward, not during it "
                    "(same results; benchmarks/parallel/dp_bench measured no gain from the overlap over NVLink)");
-    if (args.layers_per_virtual_stage > 0)
-      fail("--num-layers-per-virtual-pipeline-stage: the interleaved schedule runs on the CPU backend so far "
-           "(--device cpu); on GPUs the pipeline is 1F1B");
     // Before any model exists: this takes the GPU of the local rank. DLM_DEVICE_GROUPS=staged (tests on one
     // GPU) stages the model's groups through the host instead, every rank on the current GPU.
     const char* groups_kind = std::getenv("DLM_DEVICE_GROUPS");

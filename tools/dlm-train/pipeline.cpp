@@ -213,17 +213,20 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     // This rank's CudaModel shard, its layers' collectives and the pipeline's transfers over NCCL, and with
     // the distributed optimizer its range of the optimizer (device.h).
     if (!device_groups) fail("GPU model parallelism and the distributed optimizer on GPUs need the NCCL groups");
+    const int chunks = train::virtual_stages_for(setup.config, groups->config.pipeline, args.layers_per_virtual_stage);
     train::CudaParallelGroups parallel{groups, device_groups->tensor_group.get(), device_groups->pipeline_group.get(),
                                        args.sequence_parallel, device_groups->data_group.get(),
-                                       args.trainer.use_distributed_optimizer};
+                                       args.trainer.use_distributed_optimizer, chunks};
     setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
     if (model_parallel) {
+      // Chunk v of pipeline rank r is stage v * PP + r of PP x chunks (as the CPU's ParallelModel counts them).
       train::CheckpointPlacement placement;
       placement.layout.tp = groups->config.tensor;
-      placement.layout.pp = groups->config.pipeline;
+      placement.layout.pp = groups->config.pipeline * chunks;
       placement.layout.dp = groups->config.data;
       placement.tensor_rank = groups->coords.tensor;
-      placement.stages = {groups->coords.pipeline};
+      placement.stages.clear();
+      for (int v = 0; v < chunks; ++v) placement.stages.push_back(v * groups->config.pipeline + groups->coords.pipeline);
       setup.placement = std::move(placement);
     }
   } else if (device == train::Device::kCuda) {

@@ -38,8 +38,9 @@ struct CudaBatch {
   std::span<const float> weights;
 };
 
-// This rank's part of the model: its tensor rank and pipeline stage under `layout` (no virtual stages on
-// the GPU), and the tensor group (layout.tp members; null when tp == 1). The default is the whole model.
+// This rank's part of the model: its tensor rank and pipeline stage under `layout` (with virtual stages, one
+// CudaModel per chunk: layout.pp counts every chunk's stage, chunk v of pipeline rank r is stage v * PP + r),
+// and the tensor group (layout.tp members; null when tp == 1). The default is the whole model.
 // The distributed optimizer (optimizer_shards > 1, one per data-parallel rank; Megatron's): the flat parameter
 // buffer is cut into that many equal ranges; this rank holds the fp32 master weights and AdamW moments of
 // range optimizer_rank only, and apply_adamw() updates that range (its caller reduce-scatters the gradients
@@ -51,6 +52,9 @@ struct CudaShard {
   bool sequence_parallel = false;
   DeviceGroup* tensor = nullptr;
   int optimizer_shards = 1, optimizer_rank = 0;
+  // A cudaStream_t to run on instead of the model's own (not owned): an interleaved rank's chunks share one,
+  // so a transfer enqueued for one chunk is ordered with every other chunk's kernels.
+  void* stream = nullptr;
 };
 
 // Columns [first, end) of every sequence of a batch; end < 0 means the sequence's end.

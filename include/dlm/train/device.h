@@ -42,6 +42,9 @@ struct CudaParallelGroups {
   bool sequence_parallel = false;
   DeviceGroup* data = nullptr;      // with distributed_optimizer and host->config.data > 1
   bool distributed_optimizer = false;
+  // Interleaved 1F1B (--num-layers-per-virtual-pipeline-stage): chunks per rank, each a CudaModel of stage
+  // v * PP + r; needs host->config.pipeline >= 2 and micro-batches per step a multiple of it.
+  int virtual_stages = 1;
 };
 
 // A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its

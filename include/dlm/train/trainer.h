@@ -53,13 +53,13 @@ class DeviceTraining {
   virtual void load_optimizer_state(const AdamW& state) = 0;
   // After the host copies of parameters() were written (a checkpoint's weights): upload them.
   virtual void commit_parameters() = 0;
-  // Device views for data parallelism: the gradients and fp32 master weights, one contiguous buffer each
-  // (alignment gaps hold zeros), the stream the model's work runs on (a cudaStream_t), and the call to
+  // Device views for data parallelism: the gradients and fp32 master weights, one contiguous buffer each per
+  // model chunk (one chunk but with interleaved pipelines; alignment gaps hold zeros), the stream the model's work runs on (a cudaStream_t), and the call to
   // make after the master weights were written in place (a broadcast): it refreshes the bf16 copies. With
   // optimizer shards the master weights' buffer is this rank's range only and parameters_written() fails
   // (no rank holds the others' ranges to broadcast; parameters() gathers them for checkpoints).
-  virtual DeviceSpan gradient_buffer() = 0;
-  virtual DeviceSpan parameter_buffer() = 0;
+  virtual std::vector<DeviceSpan> gradient_buffers() = 0;
+  virtual std::vector<DeviceSpan> parameter_buffers() = 0;
   virtual void* stream() = 0;
   virtual void parameters_written() = 0;
   // The distributed optimizer's data-parallel ranks (1: none): with more, finish_gradients() has already

@@ -90,7 +90,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
                     I.find(p + "self_attention.linear_proj.weight"), I.find(p + "mlp.linear_fc1.layer_norm_weight"),
                     I.find(p + "mlp.linear_fc1.weight"), I.find(p + "mlp.linear_fc2.weight")});
   }
-  check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
+  else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const char* graphs = std::getenv("DLM_CUDA_GRAPHS");
   I.graphs_off = graphs && std::string_view(graphs) == "0";
   I.gemm = std::make_unique<Gemm>();
@@ -163,7 +164,7 @@ CudaModel::~CudaModel() {
   for (void* p : impl_->owned) cudaFree(p);
   impl_->gemm.reset();
   impl_->attention.reset();
-  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+  if (impl_->stream && impl_->owns_stream) cudaStreamDestroy(impl_->stream);
 }
 
 const ckpt::ModelConfig& CudaModel::config() const { return impl_->cfg; }

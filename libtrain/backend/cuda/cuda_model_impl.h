@@ -86,6 +86,7 @@ struct CudaModel::Impl {
   double *norm_partial = nullptr, *sumsq = nullptr;
   int steps = 0;
   cudaStream_t stream = nullptr;
+  bool owns_stream = true;  // false when CudaShard::stream was given
   std::function<void(int)> layer_hook;  // set_backward_layer_hook
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<Attention> attention;
@@ -95,13 +96,24 @@ struct CudaModel::Impl {
   std::int64_t B = 0, S = 0, T = 0, Ts = 0, chunk = 0;
   std::vector<std::vector<LayerActs>> slots;  // per micro-batch in flight
   std::vector<MicroInputs> inputs;            // per micro-batch of a step
-  int head_slot = -1;                         // the slot whose final norm res_f / hf hold
+  // The last stage's head inputs per activation slot: the final norm's input and output and its rstd. A
+  // schedule may run several forwards before their backwards (interleaved 1F1B with as many micro-batches as
+  // stages runs every forward first). Slot 0's are ensure_acts' buffers; use_head(slot) points res_f, hf and
+  // rstd_f at the slot's.
+  struct HeadActs {
+    bf16 *res_f, *hf;
+    float* rstd_f;
+  };
+  std::vector<HeadActs> head_acts;
   // Shared work buffers. Under SP the *_full ones hold every row (gathered, or before a reduce-scatter);
   // otherwise they alias their local buffer.
   bf16 *tmp = nullptr, *tmp_full = nullptr, *hloc = nullptr, *res_f = nullptr, *hf = nullptr, *logits = nullptr;
   bf16 *dres16 = nullptr, *dres16_full = nullptr, *dh = nullptr, *dh_full = nullptr, *stage_out = nullptr;
   bf16 *dact = nullptr, *dgu = nullptr, *datt = nullptr, *dqkv_rot = nullptr, *dqkv = nullptr;
   float *rstd_f = nullptr, *dres = nullptr, *dres_full = nullptr, *delta = nullptr, *partial = nullptr;
+  // A stage before the last: where the next stage's gradient arrives, apart from dres (the gradient this stage
+  // sends back): the interleaved schedule sends one chunk's and receives its next in the same group.
+  float* dres_in = nullptr;
   float *ce_lse = nullptr, *ce_label = nullptr;  // vocabulary-parallel CE: [tp, chunk] lse, [chunk] label logits
   float* emb_partial = nullptr;
   double* loss_total = nullptr;  // device: the losses since take_loss()
@@ -207,7 +219,7 @@ struct CudaModel::Impl {
     act_bytes = 0;
     slots.clear();
     inputs.clear();
-    head_slot = -1;
+    head_acts.clear();
     T = 0;
   }
 
@@ -222,7 +234,7 @@ struct CudaModel::Impl {
     hf = act<bf16>(T * d()), logits = act<bf16>(chunk * vpad()), dact = act<bf16>(T * ffn());
     tmp_full = sp ? act<bf16>(T * d()) : tmp, hloc = sp ? act<bf16>(Ts * d()) : nullptr;
     dres16_full = sp ? act<bf16>(T * d()) : dres16, dh_full = sp ? act<bf16>(T * d()) : dh;
-    stage_out = post ? nullptr : act<bf16>(Ts * d());
+    stage_out = post ? nullptr : act<bf16>(Ts * d()), dres_in = post ? nullptr : act<float>(Ts * d());
     dgu = act<bf16>(T * 2 * ffn()), datt = act<bf16>(T * qdim()), dqkv_rot = act<bf16>(T * qkvdim());
     dqkv = act<bf16>(T * qkvdim());
     rstd_f = act<float>(Ts), dres = act<float>(Ts * d()), delta = act<float>(T * nh);
@@ -248,6 +260,15 @@ struct CudaModel::Impl {
       }
     }
     return slots[static_cast<std::size_t>(s)];
+  }
+
+  void use_head(int slot) {
+    if (slot < 0) fail(fmt::format("CudaModel: activation slot {}", slot));
+    if (head_acts.empty()) head_acts.push_back({res_f, hf, rstd_f});  // slot 0: the shared buffers
+    while (static_cast<int>(head_acts.size()) <= slot)
+      head_acts.push_back({act<bf16>(Ts * d()), act<bf16>(T * d()), act<float>(Ts)});
+    const HeadActs& h = head_acts[static_cast<std::size_t>(slot)];
+    res_f = h.res_f, hf = h.hf, rstd_f = h.rstd_f;
   }
 
   MicroInputs& input_set(int k) {

@@ -252,7 +252,7 @@ void CudaModel::reserve_slots(int count) {
 std::int64_t CudaModel::stage_rows() const { return impl_->Ts; }
 void* CudaModel::stage_input(int slot) { return impl_->slot_acts(slot)[0].res1; }
 const void* CudaModel::stage_output() const { return impl_->stage_out; }
-float* CudaModel::stage_output_grad() { return impl_->dres; }
+float* CudaModel::stage_output_grad() { return impl_->dres_in; }
 const float* CudaModel::stage_input_grad() const { return impl_->dres; }
 
 MicroInputs& CudaModel::Impl::uploaded(int k) {
@@ -263,9 +263,9 @@ MicroInputs& CudaModel::Impl::uploaded(int k) {
 void CudaModel::forward_stage(int k, int slot, bool training) {
   auto& I = *impl_;
   const MicroInputs& in = I.uploaded(k);
+  if (I.post) I.use_head(slot);
   enqueue_forward(I, in, I.slot_acts(slot));
   if (!I.post) return;
-  I.head_slot = slot;
   if (!training) enqueue_head(I, in, false);
 }
 
@@ -273,12 +273,12 @@ void CudaModel::backward_stage(int k, int slot) {
   auto& I = *impl_;
   const MicroInputs& in = I.uploaded(k);
   if (I.post) {
-    // The last stage's forward and backward of a micro-batch are adjacent in every schedule: the head's
-    // inputs (hf, res_f) are the forward's just run.
-    if (I.head_slot != slot)
-      fail(fmt::format("CudaModel: backward of slot {} after a forward of slot {} on the last stage", slot, I.head_slot));
+    // The head's inputs are the slot's (its forward may not be the last one run).
+    I.use_head(slot);
     enqueue_head(I, in, true);
   } else {
+    check_cuda(cudaMemcpyAsync(I.dres, I.dres_in, sizeof(float) * I.Ts * I.d(), cudaMemcpyDeviceToDevice, I.stream),
+               "stage gradient");
     f32_to_bf16(I.dres, I.dres16, I.Ts * I.d(), I.stream);
   }
   enqueue_backward_layers(I, in, I.slot_acts(slot));
