@@ -1,7 +1,7 @@
 // Data parallelism of dlm's CUDA model over NCCL, one process per GPU (mpirun -np 1 or 2): the same global
 // batch on any number of ranks, the gradients summed in buckets of --bucket elements while the backward
-// runs (each bucket's all-reduce starts when the layers inside it are done: CudaModel's backward layer
-// hook), then clipping and AdamW on every rank. Rank 0 prints one JSON line: tokens/s (whole job and per
+// runs (each bucket's all-reduce starts when the layers inside it are done: CudaGradReducer, the trainer's),
+// then clipping and AdamW on every rank. Rank 0 prints one JSON line: tokens/s (whole job and per
 // GPU), every step's loss, the device memory in use beside dlm-train --dry-run's plan for the layout.
 //
 // usage: mpirun -np P dp_bench [--config 350m|megadlm-1.7b|tiny] [--global-batch 32] [--steps 10]
@@ -21,7 +21,9 @@
 
 #include <fmt/format.h>
 
+#include "dlm/train/cuda_grad_reduce.h"
 #include "dlm/train/cuda_model.h"
+#include "dlm/train/device_group.h"
 #include "dlm/train/mpi_communicator.h"
 #include "dlm/train/nccl_communicator.h"
 #include "dlm/train/objective.h"
@@ -93,51 +95,6 @@ ModelBatch global_micro_batch(const ObjectiveOptions& objective, std::int64_t st
   return batch;
 }
 
-// Buckets of at least `bucket` gradient elements, cut at layer boundaries from the end of the buffer (the
-// order the backward finishes them); the last bucket (embedding and the first layers) goes after the backward.
-class BucketReducer {
- public:
-  BucketReducer(CudaModel& model, NcclCommunicator& dp, std::int64_t bucket) : model_(model), dp_(dp), bucket_(bucket) {
-    const auto whole = model.gradient_buffer();
-    base_ = whole.data, end_ = whole.numel;
-    layer_begin_.assign(static_cast<std::size_t>(model.config().num_layers), end_);
-    for (const auto& t : model.gradient_buffers()) {
-      int layer = -1;
-      if (std::sscanf(t.name.c_str(), "decoder.layers.%d.", &layer) == 1)
-        layer_begin_[static_cast<std::size_t>(layer)] = std::min(layer_begin_[static_cast<std::size_t>(layer)], t.data - base_);
-    }
-    if (cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess) dlm::fail("cudaEventCreate");
-  }
-  ~BucketReducer() { cudaEventDestroy(done_); }
-  int buckets() const { return buckets_; }
-  void start() { pending_end_ = end_, buckets_ = 0; }
-  // After layer l's backward was enqueued: reduce [its first gradient, pending end) once it holds a bucket.
-  void layer_done(int l) {
-    const std::int64_t begin = layer_begin_[static_cast<std::size_t>(l)];
-    if (pending_end_ - begin >= bucket_) reduce(begin);
-  }
-  // After the backward: the rest, then every bucket complete.
-  void finish() {
-    if (pending_end_ > 0) reduce(0);
-    dp_.wait();
-  }
-
- private:
-  void reduce(std::int64_t begin) {
-    if (cudaEventRecord(done_, static_cast<cudaStream_t>(model_.stream())) != cudaSuccess) dlm::fail("cudaEventRecord");
-    dp_.all_reduce_async(std::span<float>(base_ + begin, static_cast<std::size_t>(pending_end_ - begin)), ReduceOp::kSum, done_);
-    pending_end_ = begin, ++buckets_;
-  }
-  CudaModel& model_;
-  NcclCommunicator& dp_;
-  std::int64_t bucket_;
-  float* base_ = nullptr;
-  std::int64_t end_ = 0, pending_end_ = 0;
-  std::vector<std::int64_t> layer_begin_;
-  cudaEvent_t done_ = nullptr;
-  int buckets_ = 0;
-};
-
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
 int run(int argc, char** argv, MpiSession& mpi) {
@@ -156,7 +113,8 @@ int run(int argc, char** argv, MpiSession& mpi) {
   const auto params = model.parameter_buffer();
   nccl->broadcast(std::span<float>(params.data, static_cast<std::size_t>(params.numel)), 0);
   model.refresh_bf16_weights();
-  BucketReducer reducer(model, *nccl, o.bucket);
+  const auto data = nccl_device_group(*nccl);
+  CudaGradReducer reducer(model, *data, o.bucket);
 
   ObjectiveOptions objective;
   objective.mask_token = static_cast<std::int32_t>(config.vocab_size - 1);
@@ -170,13 +128,13 @@ int run(int argc, char** argv, MpiSession& mpi) {
       const std::int64_t m = k * P + rank;
       const auto mb = global_micro_batch(objective, s, m, micro, seq, config.vocab_size, n_global);
       const bool last = k + 1 == n_local;
-      if (last && P > 1) reducer.start();
-      if (last && P > 1 && o.overlap) model.set_backward_layer_hook([&](int l) { reducer.layer_done(l); });
+      if (last && P > 1 && o.overlap) reducer.start();
       loss += model.forward_backward({mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
-      model.set_backward_layer_hook({});
     }
     if (P > 1) {
+      if (!o.overlap) reducer.start();  // --no-overlap: the whole buffer after the backward, one bucket
       reducer.finish();
+      data->complete();
       world->all_reduce(std::span<double>(&loss, 1));
     }
     model.adamw_step(adam, 2e-4, 1.0);

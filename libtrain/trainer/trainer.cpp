@@ -114,6 +114,7 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
 Trainer::~Trainer() = default;
 
 std::size_t Trainer::overlapped_buckets() const {
+  if (const DeviceTraining* device = model_.device_training()) return device->buckets_reduced_in_backward();
   return buffer_ && options_.overlap_grad_reduce ? buffer_->buckets_started_early() : 0;
 }
 
@@ -187,8 +188,9 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   if (DeviceTraining* device = model_.device_training()) {
     if (dp > 1) {
       // The gradients summed over the replicas in device memory (one buffer per model chunk, NCCL; the
-      // distributed optimizer's model has summed its range already); the loss on the host.
-      if (device->optimizer_shards() == 1) {
+      // distributed optimizer's model has summed its range already, and a model overlapping the reduction
+      // with its backward all of them); the loss on the host.
+      if (device->optimizer_shards() == 1 && !device->reduces_gradients()) {
         for (const DeviceSpan& grads : device->gradient_buffers())
           device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
       }

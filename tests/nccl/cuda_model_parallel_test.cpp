@@ -12,6 +12,7 @@
 // is no bound for a small tensor; 1 - cosine <= 5e-3 (about 10% of the direction) still catches an update
 // that is missing, doubled or applied to the wrong slice.
 //
+// And data parallelism: with the distributed optimizer, and with the all-reduce overlapped with the backward.
 // With a GPU per rank the groups are NCCL's; with one GPU for both ranks they stage through MPI
 // (staged_device_group), so the layouts are tested on a one-GPU machine too. No GPU: skipped.
 #include <cuda_runtime.h>
@@ -263,14 +264,90 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
                 cpu_loss, worst_norm, worst[0], worst[1]);
 }
 
+// Two data-parallel ranks (and nothing else) with their data group over device memory: NCCL with a GPU per
+// rank, else staged through MPI. Collective over the world.
+struct DataParallelPair {
+  ProcessGroups groups;
+  DeviceGroups nccl_groups;
+  std::unique_ptr<DeviceGroup> staged;
+  explicit DataParallelPair(bool nccl) : groups(make_process_groups(mpi_world(), derive_parallel_config(2, 1, 1))) {
+    if (nccl) nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0);
+    else staged = staged_device_group(*groups.data);
+  }
+  CudaParallelGroups parallel() {
+    CudaParallelGroups p;
+    p.host = &groups, p.data = staged ? staged.get() : nccl_groups.data_group.get();
+    return p;
+  }
+  // This rank's micro-batches of the four (rank and rank + 2, as the trainer splits them) trained `steps`
+  // steps; the losses summed over the pair.
+  Run train_mine(TrainableModel& model, const std::vector<ModelBatch>& all, int steps) {
+    const auto rank = static_cast<std::size_t>(groups.coords.data);
+    Run run = train(model, {all[rank], all[rank + 2]}, steps);
+    for (double& loss : run.losses) groups.data->all_reduce(std::span<double>(&loss, 1));
+    return run;
+  }
+};
+
+// A data-parallel run against the whole model on all micro-batches: the first step's norm differs by the order
+// of the fp32 gradient sums only; later steps start from weights whose bf16 copies may differ in a last bit,
+// which a small model's norm shows most. Each tensor starts from the whole model's weights and moves the same
+// way, and both ranks hold the same weights.
+struct DataParallelGap {
+  double loss = 0, norm = 0, first_norm = 0, update = 0;
+  bool identical = true;
+};
+DataParallelGap compare_with_whole(const Run& got, const Run& want, Communicator& data, const std::string& what) {
+  DataParallelGap gap;
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    gap.loss = std::max(gap.loss, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+    gap.norm = std::max(gap.norm, std::abs(got.norms[s] - want.norms[s]) / want.norms[s]);
+  }
+  gap.first_norm = std::abs(got.norms[0] - want.norms[0]) / want.norms[0];
+  EXPECT_LE(gap.first_norm, 1e-5) << what;
+  EXPECT_LE(gap.loss, 1e-4) << what;
+  EXPECT_LE(gap.norm, 1e-2) << what;
+  EXPECT_EQ(got.after.size(), want.after.size()) << what;
+  for (std::size_t i = 0; i < std::min(got.after.size(), want.after.size()); ++i) {
+    EXPECT_EQ(got.after[i].name, want.after[i].name);
+    EXPECT_EQ(got.before_values[i], want.before_values[i]) << what << ": initial " << got.after[i].name;
+    std::vector<double> du(want.after_values[i].size()), dg(du.size());
+    for (std::size_t e = 0; e < du.size(); ++e)
+      du[e] = double{want.after_values[i][e]} - want.before_values[i][e],
+      dg[e] = double{got.after_values[i][e]} - got.before_values[i][e];
+    const double update = 1 - cosine(dg, du);
+    EXPECT_LE(update, 1e-4) << what << ": update of " << got.after[i].name;
+    gap.update = std::max(gap.update, update);
+    // The max and min over the group.
+    std::vector<float> hi = got.after_values[i], lo = got.after_values[i];
+    data.all_reduce(std::span<float>(hi), ReduceOp::kMax);
+    data.all_reduce(std::span<float>(lo), ReduceOp::kMin);
+    EXPECT_EQ(hi, lo) << what << ": the ranks' " << got.after[i].name << " differ";
+    gap.identical = gap.identical && hi == lo;
+  }
+  return gap;
+}
+
+// The data-parallel tests' reference: the whole model's steps on all the micro-batches, its moments and a
+// forward after the last step.
+struct WholeRun {
+  Run run;
+  AdamW state;
+  double final_loss = 0;
+};
+WholeRun train_whole(const ckpt::ModelConfig& config, const std::vector<ModelBatch>& data, int steps) {
+  auto whole = make_cuda_trainable(config, 5);
+  WholeRun w{train(*whole, data, steps), whole->device_training()->optimizer_state(), 0};
+  w.final_loss = whole->forward_loss_all(data);
+  return w;
+}
+
 // The distributed optimizer over 2 data-parallel ranks against the whole model on all four micro-batches
-// (each rank runs micro-batches rank and rank + 2, as the trainer splits them): the same losses and norms up
-// to the order of the fp32 gradient sums, the same updates, the checkpoint's weights (gathered from the two
-// ranks' ranges of the fp32 master weights) whole and identical on both ranks, the forward seeing identical
-// weights on both ranks (the same loss bit for bit), the moments gathered from the two ranges equal to the
-// whole model's, and a checkpoint's weights and moments loaded into a fresh sharded model gathered again bit
-// for bit, its forward the trained model's. And the memory: each rank holds 1/2 of the 12 optimizer bytes
-// per parameter (fp32 master weights and moments).
+// (compare_with_whole): the checkpoint's weights (gathered from the two ranks' ranges of the fp32 master
+// weights) whole and identical on both ranks, the forward seeing identical weights on both ranks (the same loss
+// bit for bit), the moments gathered from the two ranges equal to the whole model's, and a checkpoint's weights
+// and moments loaded into a fresh sharded model gathered again bit for bit, its forward the trained model's.
+// And the memory: each rank holds 1/2 of the 12 optimizer bytes per parameter (fp32 master weights and moments).
 void check_distributed_optimizer() {
   const int devices = gpus();
   if (devices == 0) GTEST_SKIP() << "needs a GPU";
@@ -279,67 +356,32 @@ void check_distributed_optimizer() {
   const ckpt::ModelConfig config = tiny(false);
   const auto data = batches(4, 7);
   constexpr int kSteps = 8;
-  auto whole = make_cuda_trainable(config, 5);
-  const Run want = train(*whole, data, kSteps);
-  const AdamW want_state = whole->device_training()->optimizer_state();
-  const double want_final = whole->forward_loss_all(data);
-  whole.reset();
+  const WholeRun reference = train_whole(config, data, kSteps);
+  const Run& want = reference.run;
+  const AdamW& want_state = reference.state;
+  const double want_final = reference.final_loss;
 
-  ProcessGroups groups = make_process_groups(mpi_world(), derive_parallel_config(2, 1, 1));
-  DeviceGroups nccl_groups;
-  std::unique_ptr<DeviceGroup> staged_data;
-  CudaParallelGroups parallel;
-  parallel.host = &groups, parallel.distributed_optimizer = true;
-  if (nccl) {
-    nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0);
-    parallel.data = nccl_groups.data_group.get();
-  } else {
-    staged_data = staged_device_group(*groups.data), parallel.data = staged_data.get();
-  }
+  DataParallelPair pair(nccl);
+  ProcessGroups& groups = pair.groups;
+  CudaParallelGroups parallel = pair.parallel();
+  parallel.distributed_optimizer = true;
   auto model = make_cuda_trainable(config, 5, parallel);
   DeviceTraining& device = *model->device_training();
   ASSERT_EQ(device.optimizer_shards(), 2);
   const int rank = groups.coords.data;
-  const std::vector<ModelBatch> mine = {data[static_cast<std::size_t>(rank)], data[static_cast<std::size_t>(rank + 2)]};
-  Run got = train(*model, mine, kSteps);
-  for (double& loss : got.losses) groups.data->all_reduce(std::span<double>(&loss, 1));
+  const Run got = pair.train_mine(*model, data, kSteps);
   const std::string what = nccl ? "DP2, distributed optimizer (NCCL)" : "DP2, distributed optimizer (staged through MPI)";
+  const DataParallelGap gap = compare_with_whole(got, want, *groups.data, what);
 
-  double worst_loss = 0, worst_norm = 0, worst_update = 0, worst_moment = 0;
-  for (int s = 0; s < kSteps; ++s) {
-    worst_loss = std::max(worst_loss, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
-    worst_norm = std::max(worst_norm, std::abs(got.norms[s] - want.norms[s]) / want.norms[s]);
-  }
-  // The first step differs from the whole model by the order of the fp32 gradient sums only; later steps
-  // start from weights whose bf16 copies may differ in a last bit, which a small model's norm shows most.
-  const double first_norm = std::abs(got.norms[0] - want.norms[0]) / want.norms[0];
-  EXPECT_LE(first_norm, 1e-5) << what;
-  EXPECT_LE(worst_loss, 1e-4) << what;
-  EXPECT_LE(worst_norm, 1e-2) << what;
   const AdamW got_state = device.optimizer_state();
-  ASSERT_EQ(got.after.size(), want.after.size());
   ASSERT_EQ(got_state.exp_avg().size(), want_state.exp_avg().size());
-  for (std::size_t i = 0; i < got.after.size(); ++i) {
-    ASSERT_EQ(got.after[i].name, want.after[i].name);
-    // The same init, gathered from the ranges of the sharded master weights.
-    EXPECT_EQ(got.before_values[i], want.before_values[i]) << what << ": initial " << got.after[i].name;
-    std::vector<double> du(want.after_values[i].size()), dg(du.size());
-    for (std::size_t e = 0; e < du.size(); ++e)
-      du[e] = double{want.after_values[i][e]} - want.before_values[i][e],
-      dg[e] = double{got.after_values[i][e]} - got.before_values[i][e];
-    const double update = 1 - cosine(dg, du);
-    EXPECT_LE(update, 1e-4) << what << ": update of " << got.after[i].name;
-    worst_update = std::max(worst_update, update);
+  double worst_moment = 0;
+  for (std::size_t i = 0; i < want_state.exp_avg().size(); ++i) {
     const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
     const double m = 1 - cosine(widen(got_state.exp_avg()[i]), widen(want_state.exp_avg()[i]));
     const double v = 1 - cosine(widen(got_state.exp_avg_sq()[i]), widen(want_state.exp_avg_sq()[i]));
     EXPECT_LE(std::max(m, v), 1e-4) << what << ": moments of " << got.after[i].name;
     worst_moment = std::max({worst_moment, m, v});
-    // Both ranks' checkpoints hold the same whole weights (compared as the max and min over the group).
-    std::vector<float> hi = got.after_values[i], lo = got.after_values[i];
-    groups.data->all_reduce(std::span<float>(hi), ReduceOp::kMax);
-    groups.data->all_reduce(std::span<float>(lo), ReduceOp::kMin);
-    EXPECT_EQ(hi, lo) << what << ": the ranks' " << got.after[i].name << " differ";
   }
 
   // The forward after the last step reads the all-gathered bf16 weights and the summed fp32 norm weights:
@@ -387,9 +429,45 @@ void check_distributed_optimizer() {
     std::printf("[gpu layouts] %s: losses %.6f..%.6f (whole %.6f..%.6f), worst loss rel %.2e, norm rel %.2e "
                 "(first step %.2e), worst 1-cosine of an update %.2e, of a moment %.2e; final forward %.6f (whole "
                 "%.6f, rel %.2e); device bytes whole %lld, sharded %lld (saving %.0f, 12 x params / 2 = %.0f)\n",
-                what.c_str(), got.losses.front(), got.losses.back(), want.losses.front(), want.losses.back(), worst_loss,
-                worst_norm, first_norm, worst_update, worst_moment, final_loss, want_final, final_rel,
+                what.c_str(), got.losses.front(), got.losses.back(), want.losses.front(), want.losses.back(), gap.loss,
+                gap.norm, gap.first_norm, gap.update, worst_moment, final_loss, want_final, final_rel,
                 static_cast<long long>(whole_bytes), static_cast<long long>(sharded_bytes), saving, expected_saving);
+}
+
+// Data parallelism with the gradients' all-reduce overlapped with the backward (--overlap-grad-reduce) against
+// the whole model on all four micro-batches (compare_with_whole: the same losses and norms up to the order of
+// the fp32 sums, the same updates, both ranks' weights bit-identical, as every rank gets the same sums and runs
+// the same AdamW). Buckets of 100,000 elements cut the tiny model's 4 layers (~148K gradient elements each)
+// one to a bucket, so several buckets start from the backward's layer hook and the last one (the embedding)
+// after it.
+void check_overlapped_data_parallel() {
+  const ckpt::ModelConfig config = tiny(false);
+  const auto data = batches(4, 7);
+  const int devices = gpus();
+  if (devices == 0) GTEST_SKIP() << "needs a GPU";
+  ASSERT_EQ(mpi_world().size(), 2);
+  const bool nccl = use_nccl(devices);
+  const Run want = train_whole(config, data, 8).run;
+
+  DataParallelPair pair(nccl);
+  CudaParallelGroups parallel = pair.parallel();
+  parallel.overlap_grad_reduce = true, parallel.bucket_elements = 100'000;
+  auto model = make_cuda_trainable(config, 5, parallel);
+  const DeviceTraining& device = *model->device_training();
+  ASSERT_TRUE(device.reduces_gradients());
+  ASSERT_EQ(device.optimizer_shards(), 1);
+  const Run got = pair.train_mine(*model, data, 8);
+  const std::size_t in_backward = device.buckets_reduced_in_backward();
+  const std::string what = nccl ? "DP2, overlapped all-reduce (NCCL)" : "DP2, overlapped all-reduce (staged through MPI)";
+  EXPECT_GT(in_backward, 1u) << what << ": buckets launched from the backward";
+  const DataParallelGap gap = compare_with_whole(got, want, *pair.groups.data, what);
+  if (mpi_world().rank() == 0)
+    std::printf("[gpu layouts] %s: %zu buckets of >= 100000 elements from the backward (+1 after it) per step; "
+                "losses %.6f..%.6f (whole %.6f..%.6f), worst loss rel %.2e, norm rel %.2e (first step %.2e), worst "
+                "1-cosine of an update %.2e; ranks' weights %s\n",
+                what.c_str(), in_backward, got.losses.front(), got.losses.back(), want.losses.front(),
+                want.losses.back(), gap.loss, gap.norm, gap.first_norm, gap.update,
+                gap.identical ? "bit-identical" : "DIFFER");
 }
 
 TEST(CudaModelParallel, TensorParallel) { check_layout(2, 1, false, false); }
@@ -400,6 +478,7 @@ TEST(CudaModelParallel, PipelineParallelTiedEmbeddings) { check_layout(1, 2, fal
 TEST(CudaModelParallel, InterleavedPipeline) { check_layout(1, 2, false, false, 2); }
 TEST(CudaModelParallel, InterleavedPipelineTiedEmbeddings) { check_layout(1, 2, false, true, 2); }
 TEST(CudaModelParallel, DistributedOptimizer) { check_distributed_optimizer(); }
+TEST(CudaModelParallel, OverlappedDataParallel) { check_overlapped_data_parallel(); }
 
 }  // namespace
 }  // namespace dlm::train

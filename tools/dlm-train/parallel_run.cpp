@@ -50,9 +50,9 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   run.groups = train::make_process_groups(
       *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
   if (train::resolve_device(args.device) == train::Device::kCuda) {
-    if (args.trainer.overlap_grad_reduce)
-      log::warning("--overlap-grad-reduce: on GPUs the gradients are reduced after the backward, not during it "
-                   "(same results; benchmarks/parallel/dp_bench measured no gain from the overlap over NVLink)");
+    if (args.trainer.overlap_grad_reduce && args.trainer.use_distributed_optimizer)
+      log::warning("--overlap-grad-reduce with --use-distributed-optimizer: on GPUs the gradients are "
+                   "reduce-scattered after the backward, not during it (same results)");
     // Before any model exists: this takes the GPU of the local rank. DLM_DEVICE_GROUPS=staged (tests on one
     // GPU) stages the model's groups through the host instead, every rank on the current GPU.
     const char* groups_kind = std::getenv("DLM_DEVICE_GROUPS");

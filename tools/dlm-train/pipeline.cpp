@@ -209,14 +209,18 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   }
   const bool model_parallel = groups && (groups->config.tensor > 1 || groups->config.pipeline > 1);
   const bool distributed_optimizer = groups && groups->config.data > 1 && args.trainer.use_distributed_optimizer;
-  if (device == train::Device::kCuda && (model_parallel || distributed_optimizer)) {
+  const bool overlap = groups && groups->config.data > 1 && args.trainer.overlap_grad_reduce && !distributed_optimizer;
+  if (device == train::Device::kCuda && (model_parallel || distributed_optimizer || overlap)) {
     // This rank's CudaModel shard, its layers' collectives and the pipeline's transfers over NCCL, and with
-    // the distributed optimizer its range of the optimizer (device.h).
-    if (!device_groups) fail("GPU model parallelism and the distributed optimizer on GPUs need the NCCL groups");
+    // the distributed optimizer its range of the optimizer, with --overlap-grad-reduce its own bucketed
+    // all-reduce of the gradients (device.h).
+    if (!device_groups) fail("GPU model parallelism and data parallelism on GPUs need the NCCL groups");
     const int chunks = train::virtual_stages_for(setup.config, groups->config.pipeline, args.layers_per_virtual_stage);
     train::CudaParallelGroups parallel{groups, device_groups->tensor_group.get(), device_groups->pipeline_group.get(),
                                        args.sequence_parallel, device_groups->data_group.get(),
                                        args.trainer.use_distributed_optimizer, chunks};
+    parallel.overlap_grad_reduce = overlap;
+    parallel.bucket_elements = args.trainer.ddp_bucket_size;
     setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
     if (model_parallel) {
       // Chunk v of pipeline rank r is stage v * PP + r of PP x chunks (as the CPU's ParallelModel counts them).

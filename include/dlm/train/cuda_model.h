@@ -171,7 +171,7 @@ class CudaModel {
   Range optimizer_range() const;
   std::vector<Span> gradient_buffers() const;
   void* stream() const;
-  // Data-parallel overlap (benchmarks/parallel): called on the host right after the backward kernels of
+  // Data-parallel overlap (cuda_grad_reduce.h): called on the host right after the backward kernels of
   // layer l are enqueued on stream() (l from last to first), so the caller can record an event there and
   // start reducing that layer's gradients while the rest of the backward runs. Empty: none.
   void set_backward_layer_hook(std::function<void(int layer)> hook);

@@ -35,16 +35,23 @@ bool cuda_present();  // ... and a CUDA device is visible
 // fp32 master weights and the moments for checkpoints. As in Megatron, the fp32 master weights and AdamW
 // moments (12 bytes per parameter) live on their range's rank only; every rank keeps the bf16 weights and
 // fp32 copies of the norm weights (which the forward reads in fp32), summed from their owners each step.
+// With overlap_grad_reduce instead (and host->config.data > 1), the model sums its gradients over `data`
+// itself (cuda_grad_reduce.h): buckets of bucket_elements all-reduced on a stream of their own as the step's
+// last backward finishes their layers (each chunk's last backward under pipelines), the rest in
+// finish_gradients(), which waits for all of them; DeviceTraining::reduces_gradients() then tells the trainer
+// to leave them alone. The distributed optimizer ignores it: its reduce-scatter follows the backward.
 struct CudaParallelGroups {
   ProcessGroups* host = nullptr;
   DeviceGroup* tensor = nullptr;    // with host->config.tensor > 1
   DeviceGroup* pipeline = nullptr;  // with host->config.pipeline > 1
   bool sequence_parallel = false;
-  DeviceGroup* data = nullptr;      // with distributed_optimizer and host->config.data > 1
+  DeviceGroup* data = nullptr;      // with distributed_optimizer or overlap_grad_reduce, and host->config.data > 1
   bool distributed_optimizer = false;
   // Interleaved 1F1B (--num-layers-per-virtual-pipeline-stage): chunks per rank, each a CudaModel of stage
   // v * PP + r; needs host->config.pipeline >= 2 and micro-batches per step a multiple of it.
   int virtual_stages = 1;
+  bool overlap_grad_reduce = false;             // --overlap-grad-reduce
+  std::int64_t bucket_elements = 40'000'000;  // --ddp-bucket-size (Megatron's default)
 };
 
 // A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its

@@ -65,6 +65,11 @@ class DeviceTraining {
   // The distributed optimizer's data-parallel ranks (1: none): with more, finish_gradients() has already
   // summed each rank's range of the gradients over the data-parallel group, and the trainer must not.
   virtual int optimizer_shards() const = 0;
+  // Whether the model sums its gradients over the data-parallel group itself (--overlap-grad-reduce on the
+  // GPU: buckets all-reduced during the last backward, the rest in finish_gradients()); the trainer must not.
+  virtual bool reduces_gradients() const { return false; }
+  // Of the last step's gradient buckets, those whose reduction started inside the backward.
+  virtual std::size_t buckets_reduced_in_backward() const { return 0; }
   // A host copy of one local parameter's gradient as it stands (tests compare layouts by it).
   virtual std::vector<float> gradient(std::string_view name) = 0;
 };

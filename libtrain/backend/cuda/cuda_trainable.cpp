@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "dlm/train/cuda_grad_reduce.h"
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/device.h"
 #include "dlm/train/device_pipeline.h"
@@ -22,10 +23,12 @@ CudaBatch cuda_batch(const ModelBatch& b) {
   return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights};
 }
 
-// CudaModel's stage calls as the pipeline schedule drives them.
+// CudaModel's stage calls as the pipeline schedule drives them. With `reducer`, the chunk's last backward of
+// the step (its `backwards`-th) reduces its gradient buckets as its layers finish.
 class CudaStage final : public PipelineStage {
  public:
-  explicit CudaStage(CudaModel& model) : m_(model) {}
+  explicit CudaStage(CudaModel& model, CudaGradReducer* reducer = nullptr, int backwards = 0)
+      : m_(model), reducer_(reducer), backwards_(backwards) {}
   std::size_t boundary_elements() const override {
     return static_cast<std::size_t>(m_.stage_rows() * m_.config().hidden_size);
   }
@@ -34,11 +37,16 @@ class CudaStage final : public PipelineStage {
   float* output_grad() override { return m_.stage_output_grad(); }
   const float* input_grad() const override { return m_.stage_input_grad(); }
   void forward(int mb, int slot, bool training) override { m_.forward_stage(mb, slot, training); }
-  void backward(int mb, int slot) override { m_.backward_stage(mb, slot); }
+  void backward(int mb, int slot) override {
+    if (reducer_ && ++done_ == backwards_) reducer_->start();
+    m_.backward_stage(mb, slot);
+  }
   void* stream() override { return m_.stream(); }
 
  private:
   CudaModel& m_;
+  CudaGradReducer* reducer_;
+  int backwards_, done_ = 0;
 };
 
 // The whole model, or this rank's chunks of a TP/PP replica: one CudaModel, or with virtual stages one per
@@ -56,6 +64,17 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       void* stream = chunks_.empty() ? nullptr : chunks_.front()->stream();
       chunks_.push_back(std::make_unique<CudaModel>(config, shard_of(config, parallel, v, chunks, stream)));
       chunks_.back()->init(seed);
+    }
+    // Data parallelism with the overlapped all-reduce (not with the distributed optimizer: its reduce-scatter
+    // cuts the whole flat buffer into DP ranges, not into layer buckets, and follows the backward).
+    if (parallel.host && parallel.overlap_grad_reduce && !parallel.distributed_optimizer &&
+        parallel.host->config.data > 1) {
+      if (!parallel.data || parallel.data->size() != parallel.host->config.data ||
+          parallel.data->rank() != parallel.host->coords.data)
+        fail("--overlap-grad-reduce on the GPU needs the data-parallel group over device memory");
+      for (auto& c : chunks_)
+        reducers_.push_back(std::make_unique<CudaGradReducer>(*c, *parallel.data, parallel.bucket_elements,
+                                                              reducers_.empty() ? nullptr : reducers_.front()->stream()));
     }
   }
   ~CudaTrainable() override {
@@ -80,6 +99,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   }
   void zero_grad() override {
     for (auto& c : chunks_) c->zero_grad();
+    reduced_ = false;
   }
   double forward_backward(const ModelBatch& batch) override { return forward_backward_all(std::span(&batch, 1)); }
   double forward_loss(const ModelBatch& batch) override { return forward_loss_all(std::span(&batch, 1)); }
@@ -88,6 +108,16 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   DeviceTraining* device_training() override { return this; }
 
   void finish_gradients() override {
+    if (!reducers_.empty()) {
+      // The buckets the last backward has not reduced (all of them when none ran), then the model's stream
+      // waits for every bucket: the tensor group's norm sums and the tied embedding's below add to gradients
+      // already summed over the data group, which gives the same sum (all are sums) without a race.
+      for (auto& r : reducers_) {
+        if (!r->started() && !reduced_) r->start();
+        r->finish();
+      }
+      reduced_ = true;
+    }
     if (sharded()) {
       // The distributed optimizer: each data-parallel rank gets the sum of its range (in place), per chunk.
       for (auto& c : chunks_) {
@@ -163,6 +193,12 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     }
   }
   int optimizer_shards() const override { return first().shard().optimizer_shards; }
+  bool reduces_gradients() const override { return !reducers_.empty(); }
+  std::size_t buckets_reduced_in_backward() const override {
+    std::size_t n = 0;
+    for (const auto& r : reducers_) n += static_cast<std::size_t>(r->buckets_in_backward());
+    return n;
+  }
   AdamW optimizer_state() override {
     AdamW state(options_);
     state.set_steps(first().optimizer_steps());
@@ -263,25 +299,35 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     return static_cast<std::size_t>(c.padded_vocab_size() / first().shard().layout.tp * c.hidden_size);
   }
   // Every transfer of the step has completed (a lost rank is named here, within the timeout).
-  void complete() {
+  // The data group's buckets are left running at the end of a step's micro-batches (finish_gradients()
+  // completes them).
+  void complete(bool data_too = true) {
     if (parallel_.tensor) parallel_.tensor->complete();
     if (parallel_.pipeline) parallel_.pipeline->complete();
-    if (sharded()) parallel_.data->complete();
+    if (data_too && (sharded() || !reducers_.empty())) parallel_.data->complete();
   }
   double run(std::span<const ModelBatch> batches, bool training) {
+    // The buckets are reduced once per step, in its last backward: gradients added after that would miss the sum.
+    const bool overlap = training && !reducers_.empty() && !batches.empty();
+    if (overlap && reduced_) fail("--overlap-grad-reduce: one forward_backward_all per step (after zero_grad)");
+    if (overlap) reduced_ = true;
     if (!model_parallel()) {
       CudaModel& m = first();
       double loss = 0;
-      for (const auto& b : batches) loss += training ? m.forward_backward(cuda_batch(b)) : m.forward_loss(cuda_batch(b));
+      for (std::size_t k = 0; k < batches.size(); ++k) {
+        if (overlap && k + 1 == batches.size()) reducers_.front()->start();
+        loss += training ? m.forward_backward(cuda_batch(batches[k])) : m.forward_loss(cuda_batch(batches[k]));
+      }
       return loss;
     }
     const int stages = parallel_.host->config.pipeline, M = static_cast<int>(batches.size());
     std::vector<CudaStage> stage_views;
     std::vector<PipelineStage*> views;
     stage_views.reserve(chunks_.size());
-    for (auto& c : chunks_) {
-      for (int k = 0; k < M; ++k) c->upload_inputs(k, cuda_batch(batches[static_cast<std::size_t>(k)]));
-      views.push_back(&stage_views.emplace_back(*c));
+    for (std::size_t v = 0; v < chunks_.size(); ++v) {
+      CudaModel& c = *chunks_[v];
+      for (int k = 0; k < M; ++k) c.upload_inputs(k, cuda_batch(batches[static_cast<std::size_t>(k)]));
+      views.push_back(&stage_views.emplace_back(c, overlap ? reducers_[v].get() : nullptr, M));
     }
     if (chunks_.size() == 1) {
       first().reserve_slots(training ? std::min(stages - parallel_.host->coords.pipeline, M) : 1);
@@ -289,7 +335,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     } else {
       run_pipeline_interleaved(views, parallel_.pipeline, M, training);  // slots on demand
     }
-    complete();
+    complete(false);
     double loss = 0;  // the last stage's; every other stage's is 0
     for (auto& c : chunks_) loss += c->take_loss();
     if (stages > 1) parallel_.host->pipeline->all_reduce(std::span<double>(&loss, 1));
@@ -298,6 +344,9 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
 
   CudaParallelGroups parallel_;
   std::vector<std::unique_ptr<CudaModel>> chunks_;
+  // --overlap-grad-reduce, one per chunk (after chunks_: destroyed first, they clear the models' hooks).
+  std::vector<std::unique_ptr<CudaGradReducer>> reducers_;
+  bool reduced_ = false;  // this step's buckets were started (by its backward or finish_gradients())
   std::vector<std::vector<float>> host_;  // parameters()' copies, chunk by chunk
   AdamWOptions options_;
   float* zeros_ = nullptr;
