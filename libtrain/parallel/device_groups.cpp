@@ -36,10 +36,11 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
 }
 
 DeviceGroups staged_device_groups(const ProcessGroups& groups) {
-  if (groups.config.data > 1)
-    fail(fmt::format("DLM_DEVICE_GROUPS=staged (ranks sharing a GPU, for tests): {} data-parallel ranks need NCCL",
-                     groups.config.data));
   DeviceGroups g;
+  // No device communicator (data): the trainer's own all-reduce is unavailable, so data parallelism runs only
+  // where the model reduces its gradients over data_group (the distributed optimizer, the overlapped
+  // reduction); the trainer says so in one line otherwise.
+  if (groups.config.data > 1) g.data_group = staged_device_group(*groups.data);
   if (groups.config.tensor > 1) g.tensor_group = staged_device_group(*groups.tensor);
   if (groups.config.pipeline > 1) g.pipeline_group = staged_device_group(*groups.pipeline);
   return g;

@@ -88,14 +88,18 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
                        "data-parallel ranks needs {}",
                        device->optimizer_shards(), dp, shards));
     if (dp > 1) {
-      if (!device_dp_ || device_dp_->size() != dp)
+      // The trainer's own all-reduce needs the device communicator; a model that reduces its gradients itself
+      // (the distributed optimizer, the overlapped reduction) brings its group (NCCL, or staged for tests).
+      const bool model_reduces = shards > 1 || device->reduces_gradients();
+      if (device_dp_ ? device_dp_->size() != dp : !model_reduces)
         fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
       // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16
       // copies. A distributed optimizer's rank holds only its range of the master weights, so rank 0 has none
       // of the others' to send; nor is there a need: the GPU model draws its init from counter streams keyed
       // by the global tensor (never the rank), so every replica starts from the same weights, and a checkpoint
-      // loads the same values on every rank.
-      if (shards == 1) {
+      // loads the same values on every rank. (Without a device communicator, groups staged for tests, the
+      // broadcast is left to that fact too.)
+      if (shards == 1 && device_dp_) {
         for (const DeviceSpan& weights : device->parameter_buffers())
           device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
         device->parameters_written();

@@ -134,6 +134,12 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
       {"PP2-interleaved",
        {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
        {"--num-layers", "4"}},
+      // DP2 through the model's own data group (staged: no device communicator for the trainer's all-reduce):
+      // the distributed optimizer (each rank's range of the master weights; the checkpoint gathers them), and
+      // the reduction overlapped with the backward in buckets small enough to cut the 2-layer model.
+      {"DP2-distributed-optimizer", {"--use-distributed-optimizer"}, {}},
+      {"DP2-overlap", {"--overlap-grad-reduce", "--ddp-bucket-size", "20000"}, {}},
+      // Neither: the trainer's own all-reduce needs NCCL's device communicator, refused in one line (below).
   };
   for (const Layout& layout : layouts) {
     const auto whole = dir_ / (std::string(layout.name) + "-whole.jsonl");
@@ -147,8 +153,9 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
     const auto ckpt = (dir_ / (std::string(layout.name) + "-ckpt")).string();
     auto flags = layout.flags;
     flags.insert(flags.end(), layout.model.begin(), layout.model.end());
+    // A hang (a collective one rank skips) fails within a minute, naming the rank, instead of stalling the suite.
     flags.insert(flags.end(), {"--train-iters", "10", "--save", ckpt, "--save-interval", "5", "--metrics-file",
-                               metrics.string()});
+                               metrics.string(), "--distributed-timeout-minutes", "1"});
     r = run(on_two_ranks(argv_on("cuda", flags)));
     ASSERT_EQ(r.exit_code, 0) << layout.name << ": " << r.err;
     const auto got = numbers(losses(metrics));
@@ -158,7 +165,7 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
       const double rel = std::abs(got[i] - want[i]) / std::abs(want[i]);
       worst = std::max(worst, rel);
       // TP's partial sums round to bf16 before they are added (the layout test's 1e-4 in 8 steps); PP's
-      // stages compute what one GPU does.
+      // stages compute what one GPU does; DP sums each gradient in another order (fp32).
       EXPECT_LT(rel, 5e-3) << layout.name << ", iteration " << i + 1 << ": one GPU " << want[i] << ", layout "
                            << got[i];
     }
@@ -178,6 +185,12 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
       EXPECT_LT(std::abs(after[i] - got[5 + i]) / std::abs(got[5 + i]), 5e-3)
           << layout.name << " resumed whole, iteration " << 6 + i << ": " << after[i] << " vs " << got[5 + i];
   }
+}
+
+TEST_F(GpuTool, StagedDataParallelWithoutTheModelsOwnReductionIsRefused) {
+  const auto r = run(on_two_ranks(argv_on("cuda", {"--train-iters", "2"})));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("data parallelism of a model trained on the GPU needs NCCL"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -70,11 +70,14 @@ int main(int argc, char** argv) {
             return;
           }
           // Every replica holds the same weights and (gathered) moments: rank 0 writes, the others wait
-          // for the commit, so no rank runs ahead of a checkpoint that may still fail.
-          if (parallel.launch.rank == 0) {
-            dlm::tools::save_training_checkpoint(args, setup, progress, optimizer);
-            dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
-          }
+          // for the commit, so no rank runs ahead of a checkpoint that may still fail. A GPU model with the
+          // distributed optimizer gathers its weights from every rank's range, a collective: every rank
+          // takes part in that (rank 0 alone writes).
+          const auto* device = setup.model->device_training();
+          const bool gathered = device && device->optimizer_shards() > 1;
+          if (parallel.launch.rank == 0 || gathered)
+            dlm::tools::save_training_checkpoint(args, setup, progress, optimizer, nullptr, parallel.launch.rank == 0);
+          if (parallel.launch.rank == 0) dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
           if (parallel.world) parallel.world->barrier();
         },
         &g_stop);

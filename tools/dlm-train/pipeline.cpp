@@ -311,7 +311,7 @@ void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const
     if (!world) fail("a model-parallel checkpoint needs the world communicator");
     train::save_train_checkpoint_sharded(args.save, setup.config, params, optimizer, progress, *setup.placement, *world,
                                          writes, run);
-  } else {
+  } else if (writes) {
     train::save_train_checkpoint(args.save, setup.config, params, optimizer, progress, run);
   }
 }

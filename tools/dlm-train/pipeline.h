@@ -42,7 +42,9 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = n
 // The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).
 ckpt::ModelConfig resolve_model(TrainArgs& args);
 // One process writes the whole model; under tensor/pipeline parallelism every rank calls this (collective
-// over `world`) and the data-parallel rank 0 of each position (`writes`) writes its shards.
+// over `world`) and the data-parallel rank 0 of each position (`writes`) writes its shards. Taking the
+// model's parameters may itself be collective (a GPU model with the distributed optimizer gathers its
+// weights from every data-parallel rank's range): then every rank calls this, and only `writes` writes.
 void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
                               const train::AdamW& optimizer, train::Communicator* world = nullptr, bool writes = true);
 

@@ -27,10 +27,11 @@ struct DeviceGroups {
 // A dlm::Error of one line when this build has no NCCL.
 DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& config, int local_rank,
                                 double timeout_seconds);
-// For tests on one GPU (dlm-train with DLM_DEVICE_GROUPS=staged): the tensor and pipeline groups staged
-// through host memory over `groups`' MPI groups, so several ranks may share a GPU, which NCCL refuses. Slow
-// and without data parallelism (the trainer's data-parallel group over device memory is NCCL's): a one-line
-// error for a layout with DP > 1. `groups` must outlive the result.
+// For tests on one GPU (dlm-train with DLM_DEVICE_GROUPS=staged): the tensor, pipeline and data groups staged
+// through host memory over `groups`' MPI groups, so several ranks may share a GPU, which NCCL refuses. Slow.
+// No device communicator for the trainer's own data-parallel all-reduce: DP > 1 runs only with a model that
+// reduces its gradients itself (--use-distributed-optimizer, --overlap-grad-reduce). `groups` must outlive
+// the result.
 DeviceGroups staged_device_groups(const ProcessGroups& groups);
 // Puts the group's work on `stream` (the model's cudaStream_t), behind the kernels that produce its data.
 void run_on_stream(Communicator& device_group, void* stream);
