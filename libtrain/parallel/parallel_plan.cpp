@@ -5,7 +5,8 @@
 // residual and the MLP-norm output, 4h e / s; q, k, v after RoPE, the attention output, and q, k
 // before the QK-norm when there is one, (2q + 2kv [+ q + kv]) e / t; the softmax statistics, 4 H / t;
 // the fc1 output (gate, up) and the SwiGLU output, 3F e / t. The last stage adds the final norm's
-// input and output, 2h e / s, and fp32 logits, 4 V / t.
+// input and output, 2h e / s, and fp32 logits, 4 V / t. For the CUDA backend (cuda_backend) the activations
+// are what it allocates instead (cuda_memory_plan.h).
 #include "dlm/train/parallel_plan.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "dlm/ckpt/sharding.h"
 #include "dlm/common/error.h"
+#include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/pipeline_schedule.h"
 
 namespace dlm::train {
@@ -81,7 +83,17 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
       const auto range = ckpt::stage_layer_range(c, layout, stage);
       p.layers += range.count;
       for (const auto& shard : ckpt::rank_shards(c, layout, 0, stage)) p.parameters += ckpt::element_count(shard.local_shape);
-      p.activations += static_cast<double>(peak[static_cast<std::size_t>(v)]) * range.count * stored;
+      const auto held = static_cast<double>(peak[static_cast<std::size_t>(v)]);
+      if (o.cuda_backend) {
+        // Each chunk is a CudaModel of its own: its layers' slots, its work buffers, its uploaded inputs.
+        const bool pre = stage == 0, post = stage == layout.pp - 1;
+        const CudaActivationBytes b =
+            cuda_activation_bytes(c, o.seq_length * o.micro_batch_size, o.tensor, o.sequence_parallel, pre, post);
+        p.activations += held * range.count * b.per_layer_slot + b.shared + n * b.per_micro_batch_inputs +
+                         (post ? std::max(held - 1, 0.0) * b.per_extra_head_slot : 0);
+      } else {
+        p.activations += held * range.count * stored;
+      }
       first = first || stage == 0;
       last = last || stage == layout.pp - 1;
       sends += (stage == layout.pp - 1 ? 0 : 1) + (stage == 0 ? 0 : 1);
@@ -90,7 +102,8 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
     p.weights = params * e;
     p.gradients = params * g;
     p.optimizer = params * state / (o.distributed_optimizer ? d : 1.0);
-    p.activations += (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
+    if (o.cuda_backend) p.activations += kCudaRuntimeBytes;
+    else p.activations += (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
     if (o.data > 1)
       p.data_parallel_bytes = o.distributed_optimizer ? params * (g + e) * (d - 1) / d : params * g * 2 * (d - 1) / d;
     if (o.tensor > 1) {
@@ -113,12 +126,14 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
   std::string out = fmt::format(
       "dry run: {} layers, hidden {}, ffn {}, {} heads / {} KV groups, vocabulary {} (padded): {:.3f}B parameters\n"
       "layout: {} ranks = TP {} x DP {} x PP {}{}{}{}; micro-batch {}, global batch {}, sequence {} -> {} micro-batches "
-      "per rank per step; {}; recomputation {}\n",
+      "per rank per step; {}; recomputation {}{}\n",
       c.num_layers, c.hidden_size, c.ffn_hidden_size, c.num_attention_heads, c.num_query_groups, c.padded_vocab_size(),
       static_cast<double>(plan.model_parameters) / 1e9, o.tensor * o.data * o.pipeline, o.tensor, o.data, o.pipeline,
       o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
       o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
-      o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32", o.recompute_full ? "full" : "off");
+      o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32",
+      o.recompute_full && !o.cuda_backend ? "full" : "off",
+      o.cuda_backend ? "; activations as the CUDA backend allocates them, its runtime included" : "");
   out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",
                      "layers", "params/rank", "weights", "grads", "optim", "activations", "total", "DP send", "TP send",
                      "PP send");

@@ -107,6 +107,9 @@ std::string dry_run_plan(TrainArgs& args) {
   o.seq_length = args.trainer.seq_length;
   o.bf16 = args.bf16;
   o.recompute_full = args.recompute_full;
+  // A plan for GPUs is made anywhere (a laptop without CUDA too): --device cuda asks for it; the default
+  // plans the device this machine would train on.
+  o.cuda_backend = args.device == "cuda" || (args.device.empty() && train::cuda_present());
   o.virtual_stages = train::virtual_stages_for(config, layout.pipeline, args.layers_per_virtual_stage);
   return train::format_plan(config, train::plan_parallel(config, o));
 }

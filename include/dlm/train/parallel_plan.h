@@ -20,6 +20,10 @@ struct PlanOptions {
   bool bf16 = false;            // bf16 weights and activations, fp32 gradients and master weights; else all fp32
   bool recompute_full = false;  // --recompute-granularity full: each layer keeps only its input
   int virtual_stages = 1;       // model chunks per pipeline rank (--num-layers-per-virtual-pipeline-stage)
+  // --device cuda: activations as the CUDA backend allocates them (cuda_memory_plan.h: its stored layers, work
+  // buffers and logits chunk, plus the measured runtime), not Megatron's per-layer estimate; it keeps every
+  // activation (no recomputation).
+  bool cuda_backend = false;
 };
 
 // One pipeline stage (a pipeline rank: with virtual stages, its V chunks together); every rank of the

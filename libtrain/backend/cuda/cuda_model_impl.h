@@ -15,6 +15,7 @@
 
 #include "attention_cudnn.h"
 #include "dlm/common/error.h"
+#include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/cuda_model.h"
 #include "gemm.h"
 #include "kernels.h"
@@ -27,7 +28,9 @@ using namespace dlm::train::cuda;
 namespace cuda_detail {
 
 constexpr std::int64_t kAlign = 64;  // elements: keeps every tensor 256-byte aligned
-constexpr std::size_t kLogitsBudget = std::size_t{3} << 29;  // bf16 logits of one chunk, bytes
+// bf16 logits of one chunk, bytes (the dry run's plan counts the same: cuda_memory_plan.h; so do the
+// buffers below, one by one: a change here is a change there)
+constexpr std::size_t kLogitsBudget = static_cast<std::size_t>(kCudaLogitsBudget);
 
 struct LayerParams {
   int ln1, qkv, qn, kn, proj, ln2, fc1, fc2;
