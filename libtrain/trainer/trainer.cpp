@@ -90,8 +90,7 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
     if (dp > 1) {
       // The trainer's own all-reduce needs the device communicator; a model that reduces its gradients itself
       // (the distributed optimizer, the overlapped reduction) brings its group (NCCL, or staged for tests).
-      const bool model_reduces = shards > 1 || device->reduces_gradients();
-      if (device_dp_ ? device_dp_->size() != dp : !model_reduces)
+      if (device_dp_ ? device_dp_->size() != dp : !device->reduces_gradients())
         fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
       // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16
       // copies. A distributed optimizer's rank holds only its range of the master weights, so rank 0 has none
@@ -194,7 +193,7 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
       // The gradients summed over the replicas in device memory (one buffer per model chunk, NCCL; the
       // distributed optimizer's model has summed its range already, and a model overlapping the reduction
       // with its backward all of them); the loss on the host.
-      if (device->optimizer_shards() == 1 && !device->reduces_gradients()) {
+      if (!device->reduces_gradients()) {
         for (const DeviceSpan& grads : device->gradient_buffers())
           device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
       }

@@ -57,7 +57,7 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     // GPU) stages the model's groups through the host instead, every rank on the current GPU.
     const char* groups_kind = std::getenv("DLM_DEVICE_GROUPS");
     if (groups_kind && std::string_view(groups_kind) == "staged") {
-      log::warning("DLM_DEVICE_GROUPS=staged: the tensor and pipeline groups go through host memory (for tests)");
+      log::warning("DLM_DEVICE_GROUPS=staged: the model's device groups go through host memory (for tests)");
       run.device = train::staged_device_groups(*run.groups);
     } else {
       run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank,

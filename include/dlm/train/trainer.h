@@ -54,19 +54,20 @@ class DeviceTraining {
   // After the host copies of parameters() were written (a checkpoint's weights): upload them.
   virtual void commit_parameters() = 0;
   // Device views for data parallelism: the gradients and fp32 master weights, one contiguous buffer each per
-  // model chunk (one chunk but with interleaved pipelines; alignment gaps hold zeros), the stream the model's work runs on (a cudaStream_t), and the call to
-  // make after the master weights were written in place (a broadcast): it refreshes the bf16 copies. With
+  // model chunk (one chunk but with interleaved pipelines; alignment gaps hold zeros), the stream the model's
+  // work runs on (a cudaStream_t), and the call to make after the master weights were written in place (a
+  // broadcast): it refreshes the bf16 copies. With
   // optimizer shards the master weights' buffer is this rank's range only and parameters_written() fails
   // (no rank holds the others' ranges to broadcast; parameters() gathers them for checkpoints).
   virtual std::vector<DeviceSpan> gradient_buffers() = 0;
   virtual std::vector<DeviceSpan> parameter_buffers() = 0;
   virtual void* stream() = 0;
   virtual void parameters_written() = 0;
-  // The distributed optimizer's data-parallel ranks (1: none): with more, finish_gradients() has already
-  // summed each rank's range of the gradients over the data-parallel group, and the trainer must not.
+  // The distributed optimizer's data-parallel ranks (1: none): each holds its range of the optimizer state.
   virtual int optimizer_shards() const = 0;
-  // Whether the model sums its gradients over the data-parallel group itself (--overlap-grad-reduce on the
-  // GPU: buckets all-reduced during the last backward, the rest in finish_gradients()); the trainer must not.
+  // Whether finish_gradients() has summed the gradients over the data-parallel group itself, so the trainer
+  // must not: the distributed optimizer's reduce-scatter of each rank's range, or --overlap-grad-reduce on the
+  // GPU (buckets all-reduced during the last backward, the rest in finish_gradients()).
   virtual bool reduces_gradients() const { return false; }
   // Of the last step's gradient buckets, those whose reduction started inside the backward.
   virtual std::size_t buckets_reduced_in_backward() const { return 0; }

@@ -193,7 +193,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     }
   }
   int optimizer_shards() const override { return first().shard().optimizer_shards; }
-  bool reduces_gradients() const override { return !reducers_.empty(); }
+  bool reduces_gradients() const override { return sharded() || !reducers_.empty(); }
   std::size_t buckets_reduced_in_backward() const override {
     std::size_t n = 0;
     for (const auto& r : reducers_) n += static_cast<std::size_t>(r->buckets_in_backward());
@@ -304,7 +304,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   void complete(bool data_too = true) {
     if (parallel_.tensor) parallel_.tensor->complete();
     if (parallel_.pipeline) parallel_.pipeline->complete();
-    if (data_too && (sharded() || !reducers_.empty())) parallel_.data->complete();
+    if (data_too && reduces_gradients()) parallel_.data->complete();
   }
   double run(std::span<const ModelBatch> batches, bool training) {
     // The buckets are reduced once per step, in its last backward: gradients added after that would miss the sum.
