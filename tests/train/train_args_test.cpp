@@ -55,6 +55,8 @@ TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
   EXPECT_NE(error_of({"--lr-decay-style", "exp"}).find("--lr-decay-style"), std::string::npos);
   EXPECT_NE(error_of({"--model-running-mode", "vanilla", "--attention-mask-type", "no_mask"}).find("causal"), std::string::npos);
   EXPECT_NE(error_of({"--save-interval", "5"}).find("--save"), std::string::npos);
+  EXPECT_NE(error_of({"--ddp-bucket-size", "0"}).find("--ddp-bucket-size 0 must be positive"), std::string::npos);
+  EXPECT_NE(error_of({"--ddp-bucket-size", "-5"}).find("--ddp-bucket-size -5 must be positive"), std::string::npos);
   std::vector<std::string> words = {"dlm-train", "--train-iters", "10"};
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());

@@ -178,6 +178,8 @@ TrainArgs parse_train_args(int argc, char** argv) {
     fail(fmt::format("--recompute-granularity: '{}' is not full (selective recomputation is not implemented)", r.recompute));
   a.recompute_full = r.recompute == "full";
   if (!(a.timeout_minutes > 0)) fail(fmt::format("--distributed-timeout-minutes {} must be positive", a.timeout_minutes));
+  if (t.ddp_bucket_size < 1)
+    fail(fmt::format("--ddp-bucket-size {} must be positive (gradient elements per bucket)", t.ddp_bucket_size));
   if (a.data_path.empty() && !a.dry_run) fail("--data-path is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
   return a;
