@@ -23,8 +23,8 @@ CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& c, std::int64
                      T * ffn * bf16 + 2 * Ts * f32 + T * (heads + groups) * f32 + T * heads * f32;
   // ensure_acts: the logits chunk's rows, then tmp, res_f, dres16, dh; hf; logits; dact; under SP tmp_full,
   // hloc, dres16_full, dh_full; before the last stage stage_out and dres_in; dgu, datt, dqkv_rot, dqkv;
-  // rstd_f, dres, delta; dres_full (SP on the first stage); the vocabulary-parallel CE's statistics; the
-  // embedding backward's partial rows (2 per 32 tokens, + 2).
+  // rstd_f, dres, delta; dres_full (SP on the first stage); head_x where dgu is too small for it; the
+  // vocabulary-parallel CE's statistics; the embedding backward's partial rows (2 per 32 tokens, + 2).
   const double budget_rows = std::max(64.0, static_cast<double>(static_cast<std::int64_t>(kCudaLogitsBudget / (2 * vpad)) / 64 * 64));
   const double chunk = std::min(T, budget_rows);
   b.shared = 4 * Ts * d * bf16 + T * d * bf16 + chunk * vpad * bf16 + T * ffn * bf16;
@@ -32,13 +32,14 @@ CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& c, std::int64
   if (!post) b.shared += Ts * d * bf16 + Ts * d * f32;
   b.shared += T * 2 * ffn * bf16 + T * q * bf16 + 2 * T * qkv * bf16 + Ts * f32 + Ts * d * f32 + T * heads * f32;
   if (sp && pre) b.shared += T * d * f32;
+  if (post && 2 * ffn < d) b.shared += T * d * bf16;  // head_x, when dgu cannot hold it
   if (tensor > 1) b.shared += (t + 1) * chunk * f32;
   b.shared += (2 * static_cast<double>(tokens / 32) + 2) * d * f32;
   // use_head: res_f, hf and rstd_f of each further slot on the last stage.
   b.per_extra_head_slot = post ? Ts * d * bf16 + T * d * bf16 + Ts * f32 : 0;
-  // input_set: ids, labels, positions, order, weights, per-row losses, the embedding plan's segments (4 ints,
-  // about one per token) and combine entries (3 ints).
-  b.per_micro_batch_inputs = T * 6 * 4 + (T + T / 32 + 2) * 16 + (2 * (T / 32) + 2) * 12;
+  // input_set: ids, labels, positions, order, the head's rows and slots, weights, per-row losses, the embedding
+  // plan's segments (4 ints, about one per token) and combine entries (3 ints).
+  b.per_micro_batch_inputs = T * 8 * 4 + (T + T / 32 + 2) * 16 + (2 * (T / 32) + 2) * 12;
   return b;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -104,6 +105,87 @@ TEST(CudaModel, GreedyTokensOfAWindowAreTheWholeSequencesValuesThere) {
                dlm::Error);
   EXPECT_THROW(gpu.greedy_tokens(batch, seq, false, std::vector<std::int32_t>(n, 1), {}, tokens, confidence, {0, 49}),
                dlm::Error);
+}
+
+// The output layer runs on the rows with loss weight only, packed (the diffusion objective weights about half
+// of them); DLM_CUDA_HEAD_ROWS=all runs it on every row. Both must give the same loss and gradients: with most
+// rows weighted at a vocabulary whose logits come in two chunks, with 3 rows (padded to one quantum) and with
+// none (a zero loss and zero gradients, exactly).
+TEST(CudaModel, HeadOnWeightedRowsMatchesEveryRow) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = small_config();
+  c.num_layers = 1, c.vocab_size = 151936, c.mask_token_id = 151935, c.max_position_embeddings = 4096;
+  setenv("DLM_CUDA_HEAD_ROWS", "all", 1);
+  CudaModel every(c);
+  unsetenv("DLM_CUDA_HEAD_ROWS");
+  CudaModel packed(c);
+  every.init(5), packed.init(5);
+  const std::int64_t batch = 2, seq = 4096, n = batch * seq;
+  std::mt19937 rng(3);
+  std::vector<std::int32_t> ids(n), labels(n);
+  for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 151936);
+  for (auto& t : labels) t = static_cast<std::int32_t>(rng() % 151936);
+  const std::vector<std::int32_t> positions;
+  for (int weighted : {-1, 3, 0}) {  // -1: about 3 rows in 4
+    std::vector<float> weights(n, 0.0f);
+    if (weighted < 0)
+      for (auto& w : weights) w = rng() % 4 != 0 ? 1.0f / 6144 : 0.0f;
+    for (int k = 0; k < weighted; ++k) weights[static_cast<std::size_t>(rng() % n)] = 0.25f;
+    const CudaBatch b{batch, seq, false, ids, labels, positions, weights};
+    every.zero_grad(), packed.zero_grad();
+    const double want = every.forward_backward(b), got = packed.forward_backward(b);
+    if (weighted == 0) {
+      EXPECT_EQ(got, 0.0);
+      for (const auto& t : packed.tensors())
+        for (float g : packed.export_gradient(t.name)) ASSERT_EQ(g, 0.0f) << t.name;
+      continue;
+    }
+    EXPECT_GT(want, 0.0);
+    EXPECT_NEAR(got, want, 1e-5 * want) << weighted;
+    EXPECT_NEAR(packed.forward_loss(b), every.forward_loss(b), 1e-5 * want) << weighted;
+    for (const auto& t : packed.tensors())
+      EXPECT_GE(gpu_test::cosine(packed.export_gradient(t.name), every.export_gradient(t.name)), 0.99999)
+          << weighted << " " << t.name;
+  }
+}
+
+// zero_grad() clears the norms and the embedding but leaves the weight GEMMs' gradients to be overwritten by
+// their next GEMM (beta 0): read before that they are zeros, and two micro-batches after it sum exactly as two
+// micro-batches after construction (deterministic attention: the same kernels in the same order).
+TEST(CudaModel, ZeroGradLetsTheNextBackwardOverwrite) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = small_config();
+  setenv("DLM_CUDA_DETERMINISTIC", "1", 1);
+  CudaModel gpu(c);
+  unsetenv("DLM_CUDA_DETERMINISTIC");
+  gpu.init(3);
+  const std::int64_t batch = 2, seq = 64, n = batch * seq;
+  std::mt19937 rng(5);
+  auto make = [&](std::vector<std::int32_t>& ids, std::vector<std::int32_t>& labels, std::vector<float>& weights) {
+    ids.resize(n), labels.resize(n), weights.assign(n, 0.0f);
+    for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 500);
+    for (auto& t : labels) t = static_cast<std::int32_t>(rng() % 500);
+    for (auto& w : weights) w = rng() % 2 ? 0.01f : 0.0f;
+  };
+  std::vector<std::int32_t> ids1, labels1, ids2, labels2;
+  std::vector<float> w1, w2;
+  make(ids1, labels1, w1), make(ids2, labels2, w2);
+  const CudaBatch b1{batch, seq, false, ids1, labels1, {}, w1}, b2{batch, seq, false, ids2, labels2, {}, w2};
+  gpu.forward_backward(b1), gpu.forward_backward(b2);
+  std::vector<std::vector<float>> first;
+  for (const auto& t : gpu.tensors()) first.push_back(gpu.export_gradient(t.name));
+  gpu.zero_grad();
+  for (const auto& t : gpu.tensors())
+    for (float g : gpu.export_gradient(t.name)) ASSERT_EQ(g, 0.0f) << t.name;
+  gpu.forward_backward(b1), gpu.forward_backward(b2);
+  for (std::size_t i = 0; i < gpu.tensors().size(); ++i) {
+    const auto again = gpu.export_gradient(gpu.tensors()[i].name);
+    ASSERT_EQ(again.size(), first[i].size());
+    for (std::size_t e = 0; e < again.size(); ++e) ASSERT_EQ(again[e], first[i][e]) << gpu.tensors()[i].name << " " << e;
+  }
+  // A norm taken straight after zero_grad sees zeros, not the last step's gradients.
+  gpu.zero_grad();
+  EXPECT_EQ(gpu.grad_norm(), 0.0);
 }
 
 }  // namespace

@@ -90,10 +90,29 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
                     I.find(p + "self_attention.linear_proj.weight"), I.find(p + "mlp.linear_fc1.layer_norm_weight"),
                     I.find(p + "mlp.linear_fc1.weight"), I.find(p + "mlp.linear_fc2.weight")});
   }
+  I.gemm_written.assign(I.specs.size(), 0);
+  for (const auto& P : I.lp)
+    for (int t : {P.qkv, P.proj, P.fc1, P.fc2}) I.gemm_written[static_cast<std::size_t>(t)] = 1;
+  if (I.post && I.out != I.emb) I.gemm_written[static_cast<std::size_t>(I.out)] = 1;
+  I.grad_fresh.assign(I.specs.size(), 0);
+  for (std::size_t i = 0; i < I.specs.size(); ++i) {
+    if (I.gemm_written[i]) continue;
+    const std::int64_t first = I.offset[i], count = (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+    if (!I.zero_runs.empty() && I.zero_runs.back().first + I.zero_runs.back().second == first)
+      I.zero_runs.back().second += count;
+    else
+      I.zero_runs.emplace_back(first, count);
+  }
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const char* graphs = std::getenv("DLM_CUDA_GRAPHS");
   I.graphs_off = graphs && std::string_view(graphs) == "0";
+  const auto env_is = [](const char* name, std::string_view value) {
+    const char* v = std::getenv(name);
+    return v && std::string_view(v) == value;
+  };
+  I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
+  I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");
   I.gemm = std::make_unique<Gemm>();
   I.attention = std::make_unique<Attention>();
   // The optimizer state (fp32 master weights, moments) of the rank's range only; the bf16 weights and the
@@ -250,12 +269,17 @@ std::vector<float> CudaModel::export_parameter(std::string_view name) const {
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
   const int p = impl_->find(std::string(name));
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
+  if (impl_->grad_fresh[static_cast<std::size_t>(p)]) return std::vector<float>(static_cast<std::size_t>(impl_->numel(p)), 0.0f);
   synchronize();
   return download(impl_->G(p), impl_->numel(p), impl_->stream);
 }
 
 void CudaModel::zero_grad() {
-  check_cuda(cudaMemsetAsync(impl_->grad, 0, sizeof(float) * impl_->total, impl_->stream), "zero_grad");
+  auto& I = *impl_;
+  if (I.grad_memset) return check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "zero_grad");
+  for (const auto& [first, count] : I.zero_runs)
+    check_cuda(cudaMemsetAsync(I.grad + first, 0, sizeof(float) * count, I.stream), "zero_grad");
+  I.grad_fresh = I.gemm_written;
 }
 
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -42,14 +43,21 @@ struct LayerActs {
   float *rstd1, *qk_rstd, *lse, *rstd2;
 };
 
+// Rows the output layer runs on are padded to a multiple of this (weight-0 copies of row 0): the logits
+// GEMMs see few distinct shapes, each with whole tiles.
+constexpr int kHeadRowQuantum = 128;
+
 // One micro-batch's columns on the device (ids as this rank's vocabulary rows: -1 for another's).
+// The output layer runs on the rows that carry loss weight only (the masked ones of the diffusion objective,
+// about half): when head_packed, labels, weights and loss_rows hold head_count packed rows, head_rows names
+// the row of each and head_slot each row's place (-1: none); otherwise head_count is every row.
 struct MicroInputs {
-  int *ids, *labels, *pos, *order;
+  int *ids, *labels, *pos, *order, *head_rows, *head_slot;
   float *weights, *loss_rows;
   EmbeddingSegment* segments;
   EmbeddingCombine* combine;
-  int num_segments = 0, num_combine = 0;
-  bool causal = false;
+  int num_segments = 0, num_combine = 0, head_count = 0;
+  bool causal = false, head_packed = false;
 };
 
 }  // namespace cuda_detail
@@ -111,6 +119,9 @@ struct CudaModel::Impl {
   // Shared work buffers. Under SP the *_full ones hold every row (gathered, or before a reduce-scatter);
   // otherwise they alias their local buffer.
   bf16 *tmp = nullptr, *tmp_full = nullptr, *hloc = nullptr, *res_f = nullptr, *hf = nullptr, *logits = nullptr;
+  // The output layer's packed rows of hf, then (in place, chunk by chunk) their gradient. It is dgu's memory,
+  // which only the layers' backward uses, when that is large enough (2 ffn >= d), else a buffer of its own.
+  bf16* head_x = nullptr;
   bf16 *dres16 = nullptr, *dres16_full = nullptr, *dh = nullptr, *dh_full = nullptr, *stage_out = nullptr;
   bf16 *dact = nullptr, *dgu = nullptr, *datt = nullptr, *dqkv_rot = nullptr, *dqkv = nullptr;
   float *rstd_f = nullptr, *dres = nullptr, *dres_full = nullptr, *delta = nullptr, *partial = nullptr;
@@ -120,6 +131,28 @@ struct CudaModel::Impl {
   float *ce_lse = nullptr, *ce_label = nullptr;  // vocabulary-parallel CE: [tp, chunk] lse, [chunk] label logits
   float* emb_partial = nullptr;
   double* loss_total = nullptr;  // device: the losses since take_loss()
+  // zero_grad() does not clear the gradients the weight GEMMs write whole (qkv, proj, fc1, fc2, an untied output
+  // layer): it marks them fresh, and the first GEMM into each afterwards overwrites (beta 0) instead of adding,
+  // as PyTorch's set_to_none lets it do (the memset wrote 4 bytes a parameter: 8 GB a step of the 1.7B). The
+  // host's flags follow enqueue order, which is the stream's. The other tensors (norms, the embedding's sparse
+  // rows) are cleared: zero_runs, contiguous [offset, count) spans of the buffer.
+  std::vector<char> grad_fresh, gemm_written;  // per tensor
+  std::vector<std::pair<std::int64_t, std::int64_t>> zero_runs;
+  float grad_beta(int p) {
+    if (!grad_fresh[static_cast<std::size_t>(p)]) return 1.0f;
+    grad_fresh[static_cast<std::size_t>(p)] = 0;
+    return 0.0f;
+  }
+  // Clears what is still fresh (a GEMM that did not run since zero_grad), before anything reads the gradients
+  // as a whole.
+  void settle_grad(int p) {
+    if (!grad_fresh[static_cast<std::size_t>(p)]) return;
+    check_cuda(cudaMemsetAsync(grad + offset[p], 0, sizeof(float) * numel(p), stream), "memset");
+    grad_fresh[static_cast<std::size_t>(p)] = 0;
+  }
+  void settle_grads() {
+    for (std::size_t i = 0; i < grad_fresh.size(); ++i) settle_grad(static_cast<int>(i));
+  }
 
   template <typename T>
   T* alloc(std::int64_t n, std::vector<void*>& list, std::size_t& counter) {
@@ -170,6 +203,10 @@ struct CudaModel::Impl {
   std::vector<ForwardGraph> graphs;
   std::vector<ForwardGraph> seen;  // shapes run once eagerly (their per-shape plans are built)
   bool graphs_off = false;
+  // The A/B switches of the benchmark and the reference paths of the tests, each the way before a change:
+  // DLM_CUDA_HEAD_ROWS=all: the output layer runs on every row, not only on those with loss weight;
+  // DLM_CUDA_GRAD_MEMSET=1: zero_grad() clears every gradient (no GEMM overwrites).
+  bool head_all_rows = false, grad_memset = false;
 
   void clear_graphs() {
     for (auto& g : graphs) cudaGraphExecDestroy(g.exec);
@@ -240,6 +277,7 @@ struct CudaModel::Impl {
     stage_out = post ? nullptr : act<bf16>(Ts * d()), dres_in = post ? nullptr : act<float>(Ts * d());
     dgu = act<bf16>(T * 2 * ffn()), datt = act<bf16>(T * qdim()), dqkv_rot = act<bf16>(T * qkvdim());
     dqkv = act<bf16>(T * qkvdim());
+    head_x = !post ? nullptr : 2 * ffn() >= d() ? dgu : act<bf16>(T * d());
     rstd_f = act<float>(Ts), dres = act<float>(Ts * d()), delta = act<float>(T * nh);
     dres_full = sp && pre ? act<float>(T * d()) : dres;
     if (tp > 1) ce_lse = act<float>(tp * chunk), ce_label = act<float>(chunk);
@@ -279,6 +317,7 @@ struct CudaModel::Impl {
     while (static_cast<int>(inputs.size()) <= k) {
       auto& in = inputs.emplace_back();
       in.ids = act<int>(T), in.labels = act<int>(T), in.pos = act<int>(T), in.order = act<int>(T);
+      in.head_rows = act<int>(T), in.head_slot = act<int>(T);
       in.weights = act<float>(T), in.loss_rows = act<float>(T);
       in.segments = act<EmbeddingSegment>(embedding_plan_segments(static_cast<int>(T)));
       in.combine = act<EmbeddingCombine>(embedding_plan_slots(static_cast<int>(T)));

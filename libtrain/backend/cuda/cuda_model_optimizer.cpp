@@ -12,6 +12,7 @@
 namespace dlm::train {
 double CudaModel::grad_sumsq() {
   auto& I = *impl_;
+  I.settle_grads();
   I.upload_adam_list(0.0);
   I.timer.start(I.stream);
   cuda::grad_sumsq(I.adam_dev, I.norm_chunks, I.num_norm_chunks, I.norm_partial, I.sumsq, I.stream);
@@ -31,10 +32,10 @@ void CudaModel::set_grad_sumsq(double sumsq) {
 
 double CudaModel::grad_norm() { return std::sqrt(grad_sumsq()); }
 
-void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
-  auto& I = *impl_;
-  I.upload_adam_list(o.weight_decay);
-  I.timer.start(I.stream);
+namespace {
+
+// The update of the tensors in I's list by the sum of squares already on the device (I.sumsq).
+void enqueue_adamw(CudaModel::Impl& I, const AdamWOptions& o, double lr, double max_norm) {
   cuda::adamw_step(I.adam_dev, I.adam_chunks, I.num_chunks, I.sumsq, max_norm, static_cast<float>(lr),
                    static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps,
                    I.stream);
@@ -43,10 +44,30 @@ void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
   check_cuda(cudaGetLastError(), "adamw");
 }
 
+}  // namespace
+
+void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
+  auto& I = *impl_;
+  I.settle_grads();
+  I.upload_adam_list(o.weight_decay);
+  I.timer.start(I.stream);
+  enqueue_adamw(I, o, lr, max_norm);
+}
+
+// The norm and the update enqueued back to back (AdamW reads the sum of squares on the device); the host waits
+// once, for the norm, while the update runs, not between the two.
 double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) {
-  const double norm = grad_norm();
-  apply_adamw(o, lr, max_norm);
-  return norm;
+  auto& I = *impl_;
+  I.settle_grads();
+  I.upload_adam_list(o.weight_decay);  // the norm reads the same list; it ignores the decay
+  I.timer.start(I.stream);
+  cuda::grad_sumsq(I.adam_dev, I.norm_chunks, I.num_norm_chunks, I.norm_partial, I.sumsq, I.stream);
+  I.timer.mark("grad norm", I.stream);
+  enqueue_adamw(I, o, lr, max_norm);
+  double sumsq = 0;
+  check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
+  synchronize();
+  return std::sqrt(sumsq);
 }
 
 std::vector<float> CudaModel::export_exp_avg(std::string_view name) const {

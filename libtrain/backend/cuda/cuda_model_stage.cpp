@@ -74,7 +74,28 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
   };
   up(in.ids, ids.data(), n * 4), up(in.pos, positions.data(), n * 4);
-  if (use != Upload::kSampling) up(in.labels, b.labels.data(), n * 4), up(in.weights, b.weights.data(), n * 4);
+  in.head_packed = false, in.head_count = static_cast<int>(n);
+  if (use != Upload::kSampling) {
+    // The rows with loss weight, padded to whole quanta by weight-0 copies of row 0; packed when that is fewer.
+    std::vector<int> rows, slot(static_cast<std::size_t>(n), -1);
+    for (std::int64_t i = 0; i < n; ++i)
+      if (b.weights[i] != 0) slot[i] = static_cast<int>(rows.size()), rows.push_back(static_cast<int>(i));
+    const std::int64_t padded = (static_cast<std::int64_t>(rows.size()) + kHeadRowQuantum - 1) / kHeadRowQuantum *
+                                kHeadRowQuantum;
+    if (I.post && padded < n && !I.head_all_rows) {
+      std::vector<int> labels;
+      std::vector<float> weights;
+      for (int r : rows) labels.push_back(b.labels[r]), weights.push_back(b.weights[r]);
+      rows.resize(static_cast<std::size_t>(padded), 0), labels.resize(rows.size(), 0), weights.resize(rows.size(), 0.0f);
+      up(in.head_slot, slot.data(), n * 4);
+      if (padded > 0)
+        up(in.head_rows, rows.data(), rows.size() * 4), up(in.labels, labels.data(), labels.size() * 4),
+            up(in.weights, weights.data(), weights.size() * 4);
+      in.head_packed = true, in.head_count = static_cast<int>(padded);
+    } else {
+      up(in.labels, b.labels.data(), n * 4), up(in.weights, b.weights.data(), n * 4);
+    }
+  }
   in.num_segments = in.num_combine = 0;
   if (use == Upload::kTraining && I.pre) {
     // Tokens grouped by id for the embedding backward (deterministic, no atomics).
@@ -155,15 +176,26 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
 
 namespace {
 
-// Output layer and loss, a chunk of rows at a time: logits, the CE gradient in place, then (backward) both
-// GEMMs back and the final norm's backward, leaving d residual in dres / dres16.
+// Output layer and loss on the rows with loss weight (in.head_count of them, packed from hf into head_x unless
+// that is every row), a chunk of rows at a time: logits, the CE gradient in place, then (backward) the weight
+// gradient and the rows' gradient, which overwrites the chunk's packed rows (the weight GEMM has read them);
+// scattered back into dh_full, zeros on the rows without loss; then the final norm's backward, leaving
+// d residual in dres / dres16. The rows without loss weight have a zero gradient either way: skipping them
+// changes nothing but the time (about half the head's GEMMs under the diffusion objective).
 void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   const cudaStream_t st = I.stream;
   const int d = I.d(), V = I.vpad();
   auto& gm = *I.gemm;
-  for (std::int64_t c0 = 0; c0 < I.T; c0 += I.chunk) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, I.T - c0));
-    gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+  const std::int64_t count = in.head_count;
+  const bf16* x = I.hf;
+  bf16* dx = I.dh_full;
+  if (in.head_packed) {
+    gather_rows(I.hf, in.head_rows, static_cast<int>(count), d, I.head_x, st);
+    x = dx = I.head_x;
+  }
+  for (std::int64_t c0 = 0; c0 < count; c0 += I.chunk) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, count - c0));
+    gm.run(false, true, rows, V, d, x + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
     I.timer.mark("gemm logits fwd", st);
     if (I.tp == 1) {
       cross_entropy_forward_backward(I.logits, V, in.labels + c0, in.weights + c0, in.loss_rows + c0, rows,
@@ -179,12 +211,14 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
     }
     I.timer.mark("cross-entropy", st);
     if (!backward) continue;
-    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, I.dh_full + c0 * d, false, d, 0, st);
-    gm.run(true, false, V, d, rows, I.logits, V, I.hf + c0 * d, d, I.G(I.out), true, d, 1, st);
+    gm.run(true, false, V, d, rows, I.logits, V, x + c0 * d, d, I.G(I.out), true, d, I.grad_beta(I.out), st);
+    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, dx + c0 * d, false, d, 0, st);
     I.timer.mark("gemm logits bwd", st);
   }
-  accumulate_sum(in.loss_rows, I.T, I.loss_total, st);
+  accumulate_sum(in.loss_rows, count, I.loss_total, st);
   if (!backward) return;
+  I.settle_grad(I.out);  // when no row had loss weight, the output layer's gradient (still fresh) is zero
+  if (in.head_packed) scatter_rows(I.head_x, in.head_slot, static_cast<int>(I.T), d, I.dh_full, st);
   I.scatter_sum(I.dh_full, I.dh);
   check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * I.Ts * d, st), "memset");
   rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial,
@@ -204,19 +238,19 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = la[static_cast<std::size_t>(l)];
     I.gather(I.dres16, I.dres16_full);
-    gm.run(true, false, d, F, T, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, 1, st);
+    gm.run(true, false, d, F, T, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st);
     gm.run(false, false, T, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
     mark("gemm fc2 bwd");
     swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
     mark("swiglu bwd");
-    gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, 1, st);
+    gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, I.grad_beta(P.fc1), st);
     gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st);
     I.scatter_sum(I.dh_full, I.dh);
     mark("gemm fc1 bwd");
     rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres, I.dres16, I.G(P.ln2), I.partial, Ts, d, st);
     mark("rmsnorm bwd");
     I.gather(I.dres16, I.dres16_full);
-    gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, 1, st);
+    gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, I.grad_beta(P.proj), st);
     gm.run(false, false, T, qd, d, I.dres16_full, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
     mark("gemm proj bwd");
     I.attention->backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
@@ -224,7 +258,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                           I.rope_sin, I.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), I.partial, st);
     mark("qk-norm+rope bwd");
-    gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, 1, st);
+    gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
     gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh_full, false, d, 0, st);
     I.scatter_sum(I.dh_full, I.dh);
     mark("gemm qkv bwd");

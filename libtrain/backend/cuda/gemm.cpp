@@ -40,7 +40,9 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, i
   check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_b ? k : n, trans_b ? n : k, ldb), "layout B");
   check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, lda), "layout A");
   check_lt(cublasLtMatrixLayoutCreate(&lc, ctype, n, m, ldc), "layout C");
-  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32, beta != 0.0f};
+  // beta is not part of the key: the heuristic does not see it, and a gradient GEMM must run the same algorithm
+  // whether it overwrites (the first micro-batch after zero_grad) or adds.
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32};
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref = nullptr;

@@ -26,7 +26,7 @@ class Gemm {
            bool c_f32, int ldc, float beta, cudaStream_t stream);
 
  private:
-  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, bool>;
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = std::size_t{64} << 20;

@@ -148,6 +148,11 @@ void attention_forward(const AttentionShape& s, const bf16* qkv, bf16* o, float*
 void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
                         float* delta /*[batch, heads, seq]*/, bf16* dqkv, cudaStream_t stream);
 
+// rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0
+// (every row r < rows written). bf16 rows of dim elements, dim % 8 == 0.
+void gather_rows(const bf16* x, const int* rows, int count, int dim, bf16* packed, cudaStream_t stream);
+void scatter_rows(const bf16* packed, const int* slot, int rows, int dim, bf16* x, cudaStream_t stream);
+
 // convert.cu
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream);
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
