@@ -1,5 +1,7 @@
 #include "gemm.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -17,6 +19,30 @@ void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail(fmt::format("{}: {}", what, cudaGetErrorString(status)));
 }
 
+// One GEMM's cuBLASLt descriptors, destroyed with it.
+struct Gemm::Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  Descriptors(bool trans_a, bool trans_b, int m, int n, int k, int lda, int ldb, bool c_f32, int ldc) {
+    check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof(first));
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second));
+    // Column-major views: B's memory is [n x k] (or [k x n] transposed), A's is [k x m] (or [m x k]).
+    check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_b ? k : n, trans_b ? n : k, ldb), "layout B");
+    check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, lda), "layout A");
+    check_lt(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, ldc), "layout C");
+  }
+  ~Descriptors() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+};
+
 Gemm::Gemm() {
   check_lt(cublasLtCreate(&handle_), "create");
   check_cuda(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc (GEMM workspace)");
@@ -27,43 +53,67 @@ Gemm::~Gemm() {
   cublasLtDestroy(handle_);
 }
 
+std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Descriptors& g, int count) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                       sizeof(workspace_bytes_));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, g.op, g.la, g.lb, g.lc, g.lc, pref, count, results.data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check_lt(status, "heuristic");
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<std::size_t>(i)].algo);
+  return algos;
+}
+
 void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb,
                void* c, bool c_f32, int ldc, float beta, cudaStream_t stream) {
-  const cudaDataType ctype = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-  const cublasOperation_t first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof(first));
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second));
-  // Column-major views: B's memory is [n x k] (or [k x n] transposed), A's is [k x m] (or [m x k]).
-  check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_b ? k : n, trans_b ? n : k, ldb), "layout B");
-  check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, lda), "layout A");
-  check_lt(cublasLtMatrixLayoutCreate(&lc, ctype, n, m, ldc), "layout C");
+  const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
   // beta is not part of the key: the heuristic does not see it, and a gradient GEMM must run the same algorithm
   // whether it overwrites (the first micro-batch after zero_grad) or adds.
   const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32};
   auto it = algos_.find(key);
   if (it == algos_.end()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                         sizeof(workspace_bytes_));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    check_lt(cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, lc, lc, pref, 1, &result, &found), "heuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", m, n, k));
-    it = algos_.emplace(key, result.algo).first;
+    const auto found = heuristic(g, 1);
+    if (found.empty()) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", m, n, k));
+    it = algos_.emplace(key, found.front()).first;
   }
   const float alpha = 1.0f;
-  check_lt(cublasLtMatmul(handle_, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &it->second, workspace_,
+  check_lt(cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &it->second, workspace_,
                           workspace_bytes_, stream),
            "matmul");
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(op);
+}
+
+std::vector<double> Gemm::time_candidates(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda,
+                                          const bf16* b, int ldb, void* c, bool c_f32, int ldc, float beta, int count,
+                                          int repeats, cudaStream_t stream) {
+  const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
+  std::vector<double> ms;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "event"), check_cuda(cudaEventCreate(&stop), "event");
+  const float alpha = 1.0f;
+  for (const auto& algo : heuristic(g, count)) {
+    auto once = [&] {
+      return cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &algo, workspace_,
+                            workspace_bytes_, stream);
+    };
+    if (once() != CUBLAS_STATUS_SUCCESS) {
+      ms.push_back(-1);
+      continue;
+    }
+    check_cuda(cudaEventRecord(start, stream), "event");
+    for (int r = 0; r < repeats; ++r) check_lt(once(), "matmul");
+    check_cuda(cudaEventRecord(stop, stream), "event");
+    check_cuda(cudaEventSynchronize(stop), "event");
+    float t = 0;
+    check_cuda(cudaEventElapsedTime(&t, start, stop), "event");
+    ms.push_back(static_cast<double>(t) / repeats);
+  }
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  return ms;
 }
 
 }  // namespace dlm::train::cuda

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kernels.h"
 
@@ -24,8 +25,16 @@ class Gemm {
   // c_f32 false: C is bf16; true: C is fp32 (weight gradients: beta 1 accumulates across micro-batches).
   void run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb, void* c,
            bool c_f32, int ldc, float beta, cudaStream_t stream);
+  // The same GEMM with each of the heuristic's first `count` algorithms (the first is run()'s): milliseconds
+  // per call over `repeats` calls after one warm-up, -1 where an algorithm refuses the problem. C is written
+  // (beta 1 adds repeats + 1 times). For benchmarks/train/gemm_bench.
+  std::vector<double> time_candidates(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda,
+                                      const bf16* b, int ldb, void* c, bool c_f32, int ldc, float beta, int count,
+                                      int repeats, cudaStream_t stream);
 
  private:
+  struct Descriptors;
+  std::vector<cublasLtMatmulAlgo_t> heuristic(const Descriptors& g, int count);
   using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
