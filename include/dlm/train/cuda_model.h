@@ -106,6 +106,8 @@ class CudaModel {
                      std::vector<float>& confidence, ColumnWindow window = {});
   // The same loss, forward only (no gradient).
   double forward_loss(const CudaBatch& batch);
+  // The gradients read as zero from here on. Those the weight GEMMs write whole are not cleared but overwritten
+  // by their next GEMM (no memset of 4 bytes a parameter); DLM_CUDA_GRAD_MEMSET=1 clears everything.
   void zero_grad();
   // Global-norm clipping (max_norm <= 0: none) then AdamW at lr, all on the device; returns the norm.
   double adamw_step(const AdamWOptions& options, double lr, double max_norm);
