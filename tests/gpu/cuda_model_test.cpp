@@ -20,6 +20,13 @@ namespace {
 
 using gpu_test::small_config;
 
+// n token ids drawn uniformly below `vocab` (the same draws, in order, as the tests made inline).
+std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::int64_t n, std::uint32_t vocab) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (auto& t : ids) t = static_cast<std::int32_t>(rng() % vocab);
+  return ids;
+}
+
 TEST(CudaModel, InitDrawsTheCpuModelsWeights) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = small_config();
@@ -45,8 +52,7 @@ TEST(CudaModel, GraphedGreedyTokensAreTheArgmaxOfTheLogits) {
   std::mt19937 rng(5);
   const std::int64_t batch = 2, seq = 40, n = batch * seq;
   for (int call = 0; call < 4; ++call) {  // eager, captured, replayed, replayed
-    std::vector<std::int32_t> ids(n);
-    for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 500);
+    const auto ids = random_tokens(rng, n, 500);
     std::vector<std::int32_t> tokens;
     std::vector<float> confidence;
     gpu.greedy_tokens(batch, seq, false, ids, {}, tokens, confidence);
@@ -77,8 +83,7 @@ TEST(CudaModel, GreedyTokensOfAWindowAreTheWholeSequencesValuesThere) {
   const std::int64_t batch = 3, seq = 48, n = batch * seq;
   for (int call = 0; call < 6; ++call) {
     const ColumnWindow window = call < 3 ? ColumnWindow{16, 32} : ColumnWindow{5, 48};
-    std::vector<std::int32_t> ids(n);
-    for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 500);
+    const auto ids = random_tokens(rng, n, 500);
     std::vector<std::int32_t> tokens, all_tokens;
     std::vector<float> confidence, all_confidence;
     gpu.greedy_tokens(batch, seq, false, ids, {}, tokens, confidence, window);
@@ -122,9 +127,7 @@ TEST(CudaModel, HeadOnWeightedRowsMatchesEveryRow) {
   every.init(5), packed.init(5);
   const std::int64_t batch = 2, seq = 4096, n = batch * seq;
   std::mt19937 rng(3);
-  std::vector<std::int32_t> ids(n), labels(n);
-  for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 151936);
-  for (auto& t : labels) t = static_cast<std::int32_t>(rng() % 151936);
+  const auto ids = random_tokens(rng, n, 151936), labels = random_tokens(rng, n, 151936);
   const std::vector<std::int32_t> positions;
   for (int weighted : {-1, 3, 0}) {  // -1: about 3 rows in 4
     std::vector<float> weights(n, 0.0f);
@@ -162,9 +165,7 @@ TEST(CudaModel, ZeroGradLetsTheNextBackwardOverwrite) {
   const std::int64_t batch = 2, seq = 64, n = batch * seq;
   std::mt19937 rng(5);
   auto make = [&](std::vector<std::int32_t>& ids, std::vector<std::int32_t>& labels, std::vector<float>& weights) {
-    ids.resize(n), labels.resize(n), weights.assign(n, 0.0f);
-    for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 500);
-    for (auto& t : labels) t = static_cast<std::int32_t>(rng() % 500);
+    ids = random_tokens(rng, n, 500), labels = random_tokens(rng, n, 500), weights.assign(n, 0.0f);
     for (auto& w : weights) w = rng() % 2 ? 0.01f : 0.0f;
   };
   std::vector<std::int32_t> ids1, labels1, ids2, labels2;

@@ -71,7 +71,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     I.index[I.specs[i].name] = static_cast<int>(i);
     I.offset.push_back(I.total);
-    I.total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+    I.total += I.aligned_numel(static_cast<int>(i));
   }
   if (shard.optimizer_shards < 1 || shard.optimizer_rank < 0 || shard.optimizer_rank >= shard.optimizer_shards)
     fail(fmt::format("CudaModel: optimizer shard {} of {}", shard.optimizer_rank, shard.optimizer_shards));
@@ -97,7 +97,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.grad_fresh.assign(I.specs.size(), 0);
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     if (I.gemm_written[i]) continue;
-    const std::int64_t first = I.offset[i], count = (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+    const std::int64_t first = I.offset[i], count = I.aligned_numel(static_cast<int>(i));
     if (!I.zero_runs.empty() && I.zero_runs.back().first + I.zero_runs.back().second == first)
       I.zero_runs.back().second += count;
     else
@@ -105,12 +105,11 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   }
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  const char* graphs = std::getenv("DLM_CUDA_GRAPHS");
-  I.graphs_off = graphs && std::string_view(graphs) == "0";
   const auto env_is = [](const char* name, std::string_view value) {
     const char* v = std::getenv(name);
     return v && std::string_view(v) == value;
   };
+  I.graphs_off = env_is("DLM_CUDA_GRAPHS", "0");
   I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
   I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");
   I.gemm = std::make_unique<Gemm>();
@@ -126,7 +125,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   if (I.sharded()) {
     for (std::size_t i = 0; i < I.specs.size(); ++i)
       if (I.specs[i].is_norm)
-        I.norm_offset[i] = I.norm_total, I.norm_total += (I.numel(static_cast<int>(i)) + kAlign - 1) / kAlign * kAlign;
+        I.norm_offset[i] = I.norm_total, I.norm_total += I.aligned_numel(static_cast<int>(i));
     I.norms32 = I.alloc<float>(I.norm_total, I.owned, I.bytes);
     check_cuda(cudaMemsetAsync(I.norms32, 0, sizeof(float) * I.norm_total, I.stream), "memset");
   }

@@ -350,6 +350,8 @@ struct CudaModel::Impl {
     for (auto s : specs[static_cast<std::size_t>(p)].local_shape) n *= s;
     return n;
   }
+  // Tensor p's room in a flat buffer: its elements rounded up to kAlign.
+  std::int64_t aligned_numel(int p) const { return (numel(p) + kAlign - 1) / kAlign * kAlign; }
   int find_or_fail(std::string_view name) const {
     const int p = find(std::string(name));
     if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));

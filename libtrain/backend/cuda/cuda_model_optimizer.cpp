@@ -10,19 +10,45 @@
 #include "dlm/common/error.h"
 
 namespace dlm::train {
-double CudaModel::grad_sumsq() {
-  auto& I = *impl_;
+namespace {
+
+// Every optimizer pass starts here: gradients still fresh after zero_grad are cleared, the tensor list (with
+// the decay AdamW applies; the norm ignores it) uploaded, the profiler's phase clock started.
+void begin_pass(CudaModel::Impl& I, double weight_decay) {
   I.settle_grads();
-  I.upload_adam_list(0.0);
+  I.upload_adam_list(weight_decay);
   I.timer.start(I.stream);
+}
+// The sum of squares of the gradients this rank counts, into I.sumsq on the device.
+void enqueue_norm(CudaModel::Impl& I) {
   cuda::grad_sumsq(I.adam_dev, I.norm_chunks, I.num_norm_chunks, I.norm_partial, I.sumsq, I.stream);
   I.timer.mark("grad norm", I.stream);
+}
+// The update of the tensors in I's list by the sum of squares already on the device (I.sumsq).
+void enqueue_adamw(CudaModel::Impl& I, const AdamWOptions& o, double lr, double max_norm) {
+  cuda::adamw_step(I.adam_dev, I.adam_chunks, I.num_chunks, I.sumsq, max_norm, static_cast<float>(lr),
+                   static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps,
+                   I.stream);
+  I.timer.mark("adamw", I.stream);
+}
+// Ends the pass (phases, launch errors) and, when `read`, waits for the sum of squares and returns it.
+double end_pass(CudaModel::Impl& I, const char* what, bool read) {
   I.timer.finish(false);
-  check_cuda(cudaGetLastError(), "grad norm");
+  check_cuda(cudaGetLastError(), what);
+  if (!read) return 0;
   double sumsq = 0;
   check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
-  synchronize();
+  check_cuda(cudaStreamSynchronize(I.stream), "norm");
   return sumsq;
+}
+
+}  // namespace
+
+double CudaModel::grad_sumsq() {
+  auto& I = *impl_;
+  begin_pass(I, 0.0);
+  enqueue_norm(I);
+  return end_pass(I, "grad norm", true);
 }
 
 void CudaModel::set_grad_sumsq(double sumsq) {
@@ -32,42 +58,21 @@ void CudaModel::set_grad_sumsq(double sumsq) {
 
 double CudaModel::grad_norm() { return std::sqrt(grad_sumsq()); }
 
-namespace {
-
-// The update of the tensors in I's list by the sum of squares already on the device (I.sumsq).
-void enqueue_adamw(CudaModel::Impl& I, const AdamWOptions& o, double lr, double max_norm) {
-  cuda::adamw_step(I.adam_dev, I.adam_chunks, I.num_chunks, I.sumsq, max_norm, static_cast<float>(lr),
-                   static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps,
-                   I.stream);
-  I.timer.mark("adamw", I.stream);
-  I.timer.finish(false);
-  check_cuda(cudaGetLastError(), "adamw");
-}
-
-}  // namespace
-
 void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
   auto& I = *impl_;
-  I.settle_grads();
-  I.upload_adam_list(o.weight_decay);
-  I.timer.start(I.stream);
+  begin_pass(I, o.weight_decay);
   enqueue_adamw(I, o, lr, max_norm);
+  end_pass(I, "adamw", false);
 }
 
 // The norm and the update enqueued back to back (AdamW reads the sum of squares on the device); the host waits
 // once, for the norm, while the update runs, not between the two.
 double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) {
   auto& I = *impl_;
-  I.settle_grads();
-  I.upload_adam_list(o.weight_decay);  // the norm reads the same list; it ignores the decay
-  I.timer.start(I.stream);
-  cuda::grad_sumsq(I.adam_dev, I.norm_chunks, I.num_norm_chunks, I.norm_partial, I.sumsq, I.stream);
-  I.timer.mark("grad norm", I.stream);
+  begin_pass(I, o.weight_decay);
+  enqueue_norm(I);
   enqueue_adamw(I, o, lr, max_norm);
-  double sumsq = 0;
-  check_cuda(cudaMemcpyAsync(&sumsq, I.sumsq, sizeof(double), cudaMemcpyDeviceToHost, I.stream), "norm");
-  synchronize();
-  return std::sqrt(sumsq);
+  return std::sqrt(end_pass(I, "adamw", true));
 }
 
 std::vector<float> CudaModel::export_exp_avg(std::string_view name) const {
