@@ -44,6 +44,10 @@ void fill_random(void* device, std::size_t n) {
 int main(int argc, char** argv) {
   const int rows350 = argc > 1 ? std::atoi(argv[1]) : 8192, rows17 = argc > 2 ? std::atoi(argv[2]) : 4096;
   const int candidates = argc > 3 ? std::atoi(argv[3]) : 8;
+  if (rows350 < 1 || rows17 < 1 || candidates < 1) {
+    std::fprintf(stderr, "gemm_bench: ROWS_350M, ROWS_1.7B and CANDIDATES must be positive integers\n");
+    return 2;
+  }
   // Row-major Gemm::run terms: C[m, n] = op(A)[m, k] op(B)[k, n]. The head's three GEMMs (logits, the rows'
   // gradient, the weight gradient) at the packed row counts, and the layers' largest for comparison.
   const std::vector<Shape> shapes = {
