@@ -112,6 +112,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.graphs_off = env_is("DLM_CUDA_GRAPHS", "0");
   I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
   I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");
+  I.head_family = !env_is("DLM_CUDA_HEAD_ALGO", "shape");
   I.gemm = std::make_unique<Gemm>();
   I.attention = std::make_unique<Attention>();
   // The optimizer state (fp32 master weights, moments) of the rank's range only; the bf16 weights and the

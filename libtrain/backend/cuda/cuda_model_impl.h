@@ -205,8 +205,9 @@ struct CudaModel::Impl {
   bool graphs_off = false;
   // The A/B switches of the benchmark and the reference paths of the tests, each the way before a change:
   // DLM_CUDA_HEAD_ROWS=all: the output layer runs on every row, not only on those with loss weight;
-  // DLM_CUDA_GRAD_MEMSET=1: zero_grad() clears every gradient (no GEMM overwrites).
-  bool head_all_rows = false, grad_memset = false;
+  // DLM_CUDA_GRAD_MEMSET=1: zero_grad() clears every gradient (no GEMM overwrites);
+  // DLM_CUDA_HEAD_ALGO=shape: the head's GEMMs take the heuristic's algorithm for each packed row count.
+  bool head_all_rows = false, grad_memset = false, head_family = true;
 
   void clear_graphs() {
     for (auto& g : graphs) cudaGraphExecDestroy(g.exec);

@@ -193,9 +193,14 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
     gather_rows(I.hf, in.head_rows, static_cast<int>(count), d, I.head_x, st);
     x = dx = I.head_x;
   }
+  // Packed row counts change every micro-batch: one algorithm per GEMM of the head, chosen at the chunk's rows.
+  const int most = static_cast<int>(I.chunk);
+  const Gemm::RowFamily in_m{Gemm::RowFamily::kM, most}, in_k{Gemm::RowFamily::kK, most};
+  const bool family = in.head_packed && I.head_family;
+  const Gemm::RowFamily *fam_m = family ? &in_m : nullptr, *fam_k = family ? &in_k : nullptr;
   for (std::int64_t c0 = 0; c0 < count; c0 += I.chunk) {
     const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, count - c0));
-    gm.run(false, true, rows, V, d, x + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+    gm.run(false, true, rows, V, d, x + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st, fam_m);
     I.timer.mark("gemm logits fwd", st);
     if (I.tp == 1) {
       cross_entropy_forward_backward(I.logits, V, in.labels + c0, in.weights + c0, in.loss_rows + c0, rows,
@@ -211,8 +216,8 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
     }
     I.timer.mark("cross-entropy", st);
     if (!backward) continue;
-    gm.run(true, false, V, d, rows, I.logits, V, x + c0 * d, d, I.G(I.out), true, d, I.grad_beta(I.out), st);
-    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, dx + c0 * d, false, d, 0, st);
+    gm.run(true, false, V, d, rows, I.logits, V, x + c0 * d, d, I.G(I.out), true, d, I.grad_beta(I.out), st, fam_k);
+    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, dx + c0 * d, false, d, 0, st, fam_m);
     I.timer.mark("gemm logits bwd", st);
   }
   accumulate_sum(in.loss_rows, count, I.loss_total, st);

@@ -69,20 +69,49 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Descriptors& g, int coun
   return algos;
 }
 
+const cublasLtMatmulAlgo_t& Gemm::algo_for(const Descriptors& g, const Key& key, bool trans_a, bool trans_b, int m,
+                                           int n, int k, int lda, int ldb, bool c_f32, int ldc,
+                                           const RowFamily* family) {
+  auto exact = [&]() -> const cublasLtMatmulAlgo_t& {
+    auto it = algos_.find(key);
+    if (it == algos_.end()) {
+      const auto found = heuristic(g, 1);
+      if (found.empty()) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", m, n, k));
+      it = algos_.emplace(key, found.front()).first;
+    }
+    return it->second;
+  };
+  if (!family) return exact();
+  const int fm = family->dim == RowFamily::kM ? family->rows : m, fk = family->dim == RowFamily::kK ? family->rows : k;
+  // The family's entry is keyed like its largest GEMM's own (a call at the largest count shares it).
+  const Key fkey{trans_a, trans_b, fm, n, fk, lda, ldb, ldc, c_f32};
+  auto it = algos_.find(fkey);
+  if (it == algos_.end()) {
+    const Descriptors largest(trans_a, trans_b, fm, n, fk, lda, ldb, c_f32, ldc);
+    const auto found = heuristic(largest, 1);
+    if (found.empty()) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", fm, n, fk));
+    it = algos_.emplace(fkey, found.front()).first;
+  }
+  auto fit = family_fits_.find({fkey, key});
+  if (fit == family_fits_.end()) {
+    cublasLtMatmulHeuristicResult_t result{};
+    const bool ok = cublasLtMatmulAlgoCheck(handle_, g.op, g.la, g.lb, g.lc, g.lc, &it->second, &result) ==
+                        CUBLAS_STATUS_SUCCESS &&
+                    result.workspaceSize <= workspace_bytes_;
+    fit = family_fits_.emplace(std::make_pair(fkey, key), ok).first;
+  }
+  return fit->second ? it->second : exact();
+}
+
 void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb,
-               void* c, bool c_f32, int ldc, float beta, cudaStream_t stream) {
+               void* c, bool c_f32, int ldc, float beta, cudaStream_t stream, const RowFamily* family) {
   const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
   // beta is not part of the key: the heuristic does not see it, and a gradient GEMM must run the same algorithm
   // whether it overwrites (the first micro-batch after zero_grad) or adds.
   const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32};
-  auto it = algos_.find(key);
-  if (it == algos_.end()) {
-    const auto found = heuristic(g, 1);
-    if (found.empty()) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", m, n, k));
-    it = algos_.emplace(key, found.front()).first;
-  }
+  const cublasLtMatmulAlgo_t& algo = algo_for(g, key, trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc, family);
   const float alpha = 1.0f;
-  check_lt(cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &it->second, workspace_,
+  check_lt(cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &algo, workspace_,
                           workspace_bytes_, stream),
            "matmul");
 }

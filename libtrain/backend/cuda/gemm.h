@@ -22,9 +22,17 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
+  // A GEMM one of whose sizes is a packed row count that changes from call to call (the output layer on the
+  // loss rows): `dim` names it (m or k), `rows` is its largest value. The algorithm is chosen once, for that
+  // largest shape, and reused at every count that cuBLASLt accepts it for (checked once per count), so that
+  // new counts neither query the heuristic nor load new kernels.
+  struct RowFamily {
+    enum Dim { kM, kK } dim;
+    int rows;
+  };
   // c_f32 false: C is bf16; true: C is fp32 (weight gradients: beta 1 accumulates across micro-batches).
   void run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb, void* c,
-           bool c_f32, int ldc, float beta, cudaStream_t stream);
+           bool c_f32, int ldc, float beta, cudaStream_t stream, const RowFamily* family = nullptr);
   // The same GEMM with each of the heuristic's first `count` algorithms (the first is run()'s): milliseconds
   // per call over `repeats` calls after one warm-up, -1 where an algorithm refuses the problem. C is written
   // (beta 1 adds repeats + 1 times). For benchmarks/train/gemm_bench.
@@ -39,7 +47,10 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = std::size_t{64} << 20;
+  const cublasLtMatmulAlgo_t& algo_for(const Descriptors& g, const Key& key, bool trans_a, bool trans_b, int m, int n,
+                                       int k, int lda, int ldb, bool c_f32, int ldc, const RowFamily* family);
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
+  std::map<std::pair<Key, Key>, bool> family_fits_;  // (family key, exact key): cuBLASLt accepts the algorithm
 };
 
 }  // namespace dlm::train::cuda

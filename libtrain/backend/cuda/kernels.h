@@ -29,6 +29,10 @@ void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float
                       bf16* dres_bf16, float* dw, float* partial, int rows, int dim, cudaStream_t stream);
 std::int64_t rmsnorm_partial_floats(int rows, int dim);
 
+// partial_sums.cu: the fixed-order second pass of the norms' weight gradients (rmsnorm, qk_norm_rope):
+//   for j < cols: (j < split ? lo[j] : hi[j - split]) += sum over r in [0, rows) of partial[r * cols + j].
+void sum_partial_rows(const float* partial, int rows, int cols, float* lo, float* hi, int split, cudaStream_t stream);
+
 // qk_norm_rope.cu: per-head RMSNorm of q and k (optional) then rotate-half RoPE, reading the fused QKV
 // projection's layout [tokens, groups * (heads/groups + 2) * head_dim] (per group: its q heads, k, v) and
 // writing the attention layout [tokens, (heads + 2 groups) * head_dim] = [q heads | k groups | v groups],

@@ -12,8 +12,8 @@
 // A head slot (token, q head / k / v) is handled by L = head_dim / 8 lanes, each owning 4 rotation pairs
 // (8-byte accesses to both halves), so a warp does 32 / L slots at once and the reductions stay inside
 // the L lanes. v takes the same path with w = 1, no rotation and no norm. Each thread keeps dw sums for
-// its fixed columns; a block sums its threads' in a fixed order into one partial row, and a second kernel
-// sums the rows in order (deterministic).
+// its fixed columns; a block sums its threads' in a fixed order into one partial row, and sum_partial_rows
+// sums the rows in a fixed order (deterministic).
 #include "common.cuh"
 #include "kernels.h"
 
@@ -21,7 +21,9 @@ namespace dlm::train::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kBackwardBlocks = 132 * 2;
+// 4 blocks of 256 threads fit an H100 multiprocessor (64 registers a thread, 16 KB of shared memory at
+// head_dim 128); 2 a multiprocessor left the loads too few in flight.
+constexpr int kBackwardBlocks = 132 * 4;
 constexpr int kPairs = 4;
 
 struct Slot {
@@ -53,11 +55,14 @@ struct Place {
   std::int64_t t, row, orow;  // token, element offsets of the head in the projection and attention layouts
   Slot sl;
 };
+// 32-bit division: tokens * slots < 2^31 is checked by the launchers (64-bit division is a long
+// instruction sequence, in the loop of a memory-bound kernel).
 __device__ Place place_of(const QkvShape& s, std::int64_t item) {
-  const int slots = s.heads + 2 * s.groups;
+  const unsigned slots = static_cast<unsigned>(s.heads + 2 * s.groups);
   const bool live = item < static_cast<std::int64_t>(s.tokens) * slots;
-  const std::int64_t t = live ? item / slots : 0;
-  const Slot sl = slot_of(s, live ? static_cast<int>(item % slots) : 0);
+  const unsigned i = live ? static_cast<unsigned>(item) : 0u;
+  const std::int64_t t = i / slots;
+  const Slot sl = slot_of(s, static_cast<int>(i % slots));
   const std::int64_t base = t * slots * s.head_dim;
   return {live, t, base + sl.offset, base + sl.out, sl};
 }
@@ -131,7 +136,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     qk_bwd(QkvShape s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn, const float* kn,
            const int* positions, const float* cos_t, const float* sin_t, bf16* dqkv, float* partial) {
   constexpr int L = D / 8, G = 32 / L, half = D / 2;
@@ -203,15 +208,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-__global__ void qk_sum_partials(const float* partial, int rows, int head_dim, float* dqn, float* dkn) {
-  const int j = threadIdx.x;  // [0, 2 * head_dim)
-  if (j >= 2 * head_dim) return;
-  float acc = 0.0f;
-  for (int w = 0; w < rows; ++w) acc += partial[static_cast<std::int64_t>(w) * 2 * head_dim + j];
-  if (j < head_dim) dqn[j] += acc;
-  else dkn[j - head_dim] += acc;
-}
-
 template <int D>
 void forward_d(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd, const float* qn, const float* kn,
                const int* positions, const float* cos_table, const float* sin_table, cudaStream_t stream) {
@@ -230,11 +226,16 @@ void backward_d(const QkvShape& s, const bf16* dout, const bf16* qkv, const floa
                                                                   sin_table, dqkv, partial);
 }
 
+bool slots_fit(const QkvShape& s) {
+  return static_cast<std::int64_t>(s.tokens) * (s.heads + 2 * s.groups) < (std::int64_t{1} << 31);
+}
+
 }  // namespace
 
 void qk_norm_rope_forward(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd, const float* qn,
                           const float* kn, const int* positions, const float* cos_table, const float* sin_table,
                           cudaStream_t stream) {
+  if (!slots_fit(s)) return check_cuda(cudaErrorInvalidValue, "qk_norm_rope: tokens x head slots must be below 2^31");
   switch (s.head_dim) {
     case 16: return forward_d<16>(s, qkv, out, rstd, qn, kn, positions, cos_table, sin_table, stream);
     case 32: return forward_d<32>(s, qkv, out, rstd, qn, kn, positions, cos_table, sin_table, stream);
@@ -249,6 +250,7 @@ std::int64_t qk_norm_partial_floats(const QkvShape& s) { return std::int64_t{kBa
 void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn,
                            const float* kn, const int* positions, const float* cos_table, const float* sin_table,
                            bf16* dqkv, float* dqn, float* dkn, float* partial, cudaStream_t stream) {
+  if (!slots_fit(s)) return check_cuda(cudaErrorInvalidValue, "qk_norm_rope: tokens x head slots must be below 2^31");
   switch (s.head_dim) {
     case 16: backward_d<16>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
     case 32: backward_d<32>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
@@ -256,7 +258,7 @@ void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv,
     case 128: backward_d<128>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
     default: check_cuda(cudaErrorInvalidValue, "qk_norm_rope: head_dim must be 16, 32, 64 or 128"); return;
   }
-  if (s.qk_norm) qk_sum_partials<<<1, 2 * s.head_dim, 0, stream>>>(partial, kBackwardBlocks, s.head_dim, dqn, dkn);
+  if (s.qk_norm) sum_partial_rows(partial, kBackwardBlocks, 2 * s.head_dim, dqn, dkn, s.head_dim, stream);
 }
 
 }  // namespace dlm::train::cuda

@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, con
 }
 
 // One 16-byte vector a thread and one row a block (blockDim = dim / 8, a multiple of 32): the thread keeps
-// its 8 dw sums in registers across rows, so registers stay few and 8 blocks fit a multiprocessor (the
+// its 8 dw sums in registers across rows, so registers stay few (64: at dim 2048, 4 blocks a multiprocessor; the
 // warp-per-row form above holds VPL x 8 sums and the row in registers: at dim 2048 it ran at ~60% of the
 // bandwidth, 2 blocks a multiprocessor). dres is loaded before the row's reduction so that the load is in
 // flight during the barrier. H100, per 1.7B step: 7.7 -> 7.2 ms at dim 2048; at dim 1024 (128-thread
@@ -201,17 +201,10 @@ __global__ void __launch_bounds__(1024) rmsnorm_bwd_vec(const bf16* dy, const bf
   reinterpret_cast<float4*>(out)[1] = make_float4(dw[4], dw[5], dw[6], dw[7]);
 }
 
-constexpr int kVecBlocks = 1056;  // 8 per H100 multiprocessor
+// 4 per H100 multiprocessor: 64 registers a thread at 256 threads (dim 2048) let 4 be resident, so every block
+// is in the first wave (1,056 made two waves and twice the partial rows).
+constexpr int kVecBlocks = 528;
 bool vec_form(int dim) { return dim % 256 == 0 && dim >= 2048 && dim / 8 <= 1024; }
-
-// dw[j] += sum over blocks b of partial[b][j], b in order.
-__global__ void sum_partials(const float* partial, int blocks, int dim, float* dw) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= dim) return;
-  float acc = 0.0f;
-  for (int b = 0; b < blocks; ++b) acc += partial[static_cast<std::int64_t>(b) * dim + j];
-  dw[j] += acc;
-}
 
 int backward_blocks(int rows, int dim) {
   const int most = vec_form(dim) ? kVecBlocks : kMaxBlocks;
@@ -232,7 +225,7 @@ void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float
   const int blocks = backward_blocks(rows, dim);
   if (vec_form(dim) && !std::getenv("DLM_CUDA_RMSNORM_WARP")) {
     rmsnorm_bwd_vec<<<blocks, dim / 8, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
-    sum_partials<<<(dim + 255) / 256, 256, 0, stream>>>(partial, blocks, dim, dw);
+    sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;
   }
   const int vpl = (dim / 8 + 31) / 32;
@@ -242,14 +235,14 @@ void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float
     else if (vpl <= 2) rmsnorm_bwd_warp<2><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
     else if (vpl <= 4) rmsnorm_bwd_warp<4><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
     else rmsnorm_bwd_warp<8><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
-    sum_partials<<<(dim + 255) / 256, 256, 0, stream>>>(partial, blocks, dim, dw);
+    sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;
   }
   const auto smem = static_cast<std::size_t>(dim) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(rmsnorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   rmsnorm_bwd<<<blocks, kThreads, smem, stream>>>(dy, s, w, rstd, dres, dres_bf16, partial, rows, dim);
-  sum_partials<<<(dim + 255) / 256, 256, 0, stream>>>(partial, blocks, dim, dw);
+  sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
 }
 
 }  // namespace dlm::train::cuda
