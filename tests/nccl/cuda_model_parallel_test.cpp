@@ -9,8 +9,8 @@
 // most (1 - cosine ~1e-3 on the whole GPU model, ~2e-5 for the rest), so one fixed bound for every tensor
 // would be either loose or wrong. The update after eight steps is checked more coarsely: Adam's per-element
 // normalisation turns the sign noise of a near-zero gradient entry into a whole step, so one run's distance
-// is no bound for a small tensor; 1 - cosine <= 5e-3 (about 10% of the direction) still catches an update
-// that is missing, doubled or applied to the wrong slice.
+// is no bound for a small tensor; 1 - cosine <= 1e-2 (8 degrees; the bf16 residual gradient's drift took a tied
+// TP2+SP tensor to 5.9e-3) still catches an update that is missing or applied to the wrong slice.
 //
 // And data parallelism: with the distributed optimizer, and with the all-reduce overlapped with the backward.
 // With a GPU per rank the groups are NCCL's; with one GPU for both ranks they stage through MPI
@@ -204,13 +204,20 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
     worst_norm = std::max(worst_norm, std::abs(got.norms[s] - want.norms[s]) / want.norms[s]);
     cpu_loss = std::max(cpu_loss, std::abs(cpu.losses[s] - want.losses[s]) / cpu.losses[s]);
   }
+  // The first step starts from the same weights: its norm shows the layout's own rounding. Later steps start from
+  // weights that differ in last bits, which the bf16 residual gradient turns into rounding flips: a tied embedding
+  // (one tensor fed by the head and by every token's residual gradient) drifted to 12% in one of 8 steps with the
+  // losses still within 8e-4, so the later norms are held coarsely and the losses tightly.
+  const double first_norm = std::abs(got.norms[0] - want.norms[0]) / want.norms[0];
   EXPECT_LE(worst_loss, 2e-3) << what;
-  EXPECT_LE(worst_norm, 2e-2) << what;
+  EXPECT_LE(first_norm, 2e-2) << what;
+  EXPECT_LE(worst_norm, 0.25) << what;
   EXPECT_LT(got.losses.back(), got.losses.front()) << what << ": the loss did not fall";
 
   // Per local tensor: 1 - cosine of its first gradient and of its update over the run against the CPU's
   // slices, allowed kSlack times the whole GPU model's distance or a floor, whichever is larger (see the top).
-  constexpr double kSlack = 4, kGradientFloor = 2e-4, kUpdateFloor = 5e-3;
+  // Updates after 8 steps carry the drift above: 6 times the whole model's distance (first gradients: 4).
+  constexpr double kSlack = 4, kUpdateSlack = 6, kGradientFloor = 2e-4, kUpdateFloor = 1e-2;
   const bool verbose = std::getenv("DLM_TEST_VERBOSE") != nullptr;
   // The rank's tensors chunk by chunk (chunk v is stage v * PP + r of PP x chunks), as parameters() lists them.
   std::vector<ckpt::TensorShard> shards;
@@ -245,7 +252,7 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
     const double upd = 1 - cosine(update(got, i, true), update(cpu, c, false));
     const double upd_whole = 1 - cosine(update(want, w, false), update(cpu, c, false));
     const double grad_allowed = std::max(kGradientFloor, kSlack * grad_whole);
-    const double upd_allowed = std::max(kUpdateFloor, kSlack * upd_whole);
+    const double upd_allowed = std::max(kUpdateFloor, kUpdateSlack * upd_whole);
     EXPECT_LE(grad, grad_allowed) << what << ": first gradient of " << shards[i].name << " (whole GPU model "
                                   << grad_whole << ")";
     EXPECT_LE(upd, upd_allowed) << what << ": update of " << shards[i].name << " (whole GPU model " << upd_whole
@@ -259,9 +266,10 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   mpi_world().all_reduce(std::span<double>(worst, 2), ReduceOp::kMax);
   if (mpi_world().rank() == 0)
     std::printf("[gpu layouts] %s: losses %.6f..%.6f (whole %.6f..%.6f), worst loss rel %.2e (whole against the "
-                "CPU %.2e), norm rel %.2e; worst 1-cosine over its allowance: first gradients %.2f, updates %.2f\n",
+                "CPU %.2e), norm rel %.2e (first step %.2e); worst 1-cosine over its allowance: first gradients %.2f, "
+                "updates %.2f\n",
                 what.c_str(), got.losses.front(), got.losses.back(), want.losses.front(), want.losses.back(), worst_loss,
-                cpu_loss, worst_norm, worst[0], worst[1]);
+                cpu_loss, worst_norm, first_norm, worst[0], worst[1]);
 }
 
 // Two data-parallel ranks (and nothing else) with their data group over device memory: NCCL with a GPU per
@@ -305,7 +313,9 @@ DataParallelGap compare_with_whole(const Run& got, const Run& want, Communicator
   }
   gap.first_norm = std::abs(got.norms[0] - want.norms[0]) / want.norms[0];
   EXPECT_LE(gap.first_norm, 1e-5) << what;
-  EXPECT_LE(gap.loss, 1e-4) << what;
+  // Later steps: last-bit weight differences become bf16 rounding flips of the residual gradient (1.1e-4 and
+  // 4.3e-4 of an update measured after 8 steps, against 2e-5-class with an fp32 residual gradient).
+  EXPECT_LE(gap.loss, 5e-4) << what;
   EXPECT_LE(gap.norm, 1e-2) << what;
   EXPECT_EQ(got.after.size(), want.after.size()) << what;
   for (std::size_t i = 0; i < std::min(got.after.size(), want.after.size()); ++i) {
@@ -316,7 +326,7 @@ DataParallelGap compare_with_whole(const Run& got, const Run& want, Communicator
       du[e] = double{want.after_values[i][e]} - want.before_values[i][e],
       dg[e] = double{got.after_values[i][e]} - got.before_values[i][e];
     const double update = 1 - cosine(dg, du);
-    EXPECT_LE(update, 1e-4) << what << ": update of " << got.after[i].name;
+    EXPECT_LE(update, 2e-3) << what << ": update of " << got.after[i].name;
     gap.update = std::max(gap.update, update);
     // The max and min over the group.
     std::vector<float> hi = got.after_values[i], lo = got.after_values[i];

@@ -11,6 +11,10 @@ __global__ void to_bf16(const float* in, bf16* out, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
+__global__ void to_f32(const bf16* in, float* out, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __bfloat162float(in[i]);
+}
 __global__ void add_bf16_kernel(const bf16* a, const bf16* b, bf16* out, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
@@ -77,6 +81,9 @@ void init_normal(float* p, std::int64_t n, float std, std::uint64_t seed, cudaSt
 
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream) {
   if (n > 0) to_bf16<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(in, out, n);
+}
+void bf16_to_f32(const bf16* in, float* out, std::int64_t n, cudaStream_t stream) {
+  if (n > 0) to_f32<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(in, out, n);
 }
 void add_bf16(const bf16* a, const bf16* b, bf16* out, std::int64_t n, cudaStream_t stream) {
   if (n > 0) add_bf16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a, b, out, n);

@@ -9,7 +9,8 @@
 //   and the same around the MLP. Backward mirrors it: the gradient entering a row-parallel GEMM is gathered,
 //   the one leaving a column-parallel GEMM summed back. The head: hf gathered, logits over the rank's
 //   vocabulary rows, the vocabulary-parallel cross-entropy (lse gathered, the label's logit summed).
-// Activations kept per layer: see LayerActs. The residual gradient is carried in fp32 on the rank's rows.
+// Activations kept per layer: see LayerActs. The residual gradient is carried in bf16 on the rank's rows (dres16),
+// and leaves the stage in fp32 (dres).
 #include <algorithm>
 #include <vector>
 
@@ -180,7 +181,7 @@ namespace {
 // that is every row), a chunk of rows at a time: logits, the CE gradient in place, then (backward) the weight
 // gradient and the rows' gradient, which overwrites the chunk's packed rows (the weight GEMM has read them);
 // scattered back into dh_full, zeros on the rows without loss; then the final norm's backward, leaving
-// d residual in dres / dres16. The rows without loss weight have a zero gradient either way: skipping them
+// d residual (bf16) in dres16. The rows without loss weight have a zero gradient either way: skipping them
 // changes nothing but the time (about half the head's GEMMs under the diffusion objective).
 void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   const cudaStream_t st = I.stream;
@@ -225,8 +226,7 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   I.settle_grad(I.out);  // when no row had loss weight, the output layer's gradient (still fresh) is zero
   if (in.head_packed) scatter_rows(I.head_x, in.head_slot, static_cast<int>(I.T), d, I.dh_full, st);
   I.scatter_sum(I.dh_full, I.dh);
-  check_cuda(cudaMemsetAsync(I.dres, 0, sizeof(float) * I.Ts * d, st), "memset");
-  rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres, I.dres16, I.G(I.lnf), I.partial,
+  rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres16, false, I.G(I.lnf), I.partial,
                    static_cast<int>(I.Ts), d, st);
   I.timer.mark("rmsnorm bwd", st);
 }
@@ -252,7 +252,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st);
     I.scatter_sum(I.dh_full, I.dh);
     mark("gemm fc1 bwd");
-    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres, I.dres16, I.G(P.ln2), I.partial, Ts, d, st);
+    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres16, true, I.G(P.ln2), I.partial, Ts, d, st);
     mark("rmsnorm bwd");
     I.gather(I.dres16, I.dres16_full);
     gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, I.grad_beta(P.proj), st);
@@ -267,10 +267,12 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh_full, false, d, 0, st);
     I.scatter_sum(I.dh_full, I.dh);
     mark("gemm qkv bwd");
-    rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres, I.dres16, I.G(P.ln1), I.partial, Ts, d, st);
+    rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres16, true, I.G(P.ln1), I.partial, Ts, d, st);
     mark("rmsnorm bwd");
     if (I.layer_hook) I.layer_hook(I.first_layer + l);
   }
+  // The residual gradient leaves the layers in fp32: the embedding's backward and a previous stage take it so.
+  bf16_to_f32(I.dres16, I.dres, I.Ts * d, st);
   if (I.pre) {
     // Every row's gradient reaches the rank's rows of the table (under SP gathered first).
     if (I.sp)
@@ -316,9 +318,7 @@ void CudaModel::backward_stage(int k, int slot) {
     I.use_head(slot);
     enqueue_head(I, in, true);
   } else {
-    check_cuda(cudaMemcpyAsync(I.dres, I.dres_in, sizeof(float) * I.Ts * I.d(), cudaMemcpyDeviceToDevice, I.stream),
-               "stage gradient");
-    f32_to_bf16(I.dres, I.dres16, I.Ts * I.d(), I.stream);
+    f32_to_bf16(I.dres_in, I.dres16, I.Ts * I.d(), I.stream);
   }
   enqueue_backward_layers(I, in, I.slot_acts(slot));
   I.timer.finish();

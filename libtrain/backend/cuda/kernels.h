@@ -22,11 +22,13 @@ void check_cuda(cudaError_t status, const char* what);
 //   s_out receives s (may alias x when add is null it is not written).
 void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd,
                      int rows, int dim, float eps, cudaStream_t stream);
-//   backward: with g = dy * w and xh = s * rstd, ds = rstd * (g - xh * mean(g * xh)); dres += ds (fp32),
-//   dres_bf16 = bf16(dres) (the next GEMM's input); dw += sum_rows dy * xh (deterministic: per-block
-//   partials, then a fixed-order sum). `partial` holds rmsnorm_partial_floats(rows, dim) floats.
-void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, float* dres,
-                      bf16* dres_bf16, float* dw, float* partial, int rows, int dim, cudaStream_t stream);
+//   backward: with g = dy * w and xh = s * rstd, ds = rstd * (g - xh * mean(g * xh));
+//   dres = bf16(dres + ds) when `accumulate`, else bf16(ds) (dres is not read): the residual stream's gradient,
+//   carried in bf16 as Megatron carries it (the sum in fp32, rounded once per norm), and the next GEMMs' input;
+//   dw += sum_rows dy * xh (deterministic: per-block partials, then a fixed-order sum). `partial` holds
+//   rmsnorm_partial_floats(rows, dim) floats.
+void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, bf16* dres, bool accumulate,
+                      float* dw, float* partial, int rows, int dim, cudaStream_t stream);
 std::int64_t rmsnorm_partial_floats(int rows, int dim);
 
 // partial_sums.cu: the fixed-order second pass of the norms' weight gradients (rmsnorm, qk_norm_rope):
@@ -159,6 +161,7 @@ void scatter_rows(const bf16* packed, const int* slot, int rows, int dim, bf16* 
 
 // convert.cu
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream);
+void bf16_to_f32(const bf16* in, float* out, std::int64_t n, cudaStream_t stream);
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
 // out = bf16(a + b) (fp32 add: a pipeline stage's output residual).
 void add_bf16(const bf16* a, const bf16* b, bf16* out, std::int64_t n, cudaStream_t stream);
