@@ -5,8 +5,6 @@
 #include "attention_cudnn.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -22,13 +20,6 @@
 #endif
 
 namespace dlm::train::cuda {
-
-namespace {
-[[maybe_unused]] bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-}  // namespace
 
 #if DLM_HAVE_CUDNN
 namespace fe = cudnn_frontend;

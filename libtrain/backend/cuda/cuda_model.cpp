@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -105,10 +104,6 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   }
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  const auto env_is = [](const char* name, std::string_view value) {
-    const char* v = std::getenv(name);
-    return v && std::string_view(v) == value;
-  };
   I.graphs_off = env_is("DLM_CUDA_GRAPHS", "0");
   I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
   I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");

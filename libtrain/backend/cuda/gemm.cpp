@@ -1,6 +1,7 @@
 #include "gemm.h"
 
-#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,11 @@ void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail(fmt::format("{}: {}", what, cudaGetErrorString(status)));
 }
 
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 // One GEMM's cuBLASLt descriptors, destroyed with it.
 struct Gemm::Descriptors {
   cublasLtMatmulDesc_t op = nullptr;
@@ -33,6 +39,10 @@ struct Gemm::Descriptors {
     check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, lda), "layout A");
     check_lt(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, ldc), "layout C");
   }
+  explicit Descriptors(const Key& key)
+      : Descriptors(std::get<kKeyTransA>(key), std::get<kKeyTransB>(key), std::get<kKeyM>(key), std::get<kKeyN>(key),
+                    std::get<kKeyK>(key), std::get<kKeyLda>(key), std::get<kKeyLdb>(key), std::get<kKeyF32>(key),
+                    std::get<kKeyLdc>(key)) {}
   ~Descriptors() {
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
@@ -69,38 +79,32 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Descriptors& g, int coun
   return algos;
 }
 
-const cublasLtMatmulAlgo_t& Gemm::algo_for(const Descriptors& g, const Key& key, bool trans_a, bool trans_b, int m,
-                                           int n, int k, int lda, int ldb, bool c_f32, int ldc,
-                                           const RowFamily* family) {
-  auto exact = [&]() -> const cublasLtMatmulAlgo_t& {
-    auto it = algos_.find(key);
-    if (it == algos_.end()) {
-      const auto found = heuristic(g, 1);
-      if (found.empty()) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", m, n, k));
-      it = algos_.emplace(key, found.front()).first;
-    }
-    return it->second;
-  };
-  if (!family) return exact();
-  const int fm = family->dim == RowFamily::kM ? family->rows : m, fk = family->dim == RowFamily::kK ? family->rows : k;
-  // The family's entry is keyed like its largest GEMM's own (a call at the largest count shares it).
-  const Key fkey{trans_a, trans_b, fm, n, fk, lda, ldb, ldc, c_f32};
-  auto it = algos_.find(fkey);
+const cublasLtMatmulAlgo_t& Gemm::cached(const Key& key) {
+  auto it = algos_.find(key);
   if (it == algos_.end()) {
-    const Descriptors largest(trans_a, trans_b, fm, n, fk, lda, ldb, c_f32, ldc);
-    const auto found = heuristic(largest, 1);
-    if (found.empty()) fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", fm, n, fk));
-    it = algos_.emplace(fkey, found.front()).first;
+    const auto found = heuristic(Descriptors(key), 1);
+    if (found.empty())
+      fail(fmt::format("cuBLASLt: no algorithm for {}x{}x{}", std::get<kKeyM>(key), std::get<kKeyN>(key), std::get<kKeyK>(key)));
+    it = algos_.emplace(key, found.front()).first;
   }
-  auto fit = family_fits_.find({fkey, key});
+  return it->second;
+}
+
+const cublasLtMatmulAlgo_t& Gemm::algo_for(const Descriptors& g, const Key& key, const RowFamily* family) {
+  if (!family) return cached(key);
+  // The family's entry is keyed like its largest GEMM's own (a call at the largest count shares it).
+  Key largest = key;
+  (family->dim == RowFamily::kM ? std::get<kKeyM>(largest) : std::get<kKeyK>(largest)) = family->rows;
+  const cublasLtMatmulAlgo_t& algo = cached(largest);
+  auto fit = family_fits_.find({largest, key});
   if (fit == family_fits_.end()) {
     cublasLtMatmulHeuristicResult_t result{};
-    const bool ok = cublasLtMatmulAlgoCheck(handle_, g.op, g.la, g.lb, g.lc, g.lc, &it->second, &result) ==
+    const bool ok = cublasLtMatmulAlgoCheck(handle_, g.op, g.la, g.lb, g.lc, g.lc, &algo, &result) ==
                         CUBLAS_STATUS_SUCCESS &&
                     result.workspaceSize <= workspace_bytes_;
-    fit = family_fits_.emplace(std::make_pair(fkey, key), ok).first;
+    fit = family_fits_.emplace(std::make_pair(largest, key), ok).first;
   }
-  return fit->second ? it->second : exact();
+  return fit->second ? algo : cached(key);
 }
 
 void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb,
@@ -109,7 +113,7 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, i
   // beta is not part of the key: the heuristic does not see it, and a gradient GEMM must run the same algorithm
   // whether it overwrites (the first micro-batch after zero_grad) or adds.
   const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32};
-  const cublasLtMatmulAlgo_t& algo = algo_for(g, key, trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc, family);
+  const cublasLtMatmulAlgo_t& algo = algo_for(g, key, family);
   const float alpha = 1.0f;
   check_lt(cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &algo, workspace_,
                           workspace_bytes_, stream),

@@ -41,14 +41,18 @@ class Gemm {
                                       int repeats, cudaStream_t stream);
 
  private:
+  // A GEMM's shape: trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32 (fields named by the enum).
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
+  enum KeyField { kKeyTransA, kKeyTransB, kKeyM, kKeyN, kKeyK, kKeyLda, kKeyLdb, kKeyLdc, kKeyF32 };
   struct Descriptors;
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Descriptors& g, int count);
-  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
+  // The heuristic's first algorithm for the shape, asked once.
+  const cublasLtMatmulAlgo_t& cached(const Key& key);
+  // run()'s algorithm: the shape's own, or its family's where cuBLASLt accepts that for the shape.
+  const cublasLtMatmulAlgo_t& algo_for(const Descriptors& g, const Key& key, const RowFamily* family);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = std::size_t{64} << 20;
-  const cublasLtMatmulAlgo_t& algo_for(const Descriptors& g, const Key& key, bool trans_a, bool trans_b, int m, int n,
-                                       int k, int lda, int ldb, bool c_f32, int ldc, const RowFamily* family);
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
   std::map<std::pair<Key, Key>, bool> family_fits_;  // (family key, exact key): cuBLASLt accepts the algorithm
 };

@@ -16,6 +16,8 @@ using bf16 = __nv_bfloat16;
 
 // Throws dlm::Error "<what>: <cudaGetErrorString>" when `status` is not cudaSuccess.
 void check_cuda(cudaError_t status, const char* what);
+// Whether environment variable `name` is set to exactly `value` (the backend's A/B and reference switches).
+bool env_is(const char* name, const char* value);
 
 // rmsnorm.cu: fused residual add + RMSNorm.
 //   forward: s = x + add (add may be null: s = x); y = s * rstd * w, rstd = 1 / sqrt(mean(s^2) + eps).
