@@ -86,7 +86,7 @@ TEST_P(RmsNormTest, BackwardMatchesReference) {
 }
 
 // The forward (fused residual add, then the norm of the rounded sum) against a host reference at the same widths:
-// one vector a thread from dim 256 up when dim % 256 == 0 (1024, 2048, 4096), the looping form below (128, 520).
+// one vector a thread from dim 256 up when dim % 256 == 0 (1024, 2048, 4096), the looping form otherwise (128, 520).
 TEST_P(RmsNormTest, ForwardMatchesReference) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   const int dim = GetParam(), rows = 700;

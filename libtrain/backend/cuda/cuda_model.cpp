@@ -3,7 +3,7 @@
 // cuda_model_sampling.cpp).
 // Activations kept for the backward per layer: the residual streams entering each norm (bf16), the normed
 // inputs of the GEMMs, QKV before and after QK-norm + RoPE, the attention output and its lse, fc1's output
-// and SwiGLU's; nothing is recomputed. The residual gradient is carried in fp32.
+// and SwiGLU's; nothing is recomputed. The residual gradient is carried in bf16 (cuda_model_stage.cpp).
 #include "dlm/train/cuda_model.h"
 
 #include <algorithm>
