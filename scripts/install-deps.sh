@@ -31,15 +31,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
-# Python peers: reinstalled only when scripts/requirements.txt changes.
+# Python peers and the header-only libraries PyPI ships: reinstalled only when a requirements file changes.
 PY=${PYTHON:-python3}
 stamp=.venv/.requirements.sha256
-want=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
+want=$(cat scripts/requirements.txt scripts/requirements-headers.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "install-deps: creating .venv with the pinned interop peers"
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r scripts/requirements.txt
+  .venv/bin/pip install -q --no-deps -r scripts/requirements-headers.txt
   echo "$want" > "$stamp"
 fi
 echo "install-deps: ok"

