@@ -119,8 +119,8 @@ struct Config {
 // Ping-pong: two consumer warp groups take turns, one's epilogue (the aux loads, the SwiGLU math, two stores)
 // overlapping the other's MMAs. H100, the fc2 backward's phase (weight GEMM, data GEMM, SwiGLU backward) per
 // step: 1.7B 21.9 -> 19.2 ms, 350M 10.3 -> 8.0 ms. The cooperative 128x256 schedule, whose epilogue holds up the
-// MMAs, was slower than the unfused pair (25.0 and 10.4 ms); 128x128 clusters of 1x2 and a cooperative 256x128
-// also lost (docs/performance.md).
+// MMAs, was slower than the unfused pair (25.0 and 10.4 ms); 128x128 in clusters of 1x2 or none, ping-pong
+// 64x256 and a cooperative 256x128 also lost (docs/performance.md).
 using Fused = Config<Shape<_128, _128, _64>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                      cutlass::epilogue::TmaWarpSpecialized>;
 
