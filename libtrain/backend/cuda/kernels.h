@@ -16,6 +16,9 @@ using bf16 = __nv_bfloat16;
 
 // Throws dlm::Error "<what>: <cudaGetErrorString>" when `status` is not cudaSuccess.
 void check_cuda(cudaError_t status, const char* what);
+// The current device's multiprocessor count: grids sized as blocks a multiprocessor (tuned on the H100's 132)
+// fill any GPU in one wave.
+int multiprocessors();
 // Whether environment variable `name` is set to exactly `value` (the backend's A/B and reference switches).
 bool env_is(const char* name, const char* value);
 

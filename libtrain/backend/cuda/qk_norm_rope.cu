@@ -21,9 +21,9 @@ namespace dlm::train::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-// 4 blocks of 256 threads fit an H100 multiprocessor (64 registers a thread, 16 KB of shared memory at
+// 4 blocks of 256 threads fit a Hopper multiprocessor (64 registers a thread, 16 KB of shared memory at
 // head_dim 128); 2 a multiprocessor left the loads too few in flight.
-constexpr int kBackwardBlocks = 132 * 4;
+int backward_blocks() { return 4 * multiprocessors(); }
 constexpr int kPairs = 4;
 
 struct Slot {
@@ -222,7 +222,7 @@ template <int D>
 void backward_d(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn,
                 const float* kn, const int* positions, const float* cos_table, const float* sin_table, bf16* dqkv,
                 float* partial, cudaStream_t stream) {
-  qk_bwd<D><<<kBackwardBlocks, kWarpsPerBlock * 32, 0, stream>>>(s, dout, qkv, rstd, qn, kn, positions, cos_table,
+  qk_bwd<D><<<backward_blocks(), kWarpsPerBlock * 32, 0, stream>>>(s, dout, qkv, rstd, qn, kn, positions, cos_table,
                                                                   sin_table, dqkv, partial);
 }
 
@@ -245,7 +245,7 @@ void qk_norm_rope_forward(const QkvShape& s, const bf16* qkv, bf16* out, float* 
   }
 }
 
-std::int64_t qk_norm_partial_floats(const QkvShape& s) { return std::int64_t{kBackwardBlocks} * 2 * s.head_dim; }
+std::int64_t qk_norm_partial_floats(const QkvShape& s) { return std::int64_t{backward_blocks()} * 2 * s.head_dim; }
 
 void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn,
                            const float* kn, const int* positions, const float* cos_table, const float* sin_table,
@@ -258,7 +258,7 @@ void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv,
     case 128: backward_d<128>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
     default: check_cuda(cudaErrorInvalidValue, "qk_norm_rope: head_dim must be 16, 32, 64 or 128"); return;
   }
-  if (s.qk_norm) sum_partial_rows(partial, kBackwardBlocks, 2 * s.head_dim, dqn, dkn, s.head_dim, stream);
+  if (s.qk_norm) sum_partial_rows(partial, backward_blocks(), 2 * s.head_dim, dqn, dkn, s.head_dim, stream);
 }
 
 }  // namespace dlm::train::cuda

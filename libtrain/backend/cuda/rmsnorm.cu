@@ -16,7 +16,8 @@ namespace dlm::train::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 264;  // two per H100 multiprocessor
+// The looping and warp forms' grid: two blocks a multiprocessor.
+int max_blocks() { return 2 * multiprocessors(); }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf16* add, bf16* s_out, const float* w,
                                                         bf16* y, float* rstd, int dim, float eps) {
@@ -284,18 +285,17 @@ constexpr int kRowsAtOnce = 2;
 // The most blocks of rmsnorm_bwd_rows resident on this device at once for a dim (cached: ~60 launches a step).
 int rows_form_blocks(int dim) {
   static thread_local int last_device = -1, last_dim = -1, last_blocks = 0;
-  int device = 0, sms = 0, per_sm = 0;
+  int device = 0, per_sm = 0;
   cudaGetDevice(&device);
   if (device == last_device && dim == last_dim) return last_blocks;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_bwd_rows<kRowsAtOnce>, dim / 8, 0);
-  last_device = device, last_dim = dim, last_blocks = std::max(1, sms * per_sm);
+  last_device = device, last_dim = dim, last_blocks = std::max(1, multiprocessors() * per_sm);
   return last_blocks;
 }
 
-// 4 per H100 multiprocessor: 64 registers a thread at 256 threads (dim 2048) let 4 be resident, so every block
-// is in the first wave (1,056 made two waves and twice the partial rows).
-constexpr int kVecBlocks = 528;
+// 4 a multiprocessor: 64 registers a thread at 256 threads (dim 2048) let 4 be resident, so every block is in
+// the first wave (8 a multiprocessor made two waves and twice the partial rows).
+int vec_blocks() { return 4 * multiprocessors(); }
 // One 16-byte vector a thread fits a block: blockDim = dim / 8, a multiple of 32 and at most 1024.
 bool one_vector_a_thread(int dim) { return dim % 256 == 0 && dim / 8 <= 1024; }
 bool vec_form(int dim) { return one_vector_a_thread(dim) && dim >= 2048; }
@@ -314,7 +314,7 @@ bool rows_form(int dim) { return one_vector_a_thread(dim) && dim < 2048 && !back
 
 int backward_blocks(int rows, int dim) {
   if (rows_form(dim)) return std::min((rows + kRowsAtOnce - 1) / kRowsAtOnce, rows_form_blocks(dim));
-  const int most = vec_form(dim) ? kVecBlocks : kMaxBlocks;
+  const int most = vec_form(dim) ? vec_blocks() : max_blocks();
   return rows < most ? rows : most;
 }
 
@@ -328,7 +328,7 @@ void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w
 }
 
 std::int64_t rmsnorm_partial_floats(int rows, int dim) {
-  const int warp = std::min(rows, kMaxBlocks);  // DLM_CUDA_RMSNORM_WARP's grid
+  const int warp = std::min(rows, max_blocks());  // DLM_CUDA_RMSNORM_WARP's grid
   return std::int64_t{std::max(backward_blocks(rows, dim), warp)} * dim;
 }
 
