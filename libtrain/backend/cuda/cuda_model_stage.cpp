@@ -118,7 +118,8 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
   }
   const cudaStream_t st = I.stream;
   if (I.pageable_upload) {
-    for (const Column& col : columns) check_cuda(cudaMemcpyAsync(col.dst, col.src, col.bytes, cudaMemcpyHostToDevice, st), "upload");
+    for (const Column& col : columns)
+      check_cuda(cudaMemcpyAsync(col.dst, col.src, col.bytes, cudaMemcpyHostToDevice, st), "upload");
   } else {
     std::size_t bytes = 0;
     for (const Column& col : columns) bytes += UploadStaging::room(col.bytes);
