@@ -327,10 +327,7 @@ void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w
   rmsnorm_fwd<<<rows, kThreads, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps);
 }
 
-std::int64_t rmsnorm_partial_floats(int rows, int dim) {
-  const int warp = std::min(rows, max_blocks());  // DLM_CUDA_RMSNORM_WARP's grid
-  return std::int64_t{std::max(backward_blocks(rows, dim), warp)} * dim;
-}
+std::int64_t rmsnorm_partial_floats(int rows, int dim) { return std::int64_t{backward_blocks(rows, dim)} * dim; }
 
 void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, bf16* dres, bool accumulate,
                       float* dw, float* partial, int rows, int dim, cudaStream_t stream) {

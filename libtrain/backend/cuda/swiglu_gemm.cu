@@ -83,87 +83,46 @@ using LayoutB = cutlass::layout::RowMajor;  // W2 [d, F]: K x N with N contiguou
 using LayoutD = cutlass::layout::RowMajor;  // dgu halves [T, F], row stride 2F
 constexpr int kAlign = 8;                   // 16 bytes of bf16
 
-template <class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule>
-struct Config {
-  using EpilogueDescriptor =
-      cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, cutlass::epilogue::collective::EpilogueTileAuto,
-                                                                void, Bf, EpilogueSchedule>;
-  using AuxLoadDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpilogueDescriptor, LayoutD, Bf>;
-  using AuxStoreDesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpilogueDescriptor, LayoutD, Bf>;
-  using AuxLoad = fusion::Sm90AuxLoad<AuxLoadDesc::Stages, typename EpilogueDescriptor::EpilogueTile, Bf,
-                                      typename AuxLoadDesc::Stride, typename AuxLoadDesc::SmemLayoutAtom,
-                                      typename AuxLoadDesc::CopyOpS2R>;
-  using AuxStore = fusion::Sm90AuxStore<AuxStoreDesc::Stages, typename EpilogueDescriptor::EpilogueTile, Bf, kRound,
-                                        typename AuxStoreDesc::Stride, typename AuxStoreDesc::SmemLayoutAtom,
-                                        typename AuxStoreDesc::CopyOpR2S>;
-  // Topological order: 0 acc, 1 g, 2 u, 3 du, 4 store du, 5 dg, 6 out.
-  using Edges = cute::tuple<cute::seq<>, cute::seq<>, cute::seq<>, cute::seq<0, 1>, cute::seq<3>, cute::seq<0, 1, 2>,
-                            cute::seq<5, 4>>;
-  using Fusion = fusion::Sm90TopologicalVisitor<float, Edges, fusion::Sm90AccFetch, AuxLoad, AuxLoad,
-                                                fusion::Sm90Compute<UpGrad, float, float, kRound>, AuxStore,
-                                                fusion::Sm90Compute<GateGrad, float, float, kRound>,
-                                                fusion::Sm90Compute<First, Bf, float, kRound>>;
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Bf, LayoutD, kAlign,
-      EpilogueSchedule, Fusion>::CollectiveOp;
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf, LayoutA, kAlign, Bf, LayoutB, kAlign, float, TileShape,
-      ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
-  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-};
 // Ping-pong: two consumer warp groups take turns, one's epilogue (the aux loads, the SwiGLU math, two stores)
 // overlapping the other's MMAs. H100, the fc2 backward's phase (weight GEMM, data GEMM, SwiGLU backward) per
 // step: 1.7B 21.9 -> 19.2 ms, 350M 10.3 -> 8.0 ms. The cooperative 128x256 schedule, whose epilogue holds up the
 // MMAs, was slower than the unfused pair (25.0 and 10.4 ms); 128x128 in clusters of 1x2 or none, ping-pong
 // 64x256 and a cooperative 256x128 also lost (docs/performance.md).
-using Fused = Config<Shape<_128, _128, _64>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                     cutlass::epilogue::TmaWarpSpecialized>;
+using TileShape = Shape<_128, _128, _64>;
+using ClusterShape = Shape<_2, _1, _1>;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+using EpilogueDescriptor =
+    cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, cutlass::epilogue::collective::EpilogueTileAuto,
+                                                              void, Bf, EpilogueSchedule>;
+using AuxLoadDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpilogueDescriptor, LayoutD, Bf>;
+using AuxStoreDesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpilogueDescriptor, LayoutD, Bf>;
+using AuxLoad = fusion::Sm90AuxLoad<AuxLoadDesc::Stages, typename EpilogueDescriptor::EpilogueTile, Bf,
+                                    typename AuxLoadDesc::Stride, typename AuxLoadDesc::SmemLayoutAtom,
+                                    typename AuxLoadDesc::CopyOpS2R>;
+using AuxStore = fusion::Sm90AuxStore<AuxStoreDesc::Stages, typename EpilogueDescriptor::EpilogueTile, Bf, kRound,
+                                      typename AuxStoreDesc::Stride, typename AuxStoreDesc::SmemLayoutAtom,
+                                      typename AuxStoreDesc::CopyOpR2S>;
+// Topological order: 0 acc, 1 g, 2 u, 3 du, 4 store du, 5 dg, 6 out.
+using Edges = cute::tuple<cute::seq<>, cute::seq<>, cute::seq<>, cute::seq<0, 1>, cute::seq<3>, cute::seq<0, 1, 2>,
+                          cute::seq<5, 4>>;
+using Fusion = fusion::Sm90TopologicalVisitor<float, Edges, fusion::Sm90AccFetch, AuxLoad, AuxLoad,
+                                              fusion::Sm90Compute<UpGrad, float, float, kRound>, AuxStore,
+                                              fusion::Sm90Compute<GateGrad, float, float, kRound>,
+                                              fusion::Sm90Compute<First, Bf, float, kRound>>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Bf, LayoutD, kAlign,
+    EpilogueSchedule, Fusion>::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf, LayoutA, kAlign, Bf, LayoutB, kAlign, float, TileShape,
+    ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+                                                    cutlass::gemm::PersistentScheduler>;
+using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
 bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-template <class Cfg>
-bool launch(const bf16* dy, const bf16* w2, const bf16* gu, bf16* dgu, int tokens, int hidden, int ffn, int sms,
-            void*& workspace, std::size_t& workspace_bytes, cudaStream_t stream) {
-  using Kernel = typename Cfg::Kernel;
-  using Device = typename Cfg::Device;
-  const auto F = static_cast<int64_t>(ffn), D = static_cast<int64_t>(hidden);
-  // Row-major strides in CUTLASS's (M, K, L) / (N, K, L) / (M, N, L) order; the unit strides are static.
-  typename Kernel::StrideA stride_a{};
-  get<0>(stride_a) = D;
-  typename Kernel::StrideB stride_b{};
-  get<1>(stride_b) = F;
-  typename Kernel::StrideD stride_half{};
-  get<0>(stride_half) = 2 * F;  // a row of gu / dgu holds both halves
-  const auto* gu_c = reinterpret_cast<const Bf*>(gu);
-  auto* dgu_c = reinterpret_cast<Bf*>(dgu);
-  cutlass::KernelHardwareInfo hw;
-  cudaGetDevice(&hw.device_id);
-  hw.sm_count = sms;
-  typename Device::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                  {tokens, ffn, hidden, 1},
-                                  {reinterpret_cast<const Bf*>(dy), stride_a, reinterpret_cast<const Bf*>(w2), stride_b},
-                                  {{}, nullptr, stride_half, dgu_c, stride_half},
-                                  hw};
-  // Node arguments in topological order (acc, g, u, du, store, dg, out).
-  args.epilogue.thread = {{}, {gu_c, Bf(0), stride_half}, {gu_c + F, Bf(0), stride_half}, {}, {dgu_c + F, stride_half},
-                          {}, {}};
-  Device gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
-  const std::size_t need = Device::get_workspace_size(args);
-  if (need > workspace_bytes) {
-    if (workspace) cudaFree(workspace);
-    workspace = nullptr, workspace_bytes = 0;
-    check_cuda(cudaMalloc(&workspace, need), "SwiGLU GEMM workspace");
-    workspace_bytes = need;
-  }
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return false;
-  return gemm.run(stream) == cutlass::Status::kSuccess;
-}
 
 }  // namespace
 
@@ -172,7 +131,6 @@ SwigluBackwardGemm::SwigluBackwardGemm() {
   if (cudaGetDevice(&device) != cudaSuccess) return;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device);
   available_ = major == 9 && minor == 0;  // the kernel is sm_90a machine code
 }
 
@@ -184,7 +142,38 @@ bool SwigluBackwardGemm::run(const bf16* dy, const bf16* w2, const bf16* gu, bf1
                              int ffn, cudaStream_t stream) {
   if (!available_ || tokens <= 0 || hidden % kAlign != 0 || ffn % kAlign != 0) return false;
   if (!aligned(dy) || !aligned(w2) || !aligned(gu) || !aligned(dgu)) return false;
-  return launch<Fused>(dy, w2, gu, dgu, tokens, hidden, ffn, sms_, workspace_, workspace_bytes_, stream);
+  const auto F = static_cast<int64_t>(ffn), D = static_cast<int64_t>(hidden);
+  // Row-major strides in CUTLASS's (M, K, L) / (N, K, L) / (M, N, L) order; the unit strides are static.
+  typename Kernel::StrideA stride_a{};
+  get<0>(stride_a) = D;
+  typename Kernel::StrideB stride_b{};
+  get<1>(stride_b) = F;
+  typename Kernel::StrideD stride_half{};
+  get<0>(stride_half) = 2 * F;  // a row of gu / dgu holds both halves
+  const auto* gu_c = reinterpret_cast<const Bf*>(gu);
+  auto* dgu_c = reinterpret_cast<Bf*>(dgu);
+  cutlass::KernelHardwareInfo hw;
+  check_cuda(cudaGetDevice(&hw.device_id), "cudaGetDevice");
+  hw.sm_count = multiprocessors();
+  typename Device::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {tokens, ffn, hidden, 1},
+                                  {reinterpret_cast<const Bf*>(dy), stride_a, reinterpret_cast<const Bf*>(w2), stride_b},
+                                  {{}, nullptr, stride_half, dgu_c, stride_half},
+                                  hw};
+  // Node arguments in topological order (acc, g, u, du, store, dg, out).
+  args.epilogue.thread = {{}, {gu_c, Bf(0), stride_half}, {gu_c + F, Bf(0), stride_half}, {}, {dgu_c + F, stride_half},
+                          {}, {}};
+  Device gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
+  const std::size_t need = Device::get_workspace_size(args);
+  if (need > workspace_bytes_) {
+    if (workspace_) cudaFree(workspace_);
+    workspace_ = nullptr, workspace_bytes_ = 0;
+    check_cuda(cudaMalloc(&workspace_, need), "SwiGLU GEMM workspace");
+    workspace_bytes_ = need;
+  }
+  if (gemm.initialize(args, workspace_, stream) != cutlass::Status::kSuccess) return false;
+  return gemm.run(stream) == cutlass::Status::kSuccess;
 }
 
 }  // namespace dlm::train::cuda

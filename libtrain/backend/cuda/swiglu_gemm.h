@@ -30,7 +30,6 @@ class SwigluBackwardGemm {
 
  private:
   bool available_ = false;
-  int sms_ = 0;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
 };
