@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
+#include "random_operands.h"
 
 namespace {
 
@@ -24,20 +24,6 @@ struct Shape {
   int m, n, k;
   bool f32;
 };
-
-// n bf16 values uniform in [-0.5, 0.5) from a fixed xorshift stream (fast enough for 10^9 of them), uploaded.
-void fill_random(void* device, std::size_t n) {
-  std::vector<bf16> host(n);
-  std::uint64_t r = 0x9E3779B97F4A7C15ull;
-  for (auto& x : host) {
-    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-    const std::uint32_t bits = 0x3F800000u | static_cast<std::uint32_t>(r & 0x7FFFFFu);
-    float f = 0;
-    std::memcpy(&f, &bits, 4);
-    x = __float2bfloat16(f - 1.5f);
-  }
-  dlm::train::cuda::check_cuda(cudaMemcpy(device, host.data(), n * 2, cudaMemcpyHostToDevice), "upload");
-}
 
 }  // namespace
 
@@ -72,7 +58,7 @@ int main(int argc, char** argv) {
       dlm::train::cuda::check_cuda(cudaMalloc(&a, na * 2), "a"), dlm::train::cuda::check_cuda(cudaMalloc(&b, nb * 2), "b");
       dlm::train::cuda::check_cuda(cudaMalloc(&c, nc * (s.f32 ? 4 : 2)), "c");
       // Random operands: zeros run faster (the tensor cores draw less power and clock higher).
-      fill_random(a, na), fill_random(b, nb);
+      dlm::bench::fill_random(a, na), dlm::bench::fill_random(b, nb);
       cudaMemset(c, 0, nc * (s.f32 ? 4 : 2));
       const auto ms = gemm.time_candidates(s.ta, s.tb, s.m, s.n, s.k, static_cast<const bf16*>(a), lda,
                                            static_cast<const bf16*>(b), ldb, c, s.f32, s.n, s.f32 ? 1.0f : 0.0f,

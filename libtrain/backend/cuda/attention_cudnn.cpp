@@ -27,7 +27,7 @@ namespace fe = cudnn_frontend;
 namespace {
 enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
 
-using Key = std::tuple<int, int, int, int, int, bool>;
+using Key = std::tuple<int, int, int, int, int, bool, bool>;
 
 struct Graphs {
   std::shared_ptr<fe::graph::Graph> fwd, bwd;
@@ -38,7 +38,7 @@ std::string why(const char* stage, fe::error_t e) { return fmt::format("{}: {}",
 }  // namespace
 
 struct Attention::Impl {
-  bool own = false, deterministic = false;
+  bool own = false, deterministic = false, v_copied = false;
   cudnnHandle_t handle = nullptr;
   std::map<Key, Graphs> cache;
   void* workspace = nullptr;
@@ -58,14 +58,22 @@ struct Attention::Impl {
     ws_bytes = static_cast<std::size_t>(bytes);
   }
 
-  // Tensors of the attention layout as strided 4-D views.
-  static void qkv_views(fe::graph::Graph& g, const AttentionShape& s, std::shared_ptr<fe::graph::Tensor_attributes>* q,
-                        std::shared_ptr<fe::graph::Tensor_attributes>* k, std::shared_ptr<fe::graph::Tensor_attributes>* v) {
+  // Tensors of the attention layout as strided 4-D views; with v_grouped, V (and dV) as the view of the
+  // projection's grouped layout instead: group g's v at (g (per + 2) + per + 1) D of a token's row.
+  static std::vector<std::int64_t> v_stride(const AttentionShape& s, bool v_grouped) {
+    const std::int64_t D = s.head_dim, ld = std::int64_t(s.heads + 2 * s.groups) * D;
+    const std::int64_t group_stride = v_grouped ? (s.heads / s.groups + 2) * D : D;
+    return {s.seq * ld, group_stride, ld, 1};
+  }
+  static void qkv_views(fe::graph::Graph& g, const AttentionShape& s, bool v_grouped,
+                        std::shared_ptr<fe::graph::Tensor_attributes>* q,
+                        std::shared_ptr<fe::graph::Tensor_attributes>* k,
+                        std::shared_ptr<fe::graph::Tensor_attributes>* v) {
     const std::int64_t D = s.head_dim, S = s.seq, ld = std::int64_t(s.heads + 2 * s.groups) * D;
     using TA = fe::graph::Tensor_attributes;
     *q = g.tensor(TA().set_name("Q").set_uid(kQ).set_dim({s.batch, s.heads, S, D}).set_stride({S * ld, D, ld, 1}));
     *k = g.tensor(TA().set_name("K").set_uid(kK).set_dim({s.batch, s.groups, S, D}).set_stride({S * ld, D, ld, 1}));
-    *v = g.tensor(TA().set_name("V").set_uid(kV).set_dim({s.batch, s.groups, S, D}).set_stride({S * ld, D, ld, 1}));
+    *v = g.tensor(TA().set_name("V").set_uid(kV).set_dim({s.batch, s.groups, S, D}).set_stride(v_stride(s, v_grouped)));
   }
   static std::vector<std::int64_t> o_stride(const AttentionShape& s) {
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim;
@@ -97,8 +105,8 @@ struct Attention::Impl {
     return {};
   }
 
-  Graphs& graphs(const AttentionShape& s) {
-    const Key key{s.batch, s.seq, s.heads, s.groups, s.head_dim, s.causal};
+  Graphs& graphs(const AttentionShape& s, bool v_grouped) {
+    const Key key{s.batch, s.seq, s.heads, s.groups, s.head_dim, s.causal, v_grouped};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     Graphs& out = cache[key];
@@ -107,7 +115,7 @@ struct Attention::Impl {
     {
       auto g = new_graph();
       std::shared_ptr<TA> q, k, v;
-      qkv_views(*g, s, &q, &k, &v);
+      qkv_views(*g, s, v_grouped, &q, &k, &v);
       auto opts = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(scale);
       if (s.causal) opts.set_causal_mask(true);
       auto [o, stats] = g->sdpa(q, k, v, opts);
@@ -121,7 +129,7 @@ struct Attention::Impl {
     {
       auto g = new_graph();
       std::shared_ptr<TA> q, k, v;
-      qkv_views(*g, s, &q, &k, &v);
+      qkv_views(*g, s, v_grouped, &q, &k, &v);
       auto o = g->tensor(TA().set_name("O").set_uid(kO).set_dim(o_dim(s)).set_stride(o_stride(s)));
       auto dout = g->tensor(TA().set_name("dO").set_uid(kdO).set_dim(o_dim(s)).set_stride(o_stride(s)));
       auto stats = g->tensor(TA().set_name("Stats").set_uid(kStats).set_dim(stats_dim(s)).set_stride(stats_stride(s))
@@ -133,7 +141,7 @@ struct Attention::Impl {
       const std::int64_t D = s.head_dim, S = s.seq, ld = std::int64_t(s.heads + 2 * s.groups) * D;
       dq->set_output(true).set_uid(kdQ).set_dim({s.batch, s.heads, S, D}).set_stride({S * ld, D, ld, 1});
       dk->set_output(true).set_uid(kdK).set_dim({s.batch, s.groups, S, D}).set_stride({S * ld, D, ld, 1});
-      dv->set_output(true).set_uid(kdV).set_dim({s.batch, s.groups, S, D}).set_stride({S * ld, D, ld, 1});
+      dv->set_output(true).set_uid(kdV).set_dim({s.batch, s.groups, S, D}).set_stride(v_stride(s, v_grouped));
       out.error = build(*g);
       if (!out.error.empty()) {
         out.fwd.reset();
@@ -145,7 +153,7 @@ struct Attention::Impl {
   }
 
   // false: the own kernels must run this shape.
-  bool usable(const AttentionShape& s) {
+  bool usable(const AttentionShape& s, bool v_grouped) {
     if (own) return false;
     if (!handle) {
       if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS) {
@@ -154,7 +162,7 @@ struct Attention::Impl {
         return false;
       }
     }
-    const Graphs& g = graphs(s);
+    const Graphs& g = graphs(s, v_grouped);
     if (!g.error.empty()) {
       last = "own kernel (cuDNN declined: " + g.error + ")";
       return false;
@@ -172,29 +180,47 @@ struct Attention::Impl {
 Attention::Attention(Engine engine) : impl_(std::make_unique<Impl>()) {
   impl_->own = engine == Engine::kOwn || env_is("DLM_CUDA_ATTENTION", "own");
   impl_->deterministic = env_is("DLM_CUDA_DETERMINISTIC", "1");
+  impl_->v_copied = env_is("DLM_CUDA_ATTENTION_V", "copy");
 }
 
+bool Attention::reads_v_from_projection(const AttentionShape& s) { return !impl_->v_copied && impl_->usable(s, true); }
+
 void Attention::forward(const AttentionShape& s, const bf16* qkv, bf16* o, float* lse, cudaStream_t stream) {
+  forward(s, qkv, nullptr, o, lse, stream);
+}
+
+void Attention::forward(const AttentionShape& s, const bf16* qkv, const bf16* proj, bf16* o, float* lse,
+                        cudaStream_t stream) {
   auto& I = *impl_;
-  if (!I.usable(s)) return attention_forward(s, qkv, o, lse, stream);
+  const bool grouped = proj && reads_v_from_projection(s);
+  if (!grouped && !I.usable(s, false)) return attention_forward(s, qkv, o, lse, stream);
   const std::int64_t D = s.head_dim;
   auto* base = const_cast<bf16*>(qkv);
-  std::unordered_map<std::int64_t, void*> pack{{kQ, base}, {kK, base + s.heads * D}, {kV, base + (s.heads + s.groups) * D},
-                                               {kO, o}, {kStats, lse}};
-  I.run(*I.graphs(s).fwd, pack, stream);
+  bf16* v = grouped ? const_cast<bf16*>(proj) + (s.heads / s.groups + 1) * D : base + (s.heads + s.groups) * D;
+  std::unordered_map<std::int64_t, void*> pack{{kQ, base}, {kK, base + s.heads * D}, {kV, v}, {kO, o}, {kStats, lse}};
+  I.run(*I.graphs(s, grouped).fwd, pack, stream);
 }
 
 void Attention::backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
                          float* delta, bf16* dqkv, cudaStream_t stream) {
+  backward(s, qkv, nullptr, o, dout, lse, delta, dqkv, nullptr, stream);
+}
+
+void Attention::backward(const AttentionShape& s, const bf16* qkv, const bf16* proj, const bf16* o, const bf16* dout,
+                         const float* lse, float* delta, bf16* dqkv, bf16* dproj, cudaStream_t stream) {
   auto& I = *impl_;
-  if (!I.usable(s)) return attention_backward(s, qkv, o, dout, lse, delta, dqkv, stream);
+  const bool grouped = proj && dproj && reads_v_from_projection(s);
+  if (!grouped && !I.usable(s, false)) return attention_backward(s, qkv, o, dout, lse, delta, dqkv, stream);
   const std::int64_t D = s.head_dim, kofs = s.heads * D, vofs = (s.heads + s.groups) * D;
+  const std::int64_t grouped_vofs = (s.heads / s.groups + 1) * D;
   auto* base = const_cast<bf16*>(qkv);
+  bf16* v = grouped ? const_cast<bf16*>(proj) + grouped_vofs : base + vofs;
+  bf16* dv = grouped ? dproj + grouped_vofs : dqkv + vofs;
   std::unordered_map<std::int64_t, void*> pack{
-      {kQ, base},        {kK, base + kofs},        {kV, base + vofs},
+      {kQ, base},        {kK, base + kofs},        {kV, v},
       {kO, const_cast<bf16*>(o)}, {kdO, const_cast<bf16*>(dout)}, {kStats, const_cast<float*>(lse)},
-      {kdQ, dqkv},       {kdK, dqkv + kofs},       {kdV, dqkv + vofs}};
-  I.run(*I.graphs(s).bwd, pack, stream);
+      {kdQ, dqkv},       {kdK, dqkv + kofs},       {kdV, dv}};
+  I.run(*I.graphs(s, grouped).bwd, pack, stream);
 }
 
 std::size_t Attention::workspace_bytes() const { return impl_->ws_bytes; }
@@ -212,6 +238,18 @@ void Attention::forward(const AttentionShape& s, const bf16* qkv, bf16* o, float
 
 void Attention::backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
                          float* delta, bf16* dqkv, cudaStream_t stream) {
+  attention_backward(s, qkv, o, dout, lse, delta, dqkv, stream);
+}
+
+bool Attention::reads_v_from_projection(const AttentionShape&) { return false; }
+
+void Attention::forward(const AttentionShape& s, const bf16* qkv, const bf16*, bf16* o, float* lse,
+                        cudaStream_t stream) {
+  attention_forward(s, qkv, o, lse, stream);
+}
+
+void Attention::backward(const AttentionShape& s, const bf16* qkv, const bf16*, const bf16* o, const bf16* dout,
+                         const float* lse, float* delta, bf16* dqkv, bf16*, cudaStream_t stream) {
   attention_backward(s, qkv, o, dout, lse, delta, dqkv, stream);
 }
 

@@ -28,6 +28,15 @@ class Attention {
   // delta: [batch, heads, seq] scratch for the own kernels.
   void backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
                 float* delta, bf16* dqkv, cudaStream_t stream);
+
+  // Whether the forms below read V from the QKV projection's own grouped layout (per token, per group: its q
+  // heads, k, v) and write dV into the projection's gradient there: then the attention layout's v slots are
+  // neither read nor written, and QK-norm + RoPE need not copy v through (QkvShape::copy_v). cuDNN takes V
+  // at any stride; the own kernels do not (false; DLM_CUDA_ATTENTION_V=copy: false too, the way before).
+  bool reads_v_from_projection(const AttentionShape& s);
+  void forward(const AttentionShape& s, const bf16* qkv, const bf16* proj, bf16* o, float* lse, cudaStream_t stream);
+  void backward(const AttentionShape& s, const bf16* qkv, const bf16* proj, const bf16* o, const bf16* dout,
+                const float* lse, float* delta, bf16* dqkv, bf16* dproj, cudaStream_t stream);
   // "cudnn <version>" or "own kernel" (with why, when cuDNN was wanted and not taken), for the last shape.
   std::string engine() const;
   std::size_t workspace_bytes() const;

@@ -25,12 +25,13 @@ namespace {
 
 using Impl = CudaModel::Impl;
 
-QkvShape qkv_shape(const Impl& I) {
-  return {static_cast<int>(I.T), I.heads, I.groups, I.cfg.kv_channels, I.cfg.qk_layernorm,
-          static_cast<float>(I.cfg.norm_epsilon)};
-}
 AttentionShape attention_shape(const Impl& I, bool causal) {
   return {static_cast<int>(I.B), static_cast<int>(I.S), I.heads, I.groups, I.cfg.kv_channels, causal};
+}
+// v is copied to the attention layout only for an attention that cannot read it from the projection.
+QkvShape qkv_shape(const Impl& I, const AttentionShape& as) {
+  return {static_cast<int>(I.T), I.heads, I.groups, I.cfg.kv_channels, I.cfg.qk_layernorm,
+          static_cast<float>(I.cfg.norm_epsilon), !I.attention->reads_v_from_projection(as)};
 }
 const float* opt(const Impl& I, int p) { return p >= 0 ? I.F(p) : nullptr; }
 float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.G(p) : nullptr; }
@@ -139,8 +140,8 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
   const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
             qkv = I.qkvdim();
   const auto eps = static_cast<float>(c.norm_epsilon);
-  const QkvShape qs = qkv_shape(I);
   const AttentionShape as = attention_shape(I, in.causal);
+  const QkvShape qs = qkv_shape(I, as);
   auto& gm = *I.gemm;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
@@ -165,7 +166,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
     qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                          I.rope_sin, st);
     mark("qk-norm+rope fwd");
-    I.attention->forward(as, A.qkv_rot, A.att, A.lse, st);
+    I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
     mark("attention fwd");
     gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp_full, false, d, 0, st);
     I.scatter_sum(I.tmp_full, I.tmp);
@@ -253,8 +254,8 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
   const cudaStream_t st = I.stream;
   const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
             qkv = I.qkvdim();
-  const QkvShape qs = qkv_shape(I);
   const AttentionShape as = attention_shape(I, in.causal);
+  const QkvShape qs = qkv_shape(I, as);
   auto& gm = *I.gemm;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   for (int l = I.layers - 1; l >= 0; --l) {
@@ -280,7 +281,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, I.grad_beta(P.proj), st);
     gm.run(false, false, T, qd, d, I.dres16_full, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
     mark("gemm proj bwd");
-    I.attention->backward(as, A.qkv_rot, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, st);
+    I.attention->backward(as, A.qkv_rot, A.qkv_raw, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, I.dqkv, st);
     mark("attention bwd");
     qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                           I.rope_sin, I.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), I.partial, st);

@@ -51,6 +51,9 @@ struct QkvShape {
   int tokens, heads, groups, head_dim;
   bool qk_norm;
   float eps;
+  // false: v's slots are left alone both ways (the attention reads V from the projection and writes dV there:
+  // Attention::reads_v_from_projection); true: v is copied to the attention layout and dv back.
+  bool copy_v = true;
 };
 void qk_norm_rope_forward(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd /*[tokens, heads+groups]*/,
                           const float* qn, const float* kn, const int* positions, const float* cos_table,

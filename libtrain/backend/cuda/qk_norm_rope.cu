@@ -1,5 +1,6 @@
 // QK-norm (RMSNorm over each head's q and k, weights qn / kn shared by the heads) then RoPE, in one pass
-// over the fused QKV activation; v is copied through so that attention reads one buffer. The output (and
+// over the fused QKV activation; v is copied through so that attention reads one buffer (unless the attention
+// reads V from the projection itself: QkvShape::copy_v). The output (and
 // the backward's dout) is in the attention layout [q of every head | k of every group | v of every group]
 // per token, which cuDNN's SDPA reads with uniform strides; the input (and dqkv) keep the projection's
 // grouped layout.
@@ -48,7 +49,11 @@ __device__ Slot slot_of(const QkvShape& s, int n) {
   return {static_cast<std::int64_t>(g * (per + 2) + per + 1) * s.head_dim, out, 2, -1};
 }
 
-// Item = token * slots + slot. An item past the end reads token 0's first slot and is never written, so
+// The slots a token has work in: q, k and (when copied) v.
+__device__ __forceinline__ unsigned work_slots(const QkvShape& s) {
+  return static_cast<unsigned>(s.heads + s.groups + (s.copy_v ? s.groups : 0));
+}
+// Item = token * work_slots + slot. An item past the end reads token 0's first slot and is never written, so
 // that its lanes still take part in the shuffles (a slot's L lanes agree on live).
 struct Place {
   bool live;
@@ -58,11 +63,11 @@ struct Place {
 // 32-bit division: tokens * slots < 2^31 is checked by the launchers (64-bit division is a long
 // instruction sequence, in the loop of a memory-bound kernel).
 __device__ Place place_of(const QkvShape& s, std::int64_t item) {
-  const unsigned slots = static_cast<unsigned>(s.heads + 2 * s.groups);
-  const bool live = item < static_cast<std::int64_t>(s.tokens) * slots;
+  const unsigned slots = static_cast<unsigned>(s.heads + 2 * s.groups), work = work_slots(s);
+  const bool live = item < static_cast<std::int64_t>(s.tokens) * work;
   const unsigned i = live ? static_cast<unsigned>(item) : 0u;
-  const std::int64_t t = i / slots;
-  const Slot sl = slot_of(s, static_cast<int>(i % slots));
+  const std::int64_t t = i / work;
+  const Slot sl = slot_of(s, static_cast<int>(i % work));
   const std::int64_t base = t * slots * s.head_dim;
   return {live, t, base + sl.offset, base + sl.out, sl};
 }
@@ -141,8 +146,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
            const int* positions, const float* cos_t, const float* sin_t, bf16* dqkv, float* partial) {
   constexpr int L = D / 8, G = 32 / L, half = D / 2;
   __shared__ float red[kWarpsPerBlock * G][2 * D];
-  const int slots = s.heads + 2 * s.groups, lane = threadIdx.x & 31, j = (lane % L) * kPairs;
-  const std::int64_t total = static_cast<std::int64_t>(s.tokens) * slots;
+  const int lane = threadIdx.x & 31, j = (lane % L) * kPairs;
+  const std::int64_t total = static_cast<std::int64_t>(s.tokens) * work_slots(s);
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
   // dw sums of this thread's columns: [q | k][j..j+3, half+j..half+j+3]
   float dwq[2 * kPairs] = {}, dwk[2 * kPairs] = {};
@@ -212,7 +217,7 @@ template <int D>
 void forward_d(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd, const float* qn, const float* kn,
                const int* positions, const float* cos_table, const float* sin_table, cudaStream_t stream) {
   constexpr int G = 32 / (D / 8);
-  const std::int64_t items = static_cast<std::int64_t>(s.tokens) * (s.heads + 2 * s.groups);
+  const std::int64_t items = static_cast<std::int64_t>(s.tokens) * (s.heads + s.groups + (s.copy_v ? s.groups : 0));
   const std::int64_t warps = (items + G - 1) / G;
   const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   qk_fwd<D><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(s, qkv, out, rstd, qn, kn, positions, cos_table, sin_table);

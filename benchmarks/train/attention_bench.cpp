@@ -1,0 +1,88 @@
+// The training step's attention alone (backend/cuda/attention_cudnn.h: cuDNN's fused flash attention, or the own
+// kernels), forward and backward at the benchmark models' shapes, each also with as many KV heads as query heads
+// (MHA): whether sharing K and V between query heads (GQA) costs the backward more than the copy and the sum an
+// expansion to MHA would add. One line per shape and pass: ms and TFLOP/s (4 B S^2 H D forward, 2.5x backward).
+// usage: attention_bench [REPS=10]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/cuda/attention_cudnn.h"
+#include "random_operands.h"
+
+namespace {
+
+using dlm::train::cuda::bf16;
+using dlm::train::cuda::check_cuda;
+
+template <typename F>
+double time_ms(F&& f, int reps, cudaStream_t stream) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  check_cuda(cudaEventCreate(&a), "event"), check_cuda(cudaEventCreate(&b), "event");
+  f(), f();  // warm-up (plans are built at the first call)
+  check_cuda(cudaEventRecord(a, stream), "event");
+  for (int i = 0; i < reps; ++i) f();
+  check_cuda(cudaEventRecord(b, stream), "event");
+  check_cuda(cudaEventSynchronize(b), "event");
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, a, b), "event");
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms / reps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
+  if (reps < 1) {
+    std::fprintf(stderr, "attention_bench: REPS must be a positive integer\n");
+    return 2;
+  }
+  struct Case {
+    const char* what;
+    dlm::train::cuda::AttentionShape s;
+  };
+  const Case cases[] = {
+      {"350M GQA", {8, 2048, 16, 8, 64, false}},  {"350M as MHA", {8, 2048, 16, 16, 64, false}},
+      {"1.7B GQA", {4, 2048, 16, 8, 128, false}}, {"1.7B as MHA", {4, 2048, 16, 16, 128, false}},
+  };
+  try {
+    cudaStream_t stream = nullptr;
+    check_cuda(cudaStreamCreate(&stream), "stream");
+    for (const auto& c : cases) {
+      const auto& s = c.s;
+      const std::size_t tokens = std::size_t(s.batch) * s.seq, D = s.head_dim;
+      const std::size_t nqkv = tokens * (s.heads + 2 * s.groups) * D, no = tokens * s.heads * D;
+      void *qkv = nullptr, *o = nullptr, *dout = nullptr, *dqkv = nullptr, *lse = nullptr, *delta = nullptr;
+      check_cuda(cudaMalloc(&qkv, nqkv * 2), "qkv"), check_cuda(cudaMalloc(&dqkv, nqkv * 2), "dqkv");
+      check_cuda(cudaMalloc(&o, no * 2), "o"), check_cuda(cudaMalloc(&dout, no * 2), "dout");
+      check_cuda(cudaMalloc(&lse, std::size_t(s.batch) * s.heads * s.seq * 4), "lse");
+      check_cuda(cudaMalloc(&delta, std::size_t(s.batch) * s.heads * s.seq * 4), "delta");
+      dlm::bench::fill_random(qkv, nqkv), dlm::bench::fill_random(dout, no, 0xD1B54A32D192ED03ull);
+      dlm::train::cuda::Attention attention;
+      const auto* q = static_cast<const bf16*>(qkv);
+      auto* lse_f = static_cast<float*>(lse);
+      const double fwd = time_ms([&] { attention.forward(s, q, static_cast<bf16*>(o), lse_f, stream); }, reps, stream);
+      const double bwd = time_ms(
+          [&] {
+            attention.backward(s, q, static_cast<const bf16*>(o), static_cast<const bf16*>(dout), lse_f,
+                               static_cast<float*>(delta), static_cast<bf16*>(dqkv), stream);
+          },
+          reps, stream);
+      const double flops = 4.0 * s.batch * double(s.seq) * s.seq * s.heads * D;
+      std::printf("%-12s B %d S %d H %d G %d D %d  forward %.3f ms %4.0f TFLOP/s  "
+                  "backward %.3f ms %4.0f TFLOP/s  (%s)\n",
+                  c.what, s.batch, s.seq, s.heads, s.groups, s.head_dim, fwd, flops / (fwd * 1e9), bwd,
+                  2.5 * flops / (bwd * 1e9), attention.engine().c_str());
+      for (void* p : {qkv, o, dout, dqkv, lse, delta}) cudaFree(p);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
