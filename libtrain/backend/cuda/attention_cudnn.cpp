@@ -35,6 +35,9 @@ struct Graphs {
 };
 
 std::string why(const char* stage, fe::error_t e) { return fmt::format("{}: {}", stage, e.get_message()); }
+
+// Where group 0's v starts in a token's row of the projection's grouped layout ([its q heads | k | v] per group).
+std::int64_t grouped_v_offset(const AttentionShape& s) { return std::int64_t(s.heads / s.groups + 1) * s.head_dim; }
 }  // namespace
 
 struct Attention::Impl {
@@ -59,7 +62,7 @@ struct Attention::Impl {
   }
 
   // Tensors of the attention layout as strided 4-D views; with v_grouped, V (and dV) as the view of the
-  // projection's grouped layout instead: group g's v at (g (per + 2) + per + 1) D of a token's row.
+  // projection's grouped layout instead: group g's v at grouped_v_offset + g (per + 2) D of a token's row.
   static std::vector<std::int64_t> v_stride(const AttentionShape& s, bool v_grouped) {
     const std::int64_t D = s.head_dim, ld = std::int64_t(s.heads + 2 * s.groups) * D;
     const std::int64_t group_stride = v_grouped ? (s.heads / s.groups + 2) * D : D;
@@ -196,7 +199,7 @@ void Attention::forward(const AttentionShape& s, const bf16* qkv, const bf16* pr
   if (!grouped && !I.usable(s, false)) return attention_forward(s, qkv, o, lse, stream);
   const std::int64_t D = s.head_dim;
   auto* base = const_cast<bf16*>(qkv);
-  bf16* v = grouped ? const_cast<bf16*>(proj) + (s.heads / s.groups + 1) * D : base + (s.heads + s.groups) * D;
+  bf16* v = grouped ? const_cast<bf16*>(proj) + grouped_v_offset(s) : base + (s.heads + s.groups) * D;
   std::unordered_map<std::int64_t, void*> pack{{kQ, base}, {kK, base + s.heads * D}, {kV, v}, {kO, o}, {kStats, lse}};
   I.run(*I.graphs(s, grouped).fwd, pack, stream);
 }
@@ -212,10 +215,9 @@ void Attention::backward(const AttentionShape& s, const bf16* qkv, const bf16* p
   const bool grouped = proj && dproj && reads_v_from_projection(s);
   if (!grouped && !I.usable(s, false)) return attention_backward(s, qkv, o, dout, lse, delta, dqkv, stream);
   const std::int64_t D = s.head_dim, kofs = s.heads * D, vofs = (s.heads + s.groups) * D;
-  const std::int64_t grouped_vofs = (s.heads / s.groups + 1) * D;
   auto* base = const_cast<bf16*>(qkv);
-  bf16* v = grouped ? const_cast<bf16*>(proj) + grouped_vofs : base + vofs;
-  bf16* dv = grouped ? dproj + grouped_vofs : dqkv + vofs;
+  bf16* v = grouped ? const_cast<bf16*>(proj) + grouped_v_offset(s) : base + vofs;
+  bf16* dv = grouped ? dproj + grouped_v_offset(s) : dqkv + vofs;
   std::unordered_map<std::int64_t, void*> pack{
       {kQ, base},        {kK, base + kofs},        {kV, v},
       {kO, const_cast<bf16*>(o)}, {kdO, const_cast<bf16*>(dout)}, {kStats, const_cast<float*>(lse)},

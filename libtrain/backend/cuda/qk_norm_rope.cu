@@ -50,7 +50,7 @@ __device__ Slot slot_of(const QkvShape& s, int n) {
 }
 
 // The slots a token has work in: q, k and (when copied) v.
-__device__ __forceinline__ unsigned work_slots(const QkvShape& s) {
+__host__ __device__ __forceinline__ unsigned work_slots(const QkvShape& s) {
   return static_cast<unsigned>(s.heads + s.groups + (s.copy_v ? s.groups : 0));
 }
 // Item = token * work_slots + slot. An item past the end reads token 0's first slot and is never written, so
@@ -217,7 +217,7 @@ template <int D>
 void forward_d(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd, const float* qn, const float* kn,
                const int* positions, const float* cos_table, const float* sin_table, cudaStream_t stream) {
   constexpr int G = 32 / (D / 8);
-  const std::int64_t items = static_cast<std::int64_t>(s.tokens) * (s.heads + s.groups + (s.copy_v ? s.groups : 0));
+  const std::int64_t items = static_cast<std::int64_t>(s.tokens) * work_slots(s);
   const std::int64_t warps = (items + G - 1) / G;
   const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   qk_fwd<D><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(s, qkv, out, rstd, qn, kn, positions, cos_table, sin_table);
