@@ -3,10 +3,13 @@
 # of the 350M shape (TP2+SP, PP2, DP2 with the distributed optimizer) beside `dlm-train --dry-run`'s plan, the
 # two ranks sharing the GPU with their groups staged through MPI (DLM_DEVICE_GROUPS=staged; no NCCL buffers,
 # and the speed means nothing). Memory per process from nvidia-smi's compute-apps list, sampled every 0.3 s;
-# rank by the process's OMPI_COMM_WORLD_RANK. The 2-GPU version, with NCCL and timings, is device-mp2.sh.
-# usage: scripts/device-mem1.sh [CARRIED_DIR=build-cuda/devcarry]   (data: $DLM_GPU_DATA, carried). Logs in $OUT.
+# rank by the process's OMPI_COMM_WORLD_RANK; one_gpu_recompute is the single GPU with --recompute-granularity
+# full. The 2-GPU version, with NCCL and timings, is device-mp2.sh.
+# usage: scripts/device-mem1.sh [CARRIED_DIR=build-cuda/devcarry [LAYOUTS=one_gpu,one_gpu_recompute,tp2sp,pp2,dp2do]]
+# (data: $DLM_GPU_DATA, carried). Logs in $OUT.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
+LAYOUTS=${2:-one_gpu,one_gpu_recompute,tp2sp,pp2,dp2do}
 OUT=${OUT:-/tmp/dlm-out}
 source "$(dirname "$0")/device-common.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -16,6 +19,7 @@ timeout 60 "$C/dlm-train" "${flags[@]}" --train-iters 1 > /dev/null 2>&1  # inde
 # NAME NP LAYOUT-FLAGS...: 3 iterations (45 s at most), each process's peak memory, and the plan.
 run() {
   local name=$1 np=$2; shift 2
+  [[ ",$LAYOUTS," == *",$name,"* ]] || return 0
   ( while true; do
       nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | while IFS=', ' read -r pid mib; do
         rank=$(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
@@ -35,6 +39,7 @@ run() {
   "$C/dlm-train" "${flags[@]}" "$@" --world-size "$np" --train-iters 3 --dry-run > "$OUT/$name.plan" 2>&1
 }
 run one_gpu 1
+run one_gpu_recompute 1 --recompute-granularity full
 run tp2sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 run pp2 2 --pipeline-model-parallel-size 2
 run dp2do 2 --use-distributed-optimizer
@@ -60,7 +65,7 @@ def plan(name):
                 per_rank[r] = float(f[8])
     return per_rank
 print(f"{'layout':8} {'rank':>4} {'measured GiB':>12} {'plan GiB':>9} {'plan/measured':>13}")
-for name in ["one_gpu", "tp2sp", "pp2", "dp2do"]:
+for name in ["one_gpu", "one_gpu_recompute", "tp2sp", "pp2", "dp2do"]:
     try:
         got, want = peaks(name), plan(name)
     except OSError as e:

@@ -1,7 +1,10 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench CONFIG [STEPS [WARMUP [ACCUMULATE]]]   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
-// ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. The host's data work (the
+// usage: cuda_train_bench CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
+//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+// ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
+// or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
+// instead of the configuration's. The host's data work (the
 // tokens, the objective's noising, the upload) for the next micro-batch overlaps the device's current one.
 #include <chrono>
 #include <cstdio>
@@ -34,14 +37,18 @@ bool lookup(const std::string& name, Shape& s) {
 int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
-    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE]]]\n");
+    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE "
+                         "[off|full [BATCH]]]]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
   // Micro-batches per optimizer step (gradient accumulation; 1: AdamW after every micro-batch).
   const int accumulate = argc > 4 ? std::atoi(argv[4]) : 1;
-  if (steps < 1 || warmup < 0 || accumulate < 1) {
-    std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0 and ACCUMULATE >= 1\n");
+  const std::string recompute = argc > 5 ? argv[5] : "off";
+  if (argc > 6) s.batch = std::atoi(argv[6]);
+  if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full")) {
+    std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0, ACCUMULATE >= 1, RECOMPUTE off or full, "
+                         "BATCH >= 1\n");
     return 2;
   }
   try {
@@ -50,6 +57,7 @@ int main(int argc, char** argv) {
     c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
     dlm::train::CudaModel model(c);
+    model.set_recompute_layers(recompute == "full");
     model.init(1);
     dlm::train::ObjectiveOptions o;
     o.mask_token = static_cast<int>(s.vocab - 1);
@@ -107,9 +115,9 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"accumulate\": %d, "
         "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, "
-        "\"peak_gib\": %.2f, \"attention\": \"%s\"}\n",
+        "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\"}\n",
         argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
-        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str());
+        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str());
     if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_train_bench: %s\n", e.what());

@@ -8,7 +8,7 @@
 namespace dlm::train {
 
 CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& c, std::int64_t tokens, int tensor,
-                                          bool sequence_parallel, bool pre, bool post) {
+                                          bool sequence_parallel, bool pre, bool post, bool recompute) {
   const double T = static_cast<double>(tokens), t = tensor;
   const bool sp = sequence_parallel && tensor > 1;
   const double Ts = sp ? T / t : T, d = c.hidden_size;
@@ -18,9 +18,12 @@ CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& c, std::int64
   const double bf16 = 2, f32 = 4;
   CudaActivationBytes b;
   // LayerActs: res1, res2 (rank's rows); h1, h2 (every row); qkv_raw, qkv_rot; att; gu; act; rstd1, rstd2;
-  // qk_rstd; lse.
-  b.per_layer_slot = 2 * Ts * d * bf16 + 2 * T * d * bf16 + 2 * T * qkv * bf16 + T * q * bf16 + T * 2 * ffn * bf16 +
-                     T * ffn * bf16 + 2 * Ts * f32 + T * (heads + groups) * f32 + T * heads * f32;
+  // qk_rstd; lse. Recomputing, a slot's layer holds res1 and the rest is `work`, one layer's worth.
+  const double layer_input = Ts * d * bf16;
+  const double layer_rest = Ts * d * bf16 + 2 * T * d * bf16 + 2 * T * qkv * bf16 + T * q * bf16 +
+                            T * 2 * ffn * bf16 + T * ffn * bf16 + 2 * Ts * f32 + T * (heads + groups) * f32 +
+                            T * heads * f32;
+  b.per_layer_slot = recompute ? layer_input : layer_input + layer_rest;
   // ensure_acts: the logits chunk's rows, then tmp, res_f, dres16, dh; hf; logits; dact; under SP tmp_full,
   // hloc, dres16_full, dh_full; before the last stage stage_out and dres_in; dgu, datt, dqkv_rot, dqkv;
   // rstd_f, dres, delta; dres_full (SP on the first stage); head_x where dgu is too small for it; the
@@ -32,6 +35,7 @@ CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& c, std::int64
   if (!post) b.shared += Ts * d * bf16 + Ts * d * f32;
   b.shared += T * 2 * ffn * bf16 + T * q * bf16 + 2 * T * qkv * bf16 + Ts * f32 + Ts * d * f32 + T * heads * f32;
   if (sp && pre) b.shared += T * d * f32;
+  if (recompute) b.shared += layer_rest;
   if (post && 2 * ffn < d) b.shared += T * d * bf16;  // head_x, when dgu cannot hold it
   if (tensor > 1) b.shared += (t + 1) * chunk * f32;
   b.shared += (2 * static_cast<double>(tokens / 32) + 2) * d * f32;

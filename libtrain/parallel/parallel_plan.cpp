@@ -88,7 +88,8 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
         // Each chunk is a CudaModel of its own: its layers' slots, its work buffers, its uploaded inputs.
         const bool pre = stage == 0, post = stage == layout.pp - 1;
         const CudaActivationBytes b =
-            cuda_activation_bytes(c, o.seq_length * o.micro_batch_size, o.tensor, o.sequence_parallel, pre, post);
+            cuda_activation_bytes(c, o.seq_length * o.micro_batch_size, o.tensor, o.sequence_parallel, pre, post,
+                                  o.recompute_full);
         p.activations += held * range.count * b.per_layer_slot + b.shared + n * b.per_micro_batch_inputs +
                          (post ? std::max(held - 1, 0.0) * b.per_extra_head_slot : 0);
       } else {
@@ -132,7 +133,7 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
       o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
       o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
       o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32",
-      o.recompute_full && !o.cuda_backend ? "full" : "off",
+      o.recompute_full ? "full" : "off",
       o.cuda_backend ? "; activations as the CUDA backend allocates them, its runtime included" : "");
   out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",
                      "layers", "params/rank", "weights", "grads", "optim", "activations", "total", "DP send", "TP send",

@@ -66,6 +66,20 @@ TEST_F(GpuTool, LossesFollowTheCpuRun) {
               worst, want.front(), got.front(), want.back(), got.back());
 }
 
+// --recompute-granularity full on the GPU: each layer keeps its input and reruns its forward in the backward,
+// with the same kernels (deterministic attention), so the metrics file holds the same losses, digit for digit.
+TEST_F(GpuTool, FullRecomputationGivesTheSameLosses) {
+  const auto keep = dir_ / "keep.jsonl", again = dir_ / "recompute.jsonl";
+  auto r = run(argv_on("cuda", {"--train-iters", "6", "--metrics-file", keep.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(argv_on("cuda", {"--train-iters", "6", "--metrics-file", again.string(), "--recompute-granularity", "full"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("keeps every activation"), std::string::npos) << r.err;  // no CPU-backend warning
+  const auto want = losses(keep), got = losses(again);
+  ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(got, want);
+}
+
 TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   const auto straight = dir_ / "straight.jsonl", first = dir_ / "first.jsonl", second = dir_ / "second.jsonl";
   const auto ckpt = (dir_ / "ckpt").string();

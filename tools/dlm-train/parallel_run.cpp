@@ -22,7 +22,8 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
                      run.launch.world_size));
   if (args.sequence_parallel && args.tensor_parallel == 1)
     log::warning("--sequence-parallel without tensor parallelism does nothing (as in Megatron)");
-  if (args.recompute_full) log::warning("--recompute-granularity full: the CPU backend keeps every activation");
+  if (args.recompute_full && train::resolve_device(args.device) != train::Device::kCuda)
+    log::warning("--recompute-granularity full: the CPU backend keeps every activation");
   if (args.overlap_param_gather)
     log::warning("--overlap-param-gather: the updated weights are all-gathered right after the update, not during "
                  "the next forward (same results)");

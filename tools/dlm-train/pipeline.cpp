@@ -221,6 +221,7 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
                                        args.trainer.use_distributed_optimizer, chunks};
     parallel.overlap_grad_reduce = overlap;
     parallel.bucket_elements = args.trainer.ddp_bucket_size;
+    parallel.recompute_layers = args.recompute_full;
     setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
     if (model_parallel) {
       // Chunk v of pipeline rank r is stage v * PP + r of PP x chunks (as the CPU's ParallelModel counts them).
@@ -235,7 +236,9 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     }
   } else if (device == train::Device::kCuda) {
     // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
-    setup.model = train::make_cuda_trainable(setup.config, args.seed);
+    train::CudaParallelGroups whole;
+    whole.recompute_layers = args.recompute_full;
+    setup.model = train::make_cuda_trainable(setup.config, args.seed, whole);
   } else if (model_parallel) {
     // This rank's chunks of a TP/PP replica (docs/parallelism.md).
     owner->backend = train::make_cpu_backend(args.threads);

@@ -85,7 +85,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("use-distributed-optimizer", po::bool_switch(&t.use_distributed_optimizer), "shard the AdamW moments over the data-parallel ranks")
       ("ddp-bucket-size", po::value(&t.ddp_bucket_size)->default_value(t.ddp_bucket_size), "gradient elements per reduction bucket")
       ("distributed-timeout-minutes", po::value(&a.timeout_minutes)->default_value(a.timeout_minutes), "a collective waiting longer names the lost rank and exits")
-      ("recompute-granularity", po::value(&r.recompute), "full: keep only each layer's input (--dry-run's activations)")
+      ("recompute-granularity", po::value(&r.recompute), "full: keep only each layer's input and run its forward again in the backward (--device cuda; the CPU backend keeps every activation)")
       ("dry-run", po::bool_switch(&a.dry_run), "print each rank's memory and communication per step, allocate nothing")
       ("world-size", po::value(&a.world_size)->default_value(0), "ranks the dry run plans for (default: the launcher's)");
   po::options_description data("data");

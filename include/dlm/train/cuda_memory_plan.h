@@ -25,8 +25,9 @@ struct CudaActivationBytes {
 
 // For micro-batches of `tokens` tokens on a rank of tensor-parallel size `tensor` (the local widths: heads,
 // KV groups, FFN and vocabulary rows divided by it; under sequence parallelism the residual stream's rows too),
-// holding the embedding (`pre`) and/or the head (`post`).
+// holding the embedding (`pre`) and/or the head (`post`). With `recompute` (full recomputation) a layer's slot
+// is its input alone and one layer's other activations are shared.
 CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& config, std::int64_t tokens, int tensor,
-                                          bool sequence_parallel, bool pre, bool post);
+                                          bool sequence_parallel, bool pre, bool post, bool recompute = false);
 
 }  // namespace dlm::train

@@ -121,6 +121,14 @@ class CudaModel {
   double grad_sumsq();
   void set_grad_sumsq(double sumsq);
 
+  // Full activation recomputation (Megatron's --recompute-granularity full, a checkpoint per layer): each layer
+  // keeps only its input and the backward runs the layer's forward again just before the layer's backward,
+  // one layer's activations shared by all (cuda_memory_plan.h counts them). The gradients are the same bits as
+  // without it; the step does one more forward of the layers (up to SwiGLU). A change frees the activations:
+  // call it between steps.
+  void set_recompute_layers(bool full);
+  bool recompute_layers() const;
+
   // ---- pipeline stages: forward_backward() of one micro-batch is these calls in a row ----
   // Micro-batch k's columns on the device, before its step's first transfer (the host never waits on a
   // stream that holds collectives). Every micro-batch of a step has the same shape.

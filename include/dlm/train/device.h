@@ -51,6 +51,7 @@ struct CudaParallelGroups {
   // v * PP + r; needs host->config.pipeline >= 2 and micro-batches per step a multiple of it.
   int virtual_stages = 1;
   bool overlap_grad_reduce = false;             // --overlap-grad-reduce
+  bool recompute_layers = false;                // --recompute-granularity full (CudaModel::set_recompute_layers)
   std::int64_t bucket_elements = 40'000'000;  // --ddp-bucket-size (Megatron's default)
 };
 

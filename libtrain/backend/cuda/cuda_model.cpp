@@ -200,6 +200,14 @@ std::string CudaModel::profile_report() { return impl_->timer.report(); }
 std::size_t CudaModel::device_bytes() const {
   return impl_->bytes + impl_->act_bytes + impl_->attention->workspace_bytes();
 }
+void CudaModel::set_recompute_layers(bool full) {
+  auto& I = *impl_;
+  if (full == I.recompute) return;
+  synchronize();
+  I.free_acts();
+  I.recompute = full;
+}
+bool CudaModel::recompute_layers() const { return impl_->recompute; }
 std::string CudaModel::attention_engine() const { return impl_->attention->engine(); }
 void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
 

@@ -110,6 +110,11 @@ struct CudaModel::Impl {
   // Activations for T = B * S tokens, Ts of them this rank's rows (T / TP under SP).
   std::int64_t B = 0, S = 0, T = 0, Ts = 0, chunk = 0;
   std::vector<std::vector<LayerActs>> slots;  // per micro-batch in flight
+  // Full activation recomputation (--recompute-granularity full, set_recompute_layers): each layer of a slot
+  // keeps only its input (res1); every other buffer of its LayerActs is `work`'s, one layer's worth shared by
+  // all layers and slots, which the backward refills by running the layer's forward again before its backward.
+  bool recompute = false;
+  LayerActs work{};
   std::vector<MicroInputs> inputs;            // per micro-batch of a step
   // The last stage's head inputs per activation slot: the final norm's input and output and its rstd. A
   // schedule may run several forwards before their backwards (interleaved 1F1B with as many micro-batches as
@@ -271,9 +276,10 @@ struct CudaModel::Impl {
     acts_owned.clear();
     act_bytes = 0;
     slots.clear();
+    work = LayerActs{};
     inputs.clear();
     head_acts.clear();
-    T = 0;
+    B = S = T = 0;  // the next upload allocates for its shape
   }
 
   // The shared buffers for micro-batches of batch x seq; slots and inputs come on demand.
@@ -301,16 +307,25 @@ struct CudaModel::Impl {
     check_cuda(cudaMemsetAsync(loss_total, 0, sizeof(double), stream), "memset");
   }
 
+  // One layer's activations for the current shape, its input (res1) when `input`.
+  LayerActs layer_acts(bool input) {
+    const std::int64_t norms = heads + groups;
+    LayerActs a{};
+    if (input) a.res1 = act<bf16>(Ts * d());
+    a.h1 = act<bf16>(T * d()), a.qkv_raw = act<bf16>(T * qkvdim());
+    a.qkv_rot = act<bf16>(T * qkvdim()), a.att = act<bf16>(T * qdim()), a.res2 = act<bf16>(Ts * d());
+    a.h2 = act<bf16>(T * d()), a.gu = act<bf16>(T * 2 * ffn()), a.act = act<bf16>(T * ffn());
+    a.rstd1 = act<float>(Ts), a.qk_rstd = act<float>(T * norms), a.lse = act<float>(T * heads), a.rstd2 = act<float>(Ts);
+    return a;
+  }
   std::vector<LayerActs>& slot_acts(int s) {
     if (s < 0) fail(fmt::format("CudaModel: activation slot {}", s));
+    if (recompute && !work.h1) work = layer_acts(false);
     while (static_cast<int>(slots.size()) <= s) {
       auto& la = slots.emplace_back(static_cast<std::size_t>(layers));
-      const std::int64_t norms = heads + groups;
       for (auto& a : la) {
-        a.res1 = act<bf16>(Ts * d()), a.h1 = act<bf16>(T * d()), a.qkv_raw = act<bf16>(T * qkvdim());
-        a.qkv_rot = act<bf16>(T * qkvdim()), a.att = act<bf16>(T * qdim()), a.res2 = act<bf16>(Ts * d());
-        a.h2 = act<bf16>(T * d()), a.gu = act<bf16>(T * 2 * ffn()), a.act = act<bf16>(T * ffn());
-        a.rstd1 = act<float>(Ts), a.qk_rstd = act<float>(T * norms), a.lse = act<float>(T * heads), a.rstd2 = act<float>(Ts);
+        if (recompute) a = work, a.res1 = act<bf16>(Ts * d());
+        else a = layer_acts(true);
       }
     }
     return slots[static_cast<std::size_t>(s)];

@@ -36,6 +36,52 @@ QkvShape qkv_shape(const Impl& I, const AttentionShape& as) {
 const float* opt(const Impl& I, int p) { return p >= 0 ? I.F(p) : nullptr; }
 float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.G(p) : nullptr; }
 
+// Layer l's forward into A. With `previous` (the residual stream the previous layer leaves, its fc2 output in
+// I.tmp) the input is their sum, written to A.res1; without it A.res1 holds the input already (the first layer,
+// or a recomputation). `recompute`: the backward's rerun under full recomputation, which stops after SwiGLU
+// (fc2's output only feeds the next layer) and is charged to one "recompute" phase. It writes what the first
+// run wrote, bit for bit: the residual sum was rounded to bf16 before the first run normalised it.
+void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, const bf16* previous, bool recompute) {
+  const cudaStream_t st = I.stream;
+  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
+            qkv = I.qkvdim();
+  const auto eps = static_cast<float>(I.cfg.norm_epsilon);
+  const AttentionShape as = attention_shape(I, in.causal);
+  const QkvShape qs = qkv_shape(I, as);
+  auto& gm = *I.gemm;
+  auto mark = [&](const char* phase) {
+    if (!recompute) I.timer.mark(phase, st);
+  };
+  const auto& P = I.lp[static_cast<std::size_t>(l)];
+  bf16* h1 = I.sp ? I.hloc : A.h1;
+  if (previous) rmsnorm_forward(previous, I.tmp, A.res1, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+  else rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+  I.gather(h1, A.h1);
+  mark("rmsnorm fwd");
+  gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+  mark("gemm qkv fwd");
+  qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
+                       I.rope_sin, st);
+  mark("qk-norm+rope fwd");
+  I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
+  mark("attention fwd");
+  gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp_full, false, d, 0, st);
+  I.scatter_sum(I.tmp_full, I.tmp);
+  mark("gemm proj fwd");
+  bf16* h2 = I.sp ? I.hloc : A.h2;
+  rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), h2, A.rstd2, Ts, d, eps, st);
+  I.gather(h2, A.h2);
+  mark("rmsnorm fwd");
+  gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
+  mark("gemm fc1 fwd");
+  swiglu_forward(A.gu, A.act, T, F, st);
+  mark("swiglu fwd");
+  if (recompute) return I.timer.mark("recompute", st);
+  gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp_full, false, d, 0, st);
+  I.scatter_sum(I.tmp_full, I.tmp);
+  mark("gemm fc2 fwd");
+}
+
 }  // namespace
 
 void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
@@ -135,14 +181,9 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
 }
 
 void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
-  const auto& c = I.cfg;
   const cudaStream_t st = I.stream;
-  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
-            qkv = I.qkvdim();
-  const auto eps = static_cast<float>(c.norm_epsilon);
-  const AttentionShape as = attention_shape(I, in.causal);
-  const QkvShape qs = qkv_shape(I, as);
-  auto& gm = *I.gemm;
+  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d();
+  const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
   if (I.pre) {
@@ -153,36 +194,8 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
     I.scatter_sum(I.sp ? I.tmp_full : x, x);
     mark("embedding fwd");
   }
-  for (int l = 0; l < I.layers; ++l) {
-    const auto& P = I.lp[static_cast<std::size_t>(l)];
-    auto& A = la[static_cast<std::size_t>(l)];
-    bf16* h1 = I.sp ? I.hloc : A.h1;
-    if (l == 0) rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
-    else rmsnorm_forward(la[l - 1].res2, I.tmp, A.res1, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
-    I.gather(h1, A.h1);
-    mark("rmsnorm fwd");
-    gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
-    mark("gemm qkv fwd");
-    qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
-                         I.rope_sin, st);
-    mark("qk-norm+rope fwd");
-    I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
-    mark("attention fwd");
-    gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp_full, false, d, 0, st);
-    I.scatter_sum(I.tmp_full, I.tmp);
-    mark("gemm proj fwd");
-    bf16* h2 = I.sp ? I.hloc : A.h2;
-    rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), h2, A.rstd2, Ts, d, eps, st);
-    I.gather(h2, A.h2);
-    mark("rmsnorm fwd");
-    gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
-    mark("gemm fc1 fwd");
-    swiglu_forward(A.gu, A.act, T, F, st);
-    mark("swiglu fwd");
-    gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp_full, false, d, 0, st);
-    I.scatter_sum(I.tmp_full, I.tmp);
-    mark("gemm fc2 fwd");
-  }
+  for (int l = 0; l < I.layers; ++l)
+    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false);
   const bf16* last = la.back().res2;
   if (I.post) {
     rmsnorm_forward(last, I.tmp, I.res_f, I.F(I.lnf), I.sp ? I.hloc : I.hf, I.rstd_f, Ts, d, eps, st);
@@ -261,6 +274,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
   for (int l = I.layers - 1; l >= 0; --l) {
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = la[static_cast<std::size_t>(l)];
+    if (I.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true);
     I.gather(I.dres16, I.dres16_full);
     gm.run(true, false, d, F, T, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st);
     if (I.swiglu_fused && I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, T, d, F, st)) {

@@ -63,6 +63,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     for (int v = 0; v < chunks; ++v) {
       void* stream = chunks_.empty() ? nullptr : chunks_.front()->stream();
       chunks_.push_back(std::make_unique<CudaModel>(config, shard_of(config, parallel, v, chunks, stream)));
+      chunks_.back()->set_recompute_layers(parallel.recompute_layers);
       chunks_.back()->init(seed);
     }
     // Data parallelism with the overlapped all-reduce (not with the distributed optimizer: its reduce-scatter
