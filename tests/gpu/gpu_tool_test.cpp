@@ -148,6 +148,14 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
       {"PP2-interleaved",
        {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
        {"--num-layers", "4"}},
+      // Full recomputation under TP2 + SP (the rerun forward repeats its gathers and reduce-scatters) and with
+      // interleaved PP2 (several micro-batches in flight, each slot with its own layer inputs).
+      {"TP2+SP-recompute",
+       {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity", "full"}, {}},
+      {"PP2-interleaved-recompute",
+       {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+        "--recompute-granularity", "full"},
+       {"--num-layers", "4"}},
       // DP2 through the model's own data group (staged: no device communicator for the trainer's all-reduce):
       // the distributed optimizer (each rank's range of the master weights; the checkpoint gathers them), and
       // the reduction overlapped with the backward in buckets small enough to cut the 2-layer model.
