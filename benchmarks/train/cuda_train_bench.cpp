@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
 
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/objective.h"
@@ -88,7 +91,19 @@ int main(int argc, char** argv) {
       model.upload_inputs(input, {mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
     };
     upload(0, 0);
+    // DLM_BENCH_GAPS=1: an event on the model's stream before each timed step's first kernel and after its last,
+    // to tell the device's time within steps from the time it waits between them for the host.
+    const bool gaps = std::getenv("DLM_BENCH_GAPS") != nullptr;
+    std::vector<cudaEvent_t> marks;
+    const auto stream = static_cast<cudaStream_t>(model.stream());
+    auto mark = [&] {
+      if (!gaps) return;
+      marks.emplace_back();
+      cudaEventCreate(&marks.back());
+      cudaEventRecord(marks.back(), stream);
+    };
     auto step = [&](std::uint64_t i) {
+      mark();
       for (int m = 0; m < accumulate; ++m) {
         model.forward_stage(input, 0, true);
         model.backward_stage(input, 0);
@@ -98,10 +113,12 @@ int main(int argc, char** argv) {
       }
       model.adamw_step(adam, 2e-4, 1.0);
       model.zero_grad();
+      mark();
       loss = model.take_loss();
     };
     for (int i = 0; i < warmup; ++i) step(static_cast<std::uint64_t>(i));
     model.synchronize();
+    marks.clear();
     (void)model.profile_report();  // the warm-up steps' times are not reported
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step(static_cast<std::uint64_t>(warmup + i));
@@ -119,6 +136,16 @@ int main(int argc, char** argv) {
         argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
         double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str());
     if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
+    if (gaps && marks.size() >= 2) {
+      double inside = 0, between = 0;
+      for (std::size_t k = 0; k + 1 < marks.size(); ++k) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, marks[k], marks[k + 1]);
+        (k % 2 == 0 ? inside : between) += ms;
+      }
+      std::fprintf(stderr, "device time a step %.3f ms (first kernel to last), between steps %.3f ms\n",
+                   inside / steps, between / std::max(steps - 1, 1));
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_train_bench: %s\n", e.what());
     return 1;

@@ -152,6 +152,47 @@ TEST(CudaModel, HeadOnWeightedRowsMatchesEveryRow) {
   }
 }
 
+// The last layer's MLP runs on the loss rows only (packed, as the head): DLM_CUDA_LAST_LAYER=all runs it on every
+// row. The same loss and gradients either way (the weight GEMMs sum over fewer rows: fp32 rounding apart), for a
+// whole micro-batch and for two in flight (the stage calls' slots: the packed rows live in each slot's buffers),
+// and for the loss-only forward.
+TEST(CudaModel, LastLayerOnTheLossRowsMatchesEveryRow) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = small_config();
+  c.num_layers = 3;
+  setenv("DLM_CUDA_LAST_LAYER", "all", 1);
+  CudaModel every(c);
+  unsetenv("DLM_CUDA_LAST_LAYER");
+  CudaModel packed(c);
+  every.init(6), packed.init(6);
+  const std::int64_t batch = 2, seq = 128, n = batch * seq;
+  std::mt19937 rng(13);
+  std::vector<std::vector<std::int32_t>> ids, labels;
+  std::vector<std::vector<float>> weights;
+  for (int k = 0; k < 2; ++k) {
+    ids.push_back(random_tokens(rng, n, 500)), labels.push_back(random_tokens(rng, n, 500));
+    weights.emplace_back(n, 0.0f);
+    for (auto& w : weights.back()) w = rng() % 3 == 0 ? 0.02f : 0.0f;  // about a third: the head packs them
+  }
+  const CudaBatch b0{batch, seq, false, ids[0], labels[0], {}, weights[0]};
+  const CudaBatch b1{batch, seq, true, ids[1], labels[1], {}, weights[1]};
+  double loss[2] = {0, 0};
+  CudaModel* models[2] = {&every, &packed};
+  for (int m = 0; m < 2; ++m) {
+    CudaModel& model = *models[m];
+    model.reserve_slots(2);
+    model.upload_inputs(0, b0), model.upload_inputs(1, b1);
+    model.forward_stage(0, 0, true), model.forward_stage(1, 1, true);
+    model.backward_stage(0, 0), model.backward_stage(1, 1);
+    loss[m] = model.take_loss();
+  }
+  EXPECT_GT(loss[0], 0.0);
+  EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);
+  for (const auto& t : packed.tensors())
+    EXPECT_GE(gpu_test::cosine(packed.export_gradient(t.name), every.export_gradient(t.name)), 0.99999) << t.name;
+  EXPECT_NEAR(packed.forward_loss(b1), every.forward_loss(b1), 1e-5 * loss[0]);
+}
+
 // zero_grad() clears the norms and the embedding but leaves the weight GEMMs' gradients to be overwritten by
 // their next GEMM (beta 0): read before that they are zeros, and two micro-batches after it sum exactly as two
 // micro-batches after construction (deterministic attention: the same kernels in the same order).

@@ -110,6 +110,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.head_family = !env_is("DLM_CUDA_HEAD_ALGO", "shape");
   I.pageable_upload = env_is("DLM_CUDA_PAGEABLE_UPLOAD", "1");
   I.swiglu_fused = !env_is("DLM_CUDA_SWIGLU_FUSED", "0");
+  I.last_layer_all_rows = env_is("DLM_CUDA_LAST_LAYER", "all");
   I.gemm = std::make_unique<Gemm>();
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
   I.attention = std::make_unique<Attention>();

@@ -217,8 +217,20 @@ struct CudaModel::Impl {
   // DLM_CUDA_GRAD_MEMSET=1: zero_grad() clears every gradient (no GEMM overwrites);
   // DLM_CUDA_HEAD_ALGO=shape: the head's GEMMs take the heuristic's algorithm for each packed row count;
   // DLM_CUDA_PAGEABLE_UPLOAD=1: micro-batch uploads copy straight from the host's vectors (pageable memory);
-  // DLM_CUDA_SWIGLU_FUSED=0: the fc2 backward's data GEMM and SwiGLU's backward run apart (cuBLASLt, swiglu.cu).
+  // DLM_CUDA_SWIGLU_FUSED=0: the fc2 backward's data GEMM and SwiGLU's backward run apart (cuBLASLt, swiglu.cu);
+  // DLM_CUDA_LAST_LAYER=all: the last layer's MLP runs on every row (loss_rows_mlp).
   bool head_all_rows = false, grad_memset = false, head_family = true, pageable_upload = false, swiglu_fused = true;
+  bool last_layer_all_rows = false;
+  // The last layer's MLP on the loss rows only: after its attention block, only the rows the output layer reads
+  // (in.head_rows, packed) go on through its second norm, fc1, SwiGLU, fc2 and the final norm; every other row's
+  // output reaches nothing, and its gradient there is zero. The count of those rows (in.head_count), or 0 for
+  // every row: the head packs its rows and one GPU holds the layer's whole width (recomputing, the rerun packs its
+  // inputs into dgu, which must hold two rows of d per row: ffn >= hidden).
+  int loss_rows_mlp(const MicroInputs& in) const {
+    const bool on = post && layers > 0 && in.head_packed && in.head_count > 0 && tp == 1 &&
+                    (!recompute || ffn() >= d()) && !last_layer_all_rows;
+    return on ? in.head_count : 0;
+  }
   // Pinned copies of micro-batch k's uploads (not per activation shape: they outlive free_acts()).
   std::deque<UploadStaging> staging;
   UploadStaging& staging_for(int k) {

@@ -68,16 +68,32 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp_full, false, d, 0, st);
   I.scatter_sum(I.tmp_full, I.tmp);
   mark("gemm proj fwd");
+  // The last layer's MLP on the loss rows (Impl::loss_rows_mlp): its residual input and attention output packed
+  // into dres16 and dh, which hold nothing outside a backward, or for the backward's rerun into dgu, which holds
+  // nothing before the layer's fc2 backward (dres16 holds the head's gradient then); its activations are the first
+  // `rows` rows.
+  const int packed = l == I.layers - 1 ? I.loss_rows_mlp(in) : 0;
+  const int rows = packed ? packed : T;
+  const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T};
+  const Gemm::RowFamily* family = packed ? &by_m : nullptr;
+  const bf16 *residual = A.res1, *block_out = I.tmp;
+  if (packed) {
+    bf16* into_residual = recompute ? I.dgu : I.dres16;
+    bf16* into_block_out = recompute ? I.dgu + static_cast<std::int64_t>(T) * d : I.dh;
+    gather_rows(A.res1, in.head_rows, packed, d, into_residual, st);
+    gather_rows(I.tmp, in.head_rows, packed, d, into_block_out, st);
+    residual = into_residual, block_out = into_block_out;
+  }
   bf16* h2 = I.sp ? I.hloc : A.h2;
-  rmsnorm_forward(A.res1, I.tmp, A.res2, I.F(P.ln2), h2, A.rstd2, Ts, d, eps, st);
+  rmsnorm_forward(residual, block_out, A.res2, I.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st);
   I.gather(h2, A.h2);
   mark("rmsnorm fwd");
-  gm.run(false, true, T, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st);
+  gm.run(false, true, rows, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   mark("gemm fc1 fwd");
-  swiglu_forward(A.gu, A.act, T, F, st);
+  swiglu_forward(A.gu, A.act, rows, F, st);
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
-  gm.run(false, true, T, d, F, A.act, F, I.W(P.fc2), F, I.tmp_full, false, d, 0, st);
+  gm.run(false, true, rows, d, F, A.act, F, I.W(P.fc2), F, I.tmp_full, false, d, 0, st, family);
   I.scatter_sum(I.tmp_full, I.tmp);
   mark("gemm fc2 fwd");
 }
@@ -198,7 +214,9 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
     enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false);
   const bf16* last = la.back().res2;
   if (I.post) {
-    rmsnorm_forward(last, I.tmp, I.res_f, I.F(I.lnf), I.sp ? I.hloc : I.hf, I.rstd_f, Ts, d, eps, st);
+    // With the last MLP on the loss rows, hf holds those rows, packed.
+    const int rows = I.loss_rows_mlp(in) ? I.loss_rows_mlp(in) : Ts;
+    rmsnorm_forward(last, I.tmp, I.res_f, I.F(I.lnf), I.sp ? I.hloc : I.hf, I.rstd_f, rows, d, eps, st);
     I.gather(I.hloc, I.hf);
     mark("rmsnorm fwd");
   } else {
@@ -222,8 +240,14 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   const std::int64_t count = in.head_count;
   const bf16* x = I.hf;
   bf16* dx = I.dh_full;
+  const bool packed_mlp = I.loss_rows_mlp(in) > 0;  // hf is packed already
   if (in.head_packed) {
-    gather_rows(I.hf, in.head_rows, static_cast<int>(count), d, I.head_x, st);
+    if (packed_mlp)
+      check_cuda(cudaMemcpyAsync(I.head_x, I.hf, static_cast<std::size_t>(count) * d * sizeof(bf16),
+                                 cudaMemcpyDeviceToDevice, st),
+                 "head rows");
+    else
+      gather_rows(I.hf, in.head_rows, static_cast<int>(count), d, I.head_x, st);
     x = dx = I.head_x;
   }
   // Packed row counts change every micro-batch: one algorithm per GEMM of the head, chosen at the chunk's rows.
@@ -256,6 +280,13 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   accumulate_sum(in.loss_rows, count, I.loss_total, st);
   if (!backward) return;
   I.settle_grad(I.out);  // when no row had loss weight, the output layer's gradient (still fresh) is zero
+  if (packed_mlp) {
+    // The last MLP's rows stay packed: d residual of the loss rows into dres16's first rows.
+    rmsnorm_backward(I.head_x, I.res_f, I.F(I.lnf), I.rstd_f, I.dres16, false, I.G(I.lnf), I.partial,
+                     static_cast<int>(count), d, st);
+    I.timer.mark("rmsnorm bwd", st);
+    return;
+  }
   if (in.head_packed) scatter_rows(I.head_x, in.head_slot, static_cast<int>(I.T), d, I.dh_full, st);
   I.scatter_sum(I.dh_full, I.dh);
   rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres16, false, I.G(I.lnf), I.partial,
@@ -275,21 +306,34 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = la[static_cast<std::size_t>(l)];
     if (I.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true);
+    // The last layer's MLP on the loss rows (as its forward ran): `rows` packed rows, then back to every row.
+    const int packed = l == I.layers - 1 ? I.loss_rows_mlp(in) : 0;
+    const int rows = packed ? packed : T;
+    const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T}, by_k{Gemm::RowFamily::kK, T};
+    const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
     I.gather(I.dres16, I.dres16_full);
-    gm.run(true, false, d, F, T, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st);
-    if (I.swiglu_fused && I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, T, d, F, st)) {
+    gm.run(true, false, d, F, rows, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
+    if (I.swiglu_fused && I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, rows, d, F, st)) {
       mark("gemm fc2 bwd + swiglu bwd");
     } else {
-      gm.run(false, false, T, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st);
+      gm.run(false, false, rows, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st, fam_m);
       mark("gemm fc2 bwd");
-      swiglu_backward(I.dact, A.gu, I.dgu, T, F, st);
+      swiglu_backward(I.dact, A.gu, I.dgu, rows, F, st);
       mark("swiglu bwd");
     }
-    gm.run(true, false, 2 * F, d, T, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, I.grad_beta(P.fc1), st);
-    gm.run(false, false, T, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st);
+    gm.run(true, false, 2 * F, d, rows, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
+    gm.run(false, false, rows, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st, fam_m);
     I.scatter_sum(I.dh_full, I.dh);
     mark("gemm fc1 bwd");
-    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres16, true, I.G(P.ln2), I.partial, Ts, d, st);
+    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres16, true, I.G(P.ln2), I.partial, packed ? packed : Ts,
+                     d, st);
+    if (packed) {
+      // d residual on every row: the loss rows' (slot order), zeros elsewhere, through dh into dres16.
+      scatter_rows(I.dres16, in.head_slot, T, d, I.dh, st);
+      check_cuda(cudaMemcpyAsync(I.dres16, I.dh, static_cast<std::size_t>(T) * d * sizeof(bf16),
+                                 cudaMemcpyDeviceToDevice, st),
+                 "residual gradient");
+    }
     mark("rmsnorm bwd");
     I.gather(I.dres16, I.dres16_full);
     gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, I.grad_beta(P.proj), st);
