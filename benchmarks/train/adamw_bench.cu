@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "random_operands.h"
 
 namespace {
 
+using dlm::bench::device_alloc;
 using dlm::train::cuda::AdamWChunk;
 using dlm::train::cuda::AdamWTensor;
 using dlm::train::cuda::check_cuda;
@@ -72,7 +74,8 @@ __global__ void __launch_bounds__(kThreads) unroll2_kernel(Buffers b, std::int64
   const std::int64_t begin = blockIdx.x * per_block, end = min(begin + per_block, b.n);
   for (std::int64_t i = begin + 4 * threadIdx.x; i + 4 * kThreads + 3 < end; i += 8 * kThreads) {
     const std::int64_t j = i + 4 * kThreads;
-    const float4 g0 = __ldcs(reinterpret_cast<const float4*>(b.g + i)), g1 = __ldcs(reinterpret_cast<const float4*>(b.g + j));
+    const float4 g0 = __ldcs(reinterpret_cast<const float4*>(b.g + i));
+    const float4 g1 = __ldcs(reinterpret_cast<const float4*>(b.g + j));
     float4 p0 = __ldcs(reinterpret_cast<const float4*>(b.p + i)), p1 = __ldcs(reinterpret_cast<const float4*>(b.p + j));
     float4 m0 = __ldcs(reinterpret_cast<const float4*>(b.m + i)), m1 = __ldcs(reinterpret_cast<const float4*>(b.m + j));
     float4 v0 = __ldcs(reinterpret_cast<const float4*>(b.v + i)), v1 = __ldcs(reinterpret_cast<const float4*>(b.v + j));
@@ -110,13 +113,6 @@ __global__ void __launch_bounds__(kThreads) sumsq_cs_kernel(const float* g, std:
     __syncthreads();
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
-}
-
-template <typename T>
-T* device_alloc(std::size_t n) {
-  void* p = nullptr;
-  check_cuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
-  return static_cast<T*>(p);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The training step's GEMMs one at a time, each with the first algorithms cuBLASLt's heuristic offers (the
 // first is the one the backend runs): TFLOP/s per algorithm, to find shapes where the heuristic's choice
 // leaves time on the table. One line per GEMM: the shape, then TFLOP/s of algorithms 0, 1, ...
-// usage: gemm_bench [ROWS_350M=8192] [ROWS_1.7B=4096] [CANDIDATES=8]
+// usage: gemm_bench [ROWS_350M=8192] [ROWS_1.7B=4096] [CANDIDATES=8]   (ROWS: the head's packed rows)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -34,20 +34,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm_bench: ROWS_350M, ROWS_1.7B and CANDIDATES must be positive integers\n");
     return 2;
   }
-  // Row-major Gemm::run terms: C[m, n] = op(A)[m, k] op(B)[k, n]. The head's three GEMMs (logits, the rows'
-  // gradient, the weight gradient) at the packed row counts, and the layers' largest for comparison.
-  const std::vector<Shape> shapes = {
-      {"350M logits fwd", false, true, rows350, 50304, 1024, false},
-      {"350M logits dX", false, false, rows350, 1024, 50304, false},
-      {"350M logits dW", true, false, 50304, 1024, rows350, true},
-      {"350M fc1 dW", true, false, 5632, 1024, 16384, true},
-      {"350M fc1 dX", false, false, 16384, 1024, 5632, false},
-      {"1.7B logits fwd", false, true, rows17, 151936, 2048, false},
-      {"1.7B logits dX", false, false, rows17, 2048, 151936, false},
-      {"1.7B logits dW", true, false, 151936, 2048, rows17, true},
-      {"1.7B fc1 dW", true, false, 12288, 2048, 8192, true},
-      {"1.7B fc1 dX", false, false, 8192, 2048, 12288, false},
+  // Row-major Gemm::run terms: C[m, n] = op(A)[m, k] op(B)[k, n]. Every GEMM of a training step: per layer the
+  // forward (X W^T), the data gradient (dY W) and the weight gradient (dY^T X, fp32) of qkv, proj, fc1 and fc2
+  // at T tokens, and the head's three at the packed row counts.
+  struct Model {
+    const char* name;
+    int tokens, hidden, qkv, q, ffn, vocab, head_rows;
   };
+  const Model models[] = {{"350M", 16384, 1024, 2048, 1024, 2816, 50304, rows350},
+                          {"1.7B", 8192, 2048, 4096, 2048, 6144, 151936, rows17}};
+  std::vector<Shape> shapes;
+  for (const Model& m : models) {
+    const std::string n = m.name;
+    const struct {
+      const char* what;
+      int out, in;
+    } layers[] = {{"qkv", m.qkv, m.hidden}, {"proj", m.hidden, m.q}, {"fc1", 2 * m.ffn, m.hidden},
+                  {"fc2", m.hidden, m.ffn}};
+    for (const auto& l : layers) {
+      shapes.push_back({n + " " + l.what + " fwd", false, true, m.tokens, l.out, l.in, false});
+      shapes.push_back({n + " " + l.what + " dX", false, false, m.tokens, l.in, l.out, false});
+      shapes.push_back({n + " " + l.what + " dW", true, false, l.out, l.in, m.tokens, true});
+    }
+    shapes.push_back({n + " logits fwd", false, true, m.head_rows, m.vocab, m.hidden, false});
+    shapes.push_back({n + " logits dX", false, false, m.head_rows, m.hidden, m.vocab, false});
+    shapes.push_back({n + " logits dW", true, false, m.vocab, m.hidden, m.head_rows, true});
+  }
   try {
     dlm::train::cuda::Gemm gemm;
     for (const auto& s : shapes) {

@@ -1,5 +1,5 @@
-// Random bf16 operands for the kernel benchmarks: the tensor cores draw more power on random data than on zeros
-// and clock lower, as in training, so timings on zeros would flatter the kernels.
+// Operands for the kernel benchmarks: device buffers, and random bf16 values (the tensor cores draw more power on
+// random data than on zeros and clock lower, as in training, so timings on zeros would flatter the kernels).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +12,14 @@
 #include "backend/cuda/kernels.h"
 
 namespace dlm::bench {
+
+// n elements of T in device memory (dlm::Error when the GPU has no room); the benchmarks free them or exit.
+template <typename T>
+T* device_alloc(std::size_t n) {
+  void* p = nullptr;
+  train::cuda::check_cuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
 
 // n bf16 values uniform in [-0.5, 0.5) from a fixed xorshift stream (fast enough for 10^9 of them), uploaded.
 inline void fill_random(void* device, std::size_t n, std::uint64_t seed = 0x9E3779B97F4A7C15ull) {

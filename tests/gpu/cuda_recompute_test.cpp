@@ -50,7 +50,8 @@ Columns random_columns(std::mt19937& rng, std::int64_t n) {
 }
 
 void expect_same_gradients(CudaModel& a, CudaModel& b, const char* when) {
-  for (const auto& t : a.tensors()) EXPECT_EQ(a.export_gradient(t.name), b.export_gradient(t.name)) << when << ": " << t.name;
+  for (const auto& t : a.tensors())
+    EXPECT_EQ(a.export_gradient(t.name), b.export_gradient(t.name)) << when << ": " << t.name;
 }
 
 TEST(CudaRecompute, GradientsAreTheSameBitsAsKeepingEveryActivation) {

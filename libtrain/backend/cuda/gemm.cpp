@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -53,7 +54,7 @@ struct Gemm::Descriptors {
   Descriptors& operator=(const Descriptors&) = delete;
 };
 
-Gemm::Gemm() {
+Gemm::Gemm() : tune_(!env_is("DLM_CUDA_DETERMINISTIC", "1") && !env_is("DLM_CUDA_GEMM_TUNE", "0")) {
   check_lt(cublasLtCreate(&handle_), "create");
   check_cuda(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc (GEMM workspace)");
 }
@@ -107,12 +108,34 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Descriptors& g, const Key& key,
   return fit->second ? algo : cached(key);
 }
 
+void Gemm::tune(const Descriptors& g, const Key& key, const bf16* a, const bf16* b, void* c, cudaStream_t stream) {
+  tuned_.insert(key);
+  const auto algos = heuristic(g, kTuneCandidates);
+  if (algos.size() < 2) return;
+  const auto ms = time_algorithms(g, algos, a, b, c, 0.0f, 3, stream);
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < ms.size(); ++i)
+    if (ms[i] > 0 && (ms[best] <= 0 || ms[i] < ms[best])) best = i;
+  if (ms[best] <= 0) return;
+  algos_.insert_or_assign(key, algos[best]);
+  // A row family led by this shape checks its counts against the new algorithm afresh.
+  for (auto it = family_fits_.begin(); it != family_fits_.end();)
+    it = it->first.first == key ? family_fits_.erase(it) : std::next(it);
+}
+
 void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb,
                void* c, bool c_f32, int ldc, float beta, cudaStream_t stream, const RowFamily* family) {
   const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
   // beta is not part of the key: the heuristic does not see it, and a gradient GEMM must run the same algorithm
   // whether it overwrites (the first micro-batch after zero_grad) or adds.
   const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32};
+  // Tuning times the call's own GEMM into C, which only a beta-0 call may do; the head's row families keep the
+  // heuristic's choice (their largest shape is not this call's).
+  if (tune_ && !family && beta == 0.0f && 2.0 * m * n * k >= kTuneFlops && !tuned_.count(key)) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(stream, &capture), "capture status");
+    if (capture == cudaStreamCaptureStatusNone) tune(g, key, a, b, c, stream);
+  }
   const cublasLtMatmulAlgo_t& algo = algo_for(g, key, family);
   const float alpha = 1.0f;
   check_lt(cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &algo, workspace_,
@@ -124,11 +147,17 @@ std::vector<double> Gemm::time_candidates(bool trans_a, bool trans_b, int m, int
                                           const bf16* b, int ldb, void* c, bool c_f32, int ldc, float beta, int count,
                                           int repeats, cudaStream_t stream) {
   const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
+  return time_algorithms(g, heuristic(g, count), a, b, c, beta, repeats, stream);
+}
+
+std::vector<double> Gemm::time_algorithms(const Descriptors& g, const std::vector<cublasLtMatmulAlgo_t>& algos,
+                                          const bf16* a, const bf16* b, void* c, float beta, int repeats,
+                                          cudaStream_t stream) {
   std::vector<double> ms;
   cudaEvent_t start = nullptr, stop = nullptr;
   check_cuda(cudaEventCreate(&start), "event"), check_cuda(cudaEventCreate(&stop), "event");
   const float alpha = 1.0f;
-  for (const auto& algo : heuristic(g, count)) {
+  for (const auto& algo : algos) {
     auto once = [&] {
       return cublasLtMatmul(handle_, g.op, &alpha, b, g.la, a, g.lb, &beta, c, g.lc, c, g.lc, &algo, workspace_,
                             workspace_bytes_, stream);

@@ -1,13 +1,19 @@
 // cuBLASLt GEMMs in row-major terms: bf16 operands, fp32 accumulation, bf16 or fp32 output.
 //   C[M, N] = alpha * op(A) op(B) + beta * C,  op(A) [M, K], op(B) [K, N]
 // Row-major C is column-major C^T = op(B)^T op(A)^T, so B's memory is cuBLASLt's first operand. Algorithms
-// come from cuBLASLt's heuristic once per shape and are cached.
+// come from cuBLASLt's heuristic once per shape and are cached. Tuned (the default): a shape of at least
+// kTuneFlops is timed, at its first call that overwrites C (beta 0) outside a graph capture, with each of the
+// heuristic's first kTuneCandidates algorithms on that call's own operands (C is about to be overwritten), and
+// the fastest is kept: at some of the training step's shapes the heuristic's first leaves 4-25% (H100:
+// benchmarks/train/gemm_bench). Timing picks by the clock, so a run may pick another algorithm than the last
+// (rounding differs); DLM_CUDA_DETERMINISTIC=1 and DLM_CUDA_GEMM_TUNE=0 keep the heuristic's first.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -19,6 +25,9 @@ class Gemm {
  public:
   Gemm();
   ~Gemm();
+  static constexpr double kTuneFlops = 1e10;
+  static constexpr int kTuneCandidates = 8;
+  bool tunes() const { return tune_; }
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
@@ -46,14 +55,22 @@ class Gemm {
   enum KeyField { kKeyTransA, kKeyTransB, kKeyM, kKeyN, kKeyK, kKeyLda, kKeyLdb, kKeyLdc, kKeyF32 };
   struct Descriptors;
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Descriptors& g, int count);
-  // The heuristic's first algorithm for the shape, asked once.
+  // The heuristic's first algorithm for the shape, asked once (or the tuned one).
   const cublasLtMatmulAlgo_t& cached(const Key& key);
+  // Times the heuristic's first candidates for `key` on the call's operands and caches the fastest.
+  void tune(const Descriptors& g, const Key& key, const bf16* a, const bf16* b, void* c, cudaStream_t stream);
+  // Milliseconds per call of each algorithm over `repeats` calls after one warm-up; -1 where one refuses.
+  std::vector<double> time_algorithms(const Descriptors& g, const std::vector<cublasLtMatmulAlgo_t>& algos,
+                                      const bf16* a, const bf16* b, void* c, float beta, int repeats,
+                                      cudaStream_t stream);
   // run()'s algorithm: the shape's own, or its family's where cuBLASLt accepts that for the shape.
   const cublasLtMatmulAlgo_t& algo_for(const Descriptors& g, const Key& key, const RowFamily* family);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = std::size_t{64} << 20;
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
+  std::set<Key> tuned_;  // shapes timed already
+  bool tune_ = true;
   std::map<std::pair<Key, Key>, bool> family_fits_;  // (family key, exact key): cuBLASLt accepts the algorithm
 };
 
