@@ -152,6 +152,13 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
       // interleaved PP2 (several micro-batches in flight, each slot with its own layer inputs).
       {"TP2+SP-recompute",
        {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity", "full"}, {}},
+      // Half the micro-batches cut to a random length (MegaDLMs' variable-length draw): a step's micro-batches come
+      // in several shapes, each run of one shape through the schedule in turn (interleaved: filled up with
+      // zero-weight copies to a multiple of the pipeline's size).
+      {"TP2+SP-varilen", {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, {"--difflm-varilen-prob", "0.5"}},
+      {"PP2-interleaved-varilen",
+       {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
+       {"--num-layers", "4", "--difflm-varilen-prob", "0.5"}},
       {"PP2-interleaved-recompute",
        {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
         "--recompute-granularity", "full"},

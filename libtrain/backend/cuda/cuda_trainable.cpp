@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -321,14 +323,42 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       }
       return loss;
     }
-    const int stages = parallel_.host->config.pipeline, M = static_cast<int>(batches.size());
+    // One schedule runs micro-batches of one shape; MegaDLMs' variable-length draw (--difflm-varilen-prob) cuts a
+    // micro-batch's sequence, so a step may hold several shapes. Each run of one shape goes through the schedule in
+    // turn: the gradients add up to the same sum, and the buckets are reduced in the last run's last backward.
+    double loss = 0;
+    for (std::size_t begin = 0; begin < batches.size();) {
+      std::size_t end = begin + 1;
+      while (end < batches.size() && batches[end].batch == batches[begin].batch &&
+             batches[end].seq == batches[begin].seq)
+        ++end;
+      loss += run_schedule(batches.subspan(begin, end - begin), training, overlap && end == batches.size());
+      begin = end;
+    }
+    return loss;
+  }
+  // Micro-batches of one shape through the pipeline schedule (1F1B, or interleaved over the chunks).
+  double run_schedule(std::span<const ModelBatch> batches, bool training, bool reduce) {
+    const int stages = parallel_.host->config.pipeline;
+    // The interleaved schedule takes a multiple of the pipeline's size: a shorter run is filled up with copies of
+    // its first micro-batch whose loss weights are zero, which add nothing to the loss or the gradients.
+    std::vector<ModelBatch> filled;
+    if (chunks_.size() > 1 && batches.size() % static_cast<std::size_t>(stages) != 0) {
+      filled.assign(batches.begin(), batches.end());
+      while (filled.size() % static_cast<std::size_t>(stages) != 0) {
+        filled.push_back(batches.front());
+        std::fill(filled.back().weights.begin(), filled.back().weights.end(), 0.0f);
+      }
+      batches = filled;
+    }
+    const int M = static_cast<int>(batches.size());
     std::vector<CudaStage> stage_views;
     std::vector<PipelineStage*> views;
     stage_views.reserve(chunks_.size());
     for (std::size_t v = 0; v < chunks_.size(); ++v) {
       CudaModel& c = *chunks_[v];
       for (int k = 0; k < M; ++k) c.upload_inputs(k, cuda_batch(batches[static_cast<std::size_t>(k)]));
-      views.push_back(&stage_views.emplace_back(c, overlap ? reducers_[v].get() : nullptr, M));
+      views.push_back(&stage_views.emplace_back(c, reduce ? reducers_[v].get() : nullptr, M));
     }
     if (chunks_.size() == 1) {
       first().reserve_slots(training ? std::min(stages - parallel_.host->coords.pipeline, M) : 1);
