@@ -103,7 +103,9 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
     p.weights = params * e;
     p.gradients = params * g;
     p.optimizer = params * state / (o.distributed_optimizer ? d : 1.0);
-    if (o.cuda_backend) p.activations += kCudaRuntimeBytes;
+    if (o.cuda_backend)
+      p.activations += kCudaRuntimeBytes + (o.tensor * o.pipeline * o.data > 1 ? kCudaNcclBytes : 0.0) +
+                       (o.pipeline > 1 ? kCudaNcclPipelineBytes : 0.0);
     else p.activations += (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
     if (o.data > 1)
       p.data_parallel_bytes = o.distributed_optimizer ? params * (g + e) * (d - 1) / d : params * g * 2 * (d - 1) / d;

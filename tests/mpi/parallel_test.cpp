@@ -240,13 +240,13 @@ TEST(DryRun, SmallConfigEqualsHandComputedValues) {
   EXPECT_THROW(plan_parallel(c, o), Error);
 }
 
-// The GPU plan against what an H100 measured (scripts/device-mem1.sh, 2026-11-23: each process's peak device
-// memory, two ranks sharing the GPU with groups staged through MPI): the 350M shape of issue 10 on one GPU (and
-// with --recompute-granularity full, 2026-11-24), PP2 (1F1B holds 2 micro-batches on stage 0), TP2 + SP and DP2
-// with the distributed optimizer. One constant
-// (the runtime, kCudaRuntimeBytes) was fitted to these; every other term is the backend's buffer list, so a
-// layout the list gets wrong misses by far more than 1%. (The Megatron-style plan missed PP2's stage 0 by
-// 17.6% and TP2 + SP by 11%.)
+// The GPU plan against measured peaks: the 350M shape of issue 10 on one H100 (scripts/device-mem1.sh, 2026-11-23,
+// and with --recompute-granularity full, 2026-11-24), and on 2 x H200 over NCCL (scripts/device-mp2.sh,
+// 2026-11-24, each GPU's peak): DP2, DP2 with the distributed optimizer, TP2 + SP, PP2 (1F1B holds 2 micro-batches
+// on stage 0). Three constants were fitted to these (the runtime, kCudaRuntimeBytes; NCCL's buffers and the
+// pipeline's, kCudaNccl*Bytes); every other term is the backend's buffer list, so a layout the list gets wrong
+// misses by far more than the 1% (one GPU) or 3% (NCCL, one constant for every group) allowed. (The
+// Megatron-style plan missed PP2's stage 0 by 17.6% and TP2 + SP by 11%.)
 TEST(DryRun, GpuPlanFollowsTheMeasuredPeaks) {
   ckpt::ModelConfig c;
   c.num_layers = 24, c.hidden_size = 1024, c.ffn_hidden_size = 2816, c.num_attention_heads = 16;
@@ -259,9 +259,10 @@ TEST(DryRun, GpuPlanFollowsTheMeasuredPeaks) {
   };
   const std::vector<Case> cases = {{1, 1, 1, false, false, false, {21.47}},
                                    {1, 1, 1, false, false, true, {9.73}},
-                                   {1, 2, 1, false, false, false, {19.20, 12.60}},
-                                   {2, 1, 1, true, false, false, {11.99}},
-                                   {1, 1, 2, false, true, false, {19.60}}};
+                                   {1, 1, 2, false, false, false, {22.81}},
+                                   {1, 1, 2, false, true, false, {20.93}},
+                                   {2, 1, 1, true, false, false, {13.70}},
+                                   {1, 2, 1, false, false, false, {21.34, 14.74}}};
   for (const Case& k : cases) {
     PlanOptions o;
     o.tensor = k.tensor, o.pipeline = k.pipeline, o.data = k.data, o.sequence_parallel = k.sp;
@@ -271,7 +272,8 @@ TEST(DryRun, GpuPlanFollowsTheMeasuredPeaks) {
     ASSERT_EQ(plan.stages.size(), k.measured_gib.size());
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       const double gib = plan.stages[s].memory() / (1 << 30);
-      EXPECT_NEAR(gib / k.measured_gib[s], 1.0, 0.01)
+      const bool nccl = k.tensor * k.pipeline * k.data > 1;
+      EXPECT_NEAR(gib / k.measured_gib[s], 1.0, nccl ? 0.03 : 0.01)
           << "TP" << k.tensor << " PP" << k.pipeline << " DP" << k.data << (k.recompute ? " recomputing" : "")
           << " stage " << s << ": plan " << gib
           << " GiB, measured " << k.measured_gib[s];

@@ -15,6 +15,12 @@ constexpr std::int64_t kCudaLogitsBudget = std::int64_t{3} << 29;
 // cuDNN's workspaces, the RoPE tables): 0.66-0.73 GiB per process on an H100, CUDA 13, cuDNN 9.19
 // (scripts/device-mem1.sh, 2026-11-23).
 constexpr double kCudaRuntimeBytes = 0.72 * (1 << 30);
+// NCCL's own device memory on a rank of a multi-GPU layout (its communicators' buffers and kernels), and what a
+// pipeline group's point-to-point channels add: fitted to 2 x H200 runs of the 350M shape over NCCL, where measured
+// minus planned was 1.33-1.34 GiB under DP2, 1.65 under TP2 + SP and 2.14-2.15 under PP2 (scripts/device-mp2.sh,
+// 2026-11-24, docs/performance.md).
+constexpr double kCudaNcclBytes = 1.35 * (1 << 30);
+constexpr double kCudaNcclPipelineBytes = 0.8 * (1 << 30);
 
 struct CudaActivationBytes {
   double per_layer_slot = 0;      // one layer's stored activations for one micro-batch in flight
