@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
-#include "random_operands.h"
+#include "kernel_bench.h"
 
 namespace {
 
@@ -140,19 +140,9 @@ int main(int argc, char** argv) {
     const int blocks = static_cast<int>(chunks.size());
     double* partial = device_alloc<double>(chunks.size());
     double* sumsq = device_alloc<double>(1);
-    cudaEvent_t a, z;
-    check_cuda(cudaEventCreate(&a), "event"), check_cuda(cudaEventCreate(&z), "event");
     const double update_bytes = 30.0 * n, norm_bytes = 4.0 * n;
     auto time = [&](const char* what, double bytes, const std::function<void()>& run) {
-      run();
-      check_cuda(cudaDeviceSynchronize(), what);
-      check_cuda(cudaEventRecord(a), "record");
-      for (int r = 0; r < repeats; ++r) run();
-      check_cuda(cudaEventRecord(z), "record");
-      check_cuda(cudaEventSynchronize(z), what);
-      float ms = 0;
-      check_cuda(cudaEventElapsedTime(&ms, a, z), "elapsed");
-      ms /= repeats;
+      const double ms = dlm::bench::time_ms(run, repeats);
       std::printf("%-22s %8.3f ms  %5.2f TB/s\n", what, ms, bytes / (ms * 1e9));
     };
     std::printf("adamw_bench: %.3fG parameters\n", n / 1e9);

@@ -12,27 +12,12 @@
 #include <vector>
 
 #include "backend/cuda/attention_cudnn.h"
-#include "random_operands.h"
+#include "kernel_bench.h"
 
 namespace {
 
 using dlm::train::cuda::bf16;
 using dlm::train::cuda::check_cuda;
-
-template <typename F>
-double time_ms(F&& f, int reps, cudaStream_t stream) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  check_cuda(cudaEventCreate(&a), "event"), check_cuda(cudaEventCreate(&b), "event");
-  f(), f();  // warm-up (plans are built at the first call)
-  check_cuda(cudaEventRecord(a, stream), "event");
-  for (int i = 0; i < reps; ++i) f();
-  check_cuda(cudaEventRecord(b, stream), "event");
-  check_cuda(cudaEventSynchronize(b), "event");
-  float ms = 0;
-  check_cuda(cudaEventElapsedTime(&ms, a, b), "event");
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms / reps;
-}
 
 }  // namespace
 
@@ -66,8 +51,8 @@ int main(int argc, char** argv) {
       dlm::train::cuda::Attention attention;
       const auto* q = static_cast<const bf16*>(qkv);
       auto* lse_f = static_cast<float*>(lse);
-      const double fwd = time_ms([&] { attention.forward(s, q, static_cast<bf16*>(o), lse_f, stream); }, reps, stream);
-      const double bwd = time_ms(
+      const double fwd = dlm::bench::time_ms([&] { attention.forward(s, q, static_cast<bf16*>(o), lse_f, stream); }, reps, stream);
+      const double bwd = dlm::bench::time_ms(
           [&] {
             attention.backward(s, q, static_cast<const bf16*>(o), static_cast<const bf16*>(dout), lse_f,
                                static_cast<float*>(delta), static_cast<bf16*>(dqkv), stream);

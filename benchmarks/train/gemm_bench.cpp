@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/gemm.h"
-#include "random_operands.h"
+#include "kernel_bench.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
-#include "random_operands.h"
+#include "kernel_bench.h"
 
 namespace {
 
@@ -22,17 +22,7 @@ using dlm::train::cuda::check_cuda;
 
 template <typename F>
 double time_us(F&& f, int reps) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  check_cuda(cudaEventCreate(&a), "event"), check_cuda(cudaEventCreate(&b), "event");
-  f(), f();
-  check_cuda(cudaEventRecord(a), "event");
-  for (int i = 0; i < reps; ++i) f();
-  check_cuda(cudaEventRecord(b), "event");
-  check_cuda(cudaEventSynchronize(b), "event");
-  float ms = 0;
-  check_cuda(cudaEventElapsedTime(&ms, a, b), "event");
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return 1e3 * ms / reps;
+  return 1e3 * dlm::bench::time_ms(f, reps);
 }
 
 }  // namespace

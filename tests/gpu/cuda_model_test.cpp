@@ -176,16 +176,8 @@ TEST(CudaModel, LastLayerOnTheLossRowsMatchesEveryRow) {
   }
   const CudaBatch b0{batch, seq, false, ids[0], labels[0], {}, weights[0]};
   const CudaBatch b1{batch, seq, true, ids[1], labels[1], {}, weights[1]};
-  double loss[2] = {0, 0};
-  CudaModel* models[2] = {&every, &packed};
-  for (int m = 0; m < 2; ++m) {
-    CudaModel& model = *models[m];
-    model.reserve_slots(2);
-    model.upload_inputs(0, b0), model.upload_inputs(1, b1);
-    model.forward_stage(0, 0, true), model.forward_stage(1, 1, true);
-    model.backward_stage(0, 0), model.backward_stage(1, 1);
-    loss[m] = model.take_loss();
-  }
+  const double loss[2] = {gpu_test::two_micro_batches_in_flight(every, b0, b1),
+                          gpu_test::two_micro_batches_in_flight(packed, b0, b1)};
   EXPECT_GT(loss[0], 0.0);
   EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);
   for (const auto& t : packed.tensors())

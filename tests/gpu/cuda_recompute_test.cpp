@@ -92,19 +92,10 @@ TEST(CudaRecompute, SlotsInFlightKeepTheirOwnInputs) {
   const std::int64_t batch = 2, seq = 64, n = batch * seq;
   std::mt19937 rng(8);
   const Columns x0 = random_columns(rng, n), x1 = random_columns(rng, n);
-  double loss[2] = {0, 0};
-  CudaModel* models[2] = {keep.get(), recompute.get()};
-  for (int m = 0; m < 2; ++m) {
-    CudaModel& model = *models[m];
-    model.reserve_slots(2);
-    model.upload_inputs(0, {batch, seq, false, x0.ids, x0.labels, {}, x0.weights});
-    model.upload_inputs(1, {batch, seq, false, x1.ids, x1.labels, {}, x1.weights});
-    model.forward_stage(0, 0, true);
-    model.forward_stage(1, 1, true);
-    model.backward_stage(0, 0);
-    model.backward_stage(1, 1);
-    loss[m] = model.take_loss();
-  }
+  const CudaBatch b0{batch, seq, false, x0.ids, x0.labels, {}, x0.weights};
+  const CudaBatch b1{batch, seq, false, x1.ids, x1.labels, {}, x1.weights};
+  const double loss[2] = {gpu_test::two_micro_batches_in_flight(*keep, b0, b1),
+                          gpu_test::two_micro_batches_in_flight(*recompute, b0, b1)};
   EXPECT_GT(loss[0], 0.0);
   EXPECT_EQ(loss[1], loss[0]);
   expect_same_gradients(*keep, *recompute, "two slots");

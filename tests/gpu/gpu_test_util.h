@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
+#include "dlm/train/cuda_model.h"
 
 namespace dlm::gpu_test {
 
@@ -20,6 +21,17 @@ inline ckpt::ModelConfig small_config() {
   c.num_query_groups = 2, c.kv_channels = 32, c.vocab_size = 500, c.max_position_embeddings = 128;
   c.qk_layernorm = true, c.mask_token_id = 499;
   return c;
+}
+
+// Two micro-batches in flight through the stage calls (slots 0 and 1: both forwards, then both backwards, as
+// 1F1B's warm-up runs them); returns their loss.
+inline double two_micro_batches_in_flight(train::CudaModel& model, const train::CudaBatch& b0,
+                                          const train::CudaBatch& b1) {
+  model.reserve_slots(2);
+  model.upload_inputs(0, b0), model.upload_inputs(1, b1);
+  model.forward_stage(0, 0, true), model.forward_stage(1, 1, true);
+  model.backward_stage(0, 0), model.backward_stage(1, 1);
+  return model.take_loss();
 }
 
 inline bool have_device() {

@@ -215,7 +215,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
   const bf16* last = la.back().res2;
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.
-    const int rows = I.loss_rows_mlp(in) ? I.loss_rows_mlp(in) : Ts;
+    const int packed = I.loss_rows_mlp(in), rows = packed ? packed : Ts;
     rmsnorm_forward(last, I.tmp, I.res_f, I.F(I.lnf), I.sp ? I.hloc : I.hf, I.rstd_f, rows, d, eps, st);
     I.gather(I.hloc, I.hf);
     mark("rmsnorm fwd");

@@ -1,5 +1,6 @@
-// Operands for the kernel benchmarks: device buffers, and random bf16 values (the tensor cores draw more power on
-// random data than on zeros and clock lower, as in training, so timings on zeros would flatter the kernels).
+// What the kernel benchmarks share: device buffers, random bf16 operands (the tensor cores draw more power on
+// random data than on zeros and clock lower, as in training, so timings on zeros would flatter the kernels), and
+// the timed loop.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +20,23 @@ T* device_alloc(std::size_t n) {
   void* p = nullptr;
   train::cuda::check_cuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
   return static_cast<T*>(p);
+}
+
+// Milliseconds per call of f over `reps` calls on `stream`, after two untimed calls (the first builds plans and
+// loads kernels).
+template <typename F>
+double time_ms(F&& f, int reps, cudaStream_t stream = nullptr) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  train::cuda::check_cuda(cudaEventCreate(&a), "event"), train::cuda::check_cuda(cudaEventCreate(&b), "event");
+  f(), f();
+  train::cuda::check_cuda(cudaEventRecord(a, stream), "event");
+  for (int i = 0; i < reps; ++i) f();
+  train::cuda::check_cuda(cudaEventRecord(b, stream), "event");
+  train::cuda::check_cuda(cudaEventSynchronize(b), "event");
+  float ms = 0;
+  train::cuda::check_cuda(cudaEventElapsedTime(&ms, a, b), "event");
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms / reps;
 }
 
 // n bf16 values uniform in [-0.5, 0.5) from a fixed xorshift stream (fast enough for 10^9 of them), uploaded.
