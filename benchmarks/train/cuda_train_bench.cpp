@@ -6,6 +6,8 @@
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
 // tokens, the objective's noising, the upload) for the next micro-batch overlaps the device's current one.
+// The untied embedding's gradient is kept as dlm-train keeps it on one replica, as the rows the tokens wrote
+// (CudaModel::set_sparse_embedding_grad); DLM_BENCH_SPARSE_EMB=0 reads and clears the whole table.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +63,10 @@ int main(int argc, char** argv) {
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
     dlm::train::CudaModel model(c);
     model.set_recompute_layers(recompute == "full");
+    // The embedding's gradient as dlm-train keeps it on one replica (DLM_BENCH_SPARSE_EMB=0: the whole table's,
+    // for the A/B).
+    const char* sparse = std::getenv("DLM_BENCH_SPARSE_EMB");
+    model.set_sparse_embedding_grad(!(sparse && std::string(sparse) == "0"));
     model.init(1);
     dlm::train::ObjectiveOptions o;
     o.mask_token = static_cast<int>(s.vocab - 1);

@@ -1,8 +1,11 @@
 // The embedding backward against a double-precision host sum, with the diffusion objective's shape of
 // input: one id (the mask token) at about half of all positions, so that it is cut into many segments,
-// ids of exactly one segment, and ids seen once; poisoned table rows that no token names stay untouched.
+// ids of exactly one segment, and ids seen once; poisoned table rows that no token names stay untouched. The
+// written-row flags (the sparse embedding gradient's) name exactly the tokens' ids, and clearing them zeroes
+// those rows alone.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -38,10 +41,15 @@ TEST(Embedding, BackwardSumsEveryTokenOfAnIdOnce) {
   DeviceVec<int> dorder(order);
   DeviceVec<EmbeddingSegment> dseg(segments);
   DeviceVec<EmbeddingCombine> dcomb(combine);
+  DeviceVec<std::uint8_t> written(std::vector<std::uint8_t>(vocab, 0));
   embedding_backward(ddx.get(), dorder.get(), dseg.get(), static_cast<int>(segments.size()), dcomb.get(),
-                     static_cast<int>(combine.size()), partial.get(), dtable.get(), dim, nullptr);
+                     static_cast<int>(combine.size()), partial.get(), dtable.get(), written.get(), dim, nullptr);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const auto got = dtable.download();
+  // The flags name exactly the ids the tokens hold.
+  std::vector<std::uint8_t> named(vocab, 0);
+  for (int id : ids) named[static_cast<std::size_t>(id)] = 1;
+  EXPECT_EQ(written.download(), named);
   std::vector<double> want(table.begin(), table.end());
   for (int t = 0; t < tokens; ++t)
     for (int j = 0; j < dim; ++j) want[static_cast<std::size_t>(ids[t]) * dim + j] += dx[static_cast<std::size_t>(t) * dim + j];
@@ -51,8 +59,18 @@ TEST(Embedding, BackwardSumsEveryTokenOfAnIdOnce) {
   // Twice on the same input: the same bits (fixed summation order).
   dtable.upload(table);
   embedding_backward(ddx.get(), dorder.get(), dseg.get(), static_cast<int>(segments.size()), dcomb.get(),
-                     static_cast<int>(combine.size()), partial.get(), dtable.get(), dim, nullptr);
+                     static_cast<int>(combine.size()), partial.get(), dtable.get(), nullptr, dim, nullptr);
   EXPECT_EQ(dtable.download(), got);
+  // Clearing the written rows zeroes them and their flags and leaves every other row as it was.
+  clear_written_rows(dtable.get(), written.get(), vocab, dim, nullptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto cleared = dtable.download();
+  for (int row = 0; row < vocab; ++row)
+    for (int j = 0; j < dim; ++j) {
+      const std::size_t i = static_cast<std::size_t>(row) * dim + j;
+      ASSERT_EQ(cleared[i], named[static_cast<std::size_t>(row)] ? 0.0f : got[i]) << "row " << row;
+    }
+  EXPECT_EQ(written.download(), std::vector<std::uint8_t>(vocab, 0));
 }
 
 }  // namespace

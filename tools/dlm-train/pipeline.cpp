@@ -238,6 +238,8 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
     train::CudaParallelGroups whole;
     whole.recompute_layers = args.recompute_full;
+    // One replica: nothing but the model writes its gradients (with data parallelism the trainer all-reduces them).
+    whole.sparse_embedding_grad = !groups || groups->config.data == 1;
     setup.model = train::make_cuda_trainable(setup.config, args.seed, whole);
   } else if (model_parallel) {
     // This rank's chunks of a TP/PP replica (docs/parallelism.md).

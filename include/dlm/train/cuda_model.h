@@ -129,6 +129,16 @@ class CudaModel {
   void set_recompute_layers(bool full);
   bool recompute_layers() const;
 
+  // The untied embedding's gradient as the rows the step's tokens wrote: the backward flags each row it adds
+  // into, and the norm, AdamW (g = 0 elsewhere: the same update, the same bits) and zero_grad read or clear
+  // only the flagged rows, not the whole [vocab, hidden] table (1.2 GB of fp32 on the 1.7B Qwen3 shape, three
+  // times a step). Only for a caller that writes no gradient itself: a data-parallel all-reduce of the buffer
+  // fills rows another replica's tokens wrote, unflagged here, so the trainer turns it on for one replica
+  // only. dlm::Error for a tied embedding, an optimizer shard or a rank without the embedding. Call it
+  // between steps.
+  void set_sparse_embedding_grad(bool on);
+  bool sparse_embedding_grad() const;
+
   // ---- pipeline stages: forward_backward() of one micro-batch is these calls in a row ----
   // Micro-batch k's columns on the device, before its step's first transfer (the host never waits on a
   // stream that holds collectives). Every micro-batch of a step has the same shape.

@@ -52,6 +52,9 @@ struct CudaParallelGroups {
   int virtual_stages = 1;
   bool overlap_grad_reduce = false;             // --overlap-grad-reduce
   bool recompute_layers = false;                // --recompute-granularity full (CudaModel::set_recompute_layers)
+  // Nothing outside the model writes its gradients (one replica, no model parallelism): the untied embedding's
+  // gradient is read and cleared only where tokens wrote it (CudaModel::set_sparse_embedding_grad).
+  bool sparse_embedding_grad = false;
   std::int64_t bucket_elements = 40'000'000;  // --ddp-bucket-size (Megatron's default)
 };
 

@@ -6,7 +6,8 @@
 //   p <- p (1 - lr wd);  m <- m + (1 - b1)(g - m);  v <- b2 v + (1 - b2) g^2
 //   p <- p - lr / (1 - b1^s) * m / (sqrt(v) / sqrt(1 - b2^s) + eps);  param_bf16 <- bf16(p)
 // The norm's sum of squares is taken per chunk in double and summed over chunks in a fixed order, so it is
-// the same number on every run; the clip factor is read on the device (no host round trip).
+// the same number on every run; the clip factor is read on the device (no host round trip). A tensor that
+// flags its written rows (the embedding's, CudaModel::set_sparse_embedding_grad) is read only there.
 #include <cmath>
 
 #include "common.cuh"
@@ -43,17 +44,37 @@ __device__ __forceinline__ Range chunk_range(const AdamWTensor& t, const AdamWCh
   return {begin, end, begin + (end - begin) / 4 * 4};
 }
 
+// Whether element i of the chunk starting at `begin` may hold a non-zero gradient: always, unless the tensor
+// flags its written rows (AdamWTensor::rows_written). The row is counted in 32 bits from the chunk's first
+// (a chunk is < 2^31 elements), and is the same for a float4 (row_len % 4 == 0).
+struct RowFlags {
+  const std::uint8_t* flags;
+  std::int64_t first_row;
+  unsigned offset, row_len;
+};
+__device__ __forceinline__ RowFlags row_flags(const AdamWTensor& t, std::int64_t begin) {
+  if (!t.rows_written) return {nullptr, 0, 0, 1};
+  return {t.rows_written, begin / t.row_len, static_cast<unsigned>(begin % t.row_len),
+          static_cast<unsigned>(t.row_len)};
+}
+__device__ __forceinline__ bool may_be_written(const RowFlags& f, std::int64_t begin, std::int64_t i) {
+  return !f.flags || f.flags[f.first_row + (f.offset + static_cast<unsigned>(i - begin)) / f.row_len];
+}
+
 __global__ void __launch_bounds__(kThreads) sumsq_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
                                                          double* partial) {
   const AdamWChunk c = chunks[blockIdx.x];
   const AdamWTensor t = tensors[c.tensor];
   const Range r = chunk_range(t, c);
+  const RowFlags f = row_flags(t, r.begin);
   double acc = 0.0;
   for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
+    if (!may_be_written(f, r.begin, i)) continue;  // zeros add nothing: the same sum
     const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
     acc += double(g.x) * g.x + double(g.y) * g.y + double(g.z) * g.z + double(g.w) * g.w;
   }
-  for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads) acc += double(t.grad[i]) * t.grad[i];
+  for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads)
+    if (may_be_written(f, r.begin, i)) acc += double(t.grad[i]) * t.grad[i];
   acc = block_sum_d(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -88,9 +109,11 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
     const double f = max_norm / (sqrt(*sumsq) + 1e-6);
     if (f < 1.0) k.clip = static_cast<float>(f);
   }
+  const RowFlags f = row_flags(t, r.begin);
   // 16-byte accesses: every tensor starts 16-byte aligned and chunks start at multiples of 4 elements.
   for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
-    const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
+    const float4 g = may_be_written(f, r.begin, i) ? *reinterpret_cast<const float4*>(t.grad + i)
+                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
     float4 p = *reinterpret_cast<const float4*>(t.param + i);
     float4 m = *reinterpret_cast<const float4*>(t.m + i);
     float4 v = *reinterpret_cast<const float4*>(t.v + i);
@@ -109,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
   }
   for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads) {
     float p = t.param[i], m = t.m[i], v = t.v[i];
-    update(t.grad[i], p, m, v, k);
+    update(may_be_written(f, r.begin, i) ? t.grad[i] : 0.0f, p, m, v, k);
     t.param[i] = p;
     t.m[i] = m;
     t.v[i] = v;

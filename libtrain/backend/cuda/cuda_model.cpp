@@ -94,14 +94,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
     for (int t : {P.qkv, P.proj, P.fc1, P.fc2}) I.gemm_written[static_cast<std::size_t>(t)] = 1;
   if (I.post && I.out != I.emb) I.gemm_written[static_cast<std::size_t>(I.out)] = 1;
   I.grad_fresh.assign(I.specs.size(), 0);
-  for (std::size_t i = 0; i < I.specs.size(); ++i) {
-    if (I.gemm_written[i]) continue;
-    const std::int64_t first = I.offset[i], count = I.aligned_numel(static_cast<int>(i));
-    if (!I.zero_runs.empty() && I.zero_runs.back().first + I.zero_runs.back().second == first)
-      I.zero_runs.back().second += count;
-    else
-      I.zero_runs.emplace_back(first, count);
-  }
+  I.build_zero_runs();
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   I.graphs_off = env_is("DLM_CUDA_GRAPHS", "0");
@@ -209,6 +202,20 @@ void CudaModel::set_recompute_layers(bool full) {
   I.recompute = full;
 }
 bool CudaModel::recompute_layers() const { return impl_->recompute; }
+
+void CudaModel::set_sparse_embedding_grad(bool on) {
+  auto& I = *impl_;
+  if (on == I.sparse_emb) return;
+  if (on && (I.emb < 0 || !I.pre || I.out == I.emb || I.sharded()))
+    fail("CudaModel: a sparse embedding gradient needs this rank's untied embedding and no optimizer shards");
+  const std::int64_t rows = I.numel(I.emb) / I.d();
+  if (on && !I.emb_rows_written) I.emb_rows_written = I.alloc<std::uint8_t>(rows, I.owned, I.bytes);
+  // Every row flagged: the gradient may hold anything so far, and the next zero_grad clears all of it.
+  if (on) check_cuda(cudaMemsetAsync(I.emb_rows_written, 1, static_cast<std::size_t>(rows), I.stream), "flags");
+  I.sparse_emb = on;
+  I.build_zero_runs();
+}
+bool CudaModel::sparse_embedding_grad() const { return impl_->sparse_emb; }
 std::string CudaModel::attention_engine() const { return impl_->attention->engine(); }
 void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
 
@@ -287,6 +294,7 @@ void CudaModel::zero_grad() {
   if (I.grad_memset) return check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "zero_grad");
   for (const auto& [first, count] : I.zero_runs)
     check_cuda(cudaMemsetAsync(I.grad + first, 0, sizeof(float) * count, I.stream), "zero_grad");
+  if (I.sparse_emb) cuda::clear_written_rows(I.G(I.emb), I.emb_rows_written, I.numel(I.emb) / I.d(), I.d(), I.stream);
   I.grad_fresh = I.gemm_written;
 }
 

@@ -147,6 +147,21 @@ struct CudaModel::Impl {
   // rows) are cleared: zero_runs, contiguous [offset, count) spans of the buffer.
   std::vector<char> grad_fresh, gemm_written;  // per tensor
   std::vector<std::pair<std::int64_t, std::int64_t>> zero_runs;
+  // set_sparse_embedding_grad: a flag per row of the embedding's gradient, set where its backward adds, cleared
+  // with the row by zero_grad (the embedding then leaves zero_runs).
+  std::uint8_t* emb_rows_written = nullptr;
+  bool sparse_emb = false;
+  void build_zero_runs() {
+    zero_runs.clear();
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (gemm_written[i] || (sparse_emb && static_cast<int>(i) == emb)) continue;
+      const std::int64_t first = offset[i], count = aligned_numel(static_cast<int>(i));
+      if (!zero_runs.empty() && zero_runs.back().first + zero_runs.back().second == first)
+        zero_runs.back().second += count;
+      else
+        zero_runs.emplace_back(first, count);
+    }
+  }
   float grad_beta(int p) {
     if (!grad_fresh[static_cast<std::size_t>(p)]) return 1.0f;
     grad_fresh[static_cast<std::size_t>(p)] = 0;
@@ -431,6 +446,7 @@ struct CudaModel::Impl {
       list.push_back({master + part.in_moments, G(p) + part.in_tensor, m + part.in_moments, v + part.in_moments,
                       w16 + offset[i] + part.in_tensor, part.numel,
                       specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
+      if (sparse_emb && p == emb) list.back().rows_written = emb_rows_written, list.back().row_len = d();
     }
     return list;
   }

@@ -359,7 +359,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     if (I.sp)
       I.shard.tensor->all_gather(I.dres, I.dres_full, static_cast<std::size_t>(I.Ts * d), DeviceElement::kF32, st);
     embedding_backward(I.dres_full, in.order, in.segments, in.num_segments, in.combine, in.num_combine, I.emb_partial,
-                       I.G(I.emb), d, st);
+                       I.G(I.emb), I.sparse_emb ? I.emb_rows_written : nullptr, d, st);
     mark("embedding bwd");
   }
 }

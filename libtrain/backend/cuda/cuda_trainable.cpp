@@ -66,6 +66,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       void* stream = chunks_.empty() ? nullptr : chunks_.front()->stream();
       chunks_.push_back(std::make_unique<CudaModel>(config, shard_of(config, parallel, v, chunks, stream)));
       chunks_.back()->set_recompute_layers(parallel.recompute_layers);
+      if (parallel.sparse_embedding_grad && !parallel.host && !config.tie_word_embeddings)
+        chunks_.back()->set_sparse_embedding_grad(true);
       chunks_.back()->init(seed);
     }
     // Data parallelism with the overlapped all-reduce (not with the distributed optimizer: its reduce-scatter

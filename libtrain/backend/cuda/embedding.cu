@@ -36,8 +36,10 @@ __device__ __forceinline__ void add4(float4& a, const float4& b) { a.x += b.x, a
 
 __global__ void __launch_bounds__(kThreads) embedding_bwd_segments(const float* dx, const int* order,
                                                                    const EmbeddingSegment* segs, float* partial,
-                                                                   float* dtable, int dim) {
+                                                                   float* dtable, std::uint8_t* rows_written,
+                                                                   int dim) {
   const EmbeddingSegment s = segs[blockIdx.x];
+  if (rows_written && threadIdx.x == 0) rows_written[s.id] = 1;
   const int vecs = dim / 4;
   const auto* in = reinterpret_cast<const float4*>(dx);
   auto* out = reinterpret_cast<float4*>(s.slot < 0 ? dtable + static_cast<std::int64_t>(s.id) * dim
@@ -61,6 +63,24 @@ __global__ void __launch_bounds__(kThreads) embedding_bwd_combine(const Embeddin
     float4 acc = out[c];
     for (int k = 0; k < g.count; ++k) add4(acc, in[static_cast<std::int64_t>(g.first_slot + k) * vecs + c]);
     out[c] = acc;
+  }
+}
+
+// One block per kClearRows rows: a flagged row is zeroed and its flag cleared; the others are not touched.
+constexpr int kClearRows = 8;
+__global__ void __launch_bounds__(kThreads) clear_rows(float* dtable, std::uint8_t* rows_written, std::int64_t rows,
+                                                       int dim) {
+  const int vecs = dim / 4;
+  for (int k = 0; k < kClearRows; ++k) {
+    const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kClearRows + k;
+    if (row >= rows || !rows_written[row]) continue;
+    auto* out = reinterpret_cast<float4*>(dtable + row * dim);
+    for (int c = threadIdx.x; c < vecs; c += kThreads) out[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  __syncthreads();  // every thread has read the flags before they are cleared
+  if (threadIdx.x < kClearRows) {
+    const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kClearRows + threadIdx.x;
+    if (row < rows) rows_written[row] = 0;
   }
 }
 
@@ -103,11 +123,18 @@ void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, i
 }
 
 void embedding_backward(const float* dx, const int* order, const EmbeddingSegment* segments, int num_segments,
-                        const EmbeddingCombine* combine, int num_combine, float* partial, float* dtable, int dim,
-                        cudaStream_t stream) {
+                        const EmbeddingCombine* combine, int num_combine, float* partial, float* dtable,
+                        std::uint8_t* rows_written, int dim, cudaStream_t stream) {
   if (num_segments > 0)
-    embedding_bwd_segments<<<num_segments, kThreads, 0, stream>>>(dx, order, segments, partial, dtable, dim);
+    embedding_bwd_segments<<<num_segments, kThreads, 0, stream>>>(dx, order, segments, partial, dtable, rows_written,
+                                                                  dim);
   if (num_combine > 0) embedding_bwd_combine<<<num_combine, kThreads, 0, stream>>>(combine, partial, dtable, dim);
+}
+
+void clear_written_rows(float* dtable, std::uint8_t* rows_written, std::int64_t rows, int dim, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto blocks = static_cast<unsigned>((rows + kClearRows - 1) / kClearRows);
+  clear_rows<<<blocks, kThreads, 0, stream>>>(dtable, rows_written, rows, dim);
 }
 
 }  // namespace dlm::train::cuda

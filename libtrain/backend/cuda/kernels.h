@@ -89,9 +89,13 @@ void embedding_plan(const int* ids, int tokens, std::vector<int>& order, std::ve
 std::int64_t embedding_plan_segments(int tokens);
 std::int64_t embedding_plan_slots(int tokens);
 void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, int dim, cudaStream_t stream);
+// rows_written (may be null): a flag per table row, set to 1 for every row the backward adds into.
 void embedding_backward(const float* dx, const int* order, const EmbeddingSegment* segments, int num_segments,
-                        const EmbeddingCombine* combine, int num_combine, float* partial, float* dtable, int dim,
-                        cudaStream_t stream);
+                        const EmbeddingCombine* combine, int num_combine, float* partial, float* dtable,
+                        std::uint8_t* rows_written, int dim, cudaStream_t stream);
+// Zeroes the rows of dtable [rows, dim] whose flag is set and clears their flags: with the flags of every
+// row written since, the whole table's gradient is zero again.
+void clear_written_rows(float* dtable, std::uint8_t* rows_written, std::int64_t rows, int dim, cudaStream_t stream);
 
 // cross_entropy.cu: per row r of bf16 logits [rows, ld] (ld = padded vocabulary, columns >= vocab ignored): loss[r] = w[r] * (lse - x[label]),
 // and in place x <- bf16(w[r] * (softmax(x) - onehot(label))), the gradient of sum_r loss[r]. fp32 math, one
@@ -131,6 +135,10 @@ struct AdamWTensor {
   bf16* param_bf16;  // may be null
   std::int64_t numel;
   float weight_decay;
+  // Non-null: the gradient is zero outside the rows (of row_len elements) flagged here, which neither the norm
+  // nor AdamW reads (AdamW takes g = 0 there: the same update as reading the zeros).
+  const std::uint8_t* rows_written = nullptr;
+  std::int64_t row_len = 0;
 };
 // The tensors cut into chunks of kAdamWChunk elements (the last of a tensor shorter), one block each; built
 // once on the host from the host copy of the tensor list. Tensors must start 16-byte aligned.

@@ -1,0 +1,122 @@
+// The embedding's gradient read and cleared only where tokens wrote it (CudaModel::set_sparse_embedding_grad)
+// against the dense path: rows no token wrote hold zeros, which add nothing to the norm and give AdamW's update
+// for g = 0, so the norms, the gradients, the weights and the moments must be the same bits, with clipping on,
+// over accumulated micro-batches and over steps whose tokens fall on different rows (the rows of one step must
+// be cleared before the next).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "dlm/ckpt/model_config.h"
+#include "dlm/common/error.h"
+#include "dlm/train/cuda_model.h"
+#include "dlm/train/optimizer.h"
+#include "gpu_test_util.h"
+
+namespace dlm::train {
+namespace {
+
+std::unique_ptr<CudaModel> deterministic_model(const ckpt::ModelConfig& c) {
+  setenv("DLM_CUDA_DETERMINISTIC", "1", 1);
+  auto m = std::make_unique<CudaModel>(c);
+  unsetenv("DLM_CUDA_DETERMINISTIC");
+  m->init(5);
+  return m;
+}
+
+struct Columns {
+  std::vector<std::int32_t> ids, labels;
+  std::vector<float> weights;
+};
+// Tokens from rows [first, first + span) of the vocabulary and the mask token, half of them masked.
+Columns columns_on_rows(std::mt19937& rng, std::int64_t n, int first, int span, int mask) {
+  Columns c;
+  for (std::int64_t i = 0; i < n; ++i) {
+    c.labels.push_back(first + static_cast<std::int32_t>(rng() % static_cast<unsigned>(span)));
+    const bool masked = rng() % 2 == 0;
+    c.ids.push_back(masked ? mask : c.labels.back());
+    c.weights.push_back(masked ? 0.02f : 0.0f);
+  }
+  return c;
+}
+
+void expect_same_state(CudaModel& dense, CudaModel& sparse, const char* when) {
+  for (const auto& t : dense.tensors()) {
+    EXPECT_EQ(dense.export_gradient(t.name), sparse.export_gradient(t.name)) << when << ": " << t.name;
+    EXPECT_EQ(dense.export_parameter(t.name), sparse.export_parameter(t.name)) << when << ": " << t.name;
+    EXPECT_EQ(dense.export_exp_avg(t.name), sparse.export_exp_avg(t.name)) << when << ": " << t.name;
+    EXPECT_EQ(dense.export_exp_avg_sq(t.name), sparse.export_exp_avg_sq(t.name)) << when << ": " << t.name;
+  }
+}
+
+std::int64_t nonzero(const std::vector<float>& v) {
+  std::int64_t n = 0;
+  for (float x : v) n += x != 0.0f;
+  return n;
+}
+
+TEST(CudaSparseEmbedding, SameBitsAsTheDenseGradient) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = gpu_test::small_config();
+  auto dense = deterministic_model(c), sparse = deterministic_model(c);
+  sparse->set_sparse_embedding_grad(true);
+  ASSERT_TRUE(sparse->sparse_embedding_grad());
+  ASSERT_FALSE(dense->sparse_embedding_grad());
+  const std::string emb = "embedding.word_embeddings.weight";
+  const std::int64_t batch = 2, seq = 64, n = batch * seq;
+  std::mt19937 rng(17);
+  AdamWOptions adam;
+  for (int step = 0; step < 4; ++step) {
+    // Two micro-batches a step on rows that move every step, so each step leaves rows the next does not write.
+    for (int micro = 0; micro < 2; ++micro) {
+      const Columns x = columns_on_rows(rng, n, 40 * step + 7 * micro, 30, *c.mask_token_id);
+      const CudaBatch b{batch, seq, false, x.ids, x.labels, {}, x.weights};
+      EXPECT_EQ(sparse->forward_backward(b), dense->forward_backward(b)) << "step " << step;
+    }
+    const auto g = sparse->export_gradient(emb);
+    EXPECT_GT(nonzero(g), 0) << "step " << step;
+    EXPECT_LT(nonzero(g), static_cast<std::int64_t>(g.size()) / 4) << "step " << step;
+    // max_norm 0.05 clips: the clip factor comes from the norm, so it must be the same bits too.
+    const double norm = dense->adamw_step(adam, 1e-3, 0.05);
+    EXPECT_GT(norm, 0.05);
+    EXPECT_EQ(sparse->adamw_step(adam, 1e-3, 0.05), norm) << "step " << step;
+    expect_same_state(*dense, *sparse, "after AdamW");
+    dense->zero_grad(), sparse->zero_grad();
+    EXPECT_EQ(nonzero(sparse->export_gradient(emb)), 0) << "step " << step;
+  }
+}
+
+// Turned on between a backward and its update: every row counts as written until the next zero_grad, so the
+// gradient accumulated so far is read whole; turned off again, the dense path reads whole rows again.
+TEST(CudaSparseEmbedding, SwitchesKeepTheAccumulatedGradient) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = gpu_test::small_config();
+  auto dense = deterministic_model(c), model = deterministic_model(c);
+  const std::int64_t batch = 2, seq = 64, n = batch * seq;
+  std::mt19937 rng(23);
+  AdamWOptions adam;
+  for (bool on : {true, false, true}) {
+    const Columns x = columns_on_rows(rng, n, on ? 100 : 300, 50, *c.mask_token_id);
+    const CudaBatch b{batch, seq, false, x.ids, x.labels, {}, x.weights};
+    EXPECT_EQ(model->forward_backward(b), dense->forward_backward(b));
+    model->set_sparse_embedding_grad(on);
+    EXPECT_EQ(model->adamw_step(adam, 1e-3, 1.0), dense->adamw_step(adam, 1e-3, 1.0)) << on;
+    expect_same_state(*dense, *model, on ? "turned on" : "turned off");
+    dense->zero_grad(), model->zero_grad();
+  }
+}
+
+TEST(CudaSparseEmbedding, RefusesATiedEmbedding) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = gpu_test::small_config();
+  c.tie_word_embeddings = true;
+  CudaModel model(c);
+  EXPECT_THROW(model.set_sparse_embedding_grad(true), Error);
+  EXPECT_FALSE(model.sparse_embedding_grad());
+}
+
+}  // namespace
+}  // namespace dlm::train
