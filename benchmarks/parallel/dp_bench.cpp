@@ -109,10 +109,10 @@ int run(int argc, char** argv, MpiSession& mpi) {
   auto nccl = nccl_world_communicator(*world, launch_info_from_environment().local_rank, 60 * o.timeout_minutes);
   CudaModel model(config);
   model.init(1);
-  // Every replica starts from rank 0's weights (fp32 masters broadcast in device memory, then the bf16 copies).
+  // Every replica starts from rank 0's weights (the master weights' bytes broadcast in device memory).
   const auto params = model.parameter_buffer();
   nccl->broadcast(std::span<float>(params.data, static_cast<std::size_t>(params.numel)), 0);
-  model.refresh_bf16_weights();
+  model.master_weights_written();
   const auto data = nccl_device_group(*nccl);
   CudaGradReducer reducer(model, *data, o.bucket);
 

@@ -1,8 +1,10 @@
 // The optimizer's memory-bound passes at the 1.7B's size: the gradient norm (reads 4 bytes a parameter) and
-// AdamW (reads 16, writes 14) of the backend (adamw.cu) beside candidate kernels with the same traffic, in
-// TB/s, to see how far from the memory's speed each runs. The candidates change only how the bytes move:
-//   copy:    the update's traffic with no arithmetic (the ceiling)
-//   cs:      the backend's kernel with streaming (evict-first) loads and stores
+// the backend's AdamW (adamw.cu: the master weights as the bf16 weights plus a 16-bit remainder, reads 16 bytes
+// and writes 12) beside kernels of the fp32-master layout it replaced (reads 16, writes 14: the master, then
+// its bf16 copy), in TB/s, to see how far from the memory's speed each runs. The fp32-layout kernels change
+// only how the bytes move:
+//   copy:    the fp32 layout's traffic with no arithmetic (its ceiling)
+//   cs:      the former backend kernel with streaming (evict-first) loads and stores
 //   unroll2: two float4 groups in flight per thread and iteration
 // usage: adamw_bench [PARAMS_MILLIONS=1720] [REPEATS=5]
 #include <cuda_bf16.h>
@@ -28,7 +30,8 @@ constexpr int kThreads = 256;
 
 struct Buffers {
   float *p, *g, *m, *v;
-  __nv_bfloat16* p16;
+  __nv_bfloat16* p16;  // the fp32 layout's bf16 copy; the backend's upper halves
+  std::int16_t* lo;    // the backend's lower halves
   std::int64_t n;
 };
 
@@ -128,10 +131,12 @@ int main(int argc, char** argv) {
     // A multiple of the chunk (65536), so every kernel covers the same elements.
     const std::int64_t n = (millions * 1000000 + 65535) / 65536 * 65536;
     Buffers b{device_alloc<float>(n), device_alloc<float>(n), device_alloc<float>(n), device_alloc<float>(n),
-              device_alloc<__nv_bfloat16>(n), n};
+              device_alloc<__nv_bfloat16>(n), device_alloc<std::int16_t>(n), n};
     for (float* x : {b.p, b.g, b.m, b.v}) check_cuda(cudaMemset(x, 0, n * 4), "memset");
+    check_cuda(cudaMemset(b.p16, 0, n * 2), "memset");
+    check_cuda(cudaMemset(b.lo, 0, n * 2), "memset");
     // The backend's kernels over one tensor of n elements.
-    AdamWTensor t{b.p, b.g, b.m, b.v, b.p16, n, 0.1f};
+    AdamWTensor t{b.p16, b.lo, nullptr, b.g, b.m, b.v, n, 0.1f};
     const auto chunks = dlm::train::cuda::adamw_chunks(&t, 1);
     AdamWTensor* td = device_alloc<AdamWTensor>(1);
     AdamWChunk* cd = device_alloc<AdamWChunk>(chunks.size());
@@ -140,7 +145,7 @@ int main(int argc, char** argv) {
     const int blocks = static_cast<int>(chunks.size());
     double* partial = device_alloc<double>(chunks.size());
     double* sumsq = device_alloc<double>(1);
-    const double update_bytes = 30.0 * n, norm_bytes = 4.0 * n;
+    const double update_bytes = 30.0 * n, split_bytes = 28.0 * n, norm_bytes = 4.0 * n;
     auto time = [&](const char* what, double bytes, const std::function<void()>& run) {
       const double ms = dlm::bench::time_ms(run, repeats);
       std::printf("%-22s %8.3f ms  %5.2f TB/s\n", what, ms, bytes / (ms * 1e9));
@@ -150,10 +155,10 @@ int main(int argc, char** argv) {
     time("norm (backend)", norm_bytes,
          [&] { dlm::train::cuda::grad_sumsq(td, cd, blocks, partial, sumsq, nullptr); });
     time("norm cs unroll2", norm_bytes, [&] { sumsq_cs_kernel<<<blocks, kThreads>>>(b.g, n, per_block, partial); });
-    time("adamw (backend)", update_bytes, [&] {
+    time("adamw (backend)", split_bytes, [&] {
       dlm::train::cuda::adamw_step(td, cd, blocks, sumsq, 1.0, 1e-4f, 0.9f, 0.95f, 1e-8f, 10, nullptr);
     });
-    time("copy (same traffic)", update_bytes, [&] { copy_kernel<<<blocks, kThreads>>>(b, per_block); });
+    time("copy (fp32 layout)", update_bytes, [&] { copy_kernel<<<blocks, kThreads>>>(b, per_block); });
     time("adamw cs", update_bytes, [&] { cs_kernel<<<blocks, kThreads>>>(b, per_block); });
     time("adamw cs unroll2", update_bytes, [&] { unroll2_kernel<<<blocks, kThreads>>>(b, per_block); });
     for (std::int64_t pb : {16384, 262144}) {

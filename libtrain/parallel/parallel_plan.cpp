@@ -46,7 +46,9 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   const double t = o.tensor, d = o.data, sp = o.sequence_parallel ? t : 1.0;
   const double e = o.bf16 ? 2 : 4;           // weight and activation element
   const double g = 4;                        // gradients: fp32
-  const double state = o.bf16 ? 12 : 8;      // fp32 master weights (bf16 only) + exp_avg + exp_avg_sq
+  // Optimizer state: fp32 master weights (bf16 only; the CUDA backend keeps them as the bf16 weights plus a
+  // 16-bit remainder: 2 bytes) + exp_avg + exp_avg_sq.
+  const double state = o.cuda_backend ? 10 : o.bf16 ? 12 : 8;
   const double h = c.hidden_size, q = static_cast<double>(c.q_size()), kv = static_cast<double>(c.kv_size());
   const double f = c.ffn_hidden_size, heads = c.num_attention_heads;
   const double v = static_cast<double>(c.padded_vocab_size());

@@ -240,10 +240,13 @@ TEST(DryRun, SmallConfigEqualsHandComputedValues) {
   EXPECT_THROW(plan_parallel(c, o), Error);
 }
 
-// The GPU plan against measured peaks: the 350M shape of issue 10 on one H100 (scripts/device-mem1.sh, 2026-11-23,
-// and with --recompute-granularity full, 2026-11-24), and on 2 x H200 over NCCL (scripts/device-mp2.sh,
-// 2026-11-24, each GPU's peak): DP2, DP2 with the distributed optimizer, TP2 + SP, PP2 (1F1B holds 2 micro-batches
-// on stage 0). Three constants were fitted to these (the runtime, kCudaRuntimeBytes; NCCL's buffers and the
+// The GPU plan against measured peaks: the 350M shape of issue 10 on one H100 (scripts/device-mem1.sh, 2026-11-24,
+// also with --recompute-granularity full), and on 2 x H200 over NCCL (scripts/device-mp2.sh, 2026-11-24, each
+// GPU's peak): DP2, DP2 with the distributed optimizer, TP2 + SP, PP2 (1F1B holds 2 micro-batches on stage 0).
+// The NCCL rows were measured before the master weights became the bf16 weights plus a 16-bit remainder
+// (master_split.h), which allocates 2 bytes less per parameter of the rank's optimizer range; those rows are
+// compared less that exact difference (the one-GPU rows, measured after the change, moved by just that).
+// Three constants were fitted to these (the runtime, kCudaRuntimeBytes; NCCL's buffers and the
 // pipeline's, kCudaNccl*Bytes); every other term is the backend's buffer list, so a layout the list gets wrong
 // misses by far more than the 1% (one GPU) or 3% (NCCL, one constant for every group) allowed. (The
 // Megatron-style plan missed PP2's stage 0 by 17.6% and TP2 + SP by 11%.)
@@ -256,13 +259,14 @@ TEST(DryRun, GpuPlanFollowsTheMeasuredPeaks) {
     int tensor, pipeline, data;
     bool sp, distributed, recompute;
     std::vector<double> measured_gib;  // per stage
+    bool fp32_master = false;          // measured with fp32 master weights (2 bytes more per optimizer parameter)
   };
-  const std::vector<Case> cases = {{1, 1, 1, false, false, false, {21.47}},
-                                   {1, 1, 1, false, false, true, {9.73}},
-                                   {1, 1, 2, false, false, false, {22.81}},
-                                   {1, 1, 2, false, true, false, {20.93}},
-                                   {2, 1, 1, true, false, false, {13.70}},
-                                   {1, 2, 1, false, false, false, {21.34, 14.74}}};
+  const std::vector<Case> cases = {{1, 1, 1, false, false, false, {20.85}},
+                                   {1, 1, 1, false, false, true, {9.11}},
+                                   {1, 1, 2, false, false, false, {22.81}, true},
+                                   {1, 1, 2, false, true, false, {20.93}, true},
+                                   {2, 1, 1, true, false, false, {13.70}, true},
+                                   {1, 2, 1, false, false, false, {21.34, 14.74}, true}};
   for (const Case& k : cases) {
     PlanOptions o;
     o.tensor = k.tensor, o.pipeline = k.pipeline, o.data = k.data, o.sequence_parallel = k.sp;
@@ -273,7 +277,10 @@ TEST(DryRun, GpuPlanFollowsTheMeasuredPeaks) {
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       const double gib = plan.stages[s].memory() / (1 << 30);
       const bool nccl = k.tensor * k.pipeline * k.data > 1;
-      EXPECT_NEAR(gib / k.measured_gib[s], 1.0, nccl ? 0.03 : 0.01)
+      const double fp32_master_gib = k.fp32_master ? 2.0 * static_cast<double>(plan.stages[s].parameters) /
+                                                         (k.distributed ? k.data : 1) / (1 << 30)
+                                                   : 0.0;
+      EXPECT_NEAR(gib / (k.measured_gib[s] - fp32_master_gib), 1.0, nccl ? 0.03 : 0.01)
           << "TP" << k.tensor << " PP" << k.pipeline << " DP" << k.data << (k.recompute ? " recomputing" : "")
           << " stage " << s << ": plan " << gib
           << " GiB, measured " << k.measured_gib[s];

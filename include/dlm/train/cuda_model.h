@@ -1,6 +1,7 @@
 // CudaModel: the transformer of model.h trained on one NVIDIA GPU, bf16 activations and weights with fp32
-// master weights, gradients and AdamW moments, fused kernels (libtrain/backend/cuda/kernels.h) and
-// cuBLASLt GEMMs. It computes what Model computes on the CPU backend (the parity test holds it to that),
+// master weights (held as the bf16 weights plus a 16-bit remainder each: backend/cuda/master_split.h),
+// gradients and AdamW moments, fused kernels (libtrain/backend/cuda/kernels.h) and cuBLASLt GEMMs. It
+// computes what Model computes on the CPU backend (the parity test holds it to that),
 // but as whole training steps rather than through the per-op Backend seam, because the seam's fp32
 // tensors, separate q/k/v and host optimizer would cost the GPU its speed (docs/cuda.md says which seam
 // changes would let it sit behind Backend).
@@ -42,7 +43,7 @@ struct CudaBatch {
 // CudaModel per chunk: layout.pp counts every chunk's stage, chunk v of pipeline rank r is stage v * PP + r),
 // and the tensor group (layout.tp members; null when tp == 1). The default is the whole model.
 // The distributed optimizer (optimizer_shards > 1, one per data-parallel rank; Megatron's): the flat parameter
-// buffer is cut into that many equal ranges; this rank holds the fp32 master weights and AdamW moments of
+// buffer is cut into that many equal ranges; this rank holds the master weights and AdamW moments of
 // range optimizer_rank only, and apply_adamw() updates that range (its caller reduce-scatters the gradients
 // into it first, over optimizer_range(), and calls share_updated_weights() after). The bf16 weights stay
 // whole on every rank, and so do fp32 copies of the norm weights, which the kernels read in fp32.
@@ -83,7 +84,7 @@ class CudaModel {
   // drawn on the device; a shard gets its slice of the whole model's values.
   void init(std::uint64_t seed);
   // Import and export are of this rank's (local) tensors, whole. With optimizer shards an import keeps the
-  // range's part of the master weights (the bf16 copy from all of it), and an export reads 0 outside the
+  // range's part of the master weights (the bf16 weights from all of it), and an export reads 0 outside the
   // range (the shards' exports sum to the whole tensor).
   void import_parameter(std::string_view name, std::span<const float> values);
   std::vector<float> export_parameter(std::string_view name) const;
@@ -173,9 +174,10 @@ class CudaModel {
   void set_optimizer_steps(std::int64_t steps);
   // Device memory for collectives (NCCL): the fp32 gradients, one contiguous buffer of every parameter in
   // model_tensors order (gaps between tensors, and the padding that makes the buffer a multiple of the
-  // optimizer shards, hold zeros), per tensor too; the fp32 master weights laid out the same way, but with
-  // optimizer shards only this rank's range of them (optimizer_range(), indexed from its start); and the
-  // stream every kernel of the model runs on (a cudaStream_t).
+  // optimizer shards, hold zeros), per tensor too; the master weights, without optimizer shards only (dlm::Error
+  // with them): 4 bytes a parameter as a span of as many floats, which are not fp32 values but the weights'
+  // bf16 upper halves followed by their 16-bit lower halves (master_split.h), for a bitwise copy such as a
+  // broadcast; and the stream every kernel of the model runs on (a cudaStream_t).
   struct Span {
     std::string name;
     float* data = nullptr;
@@ -195,9 +197,9 @@ class CudaModel {
   // layer l are enqueued on stream() (l from last to first), so the caller can record an event there and
   // start reducing that layer's gradients while the rest of the backward runs. Empty: none.
   void set_backward_layer_hook(std::function<void(int layer)> hook);
-  // After the master weights were written in place (a broadcast into parameter_buffer()): their bf16 copies.
-  // Without optimizer shards only (dlm::Error with them: no rank holds every master weight).
-  void refresh_bf16_weights();
+  // After the master weights were written in place (a broadcast into parameter_buffer()): the copies made from
+  // them (the norms' fp32 weights). Without optimizer shards only (dlm::Error with them).
+  void master_weights_written();
   // With optimizer shards, after apply_adamw(): enqueues on stream() the all-gather of every range's updated
   // bf16 weights and the sum that gives every rank the norms' updated fp32 weights, over `data` (the
   // data-parallel group: optimizer_shards members, this rank optimizer_rank); the caller completes the group.

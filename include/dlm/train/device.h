@@ -32,8 +32,8 @@ bool cuda_present();  // ... and a CUDA device is visible
 // data-parallel work over `data`: finish_gradients() reduce-scatters the gradients (each data-parallel rank
 // sums its 1/DP range, the trainer then leaves them alone), the norm adds over host->data, step() updates
 // the range and all-gathers the updated bf16 weights, and parameters() and optimizer_state() gather the
-// fp32 master weights and the moments for checkpoints. As in Megatron, the fp32 master weights and AdamW
-// moments (12 bytes per parameter) live on their range's rank only; every rank keeps the bf16 weights and
+// fp32 master weights and the moments for checkpoints. As in Megatron, the master weights' remainders and
+// AdamW moments (10 bytes per parameter) live on their range's rank only; every rank keeps the bf16 weights and
 // fp32 copies of the norm weights (which the forward reads in fp32), summed from their owners each step.
 // With overlap_grad_reduce instead (and host->config.data > 1), the model sums its gradients over `data`
 // itself (cuda_grad_reduce.h): buckets of bucket_elements all-reduced on a stream of their own as the step's

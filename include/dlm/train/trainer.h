@@ -53,12 +53,12 @@ class DeviceTraining {
   virtual void load_optimizer_state(const AdamW& state) = 0;
   // After the host copies of parameters() were written (a checkpoint's weights): upload them.
   virtual void commit_parameters() = 0;
-  // Device views for data parallelism: the gradients and fp32 master weights, one contiguous buffer each per
-  // model chunk (one chunk but with interleaved pipelines; alignment gaps hold zeros), the stream the model's
-  // work runs on (a cudaStream_t), and the call to make after the master weights were written in place (a
-  // broadcast): it refreshes the bf16 copies. With
-  // optimizer shards the master weights' buffer is this rank's range only and parameters_written() fails
-  // (no rank holds the others' ranges to broadcast; parameters() gathers them for checkpoints).
+  // Device views for data parallelism: the fp32 gradients and the master weights' bytes (4 a parameter, to copy
+  // bitwise: CudaModel::parameter_buffer()), one contiguous buffer each per model chunk (one chunk but with
+  // interleaved pipelines; alignment gaps hold zeros), the stream the model's work runs on (a cudaStream_t),
+  // and the call to make after the master weights were written in place (a broadcast): it refreshes the
+  // copies made from them. With optimizer shards there is no master weights' buffer and parameters_written()
+  // fails (no rank holds the others' ranges to broadcast; parameters() gathers them for checkpoints).
   virtual std::vector<DeviceSpan> gradient_buffers() = 0;
   virtual std::vector<DeviceSpan> parameter_buffers() = 0;
   virtual void* stream() = 0;

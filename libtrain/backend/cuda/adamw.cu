@@ -4,7 +4,8 @@
 // instead of a fixed number of blocks per tensor; 16-byte accesses.
 //   clip = min(1, max_norm / (sqrt(sum g^2) + 1e-6))   (Megatron's rule; max_norm <= 0: 1), g <- clip * g
 //   p <- p (1 - lr wd);  m <- m + (1 - b1)(g - m);  v <- b2 v + (1 - b2) g^2
-//   p <- p - lr / (1 - b1^s) * m / (sqrt(v) / sqrt(1 - b2^s) + eps);  param_bf16 <- bf16(p)
+//   p <- p - lr / (1 - b1^s) * m / (sqrt(v) / sqrt(1 - b2^s) + eps)
+// with p read from and written back to its two halves (master_split.h), the upper one the bf16 weight.
 // The norm's sum of squares is taken per chunk in double and summed over chunks in a fixed order, so it is
 // the same number on every run; the clip factor is read on the device (no host round trip). A tensor that
 // flags its written rows (the embedding's, CudaModel::set_sparse_embedding_grad) is read only there.
@@ -12,6 +13,7 @@
 
 #include "common.cuh"
 #include "kernels.h"
+#include "master_split.h"
 
 namespace dlm::train::cuda {
 namespace {
@@ -90,6 +92,9 @@ struct AdamWScalars {
   float lr, beta1, beta2, eps, step_size, bc2_sqrt, clip, decay;
 };
 
+__device__ __forceinline__ float join(unsigned short hi, short lo) { return __uint_as_float(join_master_bits(hi, lo)); }
+__device__ __forceinline__ MasterHalves split(float p) { return split_master_bits(__float_as_uint(p)); }
+
 __device__ __forceinline__ void update(float g, float& p, float& m, float& v, const AdamWScalars& k) {
   g *= k.clip;
   p *= k.decay;
@@ -110,33 +115,36 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
     if (f < 1.0) k.clip = static_cast<float>(f);
   }
   const RowFlags f = row_flags(t, r.begin);
-  // 16-byte accesses: every tensor starts 16-byte aligned and chunks start at multiples of 4 elements.
+  // Per 4 elements: 16-byte accesses to the gradient and the moments, 8-byte ones to the halves (every tensor
+  // starts 64-element aligned and chunks start at multiples of 4 elements).
   for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
     const float4 g = may_be_written(f, r.begin, i) ? *reinterpret_cast<const float4*>(t.grad + i)
                                                    : make_float4(0.f, 0.f, 0.f, 0.f);
-    float4 p = *reinterpret_cast<const float4*>(t.param + i);
+    const ushort4 hi = *reinterpret_cast<const ushort4*>(t.weight + i);
+    const short4 lo = *reinterpret_cast<const short4*>(t.weight_lo + i);
+    float4 p = make_float4(join(hi.x, lo.x), join(hi.y, lo.y), join(hi.z, lo.z), join(hi.w, lo.w));
     float4 m = *reinterpret_cast<const float4*>(t.m + i);
     float4 v = *reinterpret_cast<const float4*>(t.v + i);
     update(g.x, p.x, m.x, v.x, k);
     update(g.y, p.y, m.y, v.y, k);
     update(g.z, p.z, m.z, v.z, k);
     update(g.w, p.w, m.w, v.w, k);
-    *reinterpret_cast<float4*>(t.param + i) = p;
+    const MasterHalves h0 = split(p.x), h1 = split(p.y), h2 = split(p.z), h3 = split(p.w);
+    *reinterpret_cast<ushort4*>(t.weight + i) = make_ushort4(h0.hi, h1.hi, h2.hi, h3.hi);
+    *reinterpret_cast<short4*>(t.weight_lo + i) = make_short4(h0.lo, h1.lo, h2.lo, h3.lo);
     *reinterpret_cast<float4*>(t.m + i) = m;
     *reinterpret_cast<float4*>(t.v + i) = v;
-    if (t.param_bf16) {
-      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(t.param_bf16 + i);
-      out[0] = __floats2bfloat162_rn(p.x, p.y);
-      out[1] = __floats2bfloat162_rn(p.z, p.w);
-    }
+    if (t.weight_f32) *reinterpret_cast<float4*>(t.weight_f32 + i) = p;
   }
   for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads) {
-    float p = t.param[i], m = t.m[i], v = t.v[i];
+    float p = join(__bfloat16_as_ushort(t.weight[i]), t.weight_lo[i]), m = t.m[i], v = t.v[i];
     update(may_be_written(f, r.begin, i) ? t.grad[i] : 0.0f, p, m, v, k);
-    t.param[i] = p;
+    const MasterHalves h = split(p);
+    t.weight[i] = __ushort_as_bfloat16(h.hi);
+    t.weight_lo[i] = h.lo;
     t.m[i] = m;
     t.v[i] = v;
-    if (t.param_bf16) t.param_bf16[i] = __float2bfloat16_rn(p);
+    if (t.weight_f32) t.weight_f32[i] = p;
   }
 }
 

@@ -7,6 +7,7 @@
 #include "dlm/train/cuda_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "cuda_model_impl.h"
+#include "master_split.h"
 #include "dlm/common/error.h"
 
 namespace dlm::train {
@@ -107,23 +109,22 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.gemm = std::make_unique<Gemm>();
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
   I.attention = std::make_unique<Attention>();
-  // The optimizer state (fp32 master weights, moments) of the rank's range only; the bf16 weights and the
-  // gradients whole (the forward and backward need every weight; the gradients are reduce-scattered in place).
-  I.master = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
+  // The optimizer state (the master weights' lower halves, moments) of the rank's range only; the bf16 weights
+  // (the upper halves) and the gradients whole (the forward and backward need every weight; the gradients are
+  // reduce-scattered in place).
+  I.w16 = I.alloc<bf16>(I.total + I.opt_numel, I.owned, I.bytes);
+  I.w_lo = reinterpret_cast<std::int16_t*>(I.w16 + I.total);
   I.grad = I.alloc<float>(I.total, I.owned, I.bytes);
   I.m = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
   I.v = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
-  I.w16 = I.alloc<bf16>(I.total, I.owned, I.bytes);
   I.norm_offset.assign(I.specs.size(), -1);
-  if (I.sharded()) {
-    for (std::size_t i = 0; i < I.specs.size(); ++i)
-      if (I.specs[i].is_norm)
-        I.norm_offset[i] = I.norm_total, I.norm_total += I.aligned_numel(static_cast<int>(i));
-    I.norms32 = I.alloc<float>(I.norm_total, I.owned, I.bytes);
-    check_cuda(cudaMemsetAsync(I.norms32, 0, sizeof(float) * I.norm_total, I.stream), "memset");
-  }
-  check_cuda(cudaMemsetAsync(I.w16, 0, sizeof(bf16) * I.total, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.master, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
+  for (std::size_t i = 0; i < I.specs.size(); ++i)
+    if (I.specs[i].is_norm) I.norm_offset[i] = I.norm_total, I.norm_total += I.aligned_numel(static_cast<int>(i));
+  I.norms32 = I.alloc<float>(I.norm_total, I.owned, I.bytes);
+  I.norms_owned = I.sharded() ? I.alloc<float>(I.norm_total, I.owned, I.bytes) : I.norms32;
+  for (float* norms : {I.norms32, I.norms_owned})
+    check_cuda(cudaMemsetAsync(norms, 0, sizeof(float) * I.norm_total, I.stream), "memset");
+  check_cuda(cudaMemsetAsync(I.w16, 0, sizeof(bf16) * (I.total + I.opt_numel), I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
   check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "memset");
@@ -236,7 +237,7 @@ void CudaModel::init(std::uint64_t seed) {
   for (std::size_t i = 0; i < I.specs.size(); ++i) {
     const auto& spec = I.specs[i];
     const int p = static_cast<int>(i);
-    float* values = I.values_room(p, I.sharded() ? scratch(local, most_local) : nullptr);
+    float* values = scratch(local, most_local);
     if (spec.is_norm) {
       fill_f32(values, 1.0f, I.numel(p), I.stream);
     } else if (spec.local_shape == spec.global_shape) {
@@ -267,18 +268,34 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
   if (static_cast<std::int64_t>(values.size()) != I.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.numel(p), values.size()));
-  float* scratch = nullptr;  // with optimizer shards: the whole tensor, for its bf16 copy
-  if (I.sharded())
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), values.size() * 4, I.stream), "import");
-  float* room = I.values_room(p, scratch);
-  check_cuda(cudaMemcpyAsync(room, values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
-  I.set_weights(p, room);
-  if (scratch) check_cuda(cudaFreeAsync(scratch, I.stream), "import");
+  float* scratch = nullptr;  // the whole tensor in fp32, split into the halves
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), std::max<std::size_t>(values.size(), 1) * 4, I.stream),
+             "import");
+  check_cuda(cudaMemcpyAsync(scratch, values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
+  I.set_weights(p, scratch);
+  check_cuda(cudaFreeAsync(scratch, I.stream), "import");
   synchronize();
 }
 
+std::vector<float> CudaModel::Impl::export_master(int p) const {
+  std::vector<float> out(static_cast<std::size_t>(numel(p)), 0.0f);
+  const MomentPart part = moment_part(p);
+  if (part.numel > 0) {
+    const auto n = static_cast<std::size_t>(part.numel);
+    std::vector<std::uint16_t> hi(n);
+    std::vector<std::int16_t> lo(n);
+    check_cuda(cudaMemcpyAsync(hi.data(), w16 + offset[p] + part.in_tensor, n * 2, cudaMemcpyDeviceToHost, stream),
+               "export");
+    check_cuda(cudaMemcpyAsync(lo.data(), w_lo + part.in_moments, n * 2, cudaMemcpyDeviceToHost, stream), "export");
+    check_cuda(cudaStreamSynchronize(stream), "export");
+    for (std::size_t i = 0; i < n; ++i)
+      out[static_cast<std::size_t>(part.in_tensor) + i] = std::bit_cast<float>(cuda::join_master_bits(hi[i], lo[i]));
+  }
+  return out;
+}
+
 std::vector<float> CudaModel::export_parameter(std::string_view name) const {
-  return impl_->export_part(impl_->find_or_fail(name), impl_->master);
+  return impl_->export_master(impl_->find_or_fail(name));
 }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {

@@ -82,13 +82,18 @@ struct CudaModel::Impl {
   std::int64_t opt_first = 0, opt_numel = 0;  // the optimizer's range of the flat buffers (CudaShard)
   std::vector<void*> owned, acts_owned;
   std::size_t bytes = 0, act_bytes = 0;
-  // grad and w16 span the flat buffer (total elements); master, m and v only the optimizer's range (the whole
-  // buffer without shards), indexed by moment_part(p).in_moments.
-  float *master = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
+  // The master weights as two halves (master_split.h): w16, the upper ones, is the bf16 weights the kernels
+  // read, whole (total elements); w_lo, the lower ones, only the optimizer's range, indexed by
+  // moment_part(p).in_moments like m and v. One allocation, w_lo right after w16: without shards its 4 bytes a
+  // parameter are the whole master weights (parameter_buffer()). grad spans the flat buffer.
+  float *grad = nullptr, *m = nullptr, *v = nullptr;
   bf16* w16 = nullptr;
-  // With optimizer shards, whole fp32 copies of the norm weights, which the kernels read in fp32 (F(p)); packed,
-  // each at norm_offset[p] (-1 for other tensors). Without shards the kernels read the master weights: null.
-  float* norms32 = nullptr;
+  std::int16_t* w_lo = nullptr;
+  // Whole fp32 copies of the norm weights, which the kernels read in fp32 (F(p)); packed, each at norm_offset[p]
+  // (-1 for other tensors). AdamW writes the new values of its range into norms_owned: norms32 itself without
+  // shards; with shards a buffer of the same layout, zero outside the rank's range, which share_updated_weights()
+  // sums over the ranks into norms32.
+  float *norms32 = nullptr, *norms_owned = nullptr;
   std::vector<std::int64_t> norm_offset;
   std::int64_t norm_total = 0;
   float *rope_cos = nullptr, *rope_sin = nullptr;
@@ -200,7 +205,7 @@ struct CudaModel::Impl {
   const bf16* W(int p) const { return w16 + offset[p]; }
   // The fp32 weights of norm tensor p as the kernels read them, whole on every rank (other tensors are read
   // as bf16, W(p)).
-  const float* F(int p) const { return sharded() ? norms32 + norm_offset[p] : master + offset[p]; }
+  const float* F(int p) const { return norms32 + norm_offset[p]; }
   float* G(int p) const { return grad + offset[p]; }
   // The whole model on this rank: no collectives inside a step, the profiler's phases make sense.
   bool whole() const { return tp == 1 && pre && post; }
@@ -380,26 +385,27 @@ struct CudaModel::Impl {
     return inputs[static_cast<std::size_t>(k)];
   }
 
-  // Tensor p's whole (local) fp32 values in device memory become its weights: the bf16 copy of all of them,
-  // the master weights' part in the optimizer range and, with shards, the norms' fp32 copy. Without shards
-  // `values` is where the master holds p (values_room), so only the bf16 copy is written.
+  // Tensor p's whole (local) fp32 values in device memory become its weights: the bf16 upper halves of all of
+  // them, the lower halves of the part in the optimizer range and, for a norm, its fp32 copies.
   void set_weights(int p, const float* values) {
-    f32_to_bf16(values, w16 + offset[p], numel(p), stream);
-    check_cuda(cudaGetLastError(), "f32_to_bf16");
-    if (!sharded()) return;
     const MomentPart part = moment_part(p);
+    if (part.numel < numel(p)) split_master(values, w16 + offset[p], nullptr, numel(p), stream);
     if (part.numel > 0)
-      check_cuda(cudaMemcpyAsync(master + part.in_moments, values + part.in_tensor, sizeof(float) * part.numel,
-                                 cudaMemcpyDeviceToDevice, stream),
-                 "master weights");
-    if (norm_offset[p] >= 0)
-      check_cuda(cudaMemcpyAsync(norms32 + norm_offset[p], values, sizeof(float) * numel(p), cudaMemcpyDeviceToDevice,
-                                 stream),
+      split_master(values + part.in_tensor, w16 + offset[p] + part.in_tensor, w_lo + part.in_moments, part.numel,
+                   stream);
+    check_cuda(cudaGetLastError(), "split_master");
+    if (norm_offset[p] < 0) return;
+    check_cuda(cudaMemcpyAsync(norms32 + norm_offset[p], values, sizeof(float) * numel(p), cudaMemcpyDeviceToDevice,
+                               stream),
+               "norm weights");
+    if (norms_owned != norms32 && part.numel > 0)
+      check_cuda(cudaMemcpyAsync(norms_owned + norm_offset[p] + part.in_tensor, values + part.in_tensor,
+                                 sizeof(float) * part.numel, cudaMemcpyDeviceToDevice, stream),
                  "norm weights");
   }
-  // Where tensor p's whole values are written before set_weights(): in place in the master weights without
-  // shards, else `scratch` (device memory of at least numel(p) floats, the caller's).
-  float* values_room(int p, float* scratch) const { return sharded() ? scratch : master + offset[p]; }
+  // Tensor p's master weights (join_master_bits of the halves) in the optimizer range, zeros outside it (with
+  // shards the ranks' exports sum to the whole tensor).
+  std::vector<float> export_master(int p) const;
   std::int64_t numel(int p) const {
     std::int64_t n = 1;
     for (auto s : specs[static_cast<std::size_t>(p)].local_shape) n *= s;
@@ -443,14 +449,15 @@ struct CudaModel::Impl {
       const int p = static_cast<int>(i);
       const MomentPart part = moment_part(p);
       if (part.numel == 0) continue;
-      list.push_back({master + part.in_moments, G(p) + part.in_tensor, m + part.in_moments, v + part.in_moments,
-                      w16 + offset[i] + part.in_tensor, part.numel,
+      float* f32 = norm_offset[i] >= 0 ? norms_owned + norm_offset[i] + part.in_tensor : nullptr;
+      list.push_back({w16 + offset[i] + part.in_tensor, w_lo + part.in_moments, f32, G(p) + part.in_tensor,
+                      m + part.in_moments, v + part.in_moments, part.numel,
                       specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
       if (sparse_emb && p == emb) list.back().rows_written = emb_rows_written, list.back().row_len = d();
     }
     return list;
   }
-  // Tensor p's values from a buffer of the optimizer range (master, m or v), zeros outside the range (with
+  // Tensor p's values from a buffer of the optimizer range (m or v), zeros outside the range (with
   // shards the ranks' exports sum to the whole tensor).
   std::vector<float> export_part(int p, const float* range_buffer) const {
     std::vector<float> out(static_cast<std::size_t>(numel(p)), 0.0f);

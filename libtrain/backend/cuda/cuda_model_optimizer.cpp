@@ -106,7 +106,11 @@ std::int64_t CudaModel::optimizer_steps() const { return impl_->steps; }
 void CudaModel::set_optimizer_steps(std::int64_t steps) { impl_->steps = static_cast<int>(steps); }
 
 CudaModel::Span CudaModel::gradient_buffer() const { return {"", impl_->grad, impl_->total}; }
-CudaModel::Span CudaModel::parameter_buffer() const { return {"", impl_->master, impl_->opt_numel}; }
+CudaModel::Span CudaModel::parameter_buffer() const {
+  if (impl_->sharded())
+    fail("CudaModel: parameter_buffer() is the whole master weights, which no optimizer shard holds");
+  return {"", reinterpret_cast<float*>(impl_->w16), impl_->total};  // w16 then w_lo: 4 bytes a parameter
+}
 CudaModel::Range CudaModel::optimizer_range() const { return {impl_->opt_first, impl_->opt_numel}; }
 
 std::vector<CudaModel::Span> CudaModel::gradient_buffers() const {
@@ -119,11 +123,15 @@ std::vector<CudaModel::Span> CudaModel::gradient_buffers() const {
 void* CudaModel::stream() const { return impl_->stream; }
 void CudaModel::set_backward_layer_hook(std::function<void(int)> hook) { impl_->layer_hook = std::move(hook); }
 
-void CudaModel::refresh_bf16_weights() {
+void CudaModel::master_weights_written() {
   auto& I = *impl_;
-  if (I.sharded()) fail("CudaModel: refresh_bf16_weights() needs whole master weights (with optimizer shards, "
+  if (I.sharded()) fail("CudaModel: master_weights_written() needs whole master weights (with optimizer shards, "
                         "share_updated_weights() publishes them)");
-  for (std::size_t i = 0; i < I.specs.size(); ++i) I.set_weights(static_cast<int>(i), I.master + I.offset[i]);
+  for (std::size_t i = 0; i < I.specs.size(); ++i)
+    if (I.norm_offset[i] >= 0)
+      cuda::join_master(I.w16 + I.offset[i], I.w_lo + I.offset[i], I.norms32 + I.norm_offset[i],
+                        I.numel(static_cast<int>(i)), I.stream);
+  check_cuda(cudaGetLastError(), "join_master");
   synchronize();
 }
 
@@ -133,19 +141,14 @@ void CudaModel::share_updated_weights(DeviceGroup& data) {
   if (data.size() != I.shard.optimizer_shards || data.rank() != I.shard.optimizer_rank)
     fail(fmt::format("CudaModel: optimizer shard {} of {}, but the data-parallel group has rank {} of {}",
                      I.shard.optimizer_rank, I.shard.optimizer_shards, data.rank(), data.size()));
-  // AdamW wrote the bf16 copy of exactly the range it updated: gather the ranges in place.
+  // AdamW wrote the upper halves (the bf16 weights) of exactly the range it updated: gather the ranges in place.
   data.all_gather(I.w16 + I.opt_first, I.w16, static_cast<std::size_t>(I.opt_numel), DeviceElement::kBF16, I.stream);
-  // The norms' fp32 copies: each rank writes the elements it owns over zeros and the group sums them, which
+  // The norms' fp32 copies: each rank's norms_owned holds the elements it owns over zeros, and the group's sum
   // gives every rank the owners' values exactly (x + 0 = x).
   if (I.norm_total == 0) return;
-  check_cuda(cudaMemsetAsync(I.norms32, 0, sizeof(float) * I.norm_total, I.stream), "norm weights");
-  for (std::size_t i = 0; i < I.specs.size(); ++i) {
-    const auto part = I.moment_part(static_cast<int>(i));
-    if (I.norm_offset[i] < 0 || part.numel == 0) continue;
-    check_cuda(cudaMemcpyAsync(I.norms32 + I.norm_offset[i] + part.in_tensor, I.master + part.in_moments,
-                               sizeof(float) * part.numel, cudaMemcpyDeviceToDevice, I.stream),
-               "norm weights");
-  }
+  check_cuda(cudaMemcpyAsync(I.norms32, I.norms_owned, sizeof(float) * I.norm_total, cudaMemcpyDeviceToDevice,
+                             I.stream),
+             "norm weights");
   data.all_reduce(I.norms32, static_cast<std::size_t>(I.norm_total), DeviceElement::kF32, I.stream);
 }
 

@@ -245,7 +245,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   std::vector<DeviceSpan> parameter_buffers() override { return per_chunk(&CudaModel::parameter_buffer); }
   void* stream() override { return first().stream(); }
   void parameters_written() override {
-    for (auto& c : chunks_) c->refresh_bf16_weights();
+    for (auto& c : chunks_) c->master_weights_written();
   }
   std::vector<float> gradient(std::string_view name) override {
     for (auto& c : chunks_)

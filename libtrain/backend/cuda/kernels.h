@@ -125,14 +125,16 @@ void diffusion_noise(const int* clean, const float* loss_mask, const std::uint64
                      std::uint64_t seed, int mask_token, double mask_sum, int* input_ids, float* weights,
                      std::uint8_t* masked, cudaStream_t stream);
 
-// adamw.cu: multi-tensor AdamW over many tensors in one launch, fp32 master weights and moments, a bf16
-// copy of the new weights written beside them (see optimizer.h for the update), and the global norm.
+// adamw.cu: multi-tensor AdamW over many tensors in one launch, the master weights as their two halves
+// (master_split.h: the upper half is the bf16 weight the GEMMs read), fp32 moments (see optimizer.h for the
+// update), and the global norm.
 struct AdamWTensor {
-  float* param;
+  bf16* weight;             // the master weights' upper halves
+  std::int16_t* weight_lo;  // their lower halves
+  float* weight_f32;        // may be null: the new master weights in fp32 as well (the norms read theirs so)
   const float* grad;
   float* m;
   float* v;
-  bf16* param_bf16;  // may be null
   std::int64_t numel;
   float weight_decay;
   // Non-null: the gradient is zero outside the rows (of row_len elements) flagged here, which neither the norm
@@ -177,6 +179,9 @@ void scatter_rows(const bf16* packed, const int* slot, int rows, int dim, bf16* 
 
 // convert.cu
 void f32_to_bf16(const float* in, bf16* out, std::int64_t n, cudaStream_t stream);
+// master_split.cu: fp32 master weights into their halves (lo may be null: the bf16 upper halves alone) and back.
+void split_master(const float* values, bf16* hi, std::int16_t* lo, std::int64_t n, cudaStream_t stream);
+void join_master(const bf16* hi, const std::int16_t* lo, float* out, std::int64_t n, cudaStream_t stream);
 void bf16_to_f32(const bf16* in, float* out, std::int64_t n, cudaStream_t stream);
 void fill_f32(float* p, float value, std::int64_t n, cudaStream_t stream);
 // out = bf16(a + b) (fp32 add: a pipeline stage's output residual).
