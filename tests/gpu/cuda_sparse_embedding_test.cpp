@@ -1,8 +1,8 @@
-// The embedding's gradient read and cleared only where tokens wrote it (CudaModel::set_sparse_embedding_grad)
-// against the dense path: rows no token wrote hold zeros, which add nothing to the norm and give AdamW's update
-// for g = 0, so the norms, the gradients, the weights and the moments must be the same bits, with clipping on,
-// over accumulated micro-batches and over steps whose tokens fall on different rows (the rows of one step must
-// be cleared before the next).
+// The embedding's gradient read and cleared only where tokens wrote it, and AdamW's update of the other rows deferred
+// until they are read (CudaModel::set_sparse_embedding_grad), against the dense path: rows no token wrote hold zeros,
+// which add nothing to the norm and give AdamW's update for g = 0, so the norms, the gradients, the weights and the
+// moments must be the same bits, with clipping on, over accumulated micro-batches and over steps whose tokens fall on
+// different rows (the rows of one step must be cleared before the next).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -87,6 +87,48 @@ TEST(CudaSparseEmbedding, SameBitsAsTheDenseGradient) {
     dense->zero_grad(), sparse->zero_grad();
     EXPECT_EQ(nonzero(sparse->export_gradient(emb)), 0) << "step " << step;
   }
+}
+
+// AdamW's deferred rows: rows no token wrote are caught up only when a forward reads them or the whole table is
+// read. Eight steps with no export between them, over rows that go unread for several steps and are read again,
+// with a ring of 3 steps (DLM_CUDA_DEFERRED_STEPS) so that it wraps and forces whole catch-ups: every loss and
+// norm, then every weight and moment and the sampler's greedy tokens, the same bits as updating every row.
+TEST(CudaSparseEmbedding, DeferredRowsGiveTheSameBits) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = gpu_test::small_config();
+  auto dense = deterministic_model(c), sparse = deterministic_model(c);
+  setenv("DLM_CUDA_DEFERRED_STEPS", "3", 1);
+  sparse->set_sparse_embedding_grad(true);
+  unsetenv("DLM_CUDA_DEFERRED_STEPS");
+  const std::int64_t batch = 2, seq = 64, n = batch * seq;
+  std::mt19937 rng(31);
+  AdamWOptions adam;
+  const int first_rows[] = {0, 100, 200, 0, 300, 100, 0, 400};  // rows 0-59 unread for 2 steps, then 3
+  for (int step = 0; step < 8; ++step) {
+    const Columns x = columns_on_rows(rng, n, first_rows[step], 60, *c.mask_token_id);
+    const CudaBatch b{batch, seq, false, x.ids, x.labels, {}, x.weights};
+    EXPECT_EQ(sparse->forward_backward(b), dense->forward_backward(b)) << "step " << step;
+    EXPECT_EQ(sparse->adamw_step(adam, 1e-2, 1.0), dense->adamw_step(adam, 1e-2, 1.0)) << "step " << step;
+    dense->zero_grad(), sparse->zero_grad();
+  }
+  std::vector<std::int32_t> tokens[2];
+  std::vector<float> confidence[2];
+  const Columns x = columns_on_rows(rng, n, 0, 450, *c.mask_token_id);
+  dense->greedy_tokens(batch, seq, false, x.ids, {}, tokens[0], confidence[0]);
+  sparse->greedy_tokens(batch, seq, false, x.ids, {}, tokens[1], confidence[1]);
+  EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(confidence[1], confidence[0]);
+  expect_same_state(*dense, *sparse, "after 8 steps");
+  // A resume's step count: every row is brought up to date first, and the next steps follow.
+  dense->set_optimizer_steps(20), sparse->set_optimizer_steps(20);
+  for (int step = 0; step < 2; ++step) {
+    const Columns y = columns_on_rows(rng, n, 150 * step, 60, *c.mask_token_id);
+    const CudaBatch b{batch, seq, false, y.ids, y.labels, {}, y.weights};
+    EXPECT_EQ(sparse->forward_backward(b), dense->forward_backward(b)) << "resumed step " << step;
+    EXPECT_EQ(sparse->adamw_step(adam, 1e-2, 1.0), dense->adamw_step(adam, 1e-2, 1.0)) << "resumed step " << step;
+    dense->zero_grad(), sparse->zero_grad();
+  }
+  expect_same_state(*dense, *sparse, "after the resumed steps");
 }
 
 // Turned on between a backward and its update: every row counts as written until the next zero_grad, so the

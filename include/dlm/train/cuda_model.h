@@ -130,13 +130,14 @@ class CudaModel {
   void set_recompute_layers(bool full);
   bool recompute_layers() const;
 
-  // The untied embedding's gradient as the rows the step's tokens wrote: the backward flags each row it adds
-  // into, and the norm, AdamW (g = 0 elsewhere: the same update, the same bits) and zero_grad read or clear
-  // only the flagged rows, not the whole [vocab, hidden] table (1.2 GB of fp32 on the 1.7B Qwen3 shape, three
-  // times a step). Only for a caller that writes no gradient itself: a data-parallel all-reduce of the buffer
-  // fills rows another replica's tokens wrote, unflagged here, so the trainer turns it on for one replica
-  // only. dlm::Error for a tied embedding, an optimizer shard or a rank without the embedding. Call it
-  // between steps.
+  // The untied embedding's gradient as the rows the step's tokens wrote: the backward flags each row it adds into, and
+  // the norm and zero_grad read or clear only the flagged rows, not the whole [vocab, hidden] table (1.2 GB of fp32 on
+  // the 1.7B Qwen3 shape). AdamW updates only those rows too: another row's update (g = 0) is deferred and replayed,
+  // step by step with the same arithmetic, when a forward reads the row or anything reads the whole table (exports,
+  // imports, sampling), so every weight, moment and loss is the same bits as updating every row every step
+  // (cuda_sparse_embedding.cpp). Only for a caller that writes no gradient itself: a data-parallel all-reduce of the
+  // buffer fills rows another replica's tokens wrote, unflagged here, so the trainer turns it on for one replica only.
+  // dlm::Error for a tied embedding, an optimizer shard or a rank without the embedding. Call it between steps.
   void set_sparse_embedding_grad(bool on);
   bool sparse_embedding_grad() const;
 

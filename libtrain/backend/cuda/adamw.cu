@@ -62,6 +62,15 @@ __device__ __forceinline__ RowFlags row_flags(const AdamWTensor& t, std::int64_t
 __device__ __forceinline__ bool may_be_written(const RowFlags& f, std::int64_t begin, std::int64_t i) {
   return !f.flags || f.flags[f.first_row + (f.offset + static_cast<unsigned>(i - begin)) / f.row_len];
 }
+// A tensor with deferred rows: whether element i is updated in this step (its row was written), and if it starts
+// its row, the row's last applied step becomes this one.
+__device__ __forceinline__ bool deferred_row_updated(const AdamWTensor& t, const RowFlags& f, std::int64_t begin,
+                                                     std::int64_t i, bool written, int step) {
+  if (!written) return false;
+  const unsigned in_chunk = f.offset + static_cast<unsigned>(i - begin);
+  if (in_chunk % f.row_len == 0) t.row_step[f.first_row + in_chunk / f.row_len] = step;
+  return true;
+}
 
 __global__ void __launch_bounds__(kThreads) sumsq_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
                                                          double* partial) {
@@ -91,6 +100,11 @@ __global__ void __launch_bounds__(1024) sum_kernel(const double* partial, std::i
 struct AdamWScalars {
   float lr, beta1, beta2, eps, step_size, bc2_sqrt, clip, decay;
 };
+// The one place the per-element scalars are made, for the step and for its replay on a deferred row (the decay's
+// arithmetic the same in both: the same bits).
+__device__ __forceinline__ AdamWScalars scalars_of(const AdamWStepScalars& s, float weight_decay) {
+  return {s.lr, s.beta1, s.beta2, s.eps, s.step_size, s.bc2_sqrt, 1.0f, 1.0f - s.lr * weight_decay};
+}
 
 __device__ __forceinline__ float join(unsigned short hi, short lo) { return __uint_as_float(join_master_bits(hi, lo)); }
 __device__ __forceinline__ MasterHalves split(float p) { return split_master_bits(__float_as_uint(p)); }
@@ -104,12 +118,12 @@ __device__ __forceinline__ void update(float g, float& p, float& m, float& v, co
 }
 
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
-                                                         const double* sumsq, double max_norm, float lr, float beta1,
-                                                         float beta2, float eps, float step_size, float bc2_sqrt) {
+                                                         const double* sumsq, double max_norm, AdamWStepScalars s,
+                                                         int step) {
   const AdamWChunk c = chunks[blockIdx.x];
   const AdamWTensor t = tensors[c.tensor];
   const Range r = chunk_range(t, c);
-  AdamWScalars k{lr, beta1, beta2, eps, step_size, bc2_sqrt, 1.0f, 1.0f - lr * t.weight_decay};
+  AdamWScalars k = scalars_of(s, t.weight_decay);
   if (max_norm > 0 && sumsq) {
     const double f = max_norm / (sqrt(*sumsq) + 1e-6);
     if (f < 1.0) k.clip = static_cast<float>(f);
@@ -118,8 +132,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
   // Per 4 elements: 16-byte accesses to the gradient and the moments, 8-byte ones to the halves (every tensor
   // starts 64-element aligned and chunks start at multiples of 4 elements).
   for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
-    const float4 g = may_be_written(f, r.begin, i) ? *reinterpret_cast<const float4*>(t.grad + i)
-                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    const bool written = may_be_written(f, r.begin, i);
+    if (t.row_step && !deferred_row_updated(t, f, r.begin, i, written, step)) continue;
+    const float4 g = written ? *reinterpret_cast<const float4*>(t.grad + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     const ushort4 hi = *reinterpret_cast<const ushort4*>(t.weight + i);
     const short4 lo = *reinterpret_cast<const short4*>(t.weight_lo + i);
     float4 p = make_float4(join(hi.x, lo.x), join(hi.y, lo.y), join(hi.z, lo.z), join(hi.w, lo.w));
@@ -137,14 +152,63 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
     if (t.weight_f32) *reinterpret_cast<float4*>(t.weight_f32 + i) = p;
   }
   for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads) {
+    const bool written = may_be_written(f, r.begin, i);
+    if (t.row_step && !deferred_row_updated(t, f, r.begin, i, written, step)) continue;
     float p = join(__bfloat16_as_ushort(t.weight[i]), t.weight_lo[i]), m = t.m[i], v = t.v[i];
-    update(may_be_written(f, r.begin, i) ? t.grad[i] : 0.0f, p, m, v, k);
+    update(written ? t.grad[i] : 0.0f, p, m, v, k);
     const MasterHalves h = split(p);
     t.weight[i] = __ushort_as_bfloat16(h.hi);
     t.weight_lo[i] = h.lo;
     t.m[i] = m;
     t.v[i] = v;
     if (t.weight_f32) t.weight_f32[i] = p;
+  }
+}
+
+__global__ void record_kernel(AdamWStepScalars* slot, AdamWStepScalars s) { *slot = s; }
+
+__global__ void mark_kernel(const int* ids, int n, std::uint8_t* needed) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && ids[i] >= 0) needed[ids[i]] = 1;
+}
+
+__global__ void fill_step_kernel(int* row_step, std::int64_t rows, int step) {
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) row_step[r] = step;
+}
+
+// One block a row: the steps the row missed, replayed in order with g = 0 (update() with each step's scalars,
+// as adamw_kernel would have applied them), the halves split once at the end (exact: join(split(p)) = p).
+__global__ void __launch_bounds__(kThreads) catch_up_kernel(AdamWTensor t, std::uint8_t* needed, int current,
+                                                            const AdamWStepScalars* history, int capacity) {
+  const std::int64_t row = blockIdx.x;
+  if (needed && !needed[row]) return;
+  const int from = t.row_step[row];
+  const std::int64_t begin = row * t.row_len, end = begin + t.row_len;  // row_len % 4 == 0
+  for (std::int64_t i = begin + 4 * threadIdx.x; i < end && from < current; i += 4 * kThreads) {
+    const ushort4 hi = *reinterpret_cast<const ushort4*>(t.weight + i);
+    const short4 lo = *reinterpret_cast<const short4*>(t.weight_lo + i);
+    float4 p = make_float4(join(hi.x, lo.x), join(hi.y, lo.y), join(hi.z, lo.z), join(hi.w, lo.w));
+    float4 m = *reinterpret_cast<const float4*>(t.m + i);
+    float4 v = *reinterpret_cast<const float4*>(t.v + i);
+    for (int s = from + 1; s <= current; ++s) {
+      const AdamWStepScalars& h = history[s % capacity];
+      const AdamWScalars k = scalars_of(h, h.weight_decay);
+      update(0.0f, p.x, m.x, v.x, k);
+      update(0.0f, p.y, m.y, v.y, k);
+      update(0.0f, p.z, m.z, v.z, k);
+      update(0.0f, p.w, m.w, v.w, k);
+    }
+    const MasterHalves h0 = split(p.x), h1 = split(p.y), h2 = split(p.z), h3 = split(p.w);
+    *reinterpret_cast<ushort4*>(t.weight + i) = make_ushort4(h0.hi, h1.hi, h2.hi, h3.hi);
+    *reinterpret_cast<short4*>(t.weight_lo + i) = make_short4(h0.lo, h1.lo, h2.lo, h3.lo);
+    *reinterpret_cast<float4*>(t.m + i) = m;
+    *reinterpret_cast<float4*>(t.v + i) = v;
+  }
+  __syncthreads();  // every thread has read row_step before it moves
+  if (threadIdx.x == 0) {
+    t.row_step[row] = current;
+    if (needed) needed[row] = 0;
   }
 }
 
@@ -168,13 +232,37 @@ void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int
   sum_kernel<<<1, 1024, 0, stream>>>(partial, num_chunks, sumsq);
 }
 
+AdamWStepScalars adamw_step_scalars(float lr, float beta1, float beta2, float eps, int step, float weight_decay) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
+  return {lr, beta1, beta2, eps, static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)), weight_decay};
+}
+
 void adamw_step(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, const double* sumsq,
                 double max_norm, float lr, float beta1, float beta2, float eps, int step, cudaStream_t stream) {
   if (num_chunks == 0) return;  // an optimizer shard of padding only
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
-  adamw_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, sumsq, max_norm, lr, beta1, beta2, eps,
-                                                    static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)));
+  // weight_decay is per tensor (AdamWTensor), not the step's
+  adamw_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, sumsq, max_norm,
+                                                    adamw_step_scalars(lr, beta1, beta2, eps, step, 0.0f), step);
+}
+
+void adamw_record_step(AdamWStepScalars* slot, const AdamWStepScalars& s, cudaStream_t stream) {
+  record_kernel<<<1, 1, 0, stream>>>(slot, s);
+}
+
+void mark_rows(const int* ids, int n, std::uint8_t* needed, cudaStream_t stream) {
+  if (n > 0) mark_kernel<<<(n + 255) / 256, 256, 0, stream>>>(ids, n, needed);
+}
+
+void adamw_catch_up(const AdamWTensor& t, std::uint8_t* needed, int current, const AdamWStepScalars* history,
+                    int capacity, cudaStream_t stream) {
+  const std::int64_t rows = t.numel / t.row_len;
+  if (rows > 0)
+    catch_up_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(t, needed, current, history, capacity);
+}
+
+void fill_row_step(int* row_step, std::int64_t rows, int step, cudaStream_t stream) {
+  if (rows > 0) fill_step_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(row_step, rows, step);
 }
 
 }  // namespace dlm::train::cuda

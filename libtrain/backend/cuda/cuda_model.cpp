@@ -204,24 +204,12 @@ void CudaModel::set_recompute_layers(bool full) {
 }
 bool CudaModel::recompute_layers() const { return impl_->recompute; }
 
-void CudaModel::set_sparse_embedding_grad(bool on) {
-  auto& I = *impl_;
-  if (on == I.sparse_emb) return;
-  if (on && (I.emb < 0 || !I.pre || I.out == I.emb || I.sharded()))
-    fail("CudaModel: a sparse embedding gradient needs this rank's untied embedding and no optimizer shards");
-  const std::int64_t rows = I.numel(I.emb) / I.d();
-  if (on && !I.emb_rows_written) I.emb_rows_written = I.alloc<std::uint8_t>(rows, I.owned, I.bytes);
-  // Every row flagged: the gradient may hold anything so far, and the next zero_grad clears all of it.
-  if (on) check_cuda(cudaMemsetAsync(I.emb_rows_written, 1, static_cast<std::size_t>(rows), I.stream), "flags");
-  I.sparse_emb = on;
-  I.build_zero_runs();
-}
-bool CudaModel::sparse_embedding_grad() const { return impl_->sparse_emb; }
 std::string CudaModel::attention_engine() const { return impl_->attention->engine(); }
 void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
 
 void CudaModel::init(std::uint64_t seed) {
   auto& I = *impl_;
+  I.settle_embedding();
   // Tensor t of model_tensors() draws from counter stream t over its global shape; a shard copies its pieces
   // out of the whole tensor, drawn in a scratch buffer. With optimizer shards each local tensor is made whole
   // in a second scratch buffer, so its bf16 copy comes from all of it, then the range keeps its part.
@@ -268,6 +256,7 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
   if (static_cast<std::int64_t>(values.size()) != I.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.numel(p), values.size()));
+  I.settle_embedding();
   float* scratch = nullptr;  // the whole tensor in fp32, split into the halves
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), std::max<std::size_t>(values.size(), 1) * 4, I.stream),
              "import");
@@ -295,6 +284,7 @@ std::vector<float> CudaModel::Impl::export_master(int p) const {
 }
 
 std::vector<float> CudaModel::export_parameter(std::string_view name) const {
+  impl_->settle_embedding();
   return impl_->export_master(impl_->find_or_fail(name));
 }
 

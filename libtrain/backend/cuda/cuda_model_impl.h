@@ -152,10 +152,22 @@ struct CudaModel::Impl {
   // rows) are cleared: zero_runs, contiguous [offset, count) spans of the buffer.
   std::vector<char> grad_fresh, gemm_written;  // per tensor
   std::vector<std::pair<std::int64_t, std::int64_t>> zero_runs;
-  // set_sparse_embedding_grad: a flag per row of the embedding's gradient, set where its backward adds, cleared
-  // with the row by zero_grad (the embedding then leaves zero_runs).
-  std::uint8_t* emb_rows_written = nullptr;
+  // set_sparse_embedding_grad (cuda_sparse_embedding.cpp): a flag per row of the embedding's gradient, set where
+  // its backward adds, cleared with the row by zero_grad (the embedding then leaves zero_runs); AdamW defers the
+  // rows not flagged: emb_row_step is each row's last applied step, emb_history the steps' scalars (a ring of
+  // emb_history_steps), and the rows are caught up when read: a forward's (catch_up_rows, through
+  // emb_rows_needed), or all of them (settle_embedding) before the whole table is read or the ring would wrap.
+  // emb_settled: the step every row has reached.
+  std::uint8_t *emb_rows_written = nullptr, *emb_rows_needed = nullptr;
+  int* emb_row_step = nullptr;
+  AdamWStepScalars* emb_history = nullptr;
+  int emb_history_steps = 0, emb_settled = 0;
   bool sparse_emb = false;
+  bool rows_deferred() const { return sparse_emb && emb_settled < steps; }
+  AdamWTensor embedding_rows() const;
+  void catch_up_rows(const int* ids, int tokens);
+  void settle_embedding();
+  void record_adamw_step(const AdamWStepScalars& s);
   void build_zero_runs() {
     zero_runs.clear();
     for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -453,7 +465,8 @@ struct CudaModel::Impl {
       list.push_back({w16 + offset[i] + part.in_tensor, w_lo + part.in_moments, f32, G(p) + part.in_tensor,
                       m + part.in_moments, v + part.in_moments, part.numel,
                       specs[i].is_norm ? 0.0f : static_cast<float>(weight_decay)});
-      if (sparse_emb && p == emb) list.back().rows_written = emb_rows_written, list.back().row_len = d();
+      if (sparse_emb && p == emb)
+        list.back().rows_written = emb_rows_written, list.back().row_len = d(), list.back().row_step = emb_row_step;
     }
     return list;
   }

@@ -26,6 +26,9 @@ void enqueue_norm(CudaModel::Impl& I) {
 }
 // The update of the tensors in I's list by the sum of squares already on the device (I.sumsq).
 void enqueue_adamw(CudaModel::Impl& I, const AdamWOptions& o, double lr, double max_norm) {
+  I.record_adamw_step(cuda::adamw_step_scalars(static_cast<float>(lr), static_cast<float>(o.beta1),
+                                               static_cast<float>(o.beta2), static_cast<float>(o.eps), I.steps + 1,
+                                               static_cast<float>(o.weight_decay)));
   cuda::adamw_step(I.adam_dev, I.adam_chunks, I.num_chunks, I.sumsq, max_norm, static_cast<float>(lr),
                    static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps), ++I.steps,
                    I.stream);
@@ -76,10 +79,12 @@ double CudaModel::adamw_step(const AdamWOptions& o, double lr, double max_norm) 
 }
 
 std::vector<float> CudaModel::export_exp_avg(std::string_view name) const {
+  impl_->settle_embedding();
   return impl_->export_part(impl_->find_or_fail(name), impl_->m);
 }
 
 std::vector<float> CudaModel::export_exp_avg_sq(std::string_view name) const {
+  impl_->settle_embedding();
   return impl_->export_part(impl_->find_or_fail(name), impl_->v);
 }
 
@@ -87,6 +92,7 @@ void CudaModel::import_moments(std::string_view name, std::span<const float> exp
                                std::span<const float> exp_avg_sq) {
   auto& I = *impl_;
   const int p = I.find_or_fail(name);
+  I.settle_embedding();
   if (static_cast<std::int64_t>(exp_avg.size()) != I.numel(p) || exp_avg_sq.size() != exp_avg.size())
     fail(fmt::format("CudaModel: moments of '{}' have {} / {} elements, the tensor {}", name, exp_avg.size(),
                      exp_avg_sq.size(), I.numel(p)));
@@ -103,12 +109,20 @@ void CudaModel::import_moments(std::string_view name, std::span<const float> exp
 }
 
 std::int64_t CudaModel::optimizer_steps() const { return impl_->steps; }
-void CudaModel::set_optimizer_steps(std::int64_t steps) { impl_->steps = static_cast<int>(steps); }
+void CudaModel::set_optimizer_steps(std::int64_t steps) {
+  auto& I = *impl_;
+  I.settle_embedding();
+  I.steps = static_cast<int>(steps);
+  if (!I.sparse_emb) return;
+  cuda::fill_row_step(I.emb_row_step, I.numel(I.emb) / I.d(), I.steps, I.stream);
+  I.emb_settled = I.steps;
+}
 
 CudaModel::Span CudaModel::gradient_buffer() const { return {"", impl_->grad, impl_->total}; }
 CudaModel::Span CudaModel::parameter_buffer() const {
   if (impl_->sharded())
     fail("CudaModel: parameter_buffer() is the whole master weights, which no optimizer shard holds");
+  impl_->settle_embedding();
   return {"", reinterpret_cast<float*>(impl_->w16), impl_->total};  // w16 then w_lo: 4 bytes a parameter
 }
 CudaModel::Range CudaModel::optimizer_range() const { return {impl_->opt_first, impl_->opt_numel}; }

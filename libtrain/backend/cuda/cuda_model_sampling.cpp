@@ -35,6 +35,7 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
                                ColumnWindow window) {
   auto& I = *impl_;
   if (!I.whole()) fail("CudaModel: sampling runs on the whole model (no tensor or pipeline parallelism)");
+  I.settle_embedding();  // no deferred row may reach a captured graph
   upload_micro_batch(I, 0, b, Upload::kSampling);
   const std::int64_t n = b.batch * b.seq;
   const int d = I.d(), V = I.vpad();

@@ -206,6 +206,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
     // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
     // embedding, under SP straight into the rank's token rows.
     bf16* x = la[0].res1;
+    I.catch_up_rows(in.ids, T);  // the rows AdamW deferred that these tokens read (set_sparse_embedding_grad)
     embedding_forward(in.ids, I.W(I.emb), I.sp ? I.tmp_full : x, T, d, st);
     I.scatter_sum(I.sp ? I.tmp_full : x, x);
     mark("embedding fwd");

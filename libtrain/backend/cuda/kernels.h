@@ -141,7 +141,29 @@ struct AdamWTensor {
   // nor AdamW reads (AdamW takes g = 0 there: the same update as reading the zeros).
   const std::uint8_t* rows_written = nullptr;
   std::int64_t row_len = 0;
+  // Non-null (with rows_written): the rows no token wrote are not updated now but later, by adamw_catch_up;
+  // row_step[r] is the last step applied to row r (AdamW sets it to `step` for the rows it updates).
+  int* row_step = nullptr;
 };
+// The scalars of one AdamW step (adamw_step_scalars: what adamw_step passes its kernel), kept per step for the
+// deferred rows.
+struct AdamWStepScalars {
+  float lr, beta1, beta2, eps, step_size, bc2_sqrt, weight_decay;
+};
+AdamWStepScalars adamw_step_scalars(float lr, float beta1, float beta2, float eps, int step, float weight_decay);
+// Deferred rows (AdamWTensor::row_step; the embedding under CudaModel::set_sparse_embedding_grad): a row no token
+// wrote in a step has g = 0 there, so its update is a function of the step's scalars alone, replayed when the
+// row is next read with the same arithmetic in the same order: the same bits as updating it every step.
+//   adamw_record_step: *slot = s, on the stream.
+//   mark_rows: needed[ids[i]] = 1 (ids < 0 skipped): the rows a forward will read.
+//   adamw_catch_up: every row (needed null) or every needed row of t replays steps row_step[r] + 1 .. current
+//     from history (step s at s % capacity), then row_step[r] = current and needed[r] = 0.
+//   fill_row_step: row_step[r] = step for every row.
+void adamw_record_step(AdamWStepScalars* slot, const AdamWStepScalars& s, cudaStream_t stream);
+void mark_rows(const int* ids, int n, std::uint8_t* needed, cudaStream_t stream);
+void adamw_catch_up(const AdamWTensor& t, std::uint8_t* needed, int current, const AdamWStepScalars* history,
+                    int capacity, cudaStream_t stream);
+void fill_row_step(int* row_step, std::int64_t rows, int step, cudaStream_t stream);
 // The tensors cut into chunks of kAdamWChunk elements (the last of a tensor shorter), one block each; built
 // once on the host from the host copy of the tensor list. Tensors must start 16-byte aligned.
 constexpr std::int64_t kAdamWChunk = 65536;
