@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -120,11 +121,9 @@ TEST(CudaModel, HeadOnWeightedRowsMatchesEveryRow) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   auto c = small_config();
   c.num_layers = 1, c.vocab_size = 151936, c.mask_token_id = 151935, c.max_position_embeddings = 4096;
-  setenv("DLM_CUDA_HEAD_ROWS", "all", 1);
-  CudaModel every(c);
-  unsetenv("DLM_CUDA_HEAD_ROWS");
-  CudaModel packed(c);
-  every.init(5), packed.init(5);
+  const auto every = gpu_test::model_with_env(c, "DLM_CUDA_HEAD_ROWS", "all", 5);
+  const auto packed = std::make_unique<CudaModel>(c);  // built after the switch is unset again
+  packed->init(5);
   const std::int64_t batch = 2, seq = 4096, n = batch * seq;
   std::mt19937 rng(3);
   const auto ids = random_tokens(rng, n, 151936), labels = random_tokens(rng, n, 151936);
@@ -135,19 +134,19 @@ TEST(CudaModel, HeadOnWeightedRowsMatchesEveryRow) {
       for (auto& w : weights) w = rng() % 4 != 0 ? 1.0f / 6144 : 0.0f;
     for (int k = 0; k < weighted; ++k) weights[static_cast<std::size_t>(rng() % n)] = 0.25f;
     const CudaBatch b{batch, seq, false, ids, labels, positions, weights};
-    every.zero_grad(), packed.zero_grad();
-    const double want = every.forward_backward(b), got = packed.forward_backward(b);
+    every->zero_grad(), packed->zero_grad();
+    const double want = every->forward_backward(b), got = packed->forward_backward(b);
     if (weighted == 0) {
       EXPECT_EQ(got, 0.0);
-      for (const auto& t : packed.tensors())
-        for (float g : packed.export_gradient(t.name)) ASSERT_EQ(g, 0.0f) << t.name;
+      for (const auto& t : packed->tensors())
+        for (float g : packed->export_gradient(t.name)) ASSERT_EQ(g, 0.0f) << t.name;
       continue;
     }
     EXPECT_GT(want, 0.0);
     EXPECT_NEAR(got, want, 1e-5 * want) << weighted;
-    EXPECT_NEAR(packed.forward_loss(b), every.forward_loss(b), 1e-5 * want) << weighted;
-    for (const auto& t : packed.tensors())
-      EXPECT_GE(gpu_test::cosine(packed.export_gradient(t.name), every.export_gradient(t.name)), 0.99999)
+    EXPECT_NEAR(packed->forward_loss(b), every->forward_loss(b), 1e-5 * want) << weighted;
+    for (const auto& t : packed->tensors())
+      EXPECT_GE(gpu_test::cosine(packed->export_gradient(t.name), every->export_gradient(t.name)), 0.99999)
           << weighted << " " << t.name;
   }
 }
@@ -160,11 +159,9 @@ TEST(CudaModel, LastLayerOnTheLossRowsMatchesEveryRow) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   auto c = small_config();
   c.num_layers = 3;
-  setenv("DLM_CUDA_LAST_LAYER", "all", 1);
-  CudaModel every(c);
-  unsetenv("DLM_CUDA_LAST_LAYER");
-  CudaModel packed(c);
-  every.init(6), packed.init(6);
+  const auto every = gpu_test::model_with_env(c, "DLM_CUDA_LAST_LAYER", "all", 6);
+  const auto packed = std::make_unique<CudaModel>(c);  // built after the switch is unset again
+  packed->init(6);
   const std::int64_t batch = 2, seq = 128, n = batch * seq;
   std::mt19937 rng(13);
   std::vector<std::vector<std::int32_t>> ids, labels;
@@ -176,13 +173,13 @@ TEST(CudaModel, LastLayerOnTheLossRowsMatchesEveryRow) {
   }
   const CudaBatch b0{batch, seq, false, ids[0], labels[0], {}, weights[0]};
   const CudaBatch b1{batch, seq, true, ids[1], labels[1], {}, weights[1]};
-  const double loss[2] = {gpu_test::two_micro_batches_in_flight(every, b0, b1),
-                          gpu_test::two_micro_batches_in_flight(packed, b0, b1)};
+  const double loss[2] = {gpu_test::two_micro_batches_in_flight(*every, b0, b1),
+                          gpu_test::two_micro_batches_in_flight(*packed, b0, b1)};
   EXPECT_GT(loss[0], 0.0);
   EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);
-  for (const auto& t : packed.tensors())
-    EXPECT_GE(gpu_test::cosine(packed.export_gradient(t.name), every.export_gradient(t.name)), 0.99999) << t.name;
-  EXPECT_NEAR(packed.forward_loss(b1), every.forward_loss(b1), 1e-5 * loss[0]);
+  for (const auto& t : packed->tensors())
+    EXPECT_GE(gpu_test::cosine(packed->export_gradient(t.name), every->export_gradient(t.name)), 0.99999) << t.name;
+  EXPECT_NEAR(packed->forward_loss(b1), every->forward_loss(b1), 1e-5 * loss[0]);
 }
 
 // zero_grad() clears the norms and the embedding but leaves the weight GEMMs' gradients to be overwritten by
@@ -191,10 +188,7 @@ TEST(CudaModel, LastLayerOnTheLossRowsMatchesEveryRow) {
 TEST(CudaModel, ZeroGradLetsTheNextBackwardOverwrite) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = small_config();
-  setenv("DLM_CUDA_DETERMINISTIC", "1", 1);
-  CudaModel gpu(c);
-  unsetenv("DLM_CUDA_DETERMINISTIC");
-  gpu.init(3);
+  const auto gpu = gpu_test::deterministic_model(c, 3);
   const std::int64_t batch = 2, seq = 64, n = batch * seq;
   std::mt19937 rng(5);
   auto make = [&](std::vector<std::int32_t>& ids, std::vector<std::int32_t>& labels, std::vector<float>& weights) {
@@ -205,21 +199,22 @@ TEST(CudaModel, ZeroGradLetsTheNextBackwardOverwrite) {
   std::vector<float> w1, w2;
   make(ids1, labels1, w1), make(ids2, labels2, w2);
   const CudaBatch b1{batch, seq, false, ids1, labels1, {}, w1}, b2{batch, seq, false, ids2, labels2, {}, w2};
-  gpu.forward_backward(b1), gpu.forward_backward(b2);
+  gpu->forward_backward(b1), gpu->forward_backward(b2);
   std::vector<std::vector<float>> first;
-  for (const auto& t : gpu.tensors()) first.push_back(gpu.export_gradient(t.name));
-  gpu.zero_grad();
-  for (const auto& t : gpu.tensors())
-    for (float g : gpu.export_gradient(t.name)) ASSERT_EQ(g, 0.0f) << t.name;
-  gpu.forward_backward(b1), gpu.forward_backward(b2);
-  for (std::size_t i = 0; i < gpu.tensors().size(); ++i) {
-    const auto again = gpu.export_gradient(gpu.tensors()[i].name);
+  for (const auto& t : gpu->tensors()) first.push_back(gpu->export_gradient(t.name));
+  gpu->zero_grad();
+  for (const auto& t : gpu->tensors())
+    for (float g : gpu->export_gradient(t.name)) ASSERT_EQ(g, 0.0f) << t.name;
+  gpu->forward_backward(b1), gpu->forward_backward(b2);
+  for (std::size_t i = 0; i < gpu->tensors().size(); ++i) {
+    const auto again = gpu->export_gradient(gpu->tensors()[i].name);
     ASSERT_EQ(again.size(), first[i].size());
-    for (std::size_t e = 0; e < again.size(); ++e) ASSERT_EQ(again[e], first[i][e]) << gpu.tensors()[i].name << " " << e;
+    for (std::size_t e = 0; e < again.size(); ++e)
+      ASSERT_EQ(again[e], first[i][e]) << gpu->tensors()[i].name << " " << e;
   }
   // A norm taken straight after zero_grad sees zeros, not the last step's gradients.
-  gpu.zero_grad();
-  EXPECT_EQ(gpu.grad_norm(), 0.0);
+  gpu->zero_grad();
+  EXPECT_EQ(gpu->grad_norm(), 0.0);
 }
 
 }  // namespace

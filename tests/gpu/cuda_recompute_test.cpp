@@ -26,27 +26,14 @@ ckpt::ModelConfig recompute_config() {
 }
 
 std::unique_ptr<CudaModel> deterministic_model(const ckpt::ModelConfig& c, bool recompute) {
-  setenv("DLM_CUDA_DETERMINISTIC", "1", 1);
-  auto m = std::make_unique<CudaModel>(c);
-  unsetenv("DLM_CUDA_DETERMINISTIC");
+  auto m = gpu_test::deterministic_model(c, 21);
   m->set_recompute_layers(recompute);
-  m->init(21);
   return m;
 }
 
-struct Columns {
-  std::vector<std::int32_t> ids, labels;
-  std::vector<float> weights;
-};
+using Columns = gpu_test::MaskedColumns;
 Columns random_columns(std::mt19937& rng, std::int64_t n) {
-  Columns c;
-  for (std::int64_t i = 0; i < n; ++i) {
-    c.labels.push_back(static_cast<std::int32_t>(rng() % 498));
-    const bool masked = rng() % 2 == 0;
-    c.ids.push_back(masked ? 499 : c.labels.back());
-    c.weights.push_back(masked ? 0.01f : 0.0f);
-  }
-  return c;
+  return gpu_test::masked_columns(rng, n, 0, 498, 499, 0.01f);
 }
 
 void expect_same_gradients(CudaModel& a, CudaModel& b, const char* when) {

@@ -20,27 +20,13 @@ namespace dlm::train {
 namespace {
 
 std::unique_ptr<CudaModel> deterministic_model(const ckpt::ModelConfig& c) {
-  setenv("DLM_CUDA_DETERMINISTIC", "1", 1);
-  auto m = std::make_unique<CudaModel>(c);
-  unsetenv("DLM_CUDA_DETERMINISTIC");
-  m->init(5);
-  return m;
+  return gpu_test::deterministic_model(c, 5);
 }
 
-struct Columns {
-  std::vector<std::int32_t> ids, labels;
-  std::vector<float> weights;
-};
+using Columns = gpu_test::MaskedColumns;
 // Tokens from rows [first, first + span) of the vocabulary and the mask token, half of them masked.
 Columns columns_on_rows(std::mt19937& rng, std::int64_t n, int first, int span, int mask) {
-  Columns c;
-  for (std::int64_t i = 0; i < n; ++i) {
-    c.labels.push_back(first + static_cast<std::int32_t>(rng() % static_cast<unsigned>(span)));
-    const bool masked = rng() % 2 == 0;
-    c.ids.push_back(masked ? mask : c.labels.back());
-    c.weights.push_back(masked ? 0.02f : 0.0f);
-  }
-  return c;
+  return gpu_test::masked_columns(rng, n, first, span, mask, 0.02f);
 }
 
 void expect_same_state(CudaModel& dense, CudaModel& sparse, const char* when) {

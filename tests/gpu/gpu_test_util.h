@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -20,6 +23,44 @@ inline ckpt::ModelConfig small_config() {
   c.num_layers = 2, c.hidden_size = 128, c.ffn_hidden_size = 344, c.num_attention_heads = 4;
   c.num_query_groups = 2, c.kv_channels = 32, c.vocab_size = 500, c.max_position_embeddings = 128;
   c.qk_layernorm = true, c.mask_token_id = 499;
+  return c;
+}
+
+// A CudaModel initialised from `seed` whose constructor saw the environment variable `name` set to `value` (the
+// backend reads DLM_CUDA_DETERMINISTIC and its A/B switches there); the variable is unset again either way.
+inline std::unique_ptr<train::CudaModel> model_with_env(const ckpt::ModelConfig& c, const char* name,
+                                                        const char* value, std::uint64_t seed) {
+  struct Unset {
+    const char* name;
+    ~Unset() { unsetenv(name); }
+  };
+  setenv(name, value, 1);
+  std::unique_ptr<train::CudaModel> m;
+  {
+    const Unset unset{name};
+    m = std::make_unique<train::CudaModel>(c);
+  }
+  m->init(seed);
+  return m;
+}
+inline std::unique_ptr<train::CudaModel> deterministic_model(const ckpt::ModelConfig& c, std::uint64_t seed) {
+  return model_with_env(c, "DLM_CUDA_DETERMINISTIC", "1", seed);
+}
+
+// Token columns in the diffusion objective's shape: labels from [first, first + span), half the positions (by a
+// coin per position) masked with `mask` and weighted `weight`, the rest unweighted.
+struct MaskedColumns {
+  std::vector<std::int32_t> ids, labels;
+  std::vector<float> weights;
+};
+inline MaskedColumns masked_columns(std::mt19937& rng, std::int64_t n, int first, int span, int mask, float weight) {
+  MaskedColumns c;
+  for (std::int64_t i = 0; i < n; ++i) {
+    c.labels.push_back(first + static_cast<std::int32_t>(rng() % static_cast<unsigned>(span)));
+    const bool masked = rng() % 2 == 0;
+    c.ids.push_back(masked ? mask : c.labels.back());
+    c.weights.push_back(masked ? weight : 0.0f);
+  }
   return c;
 }
 

@@ -117,6 +117,26 @@ __device__ __forceinline__ void update(float g, float& p, float& m, float& v, co
   p -= k.step_size * m / (sqrtf(v) / k.bc2_sqrt + k.eps);
 }
 
+__device__ __forceinline__ void update4(const float4& g, float4& p, float4& m, float4& v, const AdamWScalars& k) {
+  update(g.x, p.x, m.x, v.x, k);
+  update(g.y, p.y, m.y, v.y, k);
+  update(g.z, p.z, m.z, v.z, k);
+  update(g.w, p.w, m.w, v.w, k);
+}
+
+// Master weights [i, i + 4) joined from their halves (8-byte accesses: tensors start 64-element aligned, groups at
+// multiples of 4), and split back.
+__device__ __forceinline__ float4 load_master4(const AdamWTensor& t, std::int64_t i) {
+  const ushort4 hi = *reinterpret_cast<const ushort4*>(t.weight + i);
+  const short4 lo = *reinterpret_cast<const short4*>(t.weight_lo + i);
+  return make_float4(join(hi.x, lo.x), join(hi.y, lo.y), join(hi.z, lo.z), join(hi.w, lo.w));
+}
+__device__ __forceinline__ void store_master4(const AdamWTensor& t, std::int64_t i, const float4& p) {
+  const MasterHalves h0 = split(p.x), h1 = split(p.y), h2 = split(p.z), h3 = split(p.w);
+  *reinterpret_cast<ushort4*>(t.weight + i) = make_ushort4(h0.hi, h1.hi, h2.hi, h3.hi);
+  *reinterpret_cast<short4*>(t.weight_lo + i) = make_short4(h0.lo, h1.lo, h2.lo, h3.lo);
+}
+
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
                                                          const double* sumsq, double max_norm, AdamWStepScalars s,
                                                          int step) {
@@ -135,18 +155,11 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
     const bool written = may_be_written(f, r.begin, i);
     if (t.row_step && !deferred_row_updated(t, f, r.begin, i, written, step)) continue;
     const float4 g = written ? *reinterpret_cast<const float4*>(t.grad + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const ushort4 hi = *reinterpret_cast<const ushort4*>(t.weight + i);
-    const short4 lo = *reinterpret_cast<const short4*>(t.weight_lo + i);
-    float4 p = make_float4(join(hi.x, lo.x), join(hi.y, lo.y), join(hi.z, lo.z), join(hi.w, lo.w));
+    float4 p = load_master4(t, i);
     float4 m = *reinterpret_cast<const float4*>(t.m + i);
     float4 v = *reinterpret_cast<const float4*>(t.v + i);
-    update(g.x, p.x, m.x, v.x, k);
-    update(g.y, p.y, m.y, v.y, k);
-    update(g.z, p.z, m.z, v.z, k);
-    update(g.w, p.w, m.w, v.w, k);
-    const MasterHalves h0 = split(p.x), h1 = split(p.y), h2 = split(p.z), h3 = split(p.w);
-    *reinterpret_cast<ushort4*>(t.weight + i) = make_ushort4(h0.hi, h1.hi, h2.hi, h3.hi);
-    *reinterpret_cast<short4*>(t.weight_lo + i) = make_short4(h0.lo, h1.lo, h2.lo, h3.lo);
+    update4(g, p, m, v, k);
+    store_master4(t, i, p);
     *reinterpret_cast<float4*>(t.m + i) = m;
     *reinterpret_cast<float4*>(t.v + i) = v;
     if (t.weight_f32) *reinterpret_cast<float4*>(t.weight_f32 + i) = p;
@@ -186,22 +199,15 @@ __global__ void __launch_bounds__(kThreads) catch_up_kernel(AdamWTensor t, std::
   const int from = t.row_step[row];
   const std::int64_t begin = row * t.row_len, end = begin + t.row_len;  // row_len % 4 == 0
   for (std::int64_t i = begin + 4 * threadIdx.x; i < end && from < current; i += 4 * kThreads) {
-    const ushort4 hi = *reinterpret_cast<const ushort4*>(t.weight + i);
-    const short4 lo = *reinterpret_cast<const short4*>(t.weight_lo + i);
-    float4 p = make_float4(join(hi.x, lo.x), join(hi.y, lo.y), join(hi.z, lo.z), join(hi.w, lo.w));
+    float4 p = load_master4(t, i);
     float4 m = *reinterpret_cast<const float4*>(t.m + i);
     float4 v = *reinterpret_cast<const float4*>(t.v + i);
     for (int s = from + 1; s <= current; ++s) {
       const AdamWStepScalars& h = history[s % capacity];
       const AdamWScalars k = scalars_of(h, h.weight_decay);
-      update(0.0f, p.x, m.x, v.x, k);
-      update(0.0f, p.y, m.y, v.y, k);
-      update(0.0f, p.z, m.z, v.z, k);
-      update(0.0f, p.w, m.w, v.w, k);
+      update4(make_float4(0.f, 0.f, 0.f, 0.f), p, m, v, k);
     }
-    const MasterHalves h0 = split(p.x), h1 = split(p.y), h2 = split(p.z), h3 = split(p.w);
-    *reinterpret_cast<ushort4*>(t.weight + i) = make_ushort4(h0.hi, h1.hi, h2.hi, h3.hi);
-    *reinterpret_cast<short4*>(t.weight_lo + i) = make_short4(h0.lo, h1.lo, h2.lo, h3.lo);
+    store_master4(t, i, p);
     *reinterpret_cast<float4*>(t.m + i) = m;
     *reinterpret_cast<float4*>(t.v + i) = v;
   }

@@ -167,6 +167,7 @@ struct CudaModel::Impl {
   AdamWTensor embedding_rows() const;
   void catch_up_rows(const int* ids, int tokens);
   void settle_embedding();
+  void embedding_rows_current();  // every row counts as updated to `steps` (values set, or the count moved)
   void record_adamw_step(const AdamWStepScalars& s);
   void build_zero_runs() {
     zero_runs.clear();

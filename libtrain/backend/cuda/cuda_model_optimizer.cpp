@@ -113,9 +113,7 @@ void CudaModel::set_optimizer_steps(std::int64_t steps) {
   auto& I = *impl_;
   I.settle_embedding();
   I.steps = static_cast<int>(steps);
-  if (!I.sparse_emb) return;
-  cuda::fill_row_step(I.emb_row_step, I.numel(I.emb) / I.d(), I.steps, I.stream);
-  I.emb_settled = I.steps;
+  if (I.sparse_emb) I.embedding_rows_current();
 }
 
 CudaModel::Span CudaModel::gradient_buffer() const { return {"", impl_->grad, impl_->total}; }

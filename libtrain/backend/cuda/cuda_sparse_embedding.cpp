@@ -46,6 +46,11 @@ void CudaModel::Impl::settle_embedding() {
   emb_settled = steps;
 }
 
+void CudaModel::Impl::embedding_rows_current() {
+  cuda::fill_row_step(emb_row_step, numel(emb) / d(), steps, stream);
+  emb_settled = steps;
+}
+
 // Before AdamW's step `steps + 1`: its scalars into the ring, first bringing every row up to date when a row
 // could still need the slot this one overwrites.
 void CudaModel::Impl::record_adamw_step(const AdamWStepScalars& s) {
@@ -73,8 +78,7 @@ void CudaModel::set_sparse_embedding_grad(bool on) {
     // Every row flagged: the gradient may hold anything so far, and the next zero_grad clears all of it. Every
     // row is up to date.
     check_cuda(cudaMemsetAsync(I.emb_rows_written, 1, static_cast<std::size_t>(rows), I.stream), "flags");
-    cuda::fill_row_step(I.emb_row_step, rows, I.steps, I.stream);
-    I.emb_settled = I.steps;
+    I.embedding_rows_current();
   }
   I.sparse_emb = on;
   I.build_zero_runs();
