@@ -38,10 +38,11 @@ Device resolve_device(const std::string& flag) {
 std::string_view device_name(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
 #if !DLM_HAVE_CUDA
-std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig&, std::uint64_t, const CudaParallelGroups&) {
+std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig&, std::uint64_t, const CudaParallelGroups&,
+                                                    const CudaOptions&) {
   fail("--device cuda: this build of dlm has no CUDA backend (built without nvcc)");
 }
-CudaSampling make_cuda_sampling(const ckpt::ModelConfig&, const ckpt::TensorSet&) {
+CudaSampling make_cuda_sampling(const ckpt::ModelConfig&, const ckpt::TensorSet&, const CudaOptions&) {
   fail("--device cuda: this build of dlm has no CUDA backend (built without nvcc)");
 }
 std::unique_ptr<DeviceGroup> staged_device_group(Communicator&) {

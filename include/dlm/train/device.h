@@ -9,6 +9,7 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/tensor.h"
+#include "dlm/train/cuda_options.h"
 #include "dlm/train/device_group.h"
 #include "dlm/train/parallel.h"
 #include "dlm/train/sampler.h"
@@ -60,10 +61,11 @@ struct CudaParallelGroups {
 
 // A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its
 // weights Model::init(seed)'s (a shard: its slice of them). Its micro-batches run through the GPU
-// pipeline schedule (cuda_pipeline.h) when `parallel` is given. dlm::Error without the CUDA backend or a
+// pipeline schedule (device_pipeline.h) when `parallel` is given. dlm::Error without the CUDA backend or a
 // GPU, or for a shape or layout it cannot run.
 std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed,
-                                                    const CudaParallelGroups& parallel = {});
+                                                    const CudaParallelGroups& parallel = {},
+                                                    const CudaOptions& options = {});
 
 // A CudaModel holding `weights` (every tensor of model_tensors(config), fp32 global shapes) for the
 // samplers: logits [rows, len, vocab_size] (the real vocabulary; rows with left padding run without it,
@@ -75,6 +77,7 @@ struct CudaSampling {
   std::int64_t parameters = 0;
   std::shared_ptr<void> keep_alive;
 };
-CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights);
+CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights,
+                                const CudaOptions& options = {});
 
 }  // namespace dlm::train

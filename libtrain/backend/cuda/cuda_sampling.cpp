@@ -49,7 +49,9 @@ void by_group(const SequenceBatch& b, std::int64_t width, std::vector<T>& out, R
 
 }  // namespace
 
-CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights) {
+CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights,
+                                const CudaOptions& options) {
+  (void)options;  // wired into CudaModel by the options change
   auto model = std::make_shared<CudaModel>(config);
   for (const auto& spec : ckpt::model_tensors(model->config())) {
     auto it = weights.find(spec.name);

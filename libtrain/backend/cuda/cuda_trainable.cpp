@@ -388,7 +388,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
 }  // namespace
 
 std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed,
-                                                    const CudaParallelGroups& parallel) {
+                                                    const CudaParallelGroups& parallel, const CudaOptions& options) {
+  (void)options;  // wired into CudaModel by the options change
   return std::make_unique<CudaTrainable>(config, seed, parallel);
 }
 

@@ -1,0 +1,31 @@
+// What a user or a test may choose about the CUDA backend. Fixed when a CudaModel is made (CudaModel's
+// constructor, make_cuda_trainable, make_cuda_sampling); the library reads no environment for these. The
+// header needs no CUDA, so the tools fill it from their flags in every build.
+#pragma once
+
+namespace dlm::train {
+
+struct CudaOptions {
+  // Bitwise-repeatable steps: cuDNN's deterministic attention backward, and no GEMM autotuning (each GEMM
+  // takes cuBLASLt's heuristic choice). Slower. Default: false.
+  bool deterministic = false;
+
+  // The attention kernels: cuDNN's fused attention, or dlm's own kernels (attention.cu; the reference the
+  // tests hold cuDNN to, and the fallback for a shape cuDNN refuses). Default: kCudnn.
+  enum class Attention { kCudnn, kOwn };
+  Attention attention = Attention::kCudnn;
+
+  // Sampling forwards captured once per shape and replayed as CUDA graphs. Default: true.
+  bool cuda_graphs = true;
+
+  // Times each phase of a step with CUDA events and prints the table (synchronises the stream; no graphs).
+  // Default: false.
+  bool profile = false;
+
+  // How many optimizer steps the untied embedding's untouched rows may fall behind before every row is brought
+  // up to date (the ring of recorded AdamW scalars, CudaModel::set_sparse_embedding_grad). Tests set it small
+  // to exercise the wrap. Default: 1024.
+  int deferred_embedding_steps = 1024;
+};
+
+}  // namespace dlm::train
