@@ -2,10 +2,12 @@
 and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both).
 
 usage: compare.py --bench build/benchmarks/train/cuda_train_bench [--configs 350m,qwen3-1.7b] [--steps 10]
-                  [--accumulate 8]
+                  [--accumulate 8] [--baseline OTHER_BUILD/cuda_train_bench]
 --accumulate N: N micro-batches per optimizer step on both sides (gradient accumulation, as a real run's
 global batch does: MegaDLMs' 1.7B has 256 samples of micro-batch 4, 8 micro-batches per GPU at DP 8);
 the default 1 steps AdamW after every micro-batch.
+--baseline B: a second build of cuda_train_bench (e.g. the commit before a change) timed in the same run, right
+after this one on each configuration, with its own ratio to the same PyTorch measurement: before/after in one run.
 """
 import argparse
 import json
@@ -39,22 +41,26 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--accumulate", type=int, default=1)
+    ap.add_argument("--baseline", default=None)
     args = ap.parse_args()
     rows = []
     for cfg in args.configs.split(","):
-        ours = run([args.bench, cfg, str(args.steps), "3", str(args.accumulate)], 180 * args.accumulate)
+        bench_args = [cfg, str(args.steps), "3", str(args.accumulate)]
+        ours = run([args.bench] + bench_args, 180 * args.accumulate)
+        base = run([args.baseline] + bench_args, 180 * args.accumulate) if args.baseline else None
         ref = run([args.python, os.path.join(HERE, "torch_reference.py"), "train", "--config", cfg,
                    "--steps", str(args.steps), "--warmup", "3", "--accumulate", str(args.accumulate)],
                   330 + 150 * (args.accumulate - 1))
-        rows.append((cfg, ours, ref))
+        rows.append((cfg, ours, ref, base))
     print(f"micro-batches per optimizer step: {args.accumulate}")
     print("| model | dlm tokens/s | dlm MFU | dlm GiB | PyTorch tokens/s | PyTorch MFU | PyTorch GiB | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for cfg, ours, ref in rows:
-        o = f"{ours['tokens_per_s']:.0f} | {100 * ours['mfu']:.1f}% | {ours['peak_gib']:.1f}" if ours else "failed | | "
+    for cfg, ours, ref, base in rows:
         r = f"{ref['tokens_per_s']:.0f} | {100 * ref['mfu']:.1f}% | {ref['peak_gib']:.1f}" if ref else "failed | | "
-        ratio = f"{ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ours and ref else "-"
-        print(f"| {cfg} | {o} | {r} | {ratio} |")
+        for name, got in [(cfg, ours)] + ([(cfg + " (baseline)", base)] if args.baseline else []):
+            o = f"{got['tokens_per_s']:.0f} | {100 * got['mfu']:.1f}% | {got['peak_gib']:.1f}" if got else "failed | | "
+            ratio = f"{got['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if got and ref else "-"
+            print(f"| {name} | {o} | {r} | {ratio} |")
 
 
 if __name__ == "__main__":
