@@ -5,6 +5,7 @@
 # WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
 # benchmark without PyTorch), bench (beside PyTorch), accum (beside PyTorch, ACCUMULATE=8 micro-batches per
 # optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone),
+# BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # carried with the call, then dlm-generate --device cuda from the 350M checkpoint).
 set -uo pipefail
@@ -79,7 +80,8 @@ if [[ $WHAT == *dlmonly* ]]; then
 fi
 if [[ $WHAT == *bench* ]]; then
   echo "== benchmark"
-  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs "$CONFIGS" 2>&1 | tee "$OUT/bench.log" | grep -vE "^\s*$" | tail -40
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs "$CONFIGS" \
+    ${BASELINE:+--baseline "$BASELINE"} 2>&1 | tee "$OUT/bench.log" | grep -vE "^\s*$" | tail -40
 fi
 if [[ $WHAT == *accum* ]]; then
   echo "== benchmark with gradient accumulation (ACCUMULATE=${ACCUMULATE:-8} micro-batches per optimizer step, both sides)"
