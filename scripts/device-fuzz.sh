@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a many-core machine (the device machine), in the repository root: every libFuzzer target carried in
+# On a many-core machine, in the repository root: every libFuzzer target carried in
 # DIR (built here by scripts/fuzz.sh's configuration, debug info stripped, with the shared libraries the
 # machine lacks in DIR/lib) runs SECONDS at once, one core each, seeded from tests/fuzz/corpus/<name>.
 # Logs and any crash land under $OUT, with the grown corpora as $OUT/corpus.tar.gz; a later call continues

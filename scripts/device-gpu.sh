@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, in the repository root: the GPU tests, the CPU-parity tests and the training benchmark
-# beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
+# beside PyTorch, logs under $OUT. The binaries are built elsewhere and copied here (scripts/device-pack.sh).
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
 # WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
 # benchmark without PyTorch), bench (beside PyTorch), accum (beside PyTorch, ACCUMULATE=8 micro-batches per

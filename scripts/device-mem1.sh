@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a ONE-GPU device machine, in the repository root: each rank's peak device memory under dlm's 2-rank layouts
+# On a machine with ONE GPU, in the repository root: each rank's peak device memory under dlm's 2-rank layouts
 # of the 350M shape (TP2+SP, PP2, DP2 with the distributed optimizer) beside `dlm-train --dry-run`'s plan, the
 # two ranks sharing the GPU with their groups staged through MPI (DLM_DEVICE_GROUPS=staged; no NCCL buffers,
 # and the speed means nothing). Memory per process from nvidia-smi's compute-apps list, sampled every 0.3 s;

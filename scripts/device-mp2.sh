@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a 2-GPU device machine (nvidia-h200-x2), in the repository root: dlm's model-parallel layouts on the GPUs.
+# On a machine with 2 GPUs, in the repository root: dlm's model-parallel layouts on the GPUs.
 #   1. tests/nccl/cuda_model_parallel_test.cpp over NCCL (TP2, TP2+SP, PP2 against the whole model);
 #   2. dlm-train --device cuda on the 350M shape (seq 2048, micro-batch 8, global batch 32, 30 iterations) on
 #      one GPU, then under mpirun -np 2 as DP2, DP2 with the distributed optimizer, TP2+SP and PP2: each layout's losses against the one-GPU curve,

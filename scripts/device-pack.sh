@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the workstation: builds the GPU tests, the benchmarks and the tools (dlm-train / dlm-generate --device cuda)
-# in build-cuda and copies them, with the libraries the GPU machine lacks (device.md), into $B/devcarry/
-# (ignored with the build folder) for the device call's `carry`.
+# On the machine that builds dlm: builds the GPU tests, the benchmarks and the tools (dlm-train / dlm-generate
+# --device cuda) in build-cuda and packs them, with the shared libraries a GPU machine without dlm's build
+# dependencies lacks, into $B/devcarry/ (ignored with the build folder), to be copied to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-cuda}
