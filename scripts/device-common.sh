@@ -1,6 +1,6 @@
 # Sourced by the 2-GPU scripts (device-dp2.sh, device-mp2.sh), in the repository root of the GPU
-# machine: the carried bundle unpacked, the environment of dlm-train under mpirun, the 350M training shape,
-# and a rank SIGKILLed mid-run. Expects C (the carried folder) and OUT set by the caller.
+# machine: the copied bundle unpacked, the environment of dlm-train under mpirun, the 350M training shape,
+# and a rank SIGKILLed mid-run. Expects C (the copied build folder) and OUT set by the caller.
 if [ -f "$C/bundle.tar.xz" ]; then
   mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
 fi

@@ -6,7 +6,7 @@
 # killed after a checkpoint resumes from `latest` on the straight run's losses (deterministic mode, so
 # equal to the last digit). Logs under $OUT.
 # usage: scripts/device-dp2.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
-# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, carried with the call)
+# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, copied to the machine)
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}

@@ -6,7 +6,7 @@
 # benchmark without PyTorch), bench (beside PyTorch), accum (beside PyTorch, ACCUMULATE=8 micro-batches per
 # optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone),
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
-# carried with the call, then dlm-generate --device cuda from the 350M checkpoint).
+# copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}

@@ -6,7 +6,7 @@
 # rank by the process's OMPI_COMM_WORLD_RANK; one_gpu_recompute is the single GPU with --recompute-granularity
 # full. The 2-GPU version, with NCCL and timings, is device-mp2.sh.
 # usage: scripts/device-mem1.sh [CARRIED_DIR=build-cuda/devcarry [LAYOUTS=one_gpu,one_gpu_recompute,tp2sp,pp2,dp2do]]
-# (data: $DLM_GPU_DATA, carried). Logs in $OUT.
+# (data: $DLM_GPU_DATA, copied to the machine). Logs in $OUT.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 LAYOUTS=${2:-one_gpu,one_gpu_recompute,tp2sp,pp2,dp2do}

@@ -6,9 +6,9 @@
 #      tokens/s per GPU beside one GPU's, and each rank's peak device memory (nvidia-smi, sampled) beside
 #      `dlm-train --dry-run`'s plan for the same flags;
 #   3. a SIGKILLed rank of a TP2+SP run must end the job naming it.
-# The PyTorch reference of the same layouts: benchmarks/parallel/device_dp.sh ... torch,torchtp,torchpp (same call).
+# The PyTorch reference of the same layouts: benchmarks/parallel/device_dp.sh ... torch,torchtp,torchpp.
 # usage: scripts/device-mp2.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
-# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, carried with the call). Logs under $OUT.
+# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, copied to the machine). Logs under $OUT.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}
