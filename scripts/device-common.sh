@@ -1,18 +1,19 @@
-# Sourced by the 2-GPU device scripts (device-dp2.sh, device-mp2.sh), in the repository root of the device
-# machine: the carried bundle unpacked, the environment of dlm-train under mpirun, the 350M training shape,
-# and a rank SIGKILLed mid-run. Expects C (the carried folder) and OUT set by the caller.
+# Sourced by the 2-GPU scripts (device-dp2.sh, device-mp2.sh), in the repository root of the GPU
+# machine: the copied bundle unpacked, the environment of dlm-train under mpirun, the 350M training shape,
+# and a rank SIGKILLed mid-run. Expects C (the copied build folder) and OUT set by the caller.
 if [ -f "$C/bundle.tar.xz" ]; then
   mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
 fi
 mkdir -p "$OUT"
 SP=/opt/torch/.venv/lib/python3.12/site-packages
 export LD_LIBRARY_PATH=$(realpath $C)/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
-# NVLink multicast stays off on the shared host (KINDS.md); mpirun passes it on with -x.
+# NVLink multicast stays off (on a shared NVLink host it can take the host's GPUs out of service); mpirun passes
+# it on with -x.
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI2=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
 # .gpudata: scripts/dev/make_gpudata.py writes it (random ids, megatron-core's writer).
 DATA=${DLM_GPU_DATA:-.gpudata/corpus_text_document}
-# The 350M shape of issue 10: 24 layers, hidden 1024, 16/8 heads, FFN 2816, vocabulary 50304, QK-norm, seq 2048,
+# The 350M shape: 24 layers, hidden 1024, 16/8 heads, FFN 2816, vocabulary 50304, QK-norm, seq 2048,
 # micro-batch 8, global batch 32, bf16.
 FLAGS_350M=(--data-path "$DATA" --split 100,0,0 --data-cache-path /tmp/dlm-cache --seq-length 2048
             --max-position-embeddings 2048 --qk-layernorm --bf16 --lr 2e-4 --log-interval 5 --device cuda

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On a 2-GPU device machine (nvidia-h200-x2), in the repository root: dlm-train --device cuda on one GPU and
+# On a machine with 2 GPUs, in the repository root: dlm-train --device cuda on one GPU and
 # under `mpirun -np 2` (data parallelism over NCCL) on the 350M shape, same flags and data: the two loss
 # curves (equal within bf16 noise), tokens/s per GPU and the DP2 / 1-GPU ratio; then a rank SIGKILLed
 # mid-run must make the job exit non-zero within --distributed-timeout-minutes naming it; and a DP2 run
 # killed after a checkpoint resumes from `latest` on the straight run's losses (deterministic mode, so
 # equal to the last digit). Logs under $OUT.
 # usage: scripts/device-dp2.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
-# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, carried with the call)
+# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, copied to the machine)
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}

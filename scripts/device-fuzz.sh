@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# On a many-core machine (the device machine), in the repository root: every libFuzzer target carried in
-# DIR (built here by scripts/fuzz.sh's configuration, debug info stripped, with the shared libraries the
+# On a many-core machine, in the repository root: every libFuzzer target copied into
+# DIR (built by scripts/fuzz.sh's configuration, debug info stripped, with the shared libraries the
 # machine lacks in DIR/lib) runs SECONDS at once, one core each, seeded from tests/fuzz/corpus/<name>.
-# Logs and any crash land under $OUT, with the grown corpora as $OUT/corpus.tar.gz; a later call continues
-# from them when given that archive (one call may not run 600 s in all).
+# Logs and any crash land under $OUT, with the grown corpora as $OUT/corpus.tar.gz; a later run continues
+# from them when given that archive (to split a long fuzzing time over several runs).
 # usage: scripts/device-fuzz.sh DIR [SECONDS=600] [CORPUS.tar.gz]
 set -uo pipefail
 D=$1

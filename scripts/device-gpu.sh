@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, in the repository root: the GPU tests, the CPU-parity tests and the training benchmark
-# beside PyTorch, logs under $OUT. The binaries are built on the workstation and carried (scripts/device-pack.sh).
+# beside PyTorch, logs under $OUT. The binaries are built elsewhere and copied here (scripts/device-pack.sh).
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
 # WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
 # benchmark without PyTorch), bench (beside PyTorch), accum (beside PyTorch, ACCUMULATE=8 micro-batches per
 # optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone),
 # BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
-# carried with the call, then dlm-generate --device cuda from the 350M checkpoint).
+# copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On a ONE-GPU device machine, in the repository root: each rank's peak device memory under dlm's 2-rank layouts
+# On a machine with ONE GPU, in the repository root: each rank's peak device memory under dlm's 2-rank layouts
 # of the 350M shape (TP2+SP, PP2, DP2 with the distributed optimizer) beside `dlm-train --dry-run`'s plan, the
 # two ranks sharing the GPU with their groups staged through MPI (DLM_DEVICE_GROUPS=staged; no NCCL buffers,
 # and the speed means nothing). Memory per process from nvidia-smi's compute-apps list, sampled every 0.3 s;
 # rank by the process's OMPI_COMM_WORLD_RANK; one_gpu_recompute is the single GPU with --recompute-granularity
 # full. The 2-GPU version, with NCCL and timings, is device-mp2.sh.
 # usage: scripts/device-mem1.sh [CARRIED_DIR=build-cuda/devcarry [LAYOUTS=one_gpu,one_gpu_recompute,tp2sp,pp2,dp2do]]
-# (data: $DLM_GPU_DATA, carried). Logs in $OUT.
+# (data: $DLM_GPU_DATA, copied to the machine). Logs in $OUT.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 LAYOUTS=${2:-one_gpu,one_gpu_recompute,tp2sp,pp2,dp2do}

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# On a 2-GPU device machine (nvidia-h200-x2), in the repository root: dlm's model-parallel layouts on the GPUs.
+# On a machine with 2 GPUs, in the repository root: dlm's model-parallel layouts on the GPUs.
 #   1. tests/nccl/cuda_model_parallel_test.cpp over NCCL (TP2, TP2+SP, PP2 against the whole model);
 #   2. dlm-train --device cuda on the 350M shape (seq 2048, micro-batch 8, global batch 32, 30 iterations) on
 #      one GPU, then under mpirun -np 2 as DP2, DP2 with the distributed optimizer, TP2+SP and PP2: each layout's losses against the one-GPU curve,
 #      tokens/s per GPU beside one GPU's, and each rank's peak device memory (nvidia-smi, sampled) beside
 #      `dlm-train --dry-run`'s plan for the same flags;
 #   3. a SIGKILLed rank of a TP2+SP run must end the job naming it.
-# The PyTorch reference of the same layouts: benchmarks/parallel/device_dp.sh ... torch,torchtp,torchpp (same call).
+# The PyTorch reference of the same layouts: benchmarks/parallel/device_dp.sh ... torch,torchtp,torchpp.
 # usage: scripts/device-mp2.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
-# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, carried with the call). Logs under $OUT.
+# the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, copied to the machine). Logs under $OUT.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}

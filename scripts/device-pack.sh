@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the workstation: builds the GPU tests, the benchmarks and the tools (dlm-train / dlm-generate --device cuda)
-# in build-cuda and copies them, with the libraries the GPU machine lacks (device.md), into $B/devcarry/
-# (ignored with the build folder) for the device call's `carry`.
+# On the machine that builds dlm: builds the GPU tests, the benchmarks and the tools (dlm-train / dlm-generate
+# --device cuda) in build-cuda and packs them, with the shared libraries a GPU machine without dlm's build
+# dependencies lacks, into $B/devcarry/ (ignored with the build folder), to be copied to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-cuda}
@@ -18,7 +18,7 @@ strip "$D"/dlm-train "$D"/dlm-generate "$D"/dlm_gpu_tool_tests 2>/dev/null || tr
 for bin in "$D/dlm_gpu_tests" "$D/cuda_train_bench" "$D/dlm-train" "$D/dlm-generate" "$D/dlm_gpu_tool_tests"; do
   ldd "$bin" | awk '/=>/{print $3}' | grep -E 'simdjson|hdf5|boost_program|libsz|libaec|libfmt|libopenblas|libgfortran|libquadmath|libsentencepiece|libutf8proc|libpcre2|libzstd|libdlm' | xargs -r -I{} cp -L {} "$D/lib/"
 done
-# The call carries 64 MiB at most and OpenBLAS alone is 36 MB: one xz archive, unpacked by device-gpu.sh.
+# One xz archive keeps the copy small (OpenBLAS alone is 36 MB); device-gpu.sh unpacks it.
 tar -C "$D" -cf - . | xz -6 -T2 > "$B/devcarry.tar.xz"
 rm -rf "$D" && mkdir -p "$D" && mv "$B/devcarry.tar.xz" "$D/bundle.tar.xz"
 du -sh "$D"

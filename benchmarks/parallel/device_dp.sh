@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On the 2-GPU device machine (nvidia-h200-x2), in the repository root: the NCCL communicator tests, dlm's data
+# On a machine with 2 GPUs, in the repository root: the NCCL communicator tests, dlm's data
 # parallelism (dp_bench) on 1 GPU and DP2 with and without overlap, PyTorch DDP + torch.compile on 1 and 2 GPUs
 # at the same global batch, then a rank SIGKILLed during a DP2 run. Logs under $OUT.
 # torchtp / torchpp: PyTorch TP2 + sequence parallelism / PP2 (1F1B) on the 2 GPUs (torch_mp.py), rerun once with
 # --no-compile if the compiled run fails (the JSON's "compile" says which ran).
 # usage: benchmarks/parallel/device_dp.sh [CARRIED=build-nccl/devcarry] [CONFIG=350m] [GLOBAL_BATCH=32] [WHAT]
 # WHAT: comma-separated words of tests, dlm, torch, torchtp, torchpp, kill (default tests,dlm,torch,kill)
-# (benchmarks/parallel/pack.sh fills CARRIED on the workstation)
+# (benchmarks/parallel/pack.sh fills CARRIED on the machine that builds dlm)
 set -uo pipefail
 C=${1:-build-nccl/devcarry}
 CONFIG=${2:-350m}
@@ -18,7 +18,8 @@ SP=/opt/torch/.venv/lib/python3.12/site-packages
 PY=${PY:-python3}
 [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
 export LD_LIBRARY_PATH=$(realpath "$C")/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
-# NVLink multicast stays off on the shared host (KINDS.md); mpirun passes these on with -x.
+# NVLink multicast stays off (on a shared NVLink host it can take the host's GPUs out of service); mpirun passes
+# these on with -x.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 MPI=(mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS)

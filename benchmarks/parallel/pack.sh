@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the workstation: builds dp_bench and the NCCL tests in build-nccl and copies them, with the libraries the
-# GPU machine lacks (libfmt, libutf8proc...; MPI, CUDA, cuDNN and NCCL are its own), into build-nccl/devcarry for `carry`.
+# On the machine that builds dlm: builds dp_bench and the NCCL tests in build-nccl and copies them, with the libraries
+# a GPU machine without dlm's build dependencies lacks (libfmt, libutf8proc...; MPI, CUDA, cuDNN and NCCL are its
+# own), into build-nccl/devcarry, to be copied there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-nccl}

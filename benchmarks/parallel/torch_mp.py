@@ -1,4 +1,4 @@
-"""PyTorch reference for dlm's model parallelism on 2 GPUs (issue 10): tensor parallelism with sequence parallelism
+"""PyTorch reference for dlm's model parallelism on 2 GPUs: tensor parallelism with sequence parallelism
 (tp2sp) and pipeline parallelism (pp2), training benchmarks/train/torch_reference.py's model and masked-diffusion loss
 as a PyTorch user would: bf16 autocast over fp32 parameters (autocast works on DTensors, so no bf16-parameter
 variant), fused AdamW, global-norm clipping at 1.0, torch.compile per transformer block. One model replica: each step

@@ -1,4 +1,4 @@
-"""PyTorch reference of dlm's model and masked-diffusion objective, for the GPU comparison (issue 8).
+"""PyTorch reference of dlm's model and masked-diffusion objective, for the GPU comparison (compare.py).
 
 The model is Llama/Qwen3-shaped as dlm's ModelConfig describes it (RMSNorm, fused QKV with rows grouped per KV
 group, optional QK-norm, RoPE, SwiGLU, no biases, untied output layer); the loss is MegaDLMs' difflm-noshift
@@ -6,7 +6,7 @@ group, optional QK-norm, RoPE, SwiGLU, no biases, untied output layer); the loss
 positions), trained the way a PyTorch user would: torch.compile, SDPA, bf16 autocast over fp32 parameters,
 fused AdamW, global-norm clipping at 1.0.
 
-FLOPs per token (device.md's rule, PaLM's): 6 x parameters other than the input embedding, plus attention
+FLOPs per token (PaLM's rule): 6 x parameters other than the input embedding, plus attention
 12 x layers x seq x heads x head_dim (bidirectional: every query sees every key); MFU against 989 TFLOP/s.
 
 The sampler is MegaDLMs' generate (the same as LLaDA's): no cache, greedy x0, low-confidence remasking with

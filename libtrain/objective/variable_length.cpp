@@ -2,7 +2,7 @@
 // r = randint(2, length + 1). Only the two draws are needed, so the legacy MT19937 stream is
 // reproduced here for them: init_genrand seeding (numpy's path for an integer seed), random_sample
 // from two 32-bit words ((a >> 5) 2^26 + (b >> 6)) / 2^53, and randint's masked rejection on 32-bit
-// words. TODO(issue 5): use libdata's RandomState (include/dlm/data/numpy_random.h) once it lands.
+// words. TODO: use libdata's NumpyRandomState (include/dlm/data/numpy_random.h), the same generator, instead.
 #include <array>
 
 #include <fmt/format.h>

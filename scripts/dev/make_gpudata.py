@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The device scripts' training corpus: random token ids as a Megatron .bin/.idx pair (megatron-core's own writer).
+"""The GPU scripts' training corpus: random token ids as a Megatron .bin/.idx pair (megatron-core's own writer).
 
 The GPU runs (scripts/device-gpu.sh train, device-mem1.sh, device-mp2.sh, device-dp2.sh) time the trainer and
-compare its layouts; they need tokens, not text. The files sit in the repository root's .gpudata/ (untracked, so a
-device call carries them). Usage: .venv/bin/python scripts/dev/make_gpudata.py [--out .gpudata/corpus_text_document]
+compare its layouts; they need tokens, not text. The files sit in the repository root's .gpudata/ (untracked: copy it to
+the GPU machine with the scripts). Usage: .venv/bin/python scripts/dev/make_gpudata.py [--out .gpudata/corpus_text_document]
 """
 import argparse
 import os

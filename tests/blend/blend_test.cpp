@@ -1,6 +1,6 @@
 // GPTDataset / BlendedDataset indices against values printed by megatron-core 0.16.1 (its
 // helpers_cpp, _build_document_index, _build_shuffle_index, normalize, parse_and_normalize_split),
-// the sample reader on hand-made data, and every bad input of issue 5 as a one-line error.
+// the sample reader on hand-made data, and every bad input dlm-blend refuses as a one-line error.
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -240,8 +240,8 @@ TEST(DryRun, SmallConfigEqualsHandComputedValues) {
   EXPECT_THROW(plan_parallel(c, o), Error);
 }
 
-// The GPU plan against measured peaks: the 350M shape of issue 10 on one H100 (scripts/device-mem1.sh, 2026-11-24,
-// also with --recompute-granularity full), and on 2 x H200 over NCCL (scripts/device-mp2.sh, 2026-11-24, each
+// The GPU plan against measured peaks: the 350M shape (scripts/device-common.sh) on one H100 (scripts/device-mem1.sh,
+// also with --recompute-granularity full), and on 2 x H200 over NCCL (scripts/device-mp2.sh, each
 // GPU's peak): DP2, DP2 with the distributed optimizer, TP2 + SP, PP2 (1F1B holds 2 micro-batches on stage 0).
 // The NCCL rows were measured before the master weights became the bf16 weights plus a 16-bit remainder
 // (master_split.h), which allocates 2 bytes less per parameter of the rank's optimizer range; those rows are

@@ -3,7 +3,7 @@
 // address-space limit (RLIMIT_AS) too small for the work, which must end in one line and no output.
 //
 // The cases run scaled down by default (a 64 MiB line, 10M tokens, 2,000 datasets: seconds, under
-// 1 GB). DLM_RESOURCES_BIG=1 runs the sizes issue 11 names (a 1 GiB line and a line past the 4 GiB
+// 1 GB). DLM_RESOURCES_BIG=1 runs the full sizes (a 1 GiB line and a line past the 4 GiB
 // maximum, 100M tokens, 10,000 datasets: minutes, ~10 GB of memory and disk); numbers in
 // docs/reliability.md.
 #include <sys/resource.h>

@@ -3,7 +3,7 @@
 - LR schedules against megatron-core's OptimizerParamScheduler (exact, every style and WSD tail),
 - AdamW + global-norm clipping against torch.optim.AdamW and torch.nn.utils.clip_grad_norm_,
 - the diffusion (MegaDLMs/LLaDA generate) and AR samplers against a numpy implementation of
-  ../shared/specs/dlm-objective.md on a synthetic model, with the same counter-based noise.
+  their rules (docs/generation.md) on a synthetic model, with the same counter-based noise.
 argv: train_host_tool"""
 import json
 import math

@@ -3,7 +3,7 @@
 //     loss = sum_i weight_i * CE(logits_i, label_i),
 // and the model, the backends and the gradient never need to know which objective is trained.
 //
-// kDiffusion is MegaDLMs' difflm-noshift (docs/training.md, ../shared/specs/dlm-objective.md):
+// kDiffusion is MegaDLMs' difflm-noshift (docs/training.md):
 //   cut to r in [2, L] with probability varilen_prob (training only), un-shift (input = tokens[1:],
 //   labels = labels[:-1], positions 1..L-1), per sequence t ~ U(0,1), masked = u_j < t with at least one
 //   masked position, p_mask = masked count / (L-1), weight = loss_mask * masked / p_mask / sum(loss_mask).
