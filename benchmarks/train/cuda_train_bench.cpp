@@ -1,7 +1,9 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
+// usage: cuda_train_bench [--profile] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+// --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
+// phase: the step is slower than unprofiled).
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
@@ -40,10 +42,17 @@ bool lookup(const std::string& name, Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dlm::train::CudaOptions options;
+  std::vector<char*> args;  // argv without the flags
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--profile") options.profile = true;
+    else args.push_back(argv[i]);
+  }
+  argc = static_cast<int>(args.size()), argv = args.data();
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
-    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE "
-                         "[off|full [BATCH]]]]]\n");
+    std::fprintf(stderr, "usage: cuda_train_bench [--profile] 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP "
+                         "[ACCUMULATE [off|full [BATCH]]]]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
@@ -61,7 +70,7 @@ int main(int argc, char** argv) {
     c.num_layers = s.layers, c.hidden_size = s.hidden, c.num_attention_heads = s.heads;
     c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
-    dlm::train::CudaModel model(c);
+    dlm::train::CudaModel model(c, {}, options);
     model.set_recompute_layers(recompute == "full");
     // The embedding's gradient as dlm-train keeps it on one replica (DLM_BENCH_SPARSE_EMB=0: the whole table's,
     // for the A/B).
@@ -141,7 +150,7 @@ int main(int argc, char** argv) {
         "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\"}\n",
         argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
         double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str());
-    if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
+    if (options.profile) std::fprintf(stderr, "%s", model.profile_report().c_str());
     if (gaps && marks.size() >= 2) {
       double inside = 0, between = 0;
       for (std::size_t k = 0; k + 1 < marks.size(); ++k) {

@@ -35,9 +35,12 @@ bool CudaModel::device_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::make_unique<Impl>()) {
+CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions options)
+    : impl_(std::make_unique<Impl>(options)) {
   auto& I = *impl_;
   config.validate();
+  if (options.deferred_embedding_steps < 1)
+    fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
   if (!device_available()) fail("CudaModel: no CUDA device");
   const int hd = config.kv_channels;
   if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
@@ -99,16 +102,12 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.build_zero_runs();
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  I.graphs_off = env_is("DLM_CUDA_GRAPHS", "0");
-  I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
-  I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");
-  I.head_family = !env_is("DLM_CUDA_HEAD_ALGO", "shape");
-  I.pageable_upload = env_is("DLM_CUDA_PAGEABLE_UPLOAD", "1");
-  I.swiglu_fused = !env_is("DLM_CUDA_SWIGLU_FUSED", "0");
-  I.last_layer_all_rows = env_is("DLM_CUDA_LAST_LAYER", "all");
-  I.gemm = std::make_unique<Gemm>();
+  I.graphs_off = !options.cuda_graphs;
+  I.gemm = std::make_unique<Gemm>(!options.deterministic);
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
-  I.attention = std::make_unique<Attention>();
+  I.attention = std::make_unique<Attention>(
+      options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
+      options.deterministic);
   // The optimizer state (the master weights' lower halves, moments) of the rank's range only; the bf16 weights
   // (the upper halves) and the gradients whole (the forward and backward need every weight; the gradients are
   // reduce-scattered in place).
@@ -182,6 +181,7 @@ CudaModel::~CudaModel() {
 
 const ckpt::ModelConfig& CudaModel::config() const { return impl_->cfg; }
 const CudaShard& CudaModel::shard() const { return impl_->shard; }
+const CudaOptions& CudaModel::options() const { return impl_->options; }
 const std::vector<ckpt::TensorShard>& CudaModel::tensors() const { return impl_->specs; }
 bool CudaModel::pre_process() const { return impl_->pre; }
 bool CudaModel::post_process() const { return impl_->post; }
@@ -298,7 +298,6 @@ std::vector<float> CudaModel::export_gradient(std::string_view name) const {
 
 void CudaModel::zero_grad() {
   auto& I = *impl_;
-  if (I.grad_memset) return check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "zero_grad");
   for (const auto& [first, count] : I.zero_runs)
     check_cuda(cudaMemsetAsync(I.grad + first, 0, sizeof(float) * count, I.stream), "zero_grad");
   if (I.sparse_emb) cuda::clear_written_rows(I.G(I.emb), I.emb_rows_written, I.numel(I.emb) / I.d(), I.d(), I.stream);

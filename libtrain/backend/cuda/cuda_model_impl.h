@@ -68,6 +68,8 @@ struct MicroInputs {
 using namespace cuda_detail;
 
 struct CudaModel::Impl {
+  explicit Impl(const CudaOptions& o) : options(o), timer(o.profile) {}
+  CudaOptions options;
   PhaseTimer timer;
   ckpt::ModelConfig cfg;
   CudaShard shard;
@@ -229,7 +231,7 @@ struct CudaModel::Impl {
   }
 
   // Forward graphs of the sampling path (run_graphed), per shape; they hold activation and workspace
-  // pointers, so they go whenever those move. DLM_CUDA_GRAPHS=0 or the profiler turns them off.
+  // pointers, so they go whenever those move. CudaOptions::cuda_graphs off or the profiler turns them off.
   // A graph's shape: the batch, and the columns whose rows reach the output layer.
   struct GraphShape {
     std::int64_t batch, seq;
@@ -245,15 +247,6 @@ struct CudaModel::Impl {
   std::vector<ForwardGraph> graphs;
   std::vector<ForwardGraph> seen;  // shapes run once eagerly (their per-shape plans are built)
   bool graphs_off = false;
-  // The A/B switches of the benchmark and the reference paths of the tests, each the way before a change:
-  // DLM_CUDA_HEAD_ROWS=all: the output layer runs on every row, not only on those with loss weight;
-  // DLM_CUDA_GRAD_MEMSET=1: zero_grad() clears every gradient (no GEMM overwrites);
-  // DLM_CUDA_HEAD_ALGO=shape: the head's GEMMs take the heuristic's algorithm for each packed row count;
-  // DLM_CUDA_PAGEABLE_UPLOAD=1: micro-batch uploads copy straight from the host's vectors (pageable memory);
-  // DLM_CUDA_SWIGLU_FUSED=0: the fc2 backward's data GEMM and SwiGLU's backward run apart (cuBLASLt, swiglu.cu);
-  // DLM_CUDA_LAST_LAYER=all: the last layer's MLP runs on every row (loss_rows_mlp).
-  bool head_all_rows = false, grad_memset = false, head_family = true, pageable_upload = false, swiglu_fused = true;
-  bool last_layer_all_rows = false;
   // The last layer's MLP on the loss rows only: after its attention block, only the rows the output layer reads
   // (in.head_rows, packed) go on through its second norm, fc1, SwiGLU, fc2 and the final norm; every other row's
   // output reaches nothing, and its gradient there is zero. The count of those rows (in.head_count), or 0 for
@@ -261,7 +254,7 @@ struct CudaModel::Impl {
   // inputs into dgu, which must hold two rows of d per row: ffn >= hidden).
   int loss_rows_mlp(const MicroInputs& in) const {
     const bool on = post && layers > 0 && in.head_packed && in.head_count > 0 && tp == 1 &&
-                    (!recompute || ffn() >= d()) && !last_layer_all_rows;
+                    (!recompute || ffn() >= d());
     return on ? in.head_count : 0;
   }
   // Pinned copies of micro-batch k's uploads (not per activation shape: they outlive free_acts()).

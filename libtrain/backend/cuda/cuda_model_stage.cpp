@@ -151,7 +151,7 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
       if (b.weights[i] != 0) slot[i] = static_cast<int>(rows.size()), rows.push_back(static_cast<int>(i));
     const std::int64_t padded = (static_cast<std::int64_t>(rows.size()) + kHeadRowQuantum - 1) / kHeadRowQuantum *
                                 kHeadRowQuantum;
-    if (I.post && padded < n && !I.head_all_rows) {
+    if (I.post && padded < n) {
       for (int r : rows) labels.push_back(b.labels[r]), weights.push_back(b.weights[r]);
       rows.resize(static_cast<std::size_t>(padded), 0), labels.resize(rows.size(), 0), weights.resize(rows.size(), 0.0f);
       columns.push_back({in.head_slot, slot.data(), static_cast<std::size_t>(n) * 4});
@@ -180,19 +180,14 @@ void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
     in.num_combine = static_cast<int>(combine.size());
   }
   const cudaStream_t st = I.stream;
-  if (I.pageable_upload) {
-    for (const Column& col : columns)
-      check_cuda(cudaMemcpyAsync(col.dst, col.src, col.bytes, cudaMemcpyHostToDevice, st), "upload");
-  } else {
-    std::size_t bytes = 0;
-    for (const Column& col : columns) bytes += UploadStaging::room(col.bytes);
-    UploadStaging& staging = I.staging_for(k);
-    staging.begin(bytes);
-    for (const Column& col : columns) staging.copy(col.dst, col.src, col.bytes, st);
-    staging.end(st);
-  }
+  std::size_t bytes = 0;
+  for (const Column& col : columns) bytes += UploadStaging::room(col.bytes);
+  UploadStaging& staging = I.staging_for(k);
+  staging.begin(bytes);
+  for (const Column& col : columns) staging.copy(col.dst, col.src, col.bytes, st);
+  staging.end(st);
   // A shard's step enqueues collectives after its uploads: they are complete before the first one, so the host
-  // never waits on a stream that holds NCCL work (a pageable upload may wait for the stream).
+  // never waits on a stream that holds NCCL work.
   if (!I.whole()) check_cuda(cudaStreamSynchronize(st), "upload");
 }
 
@@ -254,7 +249,7 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   // Packed row counts change every micro-batch: one algorithm per GEMM of the head, chosen at the chunk's rows.
   const int most = static_cast<int>(I.chunk);
   const Gemm::RowFamily in_m{Gemm::RowFamily::kM, most}, in_k{Gemm::RowFamily::kK, most};
-  const bool family = in.head_packed && I.head_family;
+  const bool family = in.head_packed;
   const Gemm::RowFamily *fam_m = family ? &in_m : nullptr, *fam_k = family ? &in_k : nullptr;
   for (std::int64_t c0 = 0; c0 < count; c0 += I.chunk) {
     const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, count - c0));
@@ -314,7 +309,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
     I.gather(I.dres16, I.dres16_full);
     gm.run(true, false, d, F, rows, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
-    if (I.swiglu_fused && I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, rows, d, F, st)) {
+    if (I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, rows, d, F, st)) {
       mark("gemm fc2 bwd + swiglu bwd");
     } else {
       gm.run(false, false, rows, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st, fam_m);

@@ -5,25 +5,12 @@
 // about to read the row (its tokens') or before anything reads the whole table (exports, imports, sampling, a
 // change of step count). The weights, moments, losses and gradients are the same bits as updating every row
 // every step (tests/gpu/cuda_sparse_embedding_test.cpp); the step moves only the rows its tokens touched.
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include "cuda_model_impl.h"
 #include "dlm/common/error.h"
 
 namespace dlm::train {
-namespace {
-
-// Steps kept for deferred rows; every this many steps all rows are brought up to date (one dense pass).
-// DLM_CUDA_DEFERRED_STEPS sets it (the tests wrap the ring in a few steps).
-int history_steps() {
-  const char* env = std::getenv("DLM_CUDA_DEFERRED_STEPS");
-  const int n = env ? std::atoi(env) : 1024;
-  return n >= 1 ? n : 1024;
-}
-
-}  // namespace
 
 AdamWTensor CudaModel::Impl::embedding_rows() const {
   AdamWTensor t{w16 + offset[emb], w_lo + offset[emb], nullptr, G(emb), m + offset[emb], v + offset[emb], numel(emb),
@@ -70,7 +57,8 @@ void CudaModel::set_sparse_embedding_grad(bool on) {
     I.emb_rows_written = I.alloc<std::uint8_t>(rows, I.owned, I.bytes);
     I.emb_rows_needed = I.alloc<std::uint8_t>(rows, I.owned, I.bytes);
     I.emb_row_step = I.alloc<int>(rows, I.owned, I.bytes);
-    I.emb_history_steps = history_steps();
+    // Steps kept for deferred rows; every this many steps all rows are brought up to date (one dense pass).
+    I.emb_history_steps = I.options.deferred_embedding_steps;
     I.emb_history = I.alloc<AdamWStepScalars>(I.emb_history_steps, I.owned, I.bytes);
     check_cuda(cudaMemsetAsync(I.emb_rows_needed, 0, static_cast<std::size_t>(rows), I.stream), "flags");
   }

@@ -19,8 +19,6 @@ void check_cuda(cudaError_t status, const char* what);
 // The current device's multiprocessor count: grids sized as blocks a multiprocessor (tuned on the H100's 132)
 // fill any GPU in one wave.
 int multiprocessors();
-// Whether environment variable `name` is set to exactly `value` (the backend's A/B and reference switches).
-bool env_is(const char* name, const char* value);
 
 // rmsnorm.cu: fused residual add + RMSNorm.
 //   forward: s = x + add (add may be null: s = x); y = s * rstd * w, rstd = 1 / sqrt(mean(s^2) + eps).
