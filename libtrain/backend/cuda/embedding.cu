@@ -114,9 +114,6 @@ void embedding_plan(const int* ids, int tokens, std::vector<int>& order, std::ve
   }
 }
 
-std::int64_t embedding_plan_segments(int tokens) { return tokens + tokens / kEmbeddingSegment + 2; }
-std::int64_t embedding_plan_slots(int tokens) { return 2 * (tokens / kEmbeddingSegment) + 2; }
-
 void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, int dim, cudaStream_t stream) {
   const std::int64_t vecs = std::int64_t{tokens} * (dim / 8);
   embedding_fwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(ids, table, x, vecs, dim);

@@ -15,10 +15,6 @@ void check_lt(cublasStatus_t status, const char* what) {
 
 }  // namespace
 
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(fmt::format("{}: {}", what, cudaGetErrorString(status)));
-}
-
 // One GEMM's cuBLASLt descriptors, destroyed with it.
 struct Gemm::Descriptors {
   cublasLtMatmulDesc_t op = nullptr;
