@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -112,6 +113,11 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   double forward_backward_all(std::span<const ModelBatch> batches) override { return run(batches, true); }
   double forward_loss_all(std::span<const ModelBatch> batches) override { return run(batches, false); }
   DeviceTraining* device_training() override { return this; }
+  // The phase table of the steps so far with CudaOptions::profile (CudaModel::profile_report: the whole model
+  // only), "" without it.
+  std::string profile_report() {
+    return chunks_.front()->options().profile ? chunks_.front()->profile_report() : std::string();
+  }
 
   void finish_gradients() override {
     if (!reducers_.empty()) {
