@@ -3,6 +3,7 @@
 // inputs) are the argmax of the very logits forward_logits returns (an eager run), call after call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -12,7 +13,9 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/common/error.h"
+#include "backend/cuda/kernels.h"
 #include "dlm/train/backend.h"
+#include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/cuda_model.h"
 #include "dlm/train/model.h"
 #include "gpu_test_util.h"
@@ -259,6 +262,40 @@ TEST(CudaModel, ZeroGradLetsTheNextBackwardOverwrite) {
   // A norm taken straight after zero_grad sees zeros, not the last step's gradients.
   gpu->zero_grad();
   EXPECT_EQ(gpu->grad_norm(), 0.0);
+}
+
+// The activations CudaModel allocates are the buffers of cuda_activation_layout, the layout the dry run's plan sums:
+// an upload adds the shared buffers (with the norms' partial sums, whose size depends on the device, and the
+// one-double loss total) and one micro-batch's input columns; reserving slots adds a layer's activations per layer
+// and slot; the head inputs of a second slot come with its first forward.
+TEST(CudaModel, AllocatesTheActivationLayout) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = small_config();
+  c.num_layers = 3;
+  const auto model = gpu_test::model_with(c, {}, 1);
+  CudaModel& gpu = *model;
+  const std::int64_t batch = 2, seq = 96, n = batch * seq;
+  std::mt19937 rng(7);
+  const auto ids = random_tokens(rng, n, 500), labels = random_tokens(rng, n, 500);
+  const std::vector<float> weights(static_cast<std::size_t>(n), 0.01f);
+  const CudaBatch b{batch, seq, false, ids, labels, {}, weights};
+  const CudaActivationLayout layout = cuda_activation_layout(c, n, 1, false, true, true);
+  const auto bytes = [&] { return static_cast<std::int64_t>(gpu.device_bytes()); };
+  const std::int64_t at_rest = bytes();
+  gpu.upload_inputs(0, b);
+  const cuda::QkvShape qs{static_cast<int>(n), c.num_attention_heads, c.num_query_groups, c.kv_channels,
+                          c.qk_layernorm, 0};
+  const std::int64_t partial =
+      std::max(cuda::rmsnorm_partial_floats(static_cast<int>(n), c.hidden_size), cuda::qk_norm_partial_floats(qs));
+  EXPECT_EQ(bytes() - at_rest, layout.shared.bytes() + partial * 4 + 8 + layout.inputs.bytes());
+  const std::int64_t uploaded = bytes();
+  gpu.reserve_slots(2);
+  EXPECT_EQ(bytes() - uploaded, 2 * c.num_layers * (layout.layer.input_bytes() + layout.layer.rest_bytes()));
+  gpu.forward_stage(0, 0, false);  // builds the attention's plans for the shape (its workspace)
+  const std::int64_t one_slot = bytes();
+  gpu.forward_stage(0, 1, false);
+  EXPECT_EQ(bytes() - one_slot, layout.head.bytes());
+  EXPECT_GT(gpu.take_loss(), 0.0);
 }
 
 }  // namespace

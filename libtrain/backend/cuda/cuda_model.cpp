@@ -210,8 +210,7 @@ void CudaModel::init(std::uint64_t seed) {
 
 void CudaModel::import_parameter(std::string_view name, std::span<const float> values) {
   auto& I = *impl_;
-  const int p = I.params.find(std::string(name));
-  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
+  const int p = I.params.find_or_fail(name);
   if (static_cast<std::int64_t>(values.size()) != I.params.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.params.numel(p), values.size()));
   I.settle_embedding();
@@ -230,8 +229,7 @@ std::vector<float> CudaModel::export_parameter(std::string_view name) const {
 }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
-  const int p = impl_->params.find(std::string(name));
-  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
+  const int p = impl_->params.find_or_fail(name);
   if (impl_->fresh.fresh[static_cast<std::size_t>(p)])
     return std::vector<float>(static_cast<std::size_t>(impl_->params.numel(p)), 0.0f);
   synchronize();
@@ -255,6 +253,5 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   const std::int64_t partial = std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs));
   acts.allocate(layout, batch, seq, partial, stream);
 }
-
 
 }  // namespace dlm::train
