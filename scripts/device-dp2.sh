@@ -38,21 +38,20 @@ print(f"tokens/s: 1 GPU {ta:.0f}, DP2 {tb:.0f} ({tb / 2:.0f} per GPU), DP2 / 1 G
 PY
 echo "== SIGKILL of rank 1 mid-run (timeout 0.2 min)"
 kill_rank_one_midrun "$OUT/kill.log"
-echo "== SIGKILL after a checkpoint, then resume (DLM_CUDA_DETERMINISTIC=1, 30 iterations, a save every 5)"
-export DLM_CUDA_DETERMINISTIC=1
-timeout 300 "${MPI2[@]}" -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
-  "${flags[@]}" --train-iters 30 --metrics-file "$OUT/straight.jsonl" > /dev/null 2>&1
+echo "== SIGKILL after a checkpoint, then resume (--deterministic-mode, 30 iterations, a save every 5)"
+timeout 300 "${MPI2[@]}" "$C/dlm-train" \
+  "${flags[@]}" --deterministic-mode --train-iters 30 --metrics-file "$OUT/straight.jsonl" > /dev/null 2>&1
 rm -rf /tmp/ckpt-dp2
-( timeout 300 "${MPI2[@]}" -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
-    "${flags[@]}" --train-iters 30 --save /tmp/ckpt-dp2 --save-interval 5 --distributed-timeout-minutes 0.2 \
+( timeout 300 "${MPI2[@]}" "$C/dlm-train" \
+    "${flags[@]}" --deterministic-mode --train-iters 30 --save /tmp/ckpt-dp2 --save-interval 5 --distributed-timeout-minutes 0.2 \
     > "$OUT/kill2.log" 2>&1; echo "job exit $?" >> "$OUT/kill2.log" ) &
 for i in $(seq 1 600); do grep -q "iteration *10/" "$OUT/kill2.log" 2>/dev/null && break; sleep 0.2; done
 victim=$(pgrep -f "dlm-train .*--save /tmp/ckpt-dp2" | while read p; do
   if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then echo $p; fi; done | head -1)
 kill -9 "$victim"; wait
 echo "killed rank 1 (pid $victim); latest: $(cat /tmp/ckpt-dp2/latest 2>/dev/null)"; tail -1 "$OUT/kill2.log"
-timeout 300 "${MPI2[@]}" -x DLM_CUDA_DETERMINISTIC "$C/dlm-train" \
-  "${flags[@]}" --train-iters 30 --load /tmp/ckpt-dp2 --metrics-file "$OUT/resumed.jsonl" 2>&1 | grep -E "resuming|final" | tail -2
+timeout 300 "${MPI2[@]}" "$C/dlm-train" \
+  "${flags[@]}" --deterministic-mode --train-iters 30 --load /tmp/ckpt-dp2 --metrics-file "$OUT/resumed.jsonl" 2>&1 | grep -E "resuming|final" | tail -2
 python3 - "$OUT/straight.jsonl" "$OUT/resumed.jsonl" <<'PY'
 import json, sys
 def read(p):

@@ -2,6 +2,8 @@
 // kernels), forward and backward at the benchmark models' shapes, each also with as many KV heads as query heads
 // (MHA): whether sharing K and V between query heads (GQA) costs the backward more than the copy and the sum an
 // expansion to MHA would add. One line per shape and pass: ms and TFLOP/s (4 B S^2 H D forward, 2.5x backward).
+// Where the attention reads V from the QKV projection's own layout (cuDNN: Attention::reads_v_from_projection, what
+// the training step runs) a second line times that form, against the first line's V in the attention layout.
 // usage: attention_bench [REPS=10]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -63,6 +65,24 @@ int main(int argc, char** argv) {
                   "backward %.3f ms %4.0f TFLOP/s  (%s)\n",
                   c.what, s.batch, s.seq, s.heads, s.groups, s.head_dim, fwd, flops / (fwd * 1e9), bwd,
                   2.5 * flops / (bwd * 1e9), attention.engine().c_str());
+      if (attention.reads_v_from_projection(s)) {
+        // The projection's grouped layout has the attention layout's size; its v slots are read (and dV written).
+        void *proj = nullptr, *dproj = nullptr;
+        check_cuda(cudaMalloc(&proj, nqkv * 2), "proj"), check_cuda(cudaMalloc(&dproj, nqkv * 2), "dproj");
+        dlm::bench::fill_random(proj, nqkv, 0x2545F4914F6CDD1Dull);
+        const auto* p = static_cast<const bf16*>(proj);
+        const double pf = dlm::bench::time_ms(
+            [&] { attention.forward(s, q, p, static_cast<bf16*>(o), lse_f, stream); }, reps, stream);
+        const double pb = dlm::bench::time_ms(
+            [&] {
+              attention.backward(s, q, p, static_cast<const bf16*>(o), static_cast<const bf16*>(dout), lse_f,
+                                 static_cast<float*>(delta), static_cast<bf16*>(dqkv), static_cast<bf16*>(dproj),
+                                 stream);
+            },
+            reps, stream);
+        std::printf("%-12s   V read from the projection: forward %.3f ms, backward %.3f ms\n", c.what, pf, pb);
+        cudaFree(proj), cudaFree(dproj);
+      }
       for (void* p : {qkv, o, dout, dqkv, lse, delta}) cudaFree(p);
     }
   } catch (const std::exception& e) {

@@ -1,13 +1,18 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
+// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE
+//        [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+// --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
+// phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
+// cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
+// between them for the host, on stderr.
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
 // tokens, the objective's noising, the upload) for the next micro-batch overlaps the device's current one.
 // The untied embedding's gradient is kept as dlm-train keeps it on one replica, as the rows the tokens wrote
-// (CudaModel::set_sparse_embedding_grad); DLM_BENCH_SPARSE_EMB=0 reads and clears the whole table.
+// (CudaModel::set_sparse_embedding_grad) unless --dense-embedding.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,10 +45,21 @@ bool lookup(const std::string& name, Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dlm::train::CudaOptions options;
+  bool dense_embedding = false, gaps = false;
+  std::vector<char*> args;  // argv without the flags
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--profile") options.profile = true;
+    else if (a == "--dense-embedding") dense_embedding = true;
+    else if (a == "--gaps") gaps = true;
+    else args.push_back(argv[i]);
+  }
+  argc = static_cast<int>(args.size()), argv = args.data();
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
-    std::fprintf(stderr, "usage: cuda_train_bench 350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE "
-                         "[off|full [BATCH]]]]]\n");
+    std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] "
+                         "350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE [off|full [BATCH]]]]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
@@ -61,12 +77,10 @@ int main(int argc, char** argv) {
     c.num_layers = s.layers, c.hidden_size = s.hidden, c.num_attention_heads = s.heads;
     c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
-    dlm::train::CudaModel model(c);
+    dlm::train::CudaModel model(c, {}, options);
     model.set_recompute_layers(recompute == "full");
-    // The embedding's gradient as dlm-train keeps it on one replica (DLM_BENCH_SPARSE_EMB=0: the whole table's,
-    // for the A/B).
-    const char* sparse = std::getenv("DLM_BENCH_SPARSE_EMB");
-    model.set_sparse_embedding_grad(!(sparse && std::string(sparse) == "0"));
+    // The embedding's gradient as dlm-train keeps it on one replica.
+    model.set_sparse_embedding_grad(!dense_embedding);
     model.init(1);
     dlm::train::ObjectiveOptions o;
     o.mask_token = static_cast<int>(s.vocab - 1);
@@ -97,9 +111,8 @@ int main(int argc, char** argv) {
       model.upload_inputs(input, {mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
     };
     upload(0, 0);
-    // DLM_BENCH_GAPS=1: an event on the model's stream before each timed step's first kernel and after its last,
+    // --gaps: an event on the model's stream before each timed step's first kernel and after its last,
     // to tell the device's time within steps from the time it waits between them for the host.
-    const bool gaps = std::getenv("DLM_BENCH_GAPS") != nullptr;
     std::vector<cudaEvent_t> marks;
     const auto stream = static_cast<cudaStream_t>(model.stream());
     auto mark = [&] {
@@ -141,7 +154,7 @@ int main(int argc, char** argv) {
         "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\"}\n",
         argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
         double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str());
-    if (std::getenv("DLM_CUDA_PROFILE")) std::fprintf(stderr, "%s", model.profile_report().c_str());
+    if (options.profile) std::fprintf(stderr, "%s", model.profile_report().c_str());
     if (gaps && marks.size() >= 2) {
       double inside = 0, between = 0;
       for (std::size_t k = 0; k + 1 < marks.size(); ++k) {

@@ -1,6 +1,8 @@
 // The training step's GEMMs one at a time, each with the first algorithms cuBLASLt's heuristic offers (the
 // first is the one the backend runs): TFLOP/s per algorithm, to find shapes where the heuristic's choice
-// leaves time on the table. One line per GEMM: the shape, then TFLOP/s of algorithms 0, 1, ...
+// leaves time on the table. One line per GEMM: the shape, then TFLOP/s of algorithms 0, 1, ... Then per model the
+// fc2 backward's data GEMM with SwiGLU's backward fused into its epilogue (SwigluBackwardGemm, what the step runs
+// where the kernel is built) beside the pair it replaces (the GEMM into dh, then swiglu_backward), ms a call.
 // usage: gemm_bench [ROWS_350M=8192] [ROWS_1.7B=4096] [CANDIDATES=8]   (ROWS: the head's packed rows)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,11 +14,43 @@
 #include <vector>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/swiglu_gemm.h"
 #include "kernel_bench.h"
 
 namespace {
 
 using dlm::train::cuda::bf16;
+
+// The fc2 backward at `tokens` x `hidden` x `ffn`: dgu from dy, W2 and gu, fused and as the unfused pair.
+void time_fc2_swiglu(dlm::train::cuda::Gemm& gemm, const char* name, int tokens, int hidden, int ffn) {
+  namespace cuda = dlm::train::cuda;
+  const std::size_t t = tokens, d = hidden, f = ffn;
+  bf16 *dy = dlm::bench::device_alloc<bf16>(t * d), *w2 = dlm::bench::device_alloc<bf16>(d * f);
+  bf16 *gu = dlm::bench::device_alloc<bf16>(t * 2 * f), *dgu = dlm::bench::device_alloc<bf16>(t * 2 * f);
+  bf16* dh = dlm::bench::device_alloc<bf16>(t * f);
+  dlm::bench::fill_random(dy, t * d), dlm::bench::fill_random(w2, d * f, 3), dlm::bench::fill_random(gu, t * 2 * f, 5);
+  const double pair = dlm::bench::time_ms(
+      [&] {
+        gemm.run(false, false, tokens, ffn, hidden, dy, hidden, w2, ffn, dh, false, ffn, 0.0f, nullptr);
+        cuda::swiglu_backward(dh, gu, dgu, tokens, ffn, nullptr);
+      },
+      10);
+  cuda::SwigluBackwardGemm fused;
+  bool ran = fused.available();
+  const double one =
+      ran ? dlm::bench::time_ms([&] { ran = fused.run(dy, w2, gu, dgu, tokens, hidden, ffn, nullptr) && ran; }, 10)
+          : 0.0;
+  cuda::check_cuda(cudaGetLastError(), "fc2 backward");
+  if (ran)
+    std::printf("%-4s fc2 dX + swiglu bwd %6d x %6d x %6d: fused %.3f ms, GEMM + swiglu_backward %.3f ms\n", name,
+                tokens, ffn, hidden, one, pair);
+  else
+    std::printf("%-4s fc2 dX + swiglu bwd %6d x %6d x %6d: fused not available here, GEMM + swiglu_backward %.3f ms\n",
+                name, tokens, ffn, hidden, pair);
+  for (void* p : {static_cast<void*>(dy), static_cast<void*>(w2), static_cast<void*>(gu), static_cast<void*>(dgu),
+                  static_cast<void*>(dh)})
+    cudaFree(p);
+}
 
 struct Shape {
   std::string what;
@@ -80,6 +114,7 @@ int main(int argc, char** argv) {
       std::printf("  TFLOP/s\n");
       cudaFree(a), cudaFree(b), cudaFree(c);
     }
+    for (const Model& m : models) time_fc2_swiglu(gemm, m.name, m.tokens, m.hidden, m.ffn);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());
     return 1;

@@ -2,7 +2,9 @@
 // residual add + norm forward, the backward (with its fixed-order weight-gradient sum), and that sum
 // (partial_sums.cu) by itself, per call in microseconds and TB/s of the bytes each must move (forward: x, add,
 // s and y, 8 bytes an element; backward: dy, s, dres read and written, 8 bytes an element; the sum: the partial
-// rows), so the distance to the memory's speed (~2.85 TB/s for a copy, adamw_bench) shows per kernel.
+// rows), so the distance to the memory's speed (~2.85 TB/s for a copy, adamw_bench) shows per kernel. The last
+// case is a width the one-vector-a-thread forms do not take (not a multiple of 256): it times the fallbacks,
+// the looping forward and the warp-per-row backward, against the forms the models' widths run.
 // usage: norm_bench [REPS=50]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
     const char* what;
     int rows, dim;
   };
-  const Case cases[] = {{"350M", 16384, 1024}, {"1.7B", 8192, 2048}};
+  const Case cases[] = {{"350M", 16384, 1024}, {"1.7B", 8192, 2048}, {"other", 16384, 1000}};
   try {
     for (const auto& c : cases) {
       const std::size_t n = std::size_t(c.rows) * c.dim;

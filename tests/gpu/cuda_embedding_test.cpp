@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "dlm/train/cuda_memory_plan.h"
 #include "gpu_test_util.h"
 
 namespace dlm::train::cuda {
@@ -34,10 +35,10 @@ TEST(Embedding, BackwardSumsEveryTokenOfAnIdOnce) {
   std::vector<EmbeddingSegment> segments;
   std::vector<EmbeddingCombine> combine;
   embedding_plan(ids.data(), tokens, order, segments, combine);
-  ASSERT_LE(static_cast<std::int64_t>(segments.size()), embedding_plan_segments(tokens));
-  ASSERT_LE(static_cast<std::int64_t>(combine.size()), embedding_plan_slots(tokens));
+  ASSERT_LE(static_cast<std::int64_t>(segments.size()), cuda_embedding_segments(tokens));
+  ASSERT_LE(static_cast<std::int64_t>(combine.size()), cuda_embedding_slots(tokens));
   ASSERT_FALSE(combine.empty());
-  DeviceVec<float> ddx(dx), dtable(table), partial(static_cast<std::size_t>(embedding_plan_slots(tokens)) * dim);
+  DeviceVec<float> ddx(dx), dtable(table), partial(static_cast<std::size_t>(cuda_embedding_slots(tokens)) * dim);
   DeviceVec<int> dorder(order);
   DeviceVec<EmbeddingSegment> dseg(segments);
   DeviceVec<EmbeddingCombine> dcomb(combine);

@@ -4,9 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
@@ -41,12 +39,9 @@ TEST(Gemm, TunedShapesMatchTheReference) {
   const DeviceVec<bf16> a(a16), b(b16);
   const int rows = 64;  // the reference for the first rows only
   const auto want = reference(std::vector<float>(af.begin(), af.begin() + std::size_t(rows) * k), bf, rows, n, k);
-  for (const char* tune : {"1", "0"}) {
-    setenv("DLM_CUDA_GEMM_TUNE", tune, 1);
-    Gemm gemm;
-    unsetenv("DLM_CUDA_GEMM_TUNE");
-    const char* deterministic = std::getenv("DLM_CUDA_DETERMINISTIC");  // keeps the heuristic's choice
-    EXPECT_EQ(gemm.tunes(), tune[0] == '1' && !(deterministic && std::string(deterministic) == "1"));
+  for (const bool tune : {true, false}) {  // false: the deterministic mode's GEMMs (the heuristic's choice)
+    Gemm gemm(tune);
+    EXPECT_EQ(gemm.tunes(), tune);
     // bf16 out, overwriting (tuned at this call).
     DeviceVec<bf16> c16(std::size_t(m) * n);
     gemm.run(false, true, m, n, k, a.get(), k, b.get(), k, c16.get(), false, n, 0.0f, nullptr);

@@ -1,6 +1,7 @@
 // CudaModel (bf16 activations, fp32 master weights) against Model on the fp32 CPU backend with the same
 // weights and micro-batch: the loss within 1e-2 relative, every gradient tensor's cosine >= 0.999, for
-// the diffusion objective (bidirectional) and the AR one (causal); and 100 AdamW steps whose loss curves
+// the diffusion objective (bidirectional) and the AR one (causal), with the default options, the
+// deterministic mode and the own attention kernels (CudaOptions); and 100 AdamW steps whose loss curves
 // agree within bf16 noise.
 #include <gtest/gtest.h>
 
@@ -44,28 +45,23 @@ struct Pair {
   std::unique_ptr<Backend> cpu = make_cpu_backend(2);
   Model model;
   CudaModel gpu;
-  explicit Pair(const ckpt::ModelConfig& c) : model(c, *cpu), gpu(c) {
+  explicit Pair(const ckpt::ModelConfig& c, const CudaOptions& options = {})
+      : model(c, *cpu), gpu(c, CudaShard{}, options) {
     model.init(11);
     for (const auto& p : model.parameters()) gpu.import_parameter(p.spec.name, model.export_parameter(p.spec.name));
   }
   double cpu_loss(const ModelBatch& b) {
-    ModelInput in{b.batch, b.seq, b.input_ids, b.position_ids, {},
-                  b.causal ? AttentionKind::kCausal : AttentionKind::kBidirectional, {}};
-    model.forward(in);
-    auto ce = model.cross_entropy(b.labels);
-    double loss = 0;
-    for (std::size_t i = 0; i < ce.size(); ++i) loss += double{b.weights[i]} * ce[i];
-    model.backward(b.weights);
-    return loss;
+    return gpu_test::cpu_forward_backward(model, {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids,
+                                                  b.weights});
   }
   double gpu_loss(const ModelBatch& b) {
     return gpu.forward_backward({b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights});
   }
 };
 
-// Compares one step on both backends; `causal` overrides the objective's attention when set.
-void check_batch(const ckpt::ModelConfig& c, ModelBatch b, const char* what) {
-  Pair pair(c);
+// Compares one step on both backends.
+void check_batch(const ckpt::ModelConfig& c, ModelBatch b, const std::string& what, const CudaOptions& options = {}) {
+  Pair pair(c, options);
   const double want = pair.cpu_loss(b), got = pair.gpu_loss(b);
   EXPECT_NEAR(got, want, 1e-2 * std::abs(want)) << what;
   double worst = 1;
@@ -76,19 +72,28 @@ void check_batch(const ckpt::ModelConfig& c, ModelBatch b, const char* what) {
     EXPECT_GE(cos, 0.999) << what << ": " << p.spec.name;
     if (cos < worst) worst = cos, worst_name = p.spec.name;
   }
-  std::printf("[parity] %s: loss cpu %.6f gpu %.6f, worst cosine %.6f (%s)\n", what, want, got, worst,
+  std::printf("[parity] %s: loss cpu %.6f gpu %.6f, worst cosine %.6f (%s)\n", what.c_str(), want, got, worst,
               worst_name.c_str());
 }
 
-void check_step(ObjectiveKind kind) {
-  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  ObjectiveOptions o;
-  o.kind = kind, o.mask_token = 499, o.varilen_prob = 0;
-  check_batch(small_config(), batch_for(o, 3, 100, 1), objective_kind_name(kind));
-}
+// One step of each objective under each of gpu_test::step_options() (Options/CudaParityStep.*/<name>).
+class CudaParityStep : public ::testing::TestWithParam<gpu_test::NamedOptions> {
+ protected:
+  void check_step(ObjectiveKind kind) {
+    if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+    ObjectiveOptions o;
+    o.kind = kind, o.mask_token = 499, o.varilen_prob = 0;
+    check_batch(small_config(), batch_for(o, 3, 100, 1),
+                std::string(objective_kind_name(kind)) + " (" + GetParam().name + ")", GetParam().options);
+  }
+};
 
-TEST(CudaParity, DiffusionStepMatchesCpuBackend) { check_step(ObjectiveKind::kDiffusion); }
-TEST(CudaParity, CausalStepMatchesCpuBackend) { check_step(ObjectiveKind::kAutoregressive); }
+TEST_P(CudaParityStep, DiffusionMatchesCpuBackend) { check_step(ObjectiveKind::kDiffusion); }
+TEST_P(CudaParityStep, CausalMatchesCpuBackend) { check_step(ObjectiveKind::kAutoregressive); }
+INSTANTIATE_TEST_SUITE_P(Options, CudaParityStep, ::testing::ValuesIn(gpu_test::step_options()),
+                         [](const ::testing::TestParamInfo<gpu_test::NamedOptions>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // The attention mask alone flipped on each objective's batch, and a one-layer model: where a mismatch
 // appears tells which part disagrees.

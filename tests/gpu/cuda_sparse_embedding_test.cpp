@@ -5,7 +5,6 @@
 // different rows (the rows of one step must be cleared before the next).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <memory>
 #include <random>
 #include <vector>
@@ -77,15 +76,15 @@ TEST(CudaSparseEmbedding, SameBitsAsTheDenseGradient) {
 
 // AdamW's deferred rows: rows no token wrote are caught up only when a forward reads them or the whole table is
 // read. Eight steps with no export between them, over rows that go unread for several steps and are read again,
-// with a ring of 3 steps (DLM_CUDA_DEFERRED_STEPS) so that it wraps and forces whole catch-ups: every loss and
+// with a ring of 3 steps (CudaOptions::deferred_embedding_steps) so that it wraps and forces whole catch-ups: every loss and
 // norm, then every weight and moment and the sampler's greedy tokens, the same bits as updating every row.
 TEST(CudaSparseEmbedding, DeferredRowsGiveTheSameBits) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = gpu_test::small_config();
-  auto dense = deterministic_model(c), sparse = deterministic_model(c);
-  setenv("DLM_CUDA_DEFERRED_STEPS", "3", 1);
+  CudaOptions ring = gpu_test::deterministic_options();
+  ring.deferred_embedding_steps = 3;
+  auto dense = deterministic_model(c), sparse = gpu_test::model_with(c, ring, 5);
   sparse->set_sparse_embedding_grad(true);
-  unsetenv("DLM_CUDA_DEFERRED_STEPS");
   const std::int64_t batch = 2, seq = 64, n = batch * seq;
   std::mt19937 rng(31);
   AdamWOptions adam;

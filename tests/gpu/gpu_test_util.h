@@ -10,10 +10,13 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
+#include "dlm/train/backend.h"
 #include "dlm/train/cuda_model.h"
+#include "dlm/train/model.h"
 
 namespace dlm::gpu_test {
 
@@ -26,26 +29,56 @@ inline ckpt::ModelConfig small_config() {
   return c;
 }
 
-// A CudaModel initialised from `seed` whose constructor saw the environment variable `name` set to `value` (the
-// backend reads DLM_CUDA_DETERMINISTIC and its A/B switches there); the variable is unset again either way.
-inline std::unique_ptr<train::CudaModel> model_with_env(const ckpt::ModelConfig& c, const char* name,
-                                                        const char* value, std::uint64_t seed) {
-  struct Unset {
-    const char* name;
-    ~Unset() { unsetenv(name); }
-  };
-  setenv(name, value, 1);
-  std::unique_ptr<train::CudaModel> m;
-  {
-    const Unset unset{name};
-    m = std::make_unique<train::CudaModel>(c);
-  }
+// A whole CudaModel with `options`, initialised from `seed`.
+inline std::unique_ptr<train::CudaModel> model_with(const ckpt::ModelConfig& c, const train::CudaOptions& options,
+                                                    std::uint64_t seed) {
+  auto m = std::make_unique<train::CudaModel>(c, train::CudaShard{}, options);
   m->init(seed);
   return m;
 }
-inline std::unique_ptr<train::CudaModel> deterministic_model(const ckpt::ModelConfig& c, std::uint64_t seed) {
-  return model_with_env(c, "DLM_CUDA_DETERMINISTIC", "1", seed);
+inline train::CudaOptions deterministic_options() {
+  train::CudaOptions o;
+  o.deterministic = true;
+  return o;
 }
+// Bitwise-repeatable steps (cuDNN's deterministic backward, no GEMM tuning): two such models agree bit for bit.
+inline std::unique_ptr<train::CudaModel> deterministic_model(const ckpt::ModelConfig& c, std::uint64_t seed) {
+  return model_with(c, deterministic_options(), seed);
+}
+// The choices a step must give the CPU backend's results under: the defaults, the deterministic mode and the
+// own attention kernels, by name (for parameterised tests).
+struct NamedOptions {
+  const char* name;
+  train::CudaOptions options;
+};
+inline std::vector<NamedOptions> step_options() {
+  train::CudaOptions own;
+  own.attention = train::CudaOptions::Attention::kOwn;
+  return {{"Default", {}}, {"Deterministic", deterministic_options()}, {"OwnAttention", own}};
+}
+
+// Forward and backward of one micro-batch on the CPU backend's Model (its gradients add up); returns
+// sum_i weights_i * CE_i, the loss CudaModel::forward_backward returns.
+inline double cpu_forward_backward(train::Model& model, const train::CudaBatch& b) {
+  const train::ModelInput in{b.batch, b.seq, b.ids, b.positions, {},
+                             b.causal ? train::AttentionKind::kCausal : train::AttentionKind::kBidirectional, {}};
+  model.forward(in);
+  const auto ce = model.cross_entropy(b.labels);
+  double loss = 0;
+  for (std::size_t i = 0; i < ce.size(); ++i) loss += double{b.weights[i]} * ce[i];
+  model.backward(b.weights);
+  return loss;
+}
+
+// The fp32 CPU backend's Model with `gpu`'s weights: the reference a CUDA path is held to.
+struct CpuReference {
+  std::unique_ptr<train::Backend> backend = train::make_cpu_backend(2);
+  train::Model model;
+  explicit CpuReference(const train::CudaModel& gpu) : model(gpu.config(), *backend) {
+    for (const auto& t : gpu.tensors()) model.import_parameter(t.name, gpu.export_parameter(t.name));
+  }
+  double forward_backward(const train::CudaBatch& b) { return cpu_forward_backward(model, b); }
+};
 
 // Token columns in the diffusion objective's shape: labels from [first, first + span), half the positions (by a
 // coin per position) masked with `mask` and weighted `weight`, the rest unweighted.

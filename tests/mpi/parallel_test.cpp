@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dlm/common/error.h"
+#include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/parallel.h"
 #include "dlm/train/parallel_plan.h"
 #include "dlm/train/pipeline_schedule.h"
@@ -285,6 +286,42 @@ TEST(DryRun, GpuPlanFollowsTheMeasuredPeaks) {
           << " stage " << s << ": plan " << gib
           << " GiB, measured " << k.measured_gib[s];
     }
+  }
+}
+
+// The GPU plan's activation terms are sums of cuda_activation_layout, the buffers CudaModel allocates (the GPU test
+// CudaModel.AllocatesTheActivationLayout holds the model to the layout). For the 350M shape at micro-batch 8 x 2048
+// they are the bytes the plan gave when it listed the buffers itself: one GPU, with full recomputation, and the two
+// stages of PP2 under TP2 + SP.
+TEST(DryRun, GpuActivationBytesAreTheLayoutsBuffers) {
+  ckpt::ModelConfig c;
+  c.num_layers = 24, c.hidden_size = 1024, c.ffn_hidden_size = 2816, c.num_attention_heads = 16;
+  c.num_query_groups = 8, c.kv_channels = 64, c.vocab_size = 50304;
+  struct Case {
+    int tensor;
+    bool sp, pre, post, recompute;
+    double layer, shared, head, inputs;
+  };
+  const Case cases[] = {{1, false, true, true, false, 581566464, 2294521856, 67174400, 806968},
+                        {1, false, true, true, true, 33554432, 2842533888, 67174400, 806968},
+                        {2, true, true, false, false, 324337664, 1420533760, 0, 806968},
+                        {2, true, false, true, false, 324337664, 1303093248, 50364416, 806968}};
+  const std::int64_t tokens = 8 * 2048;
+  for (const Case& k : cases) {
+    const auto b = cuda_activation_bytes(c, tokens, k.tensor, k.sp, k.pre, k.post, k.recompute);
+    const std::string what = fmt::format("TP{} SP{} pre {} post {} recompute {}", k.tensor, k.sp, k.pre, k.post,
+                                         k.recompute);
+    EXPECT_EQ(b.per_layer_slot, k.layer) << what;
+    EXPECT_EQ(b.shared, k.shared) << what;
+    EXPECT_EQ(b.per_extra_head_slot, k.head) << what;
+    EXPECT_EQ(b.per_micro_batch_inputs, k.inputs) << what;
+    const auto l = cuda_activation_layout(c, tokens, k.tensor, k.sp, k.pre, k.post);
+    const double rest = static_cast<double>(l.layer.rest_bytes()), input = static_cast<double>(l.layer.input_bytes());
+    EXPECT_EQ(b.per_layer_slot, k.recompute ? input : input + rest) << what;
+    EXPECT_EQ(b.shared, static_cast<double>(l.shared.bytes()) + (k.recompute ? rest : 0.0)) << what;
+    EXPECT_EQ(l.rows, k.sp ? tokens / k.tensor : tokens) << what;
+    EXPECT_EQ(l.shared.head_x, 0) << what;  // 2 ffn >= hidden: the head's rows live in dgu
+    EXPECT_EQ(l.shared.tmp_full != 0, k.sp) << what;
   }
 }
 

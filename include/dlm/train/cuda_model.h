@@ -13,7 +13,7 @@
 // slices of libckpt's rank_shards() (the CPU backend's and the checkpoints' rules). Tensor parallelism puts
 // the collectives where model.h says, enqueued on the model's stream through a DeviceGroup (bf16 for
 // activations, as Megatron); sequence parallelism keeps 1/TP of the token rows in the residual stream and
-// the norms. Pipeline stages run through the stage calls below (cuda_pipeline.h schedules them).
+// the norms. Pipeline stages run through the stage calls below (device_pipeline.h schedules them).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/sharding.h"
+#include "dlm/train/cuda_options.h"
 #include "dlm/train/device_group.h"
 #include "dlm/train/optimizer.h"
 
@@ -65,9 +66,9 @@ struct ColumnWindow {
 
 class CudaModel {
  public:
-  // Allocates parameters and optimizer state on the current device; dlm::Error without one, or for a
-  // layout libckpt's sharding rules refuse.
-  explicit CudaModel(ckpt::ModelConfig config, CudaShard shard = {});
+  // Allocates parameters and optimizer state on the current device; dlm::Error without one, for a layout
+  // libckpt's sharding rules refuse, or for options.deferred_embedding_steps < 1.
+  explicit CudaModel(ckpt::ModelConfig config, CudaShard shard = {}, CudaOptions options = {});
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -75,6 +76,7 @@ class CudaModel {
   static bool device_available();
   const ckpt::ModelConfig& config() const;
   const CudaShard& shard() const;
+  const CudaOptions& options() const;
   // This rank's tensors in model order: global names, local shapes, where they sit in the global tensors.
   const std::vector<ckpt::TensorShard>& tensors() const;
   bool pre_process() const;   // holds the embedding (the first stage)
@@ -108,7 +110,8 @@ class CudaModel {
   // The same loss, forward only (no gradient).
   double forward_loss(const CudaBatch& batch);
   // The gradients read as zero from here on. Those the weight GEMMs write whole are not cleared but overwritten
-  // by their next GEMM (no memset of 4 bytes a parameter); DLM_CUDA_GRAD_MEMSET=1 clears everything.
+  // by their next GEMM (no memset of 4 bytes a parameter); the others (norms, the sparse embedding's flagged
+  // rows, a tied embedding) are cleared.
   void zero_grad();
   // Global-norm clipping (max_norm <= 0: none) then AdamW at lr, all on the device; returns the norm.
   double adamw_step(const AdamWOptions& options, double lr, double max_norm);
@@ -211,8 +214,8 @@ class CudaModel {
   std::size_t device_bytes() const;
   // Which attention ran the last step: "cudnn <version>" or "own kernel (why)".
   std::string attention_engine() const;
-  // With DLM_CUDA_PROFILE=1: GPU time per phase (GEMMs, attention, norms...) over the steps since the last
-  // report; otherwise a header line only.
+  // With CudaOptions::profile on the whole model: GPU time per phase (GEMMs, attention, norms...) over the
+  // steps since the last report; otherwise a header line only.
   std::string profile_report();
 
   struct Impl;  // the device state, shared by the backend's files (libtrain/backend/cuda/cuda_model_impl.h)

@@ -41,7 +41,7 @@ std::int64_t grouped_v_offset(const AttentionShape& s) { return std::int64_t(s.h
 }  // namespace
 
 struct Attention::Impl {
-  bool own = false, deterministic = false, v_copied = false;
+  bool own = false, deterministic = false;
   cudnnHandle_t handle = nullptr;
   std::map<Key, Graphs> cache;
   void* workspace = nullptr;
@@ -180,13 +180,12 @@ struct Attention::Impl {
   }
 };
 
-Attention::Attention(Engine engine) : impl_(std::make_unique<Impl>()) {
-  impl_->own = engine == Engine::kOwn || env_is("DLM_CUDA_ATTENTION", "own");
-  impl_->deterministic = env_is("DLM_CUDA_DETERMINISTIC", "1");
-  impl_->v_copied = env_is("DLM_CUDA_ATTENTION_V", "copy");
+Attention::Attention(Engine engine, bool deterministic) : impl_(std::make_unique<Impl>()) {
+  impl_->own = engine == Engine::kOwn;
+  impl_->deterministic = deterministic;
 }
 
-bool Attention::reads_v_from_projection(const AttentionShape& s) { return !impl_->v_copied && impl_->usable(s, true); }
+bool Attention::reads_v_from_projection(const AttentionShape& s) { return impl_->usable(s, true); }
 
 void Attention::forward(const AttentionShape& s, const bf16* qkv, bf16* o, float* lse, cudaStream_t stream) {
   forward(s, qkv, nullptr, o, lse, stream);
@@ -232,7 +231,7 @@ std::string Attention::engine() const { return impl_->last; }
 
 struct Attention::Impl {};
 
-Attention::Attention(Engine) : impl_(std::make_unique<Impl>()) {}
+Attention::Attention(Engine, bool) : impl_(std::make_unique<Impl>()) {}
 
 void Attention::forward(const AttentionShape& s, const bf16* qkv, bf16* o, float* lse, cudaStream_t stream) {
   attention_forward(s, qkv, o, lse, stream);

@@ -3,9 +3,9 @@
 // shape; the own kernels of attention.cu otherwise. Both read q, k, v from the attention layout (kernels.h)
 // and write o [tokens, heads * head_dim], lse [batch, heads, seq] and dqkv in the attention layout.
 //
-// Environment: DLM_CUDA_ATTENTION=own forces the own kernels. DLM_CUDA_DETERMINISTIC=1 asks cuDNN for its
-// deterministic backward (its default accumulates dQ with atomics); the own kernels are always
-// deterministic.
+// Engine::kOwn (CudaOptions::Attention::kOwn) runs the own kernels always. `deterministic`
+// (CudaOptions::deterministic) asks cuDNN for its deterministic backward (its default accumulates dQ with
+// atomics); the own kernels are always deterministic.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@ namespace dlm::train::cuda {
 class Attention {
  public:
   enum class Engine { kAuto, kOwn };
-  explicit Attention(Engine engine = Engine::kAuto);
+  explicit Attention(Engine engine = Engine::kAuto, bool deterministic = false);
   ~Attention();
   Attention(const Attention&) = delete;
   Attention& operator=(const Attention&) = delete;
@@ -32,7 +32,7 @@ class Attention {
   // Whether the forms below read V from the QKV projection's own grouped layout (per token, per group: its q
   // heads, k, v) and write dV into the projection's gradient there: then the attention layout's v slots are
   // neither read nor written, and QK-norm + RoPE need not copy v through (QkvShape::copy_v). cuDNN takes V
-  // at any stride; the own kernels do not (false; DLM_CUDA_ATTENTION_V=copy: false too, the way before).
+  // at any stride; the own kernels do not (false).
   bool reads_v_from_projection(const AttentionShape& s);
   void forward(const AttentionShape& s, const bf16* qkv, const bf16* proj, bf16* o, float* lse, cudaStream_t stream);
   void backward(const AttentionShape& s, const bf16* qkv, const bf16* proj, const bf16* o, const bf16* dout,

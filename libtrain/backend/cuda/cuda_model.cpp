@@ -1,9 +1,10 @@
-// CudaModel: construction (this rank's tensors and where each sits in the device buffers) and parameters by
-// name (see cuda_model.h; the training step is cuda_model_stage.cpp, the samplers' forward
-// cuda_model_sampling.cpp).
-// Activations kept for the backward per layer: the residual streams entering each norm (bf16), the normed
-// inputs of the GEMMs, QKV before and after QK-norm + RoPE, the attention output and its lse, fc1's output
-// and SwiGLU's; nothing is recomputed. The residual gradient is carried in bf16 (cuda_model_stage.cpp).
+// CudaModel: construction (what this rank runs, its parameter store, engines and RoPE tables), the activations'
+// shape, and parameters and gradients by name (see cuda_model.h; the training step is cuda_model_stage.cpp, the
+// samplers' forward cuda_model_sampling.cpp, the state's owners cuda_model_impl.h).
+// Activations kept for the backward per layer (LayerActs, activations.h): the residual streams entering each norm
+// (bf16), the normed inputs of the GEMMs, QKV before and after QK-norm + RoPE, the attention output and its lse,
+// fc1's output and SwiGLU's; under full recomputation (set_recompute_layers) only each layer's input, the rest
+// recomputed before the layer's backward. The residual gradient is carried in bf16 (cuda_model_stage.cpp).
 #include "dlm/train/cuda_model.h"
 
 #include <algorithm>
@@ -25,7 +26,7 @@ namespace dlm::train {
 namespace {
 std::int64_t max_global_numel(const CudaModel::Impl& I) {
   std::int64_t most = 0;
-  for (const auto& spec : I.specs) most = std::max(most, ckpt::element_count(spec.global_shape));
+  for (const auto& spec : I.params.specs) most = std::max(most, ckpt::element_count(spec.global_shape));
   return most;
 }
 }  // namespace
@@ -35,9 +36,12 @@ bool CudaModel::device_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::make_unique<Impl>()) {
+CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions options)
+    : impl_(std::make_unique<Impl>(options)) {
   auto& I = *impl_;
   config.validate();
+  if (options.deferred_embedding_steps < 1)
+    fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
   if (!device_available()) fail("CudaModel: no CUDA device");
   const int hd = config.kv_channels;
   if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
@@ -68,66 +72,35 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
   I.pre = shard.stage == 0, I.post = shard.stage == layout.pp - 1;
   if (!I.whole()) I.timer.turn_off();
   if (I.layers == 0) fail(fmt::format("CudaModel: pipeline stage {} holds no layer", shard.stage));
-  I.specs = ckpt::rank_shards(I.cfg, layout, shard.tensor_rank, shard.stage);
-  for (std::size_t i = 0; i < I.specs.size(); ++i) {
-    I.index[I.specs[i].name] = static_cast<int>(i);
-    I.offset.push_back(I.total);
-    I.total += I.aligned_numel(static_cast<int>(i));
-  }
   if (shard.optimizer_shards < 1 || shard.optimizer_rank < 0 || shard.optimizer_rank >= shard.optimizer_shards)
     fail(fmt::format("CudaModel: optimizer shard {} of {}", shard.optimizer_rank, shard.optimizer_shards));
-  // Equal, aligned optimizer ranges (a reduce-scatter's blocks): the buffer grows to a multiple of them.
-  const std::int64_t quantum = kAlign * shard.optimizer_shards;
-  I.total = (I.total + quantum - 1) / quantum * quantum;
-  I.opt_numel = I.total / shard.optimizer_shards;
-  I.opt_first = I.opt_numel * shard.optimizer_rank;
-  I.emb = I.find("embedding.word_embeddings.weight");
-  I.lnf = I.find("decoder.final_layernorm.weight");
-  I.out = I.cfg.tie_word_embeddings ? I.emb : I.find("output_layer.weight");
-  for (int l = I.first_layer; l < I.first_layer + I.layers; ++l) {
-    const std::string p = fmt::format("decoder.layers.{}.", l);
-    I.lp.push_back({I.find(p + "self_attention.linear_qkv.layer_norm_weight"), I.find(p + "self_attention.linear_qkv.weight"),
-                    I.find(p + "self_attention.q_layernorm.weight"), I.find(p + "self_attention.k_layernorm.weight"),
-                    I.find(p + "self_attention.linear_proj.weight"), I.find(p + "mlp.linear_fc1.layer_norm_weight"),
-                    I.find(p + "mlp.linear_fc1.weight"), I.find(p + "mlp.linear_fc2.weight")});
-  }
-  I.gemm_written.assign(I.specs.size(), 0);
-  for (const auto& P : I.lp)
-    for (int t : {P.qkv, P.proj, P.fc1, P.fc2}) I.gemm_written[static_cast<std::size_t>(t)] = 1;
-  if (I.post && I.out != I.emb) I.gemm_written[static_cast<std::size_t>(I.out)] = 1;
-  I.grad_fresh.assign(I.specs.size(), 0);
-  I.build_zero_runs();
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  I.graphs_off = env_is("DLM_CUDA_GRAPHS", "0");
-  I.head_all_rows = env_is("DLM_CUDA_HEAD_ROWS", "all");
-  I.grad_memset = env_is("DLM_CUDA_GRAD_MEMSET", "1");
-  I.head_family = !env_is("DLM_CUDA_HEAD_ALGO", "shape");
-  I.pageable_upload = env_is("DLM_CUDA_PAGEABLE_UPLOAD", "1");
-  I.swiglu_fused = !env_is("DLM_CUDA_SWIGLU_FUSED", "0");
-  I.last_layer_all_rows = env_is("DLM_CUDA_LAST_LAYER", "all");
-  I.gemm = std::make_unique<Gemm>();
+  I.params.allocate(ckpt::rank_shards(I.cfg, layout, shard.tensor_rank, shard.stage), shard.optimizer_shards,
+                    shard.optimizer_rank, I.stream);
+  const ParameterStore& P = I.params;
+  I.emb = P.find("embedding.word_embeddings.weight");
+  I.lnf = P.find("decoder.final_layernorm.weight");
+  I.out = I.cfg.tie_word_embeddings ? I.emb : P.find("output_layer.weight");
+  for (int l = I.first_layer; l < I.first_layer + I.layers; ++l) {
+    const std::string n = fmt::format("decoder.layers.{}.", l);
+    I.lp.push_back({P.find(n + "self_attention.linear_qkv.layer_norm_weight"),
+                    P.find(n + "self_attention.linear_qkv.weight"), P.find(n + "self_attention.q_layernorm.weight"),
+                    P.find(n + "self_attention.k_layernorm.weight"), P.find(n + "self_attention.linear_proj.weight"),
+                    P.find(n + "mlp.linear_fc1.layer_norm_weight"), P.find(n + "mlp.linear_fc1.weight"),
+                    P.find(n + "mlp.linear_fc2.weight")});
+  }
+  I.fresh.gemm_written.assign(P.specs.size(), 0);
+  for (const auto& L : I.lp)
+    for (int t : {L.qkv, L.proj, L.fc1, L.fc2}) I.fresh.gemm_written[static_cast<std::size_t>(t)] = 1;
+  if (I.post && I.out != I.emb) I.fresh.gemm_written[static_cast<std::size_t>(I.out)] = 1;
+  I.fresh.fresh.assign(P.specs.size(), 0);
+  I.build_zero_runs();
+  I.gemm = std::make_unique<Gemm>(!options.deterministic);
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
-  I.attention = std::make_unique<Attention>();
-  // The optimizer state (the master weights' lower halves, moments) of the rank's range only; the bf16 weights
-  // (the upper halves) and the gradients whole (the forward and backward need every weight; the gradients are
-  // reduce-scattered in place).
-  I.w16 = I.alloc<bf16>(I.total + I.opt_numel, I.owned, I.bytes);
-  I.w_lo = reinterpret_cast<std::int16_t*>(I.w16 + I.total);
-  I.grad = I.alloc<float>(I.total, I.owned, I.bytes);
-  I.m = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
-  I.v = I.alloc<float>(I.opt_numel, I.owned, I.bytes);
-  I.norm_offset.assign(I.specs.size(), -1);
-  for (std::size_t i = 0; i < I.specs.size(); ++i)
-    if (I.specs[i].is_norm) I.norm_offset[i] = I.norm_total, I.norm_total += I.aligned_numel(static_cast<int>(i));
-  I.norms32 = I.alloc<float>(I.norm_total, I.owned, I.bytes);
-  I.norms_owned = I.sharded() ? I.alloc<float>(I.norm_total, I.owned, I.bytes) : I.norms32;
-  for (float* norms : {I.norms32, I.norms_owned})
-    check_cuda(cudaMemsetAsync(norms, 0, sizeof(float) * I.norm_total, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.w16, 0, sizeof(bf16) * (I.total + I.opt_numel), I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.m, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.v, 0, sizeof(float) * I.opt_numel, I.stream), "memset");
-  check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "memset");
+  I.attention = std::make_unique<Attention>(
+      options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
+      options.deterministic);
   // RoPE tables in double, rounded once: angle = pos * theta^(-2i/D).
   const int half = hd / 2, max_pos = I.cfg.max_position_embeddings + 1;
   std::vector<float> c(static_cast<std::size_t>(max_pos) * half), s(c.size());
@@ -137,72 +110,54 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard) : impl_(std::mak
       c[static_cast<std::size_t>(p) * half + i] = static_cast<float>(std::cos(a));
       s[static_cast<std::size_t>(p) * half + i] = static_cast<float>(std::sin(a));
     }
-  I.rope_cos = I.alloc<float>(static_cast<std::int64_t>(c.size()), I.owned, I.bytes);
-  I.rope_sin = I.alloc<float>(static_cast<std::int64_t>(c.size()), I.owned, I.bytes);
+  I.rope_cos = I.tables.alloc<float>(static_cast<std::int64_t>(c.size()));
+  I.rope_sin = I.tables.alloc<float>(static_cast<std::int64_t>(c.size()));
   // Every copy goes through the model's own stream: it is non-blocking, so a cudaMemcpy on the legacy stream
   // (which returns before a pageable upload lands) would not be ordered before the kernels that read it.
   check_cuda(cudaMemcpyAsync(I.rope_cos, c.data(), c.size() * 4, cudaMemcpyHostToDevice, I.stream), "copy rope");
   check_cuda(cudaMemcpyAsync(I.rope_sin, s.data(), s.size() * 4, cudaMemcpyHostToDevice, I.stream), "copy rope");
-  I.adam_dev = I.alloc<AdamWTensor>(static_cast<std::int64_t>(I.specs.size()), I.owned, I.bytes);
-  const std::vector<AdamWTensor> list = I.adam_list(0.0);
-  const std::vector<AdamWChunk> chunks = adamw_chunks(list.data(), static_cast<int>(list.size()));
-  I.num_chunks = static_cast<int>(chunks.size());
-  I.adam_chunks = I.alloc<AdamWChunk>(I.num_chunks, I.owned, I.bytes);
-  check_cuda(cudaMemcpyAsync(I.adam_chunks, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice,
-                             I.stream),
-             "adamw chunks");
-  // The gradient norm counts the tensors this rank saves (a replicated norm once, on tensor rank 0), in its
-  // optimizer range (the ranges' sums add up over the data-parallel group).
-  std::vector<int> listed;  // the spec of each entry of the list (adam_list leaves out those the range misses)
-  for (int p = 0; p < static_cast<int>(I.specs.size()); ++p)
-    if (I.moment_part(p).numel > 0) listed.push_back(p);
-  std::vector<AdamWChunk> counted;
-  for (const AdamWChunk& chunk : chunks)
-    if (I.specs[static_cast<std::size_t>(listed[static_cast<std::size_t>(chunk.tensor)])].saved) counted.push_back(chunk);
-  I.num_norm_chunks = static_cast<int>(counted.size());
-  I.norm_chunks = I.alloc<AdamWChunk>(I.num_norm_chunks, I.owned, I.bytes);
-  if (!counted.empty())
-    check_cuda(cudaMemcpyAsync(I.norm_chunks, counted.data(), counted.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice,
-                               I.stream),
-               "norm chunks");
-  I.norm_partial = I.alloc<double>(I.num_chunks, I.owned, I.bytes);
-  I.sumsq = I.alloc<double>(1, I.owned, I.bytes);
   check_cuda(cudaStreamSynchronize(I.stream), "CudaModel");
 }
 
 CudaModel::~CudaModel() {
   if (!impl_) return;
-  impl_->free_acts();
-  for (void* p : impl_->owned) cudaFree(p);
-  impl_->gemm.reset();
-  impl_->swiglu_gemm.reset();
-  impl_->attention.reset();
-  if (impl_->stream && impl_->owns_stream) cudaStreamDestroy(impl_->stream);
+  auto& I = *impl_;
+  I.free_acts();
+  I.deferred.arena.release();
+  I.tables.release();
+  I.params.arena.release();
+  I.gemm.reset();
+  I.swiglu_gemm.reset();
+  I.attention.reset();
+  if (I.stream && I.owns_stream) cudaStreamDestroy(I.stream);
 }
 
 const ckpt::ModelConfig& CudaModel::config() const { return impl_->cfg; }
 const CudaShard& CudaModel::shard() const { return impl_->shard; }
-const std::vector<ckpt::TensorShard>& CudaModel::tensors() const { return impl_->specs; }
+const CudaOptions& CudaModel::options() const { return impl_->options; }
+const std::vector<ckpt::TensorShard>& CudaModel::tensors() const { return impl_->params.specs; }
 bool CudaModel::pre_process() const { return impl_->pre; }
 bool CudaModel::post_process() const { return impl_->post; }
 std::int64_t CudaModel::parameter_count() const {
   std::int64_t n = 0;
-  for (std::size_t i = 0; i < impl_->specs.size(); ++i) n += impl_->numel(static_cast<int>(i));
+  for (std::size_t i = 0; i < impl_->params.specs.size(); ++i) n += impl_->params.numel(static_cast<int>(i));
   return n;
 }
 std::string CudaModel::profile_report() { return impl_->timer.report(); }
 
 std::size_t CudaModel::device_bytes() const {
-  return impl_->bytes + impl_->act_bytes + impl_->attention->workspace_bytes();
+  const auto& I = *impl_;
+  return I.params.arena.bytes() + I.tables.bytes() + I.deferred.arena.bytes() + I.acts.arena.bytes() +
+         I.inputs.arena.bytes() + I.attention->workspace_bytes();
 }
 void CudaModel::set_recompute_layers(bool full) {
   auto& I = *impl_;
-  if (full == I.recompute) return;
+  if (full == I.acts.recompute) return;
   synchronize();
   I.free_acts();
-  I.recompute = full;
+  I.acts.recompute = full;
 }
-bool CudaModel::recompute_layers() const { return impl_->recompute; }
+bool CudaModel::recompute_layers() const { return impl_->acts.recompute; }
 
 std::string CudaModel::attention_engine() const { return impl_->attention->engine(); }
 void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->stream), "step"); }
@@ -214,22 +169,25 @@ void CudaModel::init(std::uint64_t seed) {
   // out of the whole tensor, drawn in a scratch buffer. With optimizer shards each local tensor is made whole
   // in a second scratch buffer, so its bf16 copy comes from all of it, then the range keeps its part.
   std::unordered_map<std::string, std::uint32_t> global_index;
-  for (const auto& spec : ckpt::model_tensors(I.cfg)) global_index.emplace(spec.name, static_cast<std::uint32_t>(global_index.size()));
+  for (const auto& spec : ckpt::model_tensors(I.cfg))
+    global_index.emplace(spec.name, static_cast<std::uint32_t>(global_index.size()));
   float *global = nullptr, *local = nullptr;
   const auto scratch = [&](float*& buffer, std::int64_t numel) {
-    if (!buffer) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&buffer), sizeof(float) * numel, I.stream), "init");
+    if (!buffer)
+      check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&buffer), sizeof(float) * numel, I.stream), "init");
     return buffer;
   };
   std::int64_t most_local = 0;
-  for (std::size_t i = 0; i < I.specs.size(); ++i) most_local = std::max(most_local, I.numel(static_cast<int>(i)));
-  for (std::size_t i = 0; i < I.specs.size(); ++i) {
-    const auto& spec = I.specs[i];
+  for (std::size_t i = 0; i < I.params.specs.size(); ++i)
+    most_local = std::max(most_local, I.params.numel(static_cast<int>(i)));
+  for (std::size_t i = 0; i < I.params.specs.size(); ++i) {
+    const auto& spec = I.params.specs[i];
     const int p = static_cast<int>(i);
     float* values = scratch(local, most_local);
     if (spec.is_norm) {
-      fill_f32(values, 1.0f, I.numel(p), I.stream);
+      fill_f32(values, 1.0f, I.params.numel(p), I.stream);
     } else if (spec.local_shape == spec.global_shape) {
-      init_normal_counter(values, I.numel(p), I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
+      init_normal_counter(values, I.params.numel(p), I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
     } else {
       const std::int64_t rows = spec.global_shape[0], cols = spec.global_shape[1], local_cols = spec.local_shape[1];
       scratch(global, max_global_numel(I));
@@ -243,7 +201,7 @@ void CudaModel::init(std::uint64_t seed) {
                    "init shard");
       }
     }
-    I.set_weights(p, values);
+    I.params.set_weights(p, values);
   }
   for (float* buffer : {global, local})
     if (buffer) check_cuda(cudaFreeAsync(buffer, I.stream), "init");
@@ -252,58 +210,48 @@ void CudaModel::init(std::uint64_t seed) {
 
 void CudaModel::import_parameter(std::string_view name, std::span<const float> values) {
   auto& I = *impl_;
-  const int p = I.find(std::string(name));
-  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
-  if (static_cast<std::int64_t>(values.size()) != I.numel(p))
-    fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.numel(p), values.size()));
+  const int p = I.params.find_or_fail(name);
+  if (static_cast<std::int64_t>(values.size()) != I.params.numel(p))
+    fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.params.numel(p), values.size()));
   I.settle_embedding();
   float* scratch = nullptr;  // the whole tensor in fp32, split into the halves
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), std::max<std::size_t>(values.size(), 1) * 4, I.stream),
              "import");
   check_cuda(cudaMemcpyAsync(scratch, values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
-  I.set_weights(p, scratch);
+  I.params.set_weights(p, scratch);
   check_cuda(cudaFreeAsync(scratch, I.stream), "import");
   synchronize();
 }
 
-std::vector<float> CudaModel::Impl::export_master(int p) const {
-  std::vector<float> out(static_cast<std::size_t>(numel(p)), 0.0f);
-  const MomentPart part = moment_part(p);
-  if (part.numel > 0) {
-    const auto n = static_cast<std::size_t>(part.numel);
-    std::vector<std::uint16_t> hi(n);
-    std::vector<std::int16_t> lo(n);
-    check_cuda(cudaMemcpyAsync(hi.data(), w16 + offset[p] + part.in_tensor, n * 2, cudaMemcpyDeviceToHost, stream),
-               "export");
-    check_cuda(cudaMemcpyAsync(lo.data(), w_lo + part.in_moments, n * 2, cudaMemcpyDeviceToHost, stream), "export");
-    check_cuda(cudaStreamSynchronize(stream), "export");
-    for (std::size_t i = 0; i < n; ++i)
-      out[static_cast<std::size_t>(part.in_tensor) + i] = std::bit_cast<float>(cuda::join_master_bits(hi[i], lo[i]));
-  }
-  return out;
-}
-
 std::vector<float> CudaModel::export_parameter(std::string_view name) const {
   impl_->settle_embedding();
-  return impl_->export_master(impl_->find_or_fail(name));
+  return impl_->params.export_master(impl_->params.find_or_fail(name));
 }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
-  const int p = impl_->find(std::string(name));
-  if (p < 0) fail(fmt::format("CudaModel: no parameter '{}'", name));
-  if (impl_->grad_fresh[static_cast<std::size_t>(p)]) return std::vector<float>(static_cast<std::size_t>(impl_->numel(p)), 0.0f);
+  const int p = impl_->params.find_or_fail(name);
+  if (impl_->fresh.fresh[static_cast<std::size_t>(p)])
+    return std::vector<float>(static_cast<std::size_t>(impl_->params.numel(p)), 0.0f);
   synchronize();
-  return download(impl_->G(p), impl_->numel(p), impl_->stream);
+  return download(impl_->params.G(p), impl_->params.numel(p), impl_->stream);
 }
 
 void CudaModel::zero_grad() {
   auto& I = *impl_;
-  if (I.grad_memset) return check_cuda(cudaMemsetAsync(I.grad, 0, sizeof(float) * I.total, I.stream), "zero_grad");
-  for (const auto& [first, count] : I.zero_runs)
-    check_cuda(cudaMemsetAsync(I.grad + first, 0, sizeof(float) * count, I.stream), "zero_grad");
-  if (I.sparse_emb) cuda::clear_written_rows(I.G(I.emb), I.emb_rows_written, I.numel(I.emb) / I.d(), I.d(), I.stream);
-  I.grad_fresh = I.gemm_written;
+  I.fresh.zero(I.params, I.stream);
+  // The sparse embedding left zero_runs: its flagged rows are cleared (and their flags with them).
+  if (I.deferred.on)
+    cuda::clear_written_rows(I.params.G(I.emb), I.deferred.written, I.params.numel(I.emb) / I.d(), I.d(), I.stream);
 }
 
+void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
+  if (batch == acts.B && seq == acts.S && acts.T > 0) return;
+  free_acts();
+  const std::int64_t T = batch * seq;
+  const CudaActivationLayout layout = cuda_activation_layout(cfg, T, tp, sp, pre, post);
+  const QkvShape qs{static_cast<int>(T), heads, groups, cfg.kv_channels, cfg.qk_layernorm, 0};
+  const std::int64_t partial = std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs));
+  acts.allocate(layout, batch, seq, partial, stream);
+}
 
 }  // namespace dlm::train

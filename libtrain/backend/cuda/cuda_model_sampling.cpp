@@ -41,8 +41,11 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
   const int d = I.d(), V = I.vpad();
   const cudaStream_t st = I.stream;
   auto& gm = *I.gemm;
-  MicroInputs& in = I.inputs[0];
+  MicroInputs& in = I.inputs.sets[0];
   auto& la = I.slot_acts(0);
+  SharedActs& w = I.acts.shared;
+  const bf16* head_w = I.params.W(I.out);
+  const std::int64_t chunk = I.acts.chunk;
   if (greedy) {
     // Only the window's rows go through the head: outside it the sampler changes nothing (earlier blocks
     // are decoded, later ones are not yet eligible), and the head is the largest GEMM of a short sequence.
@@ -50,23 +53,24 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     const bool all = width == b.seq;
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
     // head run as one CUDA graph, so ~300 launches cost one.
-    I.run_graphed({b.batch, b.seq, b.causal, window.first, window.end}, [&] {
+    const ForwardGraphCache::Shape shape{b.batch, b.seq, b.causal, window.first, window.end};
+    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled(), st, [&] {
       enqueue_forward(I, in, la);
-      const bf16* head_in = I.hf;
+      const bf16* head_in = w.hf;
       if (!all) {
         // The window's rows of every sequence, packed (tmp is free once the forward has run).
-        check_cuda(cudaMemcpy2DAsync(I.tmp, static_cast<std::size_t>(width * d) * sizeof(bf16),
-                                     I.hf + window.first * d, static_cast<std::size_t>(b.seq * d) * sizeof(bf16),
-                                     static_cast<std::size_t>(width * d) * sizeof(bf16), static_cast<std::size_t>(b.batch),
-                                     cudaMemcpyDeviceToDevice, st),
+        const auto row = [&](std::int64_t columns) { return static_cast<std::size_t>(columns * d) * sizeof(bf16); };
+        check_cuda(cudaMemcpy2DAsync(w.tmp, row(width), w.hf + window.first * d, row(b.seq), row(width),
+                                     static_cast<std::size_t>(b.batch), cudaMemcpyDeviceToDevice, st),
                    "greedy rows");
-        head_in = I.tmp;
+        head_in = w.tmp;
       }
-      for (std::int64_t c0 = 0; c0 < rows_in; c0 += I.chunk) {
-        const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, rows_in - c0));
-        gm.run(false, true, rows, V, d, head_in + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
+      for (std::int64_t c0 = 0; c0 < rows_in; c0 += chunk) {
+        const int rows = static_cast<int>(std::min<std::int64_t>(chunk, rows_in - c0));
+        gm.run(false, true, rows, V, d, head_in + c0 * d, d, head_w, d, w.logits, false, V, 0, st);
         // The labels and per-row loss columns are free in a forward-only pass.
-        cuda::greedy_tokens(I.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0, st);
+        cuda::greedy_tokens(w.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0,
+                            st);
       }
       check_cuda(cudaGetLastError(), "greedy");
     });
@@ -86,10 +90,10 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
   enqueue_forward(I, in, la);
   const std::int64_t vocab = I.cfg.vocab_size;
   std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
-  for (std::int64_t c0 = 0; c0 < n; c0 += I.chunk) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, n - c0));
-    gm.run(false, true, rows, V, d, I.hf + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st);
-    check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), I.logits, V * sizeof(bf16),
+  for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(chunk, n - c0));
+    gm.run(false, true, rows, V, d, w.hf + c0 * d, d, head_w, d, w.logits, false, V, 0, st);
+    check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), w.logits, V * sizeof(bf16),
                                  vocab * sizeof(bf16), rows, cudaMemcpyDeviceToHost, st),
                "logits");
     synchronize();

@@ -26,24 +26,26 @@ namespace {
 using Impl = CudaModel::Impl;
 
 AttentionShape attention_shape(const Impl& I, bool causal) {
-  return {static_cast<int>(I.B), static_cast<int>(I.S), I.heads, I.groups, I.cfg.kv_channels, causal};
+  return {static_cast<int>(I.acts.B), static_cast<int>(I.acts.S), I.heads, I.groups, I.cfg.kv_channels, causal};
 }
 // v is copied to the attention layout only for an attention that cannot read it from the projection.
 QkvShape qkv_shape(const Impl& I, const AttentionShape& as) {
-  return {static_cast<int>(I.T), I.heads, I.groups, I.cfg.kv_channels, I.cfg.qk_layernorm,
+  return {static_cast<int>(I.acts.T), I.heads, I.groups, I.cfg.kv_channels, I.cfg.qk_layernorm,
           static_cast<float>(I.cfg.norm_epsilon), !I.attention->reads_v_from_projection(as)};
 }
-const float* opt(const Impl& I, int p) { return p >= 0 ? I.F(p) : nullptr; }
-float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.G(p) : nullptr; }
+const float* opt(const Impl& I, int p) { return p >= 0 ? I.params.F(p) : nullptr; }
+float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.params.G(p) : nullptr; }
 
 // Layer l's forward into A. With `previous` (the residual stream the previous layer leaves, its fc2 output in
-// I.tmp) the input is their sum, written to A.res1; without it A.res1 holds the input already (the first layer,
-// or a recomputation). `recompute`: the backward's rerun under full recomputation, which stops after SwiGLU
+// w.tmp) the input is their sum, written to A.res1; without it A.res1 holds the input already (the first
+// layer, or a recomputation). `recompute`: the backward's rerun under full recomputation, which stops after SwiGLU
 // (fc2's output only feeds the next layer) and is charged to one "recompute" phase. It writes what the first
 // run wrote, bit for bit: the residual sum was rounded to bf16 before the first run normalised it.
 void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, const bf16* previous, bool recompute) {
+  SharedActs& w = I.acts.shared;  // the work buffers
+  const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
-  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
+  const int T = static_cast<int>(I.acts.T), Ts = static_cast<int>(I.acts.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
             qkv = I.qkvdim();
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   const AttentionShape as = attention_shape(I, in.causal);
@@ -53,20 +55,20 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     if (!recompute) I.timer.mark(phase, st);
   };
   const auto& P = I.lp[static_cast<std::size_t>(l)];
-  bf16* h1 = I.sp ? I.hloc : A.h1;
-  if (previous) rmsnorm_forward(previous, I.tmp, A.res1, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
-  else rmsnorm_forward(A.res1, nullptr, nullptr, I.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+  bf16* h1 = I.sp ? w.hloc : A.h1;
+  if (previous) rmsnorm_forward(previous, w.tmp, A.res1, ps.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+  else rmsnorm_forward(A.res1, nullptr, nullptr, ps.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
   I.gather(h1, A.h1);
   mark("rmsnorm fwd");
-  gm.run(false, true, T, qkv, d, A.h1, d, I.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+  gm.run(false, true, T, qkv, d, A.h1, d, ps.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
   mark("gemm qkv fwd");
   qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                        I.rope_sin, st);
   mark("qk-norm+rope fwd");
   I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
   mark("attention fwd");
-  gm.run(false, true, T, d, qd, A.att, qd, I.W(P.proj), qd, I.tmp_full, false, d, 0, st);
-  I.scatter_sum(I.tmp_full, I.tmp);
+  gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
+  I.scatter_sum(w.tmp_full, w.tmp);
   mark("gemm proj fwd");
   // The last layer's MLP on the loss rows (Impl::loss_rows_mlp): its residual input and attention output packed
   // into dres16 and dh, which hold nothing outside a backward, or for the backward's rerun into dgu, which holds
@@ -76,129 +78,35 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   const int rows = packed ? packed : T;
   const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T};
   const Gemm::RowFamily* family = packed ? &by_m : nullptr;
-  const bf16 *residual = A.res1, *block_out = I.tmp;
+  const bf16 *residual = A.res1, *block_out = w.tmp;
   if (packed) {
-    bf16* into_residual = recompute ? I.dgu : I.dres16;
-    bf16* into_block_out = recompute ? I.dgu + static_cast<std::int64_t>(T) * d : I.dh;
+    bf16* into_residual = recompute ? w.dgu : w.dres16;
+    bf16* into_block_out = recompute ? w.dgu + static_cast<std::int64_t>(T) * d : w.dh;
     gather_rows(A.res1, in.head_rows, packed, d, into_residual, st);
-    gather_rows(I.tmp, in.head_rows, packed, d, into_block_out, st);
+    gather_rows(w.tmp, in.head_rows, packed, d, into_block_out, st);
     residual = into_residual, block_out = into_block_out;
   }
-  bf16* h2 = I.sp ? I.hloc : A.h2;
-  rmsnorm_forward(residual, block_out, A.res2, I.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st);
+  bf16* h2 = I.sp ? w.hloc : A.h2;
+  rmsnorm_forward(residual, block_out, A.res2, ps.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st);
   I.gather(h2, A.h2);
   mark("rmsnorm fwd");
-  gm.run(false, true, rows, 2 * F, d, A.h2, d, I.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
+  gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   mark("gemm fc1 fwd");
   swiglu_forward(A.gu, A.act, rows, F, st);
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
-  gm.run(false, true, rows, d, F, A.act, F, I.W(P.fc2), F, I.tmp_full, false, d, 0, st, family);
-  I.scatter_sum(I.tmp_full, I.tmp);
+  gm.run(false, true, rows, d, F, A.act, F, ps.W(P.fc2), F, w.tmp_full, false, d, 0, st, family);
+  I.scatter_sum(w.tmp_full, w.tmp);
   mark("gemm fc2 fwd");
 }
 
 }  // namespace
 
-void upload_micro_batch(Impl& I, int k, const CudaBatch& b, Upload use) {
-  const auto& c = I.cfg;
-  const std::int64_t n = b.batch * b.seq;
-  if (b.batch <= 0 || b.seq <= 0 || static_cast<std::int64_t>(b.ids.size()) != n ||
-      static_cast<std::int64_t>(b.labels.size()) != n || static_cast<std::int64_t>(b.weights.size()) != n ||
-      (!b.positions.empty() && static_cast<std::int64_t>(b.positions.size()) != n))
-    fail(fmt::format("CudaModel: micro-batch columns disagree with its shape {} x {}", b.batch, b.seq));
-  if (b.seq > c.max_position_embeddings)
-    fail(fmt::format("CudaModel: seq {} beyond max_position_embeddings {}", b.seq, c.max_position_embeddings));
-  if (I.sp && n % I.tp != 0)
-    fail(fmt::format("CudaModel: sequence parallelism splits the {} x {} token rows over {} ranks: they must divide",
-                     b.batch, b.seq, I.tp));
-  std::vector<std::int32_t> positions(b.positions.begin(), b.positions.end());
-  if (positions.empty())
-    for (std::int64_t i = 0; i < n; ++i) positions.push_back(static_cast<std::int32_t>(i % b.seq));
-  std::vector<std::int32_t> ids(b.ids.begin(), b.ids.end());
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (b.ids[i] < 0 || b.ids[i] >= c.vocab_size)
-      fail(fmt::format("CudaModel: token {} at position {} outside the vocabulary of {}", b.ids[i], i, c.vocab_size));
-    if (b.weights[i] != 0 && (b.labels[i] < 0 || b.labels[i] >= c.vocab_size))
-      fail(fmt::format("CudaModel: label {} at position {} outside the vocabulary of {}", b.labels[i], i, c.vocab_size));
-    if (positions[i] < 0 || positions[i] > c.max_position_embeddings)
-      fail(fmt::format("CudaModel: position {} at {} beyond max_position_embeddings", positions[i], i));
-    // Vocabulary-parallel embedding: this rank's rows of the table, -1 for the others'.
-    const std::int64_t local = ids[i] - I.vocab_first;
-    ids[i] = local >= 0 && local < I.vpad() ? static_cast<std::int32_t>(local) : -1;
-  }
-  if (b.batch != I.B || b.seq != I.S) {
-    if (k != 0) fail("CudaModel: the micro-batches of a step must have one shape");
-    I.ensure_acts(b.batch, b.seq);
-  }
-  MicroInputs& in = I.input_set(k);
-  in.causal = b.causal;
-  // The host's work first, the copies last: they go out of pinned memory together (UploadStaging).
-  struct Column {
-    void* dst;
-    const void* src;
-    std::size_t bytes;
-  };
-  std::vector<Column> columns{{in.ids, ids.data(), static_cast<std::size_t>(n) * 4},
-                              {in.pos, positions.data(), static_cast<std::size_t>(n) * 4}};
-  in.head_packed = false, in.head_count = static_cast<int>(n);
-  std::vector<int> rows, slot, labels;
-  std::vector<float> weights;
-  if (use != Upload::kSampling) {
-    // The rows with loss weight, padded to whole quanta by weight-0 copies of row 0; packed when that is fewer.
-    slot.assign(static_cast<std::size_t>(n), -1);
-    for (std::int64_t i = 0; i < n; ++i)
-      if (b.weights[i] != 0) slot[i] = static_cast<int>(rows.size()), rows.push_back(static_cast<int>(i));
-    const std::int64_t padded = (static_cast<std::int64_t>(rows.size()) + kHeadRowQuantum - 1) / kHeadRowQuantum *
-                                kHeadRowQuantum;
-    if (I.post && padded < n && !I.head_all_rows) {
-      for (int r : rows) labels.push_back(b.labels[r]), weights.push_back(b.weights[r]);
-      rows.resize(static_cast<std::size_t>(padded), 0), labels.resize(rows.size(), 0), weights.resize(rows.size(), 0.0f);
-      columns.push_back({in.head_slot, slot.data(), static_cast<std::size_t>(n) * 4});
-      if (padded > 0) {
-        columns.push_back({in.head_rows, rows.data(), rows.size() * 4});
-        columns.push_back({in.labels, labels.data(), labels.size() * 4});
-        columns.push_back({in.weights, weights.data(), weights.size() * 4});
-      }
-      in.head_packed = true, in.head_count = static_cast<int>(padded);
-    } else {
-      columns.push_back({in.labels, b.labels.data(), static_cast<std::size_t>(n) * 4});
-      columns.push_back({in.weights, b.weights.data(), static_cast<std::size_t>(n) * 4});
-    }
-  }
-  in.num_segments = in.num_combine = 0;
-  std::vector<int> order;
-  std::vector<EmbeddingSegment> segments;
-  std::vector<EmbeddingCombine> combine;
-  if (use == Upload::kTraining && I.pre) {
-    // Tokens grouped by id for the embedding backward (deterministic, no atomics).
-    embedding_plan(ids.data(), static_cast<int>(n), order, segments, combine);
-    columns.push_back({in.order, order.data(), order.size() * 4});
-    columns.push_back({in.segments, segments.data(), segments.size() * sizeof(EmbeddingSegment)});
-    if (!combine.empty()) columns.push_back({in.combine, combine.data(), combine.size() * sizeof(EmbeddingCombine)});
-    in.num_segments = static_cast<int>(segments.size());
-    in.num_combine = static_cast<int>(combine.size());
-  }
-  const cudaStream_t st = I.stream;
-  if (I.pageable_upload) {
-    for (const Column& col : columns)
-      check_cuda(cudaMemcpyAsync(col.dst, col.src, col.bytes, cudaMemcpyHostToDevice, st), "upload");
-  } else {
-    std::size_t bytes = 0;
-    for (const Column& col : columns) bytes += UploadStaging::room(col.bytes);
-    UploadStaging& staging = I.staging_for(k);
-    staging.begin(bytes);
-    for (const Column& col : columns) staging.copy(col.dst, col.src, col.bytes, st);
-    staging.end(st);
-  }
-  // A shard's step enqueues collectives after its uploads: they are complete before the first one, so the host
-  // never waits on a stream that holds NCCL work (a pageable upload may wait for the stream).
-  if (!I.whole()) check_cuda(cudaStreamSynchronize(st), "upload");
-}
-
 void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
+  SharedActs& w = I.acts.shared;  // the work buffers
+  const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
-  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d();
+  const int T = static_cast<int>(I.acts.T), Ts = static_cast<int>(I.acts.Ts), d = I.d();
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
@@ -207,8 +115,8 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
     // embedding, under SP straight into the rank's token rows.
     bf16* x = la[0].res1;
     I.catch_up_rows(in.ids, T);  // the rows AdamW deferred that these tokens read (set_sparse_embedding_grad)
-    embedding_forward(in.ids, I.W(I.emb), I.sp ? I.tmp_full : x, T, d, st);
-    I.scatter_sum(I.sp ? I.tmp_full : x, x);
+    embedding_forward(in.ids, ps.W(I.emb), I.sp ? w.tmp_full : x, T, d, st);
+    I.scatter_sum(I.sp ? w.tmp_full : x, x);
     mark("embedding fwd");
   }
   for (int l = 0; l < I.layers; ++l)
@@ -217,11 +125,11 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.
     const int packed = I.loss_rows_mlp(in), rows = packed ? packed : Ts;
-    rmsnorm_forward(last, I.tmp, I.res_f, I.F(I.lnf), I.sp ? I.hloc : I.hf, I.rstd_f, rows, d, eps, st);
-    I.gather(I.hloc, I.hf);
+    rmsnorm_forward(last, w.tmp, w.res_f, ps.F(I.lnf), I.sp ? w.hloc : w.hf, w.rstd_f, rows, d, eps, st);
+    I.gather(w.hloc, w.hf);
     mark("rmsnorm fwd");
   } else {
-    add_bf16(last, I.tmp, I.stage_out, static_cast<std::int64_t>(Ts) * d, st);
+    add_bf16(last, w.tmp, w.stage_out, static_cast<std::int64_t>(Ts) * d, st);
   }
   check_cuda(cudaGetLastError(), "forward");
 }
@@ -235,69 +143,73 @@ namespace {
 // d residual (bf16) in dres16. The rows without loss weight have a zero gradient either way: skipping them
 // changes nothing but the time (about half the head's GEMMs under the diffusion objective).
 void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
+  SharedActs& w = I.acts.shared;  // the work buffers
+  const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
   const int d = I.d(), V = I.vpad();
   auto& gm = *I.gemm;
   const std::int64_t count = in.head_count;
-  const bf16* x = I.hf;
-  bf16* dx = I.dh_full;
+  const bf16* x = w.hf;
+  bf16* dx = w.dh_full;
   const bool packed_mlp = I.loss_rows_mlp(in) > 0;  // hf is packed already
   if (in.head_packed) {
     if (packed_mlp)
-      check_cuda(cudaMemcpyAsync(I.head_x, I.hf, static_cast<std::size_t>(count) * d * sizeof(bf16),
+      check_cuda(cudaMemcpyAsync(w.head_x, w.hf, static_cast<std::size_t>(count) * d * sizeof(bf16),
                                  cudaMemcpyDeviceToDevice, st),
                  "head rows");
     else
-      gather_rows(I.hf, in.head_rows, static_cast<int>(count), d, I.head_x, st);
-    x = dx = I.head_x;
+      gather_rows(w.hf, in.head_rows, static_cast<int>(count), d, w.head_x, st);
+    x = dx = w.head_x;
   }
   // Packed row counts change every micro-batch: one algorithm per GEMM of the head, chosen at the chunk's rows.
-  const int most = static_cast<int>(I.chunk);
+  const int most = static_cast<int>(I.acts.chunk);
   const Gemm::RowFamily in_m{Gemm::RowFamily::kM, most}, in_k{Gemm::RowFamily::kK, most};
-  const bool family = in.head_packed && I.head_family;
+  const bool family = in.head_packed;
   const Gemm::RowFamily *fam_m = family ? &in_m : nullptr, *fam_k = family ? &in_k : nullptr;
-  for (std::int64_t c0 = 0; c0 < count; c0 += I.chunk) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(I.chunk, count - c0));
-    gm.run(false, true, rows, V, d, x + c0 * d, d, I.W(I.out), d, I.logits, false, V, 0, st, fam_m);
+  for (std::int64_t c0 = 0; c0 < count; c0 += I.acts.chunk) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(I.acts.chunk, count - c0));
+    gm.run(false, true, rows, V, d, x + c0 * d, d, ps.W(I.out), d, w.logits, false, V, 0, st, fam_m);
     I.timer.mark("gemm logits fwd", st);
     if (I.tp == 1) {
-      cross_entropy_forward_backward(I.logits, V, in.labels + c0, in.weights + c0, in.loss_rows + c0, rows,
+      cross_entropy_forward_backward(w.logits, V, in.labels + c0, in.weights + c0, in.loss_rows + c0, rows,
                                      static_cast<int>(I.cfg.vocab_size), st);
     } else {
       const int first = static_cast<int>(I.vocab_first), real = static_cast<int>(I.vocab_local);
-      float* mine = I.ce_lse + static_cast<std::int64_t>(I.shard.tensor->rank()) * rows;
-      vocab_parallel_ce_local(I.logits, V, in.labels + c0, in.weights + c0, first, real, mine, I.ce_label, rows, st);
-      I.shard.tensor->all_gather(mine, I.ce_lse, static_cast<std::size_t>(rows), DeviceElement::kF32, st);
-      I.shard.tensor->all_reduce(I.ce_label, static_cast<std::size_t>(rows), DeviceElement::kF32, st);
-      vocab_parallel_ce_backward(I.logits, V, in.labels + c0, in.weights + c0, first, real, I.ce_lse, I.tp, I.ce_label,
+      float* mine = w.ce_lse + static_cast<std::int64_t>(I.shard.tensor->rank()) * rows;
+      vocab_parallel_ce_local(w.logits, V, in.labels + c0, in.weights + c0, first, real, mine, w.ce_label, rows, st);
+      I.shard.tensor->all_gather(mine, w.ce_lse, static_cast<std::size_t>(rows), DeviceElement::kF32, st);
+      I.shard.tensor->all_reduce(w.ce_label, static_cast<std::size_t>(rows), DeviceElement::kF32, st);
+      vocab_parallel_ce_backward(w.logits, V, in.labels + c0, in.weights + c0, first, real, w.ce_lse, I.tp, w.ce_label,
                                  in.loss_rows + c0, rows, st);
     }
     I.timer.mark("cross-entropy", st);
     if (!backward) continue;
-    gm.run(true, false, V, d, rows, I.logits, V, x + c0 * d, d, I.G(I.out), true, d, I.grad_beta(I.out), st, fam_k);
-    gm.run(false, false, rows, d, V, I.logits, V, I.W(I.out), d, dx + c0 * d, false, d, 0, st, fam_m);
+    gm.run(true, false, V, d, rows, w.logits, V, x + c0 * d, d, ps.G(I.out), true, d, I.grad_beta(I.out), st, fam_k);
+    gm.run(false, false, rows, d, V, w.logits, V, ps.W(I.out), d, dx + c0 * d, false, d, 0, st, fam_m);
     I.timer.mark("gemm logits bwd", st);
   }
-  accumulate_sum(in.loss_rows, count, I.loss_total, st);
+  accumulate_sum(in.loss_rows, count, w.loss_total, st);
   if (!backward) return;
   I.settle_grad(I.out);  // when no row had loss weight, the output layer's gradient (still fresh) is zero
   if (packed_mlp) {
     // The last MLP's rows stay packed: d residual of the loss rows into dres16's first rows.
-    rmsnorm_backward(I.head_x, I.res_f, I.F(I.lnf), I.rstd_f, I.dres16, false, I.G(I.lnf), I.partial,
+    rmsnorm_backward(w.head_x, w.res_f, ps.F(I.lnf), w.rstd_f, w.dres16, false, ps.G(I.lnf), w.partial,
                      static_cast<int>(count), d, st);
     I.timer.mark("rmsnorm bwd", st);
     return;
   }
-  if (in.head_packed) scatter_rows(I.head_x, in.head_slot, static_cast<int>(I.T), d, I.dh_full, st);
-  I.scatter_sum(I.dh_full, I.dh);
-  rmsnorm_backward(I.dh, I.res_f, I.F(I.lnf), I.rstd_f, I.dres16, false, I.G(I.lnf), I.partial,
-                   static_cast<int>(I.Ts), d, st);
+  if (in.head_packed) scatter_rows(w.head_x, in.head_slot, static_cast<int>(I.acts.T), d, w.dh_full, st);
+  I.scatter_sum(w.dh_full, w.dh);
+  rmsnorm_backward(w.dh, w.res_f, ps.F(I.lnf), w.rstd_f, w.dres16, false, ps.G(I.lnf), w.partial,
+                   static_cast<int>(I.acts.Ts), d, st);
   I.timer.mark("rmsnorm bwd", st);
 }
 
 void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
+  SharedActs& w = I.acts.shared;  // the work buffers
+  const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
-  const int T = static_cast<int>(I.T), Ts = static_cast<int>(I.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
+  const int T = static_cast<int>(I.acts.T), Ts = static_cast<int>(I.acts.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
             qkv = I.qkvdim();
   const AttentionShape as = attention_shape(I, in.causal);
   const QkvShape qs = qkv_shape(I, as);
@@ -306,87 +218,84 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
   for (int l = I.layers - 1; l >= 0; --l) {
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = la[static_cast<std::size_t>(l)];
-    if (I.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true);
+    if (I.acts.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true);
     // The last layer's MLP on the loss rows (as its forward ran): `rows` packed rows, then back to every row.
     const int packed = l == I.layers - 1 ? I.loss_rows_mlp(in) : 0;
     const int rows = packed ? packed : T;
     const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T}, by_k{Gemm::RowFamily::kK, T};
     const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
-    I.gather(I.dres16, I.dres16_full);
-    gm.run(true, false, d, F, rows, I.dres16_full, d, A.act, F, I.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
-    if (I.swiglu_fused && I.swiglu_gemm->run(I.dres16_full, I.W(P.fc2), A.gu, I.dgu, rows, d, F, st)) {
+    I.gather(w.dres16, w.dres16_full);
+    gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
+    if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
       mark("gemm fc2 bwd + swiglu bwd");
     } else {
-      gm.run(false, false, rows, F, d, I.dres16_full, d, I.W(P.fc2), F, I.dact, false, F, 0, st, fam_m);
+      gm.run(false, false, rows, F, d, w.dres16_full, d, ps.W(P.fc2), F, w.dact, false, F, 0, st, fam_m);
       mark("gemm fc2 bwd");
-      swiglu_backward(I.dact, A.gu, I.dgu, rows, F, st);
+      swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
       mark("swiglu bwd");
     }
-    gm.run(true, false, 2 * F, d, rows, I.dgu, 2 * F, A.h2, d, I.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
-    gm.run(false, false, rows, d, 2 * F, I.dgu, 2 * F, I.W(P.fc1), d, I.dh_full, false, d, 0, st, fam_m);
-    I.scatter_sum(I.dh_full, I.dh);
+    gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
+    gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
+    I.scatter_sum(w.dh_full, w.dh);
     mark("gemm fc1 bwd");
-    rmsnorm_backward(I.dh, A.res2, I.F(P.ln2), A.rstd2, I.dres16, true, I.G(P.ln2), I.partial, packed ? packed : Ts,
+    rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
                      d, st);
     if (packed) {
       // d residual on every row: the loss rows' (slot order), zeros elsewhere, through dh into dres16.
-      scatter_rows(I.dres16, in.head_slot, T, d, I.dh, st);
-      check_cuda(cudaMemcpyAsync(I.dres16, I.dh, static_cast<std::size_t>(T) * d * sizeof(bf16),
+      scatter_rows(w.dres16, in.head_slot, T, d, w.dh, st);
+      check_cuda(cudaMemcpyAsync(w.dres16, w.dh, static_cast<std::size_t>(T) * d * sizeof(bf16),
                                  cudaMemcpyDeviceToDevice, st),
                  "residual gradient");
     }
     mark("rmsnorm bwd");
-    I.gather(I.dres16, I.dres16_full);
-    gm.run(true, false, d, qd, T, I.dres16_full, d, A.att, qd, I.G(P.proj), true, qd, I.grad_beta(P.proj), st);
-    gm.run(false, false, T, qd, d, I.dres16_full, d, I.W(P.proj), qd, I.datt, false, qd, 0, st);
+    I.gather(w.dres16, w.dres16_full);
+    gm.run(true, false, d, qd, T, w.dres16_full, d, A.att, qd, ps.G(P.proj), true, qd, I.grad_beta(P.proj), st);
+    gm.run(false, false, T, qd, d, w.dres16_full, d, ps.W(P.proj), qd, w.datt, false, qd, 0, st);
     mark("gemm proj bwd");
-    I.attention->backward(as, A.qkv_rot, A.qkv_raw, A.att, I.datt, A.lse, I.delta, I.dqkv_rot, I.dqkv, st);
+    I.attention->backward(as, A.qkv_rot, A.qkv_raw, A.att, w.datt, A.lse, w.delta, w.dqkv_rot, w.dqkv, st);
     mark("attention bwd");
-    qk_norm_rope_backward(qs, I.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
-                          I.rope_sin, I.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), I.partial, st);
+    qk_norm_rope_backward(qs, w.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
+                          I.rope_sin, w.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), w.partial, st);
     mark("qk-norm+rope bwd");
-    gm.run(true, false, qkv, d, T, I.dqkv, qkv, A.h1, d, I.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
-    gm.run(false, false, T, d, qkv, I.dqkv, qkv, I.W(P.qkv), d, I.dh_full, false, d, 0, st);
-    I.scatter_sum(I.dh_full, I.dh);
+    gm.run(true, false, qkv, d, T, w.dqkv, qkv, A.h1, d, ps.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
+    gm.run(false, false, T, d, qkv, w.dqkv, qkv, ps.W(P.qkv), d, w.dh_full, false, d, 0, st);
+    I.scatter_sum(w.dh_full, w.dh);
     mark("gemm qkv bwd");
-    rmsnorm_backward(I.dh, A.res1, I.F(P.ln1), A.rstd1, I.dres16, true, I.G(P.ln1), I.partial, Ts, d, st);
+    rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st);
     mark("rmsnorm bwd");
     if (I.layer_hook) I.layer_hook(I.first_layer + l);
   }
   // The residual gradient leaves the layers in fp32: the embedding's backward and a previous stage take it so.
-  bf16_to_f32(I.dres16, I.dres, I.Ts * d, st);
+  bf16_to_f32(w.dres16, w.dres, I.acts.Ts * d, st);
   if (I.pre) {
     // Every row's gradient reaches the rank's rows of the table (under SP gathered first).
     if (I.sp)
-      I.shard.tensor->all_gather(I.dres, I.dres_full, static_cast<std::size_t>(I.Ts * d), DeviceElement::kF32, st);
-    embedding_backward(I.dres_full, in.order, in.segments, in.num_segments, in.combine, in.num_combine, I.emb_partial,
-                       I.G(I.emb), I.sparse_emb ? I.emb_rows_written : nullptr, d, st);
+      I.shard.tensor->all_gather(w.dres, w.dres_full, static_cast<std::size_t>(I.acts.Ts * d), DeviceElement::kF32, st);
+    embedding_backward(w.dres_full, in.order, in.segments, in.num_segments, in.combine, in.num_combine, w.emb_partial,
+                       ps.G(I.emb), I.deferred.on ? I.deferred.written : nullptr, d, st);
     mark("embedding bwd");
   }
 }
 
 }  // namespace
 
-void CudaModel::upload_inputs(int k, const CudaBatch& batch) { upload_micro_batch(*impl_, k, batch, Upload::kTraining); }
+void CudaModel::upload_inputs(int k, const CudaBatch& batch) {
+  upload_micro_batch(*impl_, k, batch, Upload::kTraining);
+}
 
 void CudaModel::reserve_slots(int count) {
   if (count > 0) impl_->slot_acts(count - 1);
 }
-std::int64_t CudaModel::stage_rows() const { return impl_->Ts; }
+std::int64_t CudaModel::stage_rows() const { return impl_->acts.Ts; }
 void* CudaModel::stage_input(int slot) { return impl_->slot_acts(slot)[0].res1; }
-const void* CudaModel::stage_output() const { return impl_->stage_out; }
-float* CudaModel::stage_output_grad() { return impl_->dres_in; }
-const float* CudaModel::stage_input_grad() const { return impl_->dres; }
-
-MicroInputs& CudaModel::Impl::uploaded(int k) {
-  if (k < 0 || k >= static_cast<int>(inputs.size())) fail(fmt::format("CudaModel: micro-batch {} was not uploaded", k));
-  return inputs[static_cast<std::size_t>(k)];
-}
+const void* CudaModel::stage_output() const { return impl_->acts.shared.stage_out; }
+float* CudaModel::stage_output_grad() { return impl_->acts.shared.dres_in; }
+const float* CudaModel::stage_input_grad() const { return impl_->acts.shared.dres; }
 
 void CudaModel::forward_stage(int k, int slot, bool training) {
   auto& I = *impl_;
-  const MicroInputs& in = I.uploaded(k);
-  if (I.post) I.use_head(slot);
+  const MicroInputs& in = I.inputs.uploaded(k);
+  if (I.post) I.acts.use_head(slot);
   enqueue_forward(I, in, I.slot_acts(slot));
   if (!I.post) return;
   if (!training) enqueue_head(I, in, false);
@@ -394,13 +303,13 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
 
 void CudaModel::backward_stage(int k, int slot) {
   auto& I = *impl_;
-  const MicroInputs& in = I.uploaded(k);
+  const MicroInputs& in = I.inputs.uploaded(k);
   if (I.post) {
     // The head's inputs are the slot's (its forward may not be the last one run).
-    I.use_head(slot);
+    I.acts.use_head(slot);
     enqueue_head(I, in, true);
   } else {
-    f32_to_bf16(I.dres_in, I.dres16, I.Ts * I.d(), I.stream);
+    f32_to_bf16(I.acts.shared.dres_in, I.acts.shared.dres16, I.acts.Ts * I.d(), I.stream);
   }
   enqueue_backward_layers(I, in, I.slot_acts(slot));
   I.timer.finish();
@@ -409,10 +318,10 @@ void CudaModel::backward_stage(int k, int slot) {
 
 double CudaModel::take_loss() {
   auto& I = *impl_;
-  if (!I.loss_total) return 0;
+  if (!I.acts.shared.loss_total) return 0;
   double loss = 0;
-  check_cuda(cudaMemcpyAsync(&loss, I.loss_total, sizeof loss, cudaMemcpyDeviceToHost, I.stream), "loss");
-  check_cuda(cudaMemsetAsync(I.loss_total, 0, sizeof(double), I.stream), "loss");
+  check_cuda(cudaMemcpyAsync(&loss, I.acts.shared.loss_total, sizeof loss, cudaMemcpyDeviceToHost, I.stream), "loss");
+  check_cuda(cudaMemsetAsync(I.acts.shared.loss_total, 0, sizeof(double), I.stream), "loss");
   synchronize();
   return loss;
 }

@@ -51,8 +51,7 @@ void by_group(const SequenceBatch& b, std::int64_t width, std::vector<T>& out, R
 
 CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights,
                                 const CudaOptions& options) {
-  (void)options;  // wired into CudaModel by the options change
-  auto model = std::make_shared<CudaModel>(config);
+  auto model = std::make_shared<CudaModel>(config, CudaShard{}, options);
   for (const auto& spec : ckpt::model_tensors(model->config())) {
     auto it = weights.find(spec.name);
     if (it == weights.end()) fail(fmt::format("CUDA sampling: the checkpoint has no tensor {}", spec.name));

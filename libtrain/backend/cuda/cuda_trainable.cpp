@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -57,14 +58,15 @@ class CudaStage final : public PipelineStage {
 // summed over the replica's ranks. Parameters, gradients and optimizer state are the chunks' in chunk order.
 class CudaTrainable final : public TrainableModel, public DeviceTraining {
  public:
-  CudaTrainable(const ckpt::ModelConfig& config, std::uint64_t seed, const CudaParallelGroups& parallel)
+  CudaTrainable(const ckpt::ModelConfig& config, std::uint64_t seed, const CudaParallelGroups& parallel,
+                const CudaOptions& cuda)
       : parallel_(parallel), options_{} {
     const int chunks = parallel.host ? std::max(parallel.virtual_stages, 1) : 1;
     if (chunks > 1 && (!parallel.host || parallel.host->config.pipeline < 2))
       fail("interleaved pipelines need --pipeline-model-parallel-size of at least 2 (as in Megatron)");
     for (int v = 0; v < chunks; ++v) {
       void* stream = chunks_.empty() ? nullptr : chunks_.front()->stream();
-      chunks_.push_back(std::make_unique<CudaModel>(config, shard_of(config, parallel, v, chunks, stream)));
+      chunks_.push_back(std::make_unique<CudaModel>(config, shard_of(config, parallel, v, chunks, stream), cuda));
       chunks_.back()->set_recompute_layers(parallel.recompute_layers);
       if (parallel.sparse_embedding_grad && !parallel.host && !config.tie_word_embeddings)
         chunks_.back()->set_sparse_embedding_grad(true);
@@ -111,6 +113,11 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   double forward_backward_all(std::span<const ModelBatch> batches) override { return run(batches, true); }
   double forward_loss_all(std::span<const ModelBatch> batches) override { return run(batches, false); }
   DeviceTraining* device_training() override { return this; }
+  // The phase table of the steps so far with CudaOptions::profile (CudaModel::profile_report: the whole model
+  // only), "" without it.
+  std::string profile_report() {
+    return chunks_.front()->options().profile ? chunks_.front()->profile_report() : std::string();
+  }
 
   void finish_gradients() override {
     if (!reducers_.empty()) {
@@ -389,8 +396,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
 
 std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& config, std::uint64_t seed,
                                                     const CudaParallelGroups& parallel, const CudaOptions& options) {
-  (void)options;  // wired into CudaModel by the options change
-  return std::make_unique<CudaTrainable>(config, seed, parallel);
+  return std::make_unique<CudaTrainable>(config, seed, parallel, options);
 }
 
 }  // namespace dlm::train

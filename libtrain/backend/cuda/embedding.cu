@@ -4,8 +4,8 @@
 // tokens are grouped by id on the host (embedding_plan: stable, token order within an id) and cut into
 // segments of at most kEmbeddingSegment tokens; one block sums one segment's rows in order. An id with
 // one segment adds into its row directly; an id with several (the diffusion objective puts the mask
-// token at about half of all positions: one block summing those thousands of rows alone took ~4 ms of
-// the 1.7B step) writes per-segment partial rows that a second kernel adds up in segment order.
+// token at about half of all positions: one block summing those thousands of rows alone would hold up the
+// whole backward) writes per-segment partial rows that a second kernel adds up in segment order.
 #include <algorithm>
 #include <numeric>
 
@@ -113,9 +113,6 @@ void embedding_plan(const int* ids, int tokens, std::vector<int>& order, std::ve
     k = end;
   }
 }
-
-std::int64_t embedding_plan_segments(int tokens) { return tokens + tokens / kEmbeddingSegment + 2; }
-std::int64_t embedding_plan_slots(int tokens) { return 2 * (tokens / kEmbeddingSegment) + 2; }
 
 void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, int dim, cudaStream_t stream) {
   const std::int64_t vecs = std::int64_t{tokens} * (dim / 8);

@@ -1,7 +1,5 @@
 #include "gemm.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -16,15 +14,6 @@ void check_lt(cublasStatus_t status, const char* what) {
 }
 
 }  // namespace
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(fmt::format("{}: {}", what, cudaGetErrorString(status)));
-}
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
 
 // One GEMM's cuBLASLt descriptors, destroyed with it.
 struct Gemm::Descriptors {
@@ -54,7 +43,7 @@ struct Gemm::Descriptors {
   Descriptors& operator=(const Descriptors&) = delete;
 };
 
-Gemm::Gemm() : tune_(!env_is("DLM_CUDA_DETERMINISTIC", "1") && !env_is("DLM_CUDA_GEMM_TUNE", "0")) {
+Gemm::Gemm(bool tune) : tune_(tune) {
   check_lt(cublasLtCreate(&handle_), "create");
   check_cuda(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc (GEMM workspace)");
 }

@@ -4,9 +4,9 @@
 // come from cuBLASLt's heuristic once per shape and are cached. Tuned (the default): a shape of at least
 // kTuneFlops is timed, at its first call that overwrites C (beta 0) outside a graph capture, with each of the
 // heuristic's first kTuneCandidates algorithms on that call's own operands (C is about to be overwritten), and
-// the fastest is kept: at some of the training step's shapes the heuristic's first leaves 4-25% (H100:
-// benchmarks/train/gemm_bench). Timing picks by the clock, so a run may pick another algorithm than the last
-// (rounding differs); DLM_CUDA_DETERMINISTIC=1 and DLM_CUDA_GEMM_TUNE=0 keep the heuristic's first.
+// the fastest is kept, because the heuristic's first is not the fastest at some of the training step's shapes
+// (benchmarks/train/gemm_bench times them). Timing picks by the clock, so a run may pick another algorithm than
+// the last (rounding differs); untuned (CudaOptions::deterministic) keeps the heuristic's first.
 #pragma once
 
 #include <cublasLt.h>
@@ -23,7 +23,7 @@ namespace dlm::train::cuda {
 
 class Gemm {
  public:
-  Gemm();
+  explicit Gemm(bool tune = true);
   ~Gemm();
   static constexpr double kTuneFlops = 1e10;
   static constexpr int kTuneCandidates = 8;

@@ -10,17 +10,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda_check.h"
+
 namespace dlm::train::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// Throws dlm::Error "<what>: <cudaGetErrorString>" when `status` is not cudaSuccess.
-void check_cuda(cudaError_t status, const char* what);
 // The current device's multiprocessor count: grids sized as blocks a multiprocessor (tuned on the H100's 132)
 // fill any GPU in one wave.
 int multiprocessors();
-// Whether environment variable `name` is set to exactly `value` (the backend's A/B and reference switches).
-bool env_is(const char* name, const char* value);
 
 // rmsnorm.cu: fused residual add + RMSNorm.
 //   forward: s = x + add (add may be null: s = x); y = s * rstd * w, rstd = 1 / sqrt(mean(s^2) + eps).
@@ -75,8 +73,9 @@ void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t row
 // (no atomics): embedding_plan groups the tokens by id on the host (order: token indices sorted by id,
 // stable) and cuts each id's run into segments of at most kEmbeddingSegment tokens; an id of one segment
 // adds into its row directly (slot -1), one of several sums its segments into partial rows `slot`, which
-// `combine` adds up in order. dim % 4 == 0. Buffers: order [tokens], segments embedding_plan_segments(tokens),
-// combine and partial rows embedding_plan_slots(tokens) (partial: that many rows of dim floats).
+// `combine` adds up in order. dim % 4 == 0. Buffers: order [tokens], segments cuda_embedding_segments(tokens),
+// combine and partial rows cuda_embedding_slots(tokens) (partial: that many rows of dim floats; both in
+// dlm/train/cuda_memory_plan.h, where kCudaEmbeddingSegment is this constant).
 constexpr int kEmbeddingSegment = 32;
 struct EmbeddingSegment {
   int id, begin, end, slot;
@@ -86,8 +85,6 @@ struct EmbeddingCombine {
 };
 void embedding_plan(const int* ids, int tokens, std::vector<int>& order, std::vector<EmbeddingSegment>& segments,
                     std::vector<EmbeddingCombine>& combine);
-std::int64_t embedding_plan_segments(int tokens);
-std::int64_t embedding_plan_slots(int tokens);
 void embedding_forward(const int* ids, const bf16* table, bf16* x, int tokens, int dim, cudaStream_t stream);
 // rows_written (may be null): a flag per table row, set to 1 for every row the backward adds into.
 void embedding_backward(const float* dx, const int* order, const EmbeddingSegment* segments, int num_segments,

@@ -1,17 +1,10 @@
 #include "phase_timer.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include <fmt/format.h>
 
 namespace dlm::train::cuda {
-
-PhaseTimer::PhaseTimer() {
-  const char* env = std::getenv("DLM_CUDA_PROFILE");
-  enabled_ = env && std::string_view(env) != "0" && std::string_view(env) != "";
-}
 
 PhaseTimer::~PhaseTimer() {
   for (auto e : pool_) cudaEventDestroy(e);

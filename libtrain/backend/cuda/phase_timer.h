@@ -1,4 +1,4 @@
-// PhaseTimer: where a training step's GPU time goes, by phase (DLM_CUDA_PROFILE=1). An event is recorded
+// PhaseTimer: where a training step's GPU time goes, by phase (CudaOptions::profile). An event is recorded
 // on the stream after each phase; the time between consecutive events is charged to the phase that ended.
 // Off (the default) it records nothing, so the step stays free of synchronisation.
 #pragma once
@@ -14,7 +14,7 @@ namespace dlm::train::cuda {
 
 class PhaseTimer {
  public:
-  PhaseTimer();
+  explicit PhaseTimer(bool enabled = false) : enabled_(enabled) {}
   ~PhaseTimer();
   bool enabled() const { return enabled_; }
   // A model-parallel shard: its steps interleave micro-batches and collectives, phases would mislead.

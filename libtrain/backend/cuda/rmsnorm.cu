@@ -1,13 +1,12 @@
 // Fused residual add + RMSNorm, forward and backward.
 //   s = x + add;  rstd = 1 / sqrt(mean(s^2) + eps);  y = s * rstd * w
 //   backward, with g = dy * w and xh = s * rstd:  ds = rstd * (g - xh * mean(g * xh));  dw = sum_rows dy * xh
-//   dres <- bf16(dres + ds): the residual gradient is bf16 (Megatron's choice; it was fp32 plus a bf16 copy for
-//   the GEMMs, 14 bytes an element a norm against 8 now: 350M 4.9 -> 3.4 ms a step).
+//   dres <- bf16(dres + ds): the residual gradient is bf16 (Megatron's choice): one buffer is both the sum and
+//   the next GEMMs' input, 8 bytes an element a norm moved instead of 14 for an fp32 sum with a bf16 copy.
 // The residual sum s is rounded to bf16 before it is normalised, so that the backward sees exactly what
 // the forward normalised. Weight gradients are summed per block into fixed columns of shared memory and
 // then over blocks in a fixed order: the result does not depend on scheduling (deterministic mode free).
 #include <algorithm>
-#include <cstdlib>
 
 #include "common.cuh"
 #include "kernels.h"
@@ -185,11 +184,10 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, con
 }
 
 // One 16-byte vector a thread and one row a block (blockDim = dim / 8, a multiple of 32): the thread keeps
-// its 8 dw sums in registers across rows, so registers stay few (64: at dim 2048, 4 blocks a multiprocessor; the
-// warp-per-row form above holds VPL x 8 sums and the row in registers: at dim 2048 it ran at ~60% of the
-// bandwidth, 2 blocks a multiprocessor). dres is loaded before the row's reduction so that the load is in
-// flight during the barrier. H100, per 1.7B step: 7.7 -> 7.2 ms at dim 2048; at dim 1024 (128-thread
-// blocks) it measured 5.8 ms against the warp form's 5.1, so it runs from dim 2048 up.
+// its 8 dw sums in registers across rows, so registers stay few (64 at dim 2048: 4 blocks a multiprocessor,
+// where the warp-per-row form above holds VPL x 8 sums and the row in registers and fits 2). dres is loaded
+// before the row's reduction so that the load is in flight during the barrier. It runs from dim 2048 up; below
+// that its blocks are too small to keep the memory busy.
 __global__ void __launch_bounds__(1024) rmsnorm_bwd_vec(const bf16* dy, const bf16* s, const float* w,
                                                         const float* rstd, bf16* dres, bool accumulate,
                                                         float* partial, int rows, int dim) {
@@ -299,18 +297,8 @@ int vec_blocks() { return 4 * multiprocessors(); }
 // One 16-byte vector a thread fits a block: blockDim = dim / 8, a multiple of 32 and at most 1024.
 bool one_vector_a_thread(int dim) { return dim % 256 == 0 && dim / 8 <= 1024; }
 bool vec_form(int dim) { return one_vector_a_thread(dim) && dim >= 2048; }
-// The A/B switches, read once (these launchers run ~60 times a step).
-bool forward_loop_forced() {
-  static const bool forced = std::getenv("DLM_CUDA_RMSNORM_FWD_LOOP") != nullptr;
-  return forced;
-}
-bool backward_warp_forced() {
-  static const bool forced = std::getenv("DLM_CUDA_RMSNORM_WARP") != nullptr;
-  return forced;
-}
-// Below dim 2048 (H100, 350M step: the warp form's 3.34 ms -> 3.09); at 2048 the one-row vector form above
-// measured the same within noise (3.48 vs 3.57 ms a 1.7B step) and stays.
-bool rows_form(int dim) { return one_vector_a_thread(dim) && dim < 2048 && !backward_warp_forced(); }
+// Below dim 2048 several rows a block keep enough bytes in flight; from 2048 the one-row vector form does as well.
+bool rows_form(int dim) { return one_vector_a_thread(dim) && dim < 2048; }
 
 int backward_blocks(int rows, int dim) {
   if (rows_form(dim)) return std::min((rows + kRowsAtOnce - 1) / kRowsAtOnce, rows_form_blocks(dim));
@@ -322,7 +310,7 @@ int backward_blocks(int rows, int dim) {
 
 void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd, int rows,
                      int dim, float eps, cudaStream_t stream) {
-  if (one_vector_a_thread(dim) && !forward_loop_forced())
+  if (one_vector_a_thread(dim))
     return rmsnorm_fwd_vec<<<rows, dim / 8, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps);
   rmsnorm_fwd<<<rows, kThreads, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps);
 }
@@ -337,7 +325,7 @@ void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float
     sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;
   }
-  if (vec_form(dim) && !backward_warp_forced()) {
+  if (vec_form(dim)) {
     rmsnorm_bwd_vec<<<blocks, dim / 8, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
     sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;

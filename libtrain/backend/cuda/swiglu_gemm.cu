@@ -84,10 +84,9 @@ using LayoutD = cutlass::layout::RowMajor;  // dgu halves [T, F], row stride 2F
 constexpr int kAlign = 8;                   // 16 bytes of bf16
 
 // Ping-pong: two consumer warp groups take turns, one's epilogue (the aux loads, the SwiGLU math, two stores)
-// overlapping the other's MMAs. H100, the fc2 backward's phase (weight GEMM, data GEMM, SwiGLU backward) per
-// step: 1.7B 21.9 -> 19.2 ms, 350M 10.3 -> 8.0 ms. The cooperative 128x256 schedule, whose epilogue holds up the
-// MMAs, was slower than the unfused pair (25.0 and 10.4 ms); 128x128 in clusters of 1x2 or none, ping-pong
-// 64x256 and a cooperative 256x128 also lost (docs/performance.md).
+// overlapping the other's MMAs. A cooperative schedule's epilogue holds up the MMAs, which costs more than the
+// fusion saves; the tile and cluster shapes are the fastest of those timed at the benchmark models' fc2 shapes
+// (the profile's "gemm fc2 bwd + swiglu bwd" phase, cuda_train_bench --profile).
 using TileShape = Shape<_128, _128, _64>;
 using ClusterShape = Shape<_2, _1, _1>;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
