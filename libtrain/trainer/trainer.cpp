@@ -10,7 +10,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/train/metrics.h"
-#include "../parallel/grad_buffer.h"
+#include "gradient_step.h"
 
 namespace dlm::train {
 namespace {
@@ -34,24 +34,6 @@ void check_options(const TrainerOptions& o) {
     fail("the diffusion objective needs --mask-token (or a tokenizer with <|mask_token|>)");
 }
 
-// The squared L2 norm of the gradients this rank counts (replicas of other model-parallel ranks' tensors
-// are not counted: Megatron's param_is_not_tensor_parallel_duplicate and shared-embedding rules).
-double squared_norm(std::span<const ParamRef> params) {
-  double sum_sq = 0;
-  for (const auto& p : params)
-    if (p.in_grad_norm)
-      for (float g : p.grad) sum_sq += static_cast<double>(g) * g;
-  return sum_sq;
-}
-
-// Megatron's clipping (optimizer.h) by a global norm computed beforehand.
-void scale_gradients(std::span<const ParamRef> params, double max_norm, double norm) {
-  const double coeff = clip_coefficient(max_norm, norm);
-  if (coeff >= 1.0) return;
-  for (const auto& p : params)
-    for (float& g : p.grad) g = static_cast<float>(g * coeff);
-}
-
 std::string eta(double seconds) {
   auto s = static_cast<std::int64_t>(seconds);
   return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
@@ -63,7 +45,7 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
                  Communicator* data_parallel, Communicator* device_data_parallel)
     : options_(std::move(options)), model_(model), train_(train), valid_(valid), dp_(data_parallel),
       device_dp_(device_data_parallel),
-      optimizer_(options_.adam), schedule_((check_options(options_), options_.lr)) {
+      schedule_((check_options(options_), options_.lr)) {
   const int dp = dp_ ? dp_->size() : 1;
   if (options_.global_batch_size % (options_.micro_batch_size * dp) != 0)
     fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
@@ -79,59 +61,22 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
-  if (DeviceTraining* device = model_.device_training()) {
-    // The distributed optimizer on the GPU is the model's own (device.h): it must have been made for this
-    // data-parallel group, and without the option it must not be sharded.
-    const int shards = options_.use_distributed_optimizer ? static_cast<int>(dp) : 1;
-    if (device->optimizer_shards() != shards)
-      fail(fmt::format("the GPU model's optimizer is split {} ways, and --use-distributed-optimizer over {} "
-                       "data-parallel ranks needs {}",
-                       device->optimizer_shards(), dp, shards));
-    if (dp > 1) {
-      // The trainer's own all-reduce needs the device communicator; a model that reduces its gradients itself
-      // (the distributed optimizer, the overlapped reduction) brings its group (NCCL, or staged for tests).
-      if (device_dp_ ? device_dp_->size() != dp : !device->reduces_gradients())
-        fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
-      // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16
-      // copies. A distributed optimizer's rank holds only its range of the master weights, so rank 0 has none
-      // of the others' to send; nor is there a need: the GPU model draws its init from counter streams keyed
-      // by the global tensor (never the rank), so every replica starts from the same weights, and a checkpoint
-      // loads the same values on every rank. (Without a device communicator, groups staged for tests, the
-      // broadcast is left to that fact too.)
-      if (shards == 1 && device_dp_) {
-        for (const DeviceSpan& weights : device->parameter_buffers())
-          device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
-        device->parameters_written();
-      }
-    }
-    return;
-  }
-  if (dp_ && (dp > 1 || options_.use_distributed_optimizer)) {
-    const auto params = model_.parameters();
-    buffer_ = std::make_unique<GradBuffer>(params, dp, dp_->rank(), options_.ddp_bucket_size);
-    // Megatron's DDP starts every replica from rank 0's weights, whatever each initialised.
-    for (const auto& p : params) dp_->broadcast(p.value, 0);
-  }
+  step_ = make_gradient_step(options_, model_, dp_, device_dp_);
 }
 
 Trainer::~Trainer() = default;
 
-std::size_t Trainer::overlapped_buckets() const {
-  if (const DeviceTraining* device = model_.device_training()) return device->buckets_reduced_in_backward();
-  return buffer_ && options_.overlap_grad_reduce ? buffer_->buckets_started_early() : 0;
-}
+std::size_t Trainer::overlapped_buckets() const { return step_->overlapped_buckets(); }
 
 void Trainer::resume(const TrainProgress& progress, AdamW optimizer_state) {
   progress_ = progress;
-  if (DeviceTraining* device = model_.device_training()) device->load_optimizer_state(optimizer_state);
-  else if (buffer_ && options_.use_distributed_optimizer) optimizer_ = buffer_->shard_optimizer(optimizer_state, model_.parameters());
-  else optimizer_ = std::move(optimizer_state);
+  step_->load_optimizer_state(std::move(optimizer_state));
 }
 
 AdamW Trainer::optimizer_state() const {
-  if (DeviceTraining* device = model_.device_training()) return device->optimizer_state();
-  if (buffer_ && options_.use_distributed_optimizer) return buffer_->gather_optimizer(optimizer_, model_.parameters(), *dp_);
-  return optimizer_;
+  AdamW whole{options_.adam};
+  step_->with_optimizer_state([&](const AdamW& state) { whole = state; });
+  return whole;
 }
 
 SampleBatch Trainer::read_batch(const SampleSource& source, std::uint64_t first) const {
@@ -166,7 +111,6 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
   const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
   model_.zero_grad();
-  double loss = 0;
   std::vector<ModelBatch> batches;
   for (std::int64_t m = dp_rank; m < micro; m += dp) {
     const auto first = static_cast<std::uint64_t>(iteration * options_.global_batch_size + m * options_.micro_batch_size);
@@ -175,67 +119,13 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     for (float& w : batch.weights) w /= static_cast<float>(micro);
     batches.push_back(std::move(batch));
   }
-  // --overlap-grad-reduce: each bucket's reduction starts as soon as the last micro-batch's backward has
-  // finished its gradients, and runs while the rest of the backward computes.
-  const bool overlap = buffer_ && options_.overlap_grad_reduce;
-  if (overlap) {
-    buffer_->begin_overlap(model_.parameters(), *dp_, options_.use_distributed_optimizer);
-    model_.set_gradient_ready_hook([this](std::size_t param) { buffer_->mark_ready(param); });
-  }
-  loss += model_.forward_backward_all(batches);
+  step_->before_backward();
+  double loss = model_.forward_backward_all(batches);
   model_.finish_gradients();
-  if (overlap) {
-    model_.set_gradient_ready_hook({});
-    buffer_->finish_overlap();
-  }
-  if (DeviceTraining* device = model_.device_training()) {
-    if (dp > 1) {
-      // The gradients summed over the replicas in device memory (one buffer per model chunk, NCCL; the
-      // distributed optimizer's model has summed its range already, and a model overlapping the reduction
-      // with its backward all of them); the loss on the host.
-      if (!device->reduces_gradients()) {
-        for (const DeviceSpan& grads : device->gradient_buffers())
-          device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
-      }
-      dp_->all_reduce(std::span<double>(&loss, 1));
-    }
-    // Clipping and AdamW run beside the weights; only the norm comes back to the host.
-    grad_norm = device->grad_norm();
-    applied = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (applied) device->step(options_.adam, lr, options_.clip_grad);
-    else model_.zero_grad();
-    return loss;
-  }
-  auto params = model_.parameters();
-  if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&loss, 1));
-  if (buffer_ && options_.use_distributed_optimizer) {
-    // ZeRO-1: each rank clips and updates the pieces it owns; the norm is the global one.
-    if (!overlap) buffer_->reduce_scatter_gradients(params, *dp_);
-    auto shard = buffer_->shard_params(params);
-    double sum_sq = squared_norm(shard);
-    dp_->all_reduce(std::span<double>(&sum_sq, 1));
-    model_.sum_over_model(std::span<double>(&sum_sq, 1));
-    grad_norm = std::sqrt(sum_sq);
-    applied = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (applied) {
-      scale_gradients(shard, options_.clip_grad, grad_norm);
-      optimizer_.step(shard, lr);
-      buffer_->all_gather_weights(params, *dp_);
-    } else {
-      model_.zero_grad();
-    }
-    return loss;
-  }
-  if (buffer_ && !overlap) buffer_->all_reduce_gradients(params, *dp_);
-  double sum_sq = squared_norm(params);
-  model_.sum_over_model(std::span<double>(&sum_sq, 1));
-  grad_norm = std::sqrt(sum_sq);
-  applied = std::isfinite(loss) && std::isfinite(grad_norm);
-  if (applied) {
-    scale_gradients(params, options_.clip_grad, grad_norm);
-    optimizer_.step(params, lr);
-  }
-  else model_.zero_grad();
+  step_->after_backward();
+  const StepResult result = step_->apply(loss, lr);
+  grad_norm = result.grad_norm;
+  applied = result.applied;
   return loss;
 }
 
@@ -268,12 +158,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   std::int64_t last_saved = -1;
   const auto save_now = [&] {
     if (!save) return;
-    if ((buffer_ && options_.use_distributed_optimizer) || model_.device_training()) {
-      const AdamW whole = optimizer_state();
-      save(progress_, model_, whole);
-    } else {
-      save(progress_, model_, optimizer_);
-    }
+    step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
     last_saved = progress_.iteration;
   };
   std::vector<IterationStats> stats;

@@ -170,7 +170,7 @@ struct IterationStats {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, seconds = 0;
 };
 
-class GradBuffer;
+class GradientStep;
 
 class Trainer {
  public:
@@ -213,8 +213,8 @@ class Trainer {
   const SampleSource* valid_;
   Communicator* dp_;
   Communicator* device_dp_;  // the data-parallel group over device memory (a model trained on a GPU)
-  std::unique_ptr<GradBuffer> buffer_;  // data parallelism's gradient buckets (DP > 1 or sharded optimizer)
-  AdamW optimizer_;  // moments per parameter, or per owned piece under the distributed optimizer
+  // The optimizer arrangement (host, sharded host, on the device), chosen once here: libtrain/trainer/gradient_step.h.
+  std::unique_ptr<GradientStep> step_;
   LrSchedule schedule_;
   TrainProgress progress_;
 };
