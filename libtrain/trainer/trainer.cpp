@@ -9,6 +9,7 @@
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/batch_plan.h"
 #include "dlm/train/metrics.h"
 #include "gradient_step.h"
 
@@ -21,10 +22,7 @@ constexpr std::uint64_t kValidationSeedSalt = 0x9e3779b97f4a7c15ull;
 
 void check_options(const TrainerOptions& o) {
   if (o.train_iters <= 0) fail(fmt::format("--train-iters: {} must be positive", o.train_iters));
-  if (o.micro_batch_size <= 0) fail(fmt::format("--micro-batch-size: {} must be positive", o.micro_batch_size));
-  if (o.global_batch_size <= 0 || o.global_batch_size % o.micro_batch_size != 0)
-    fail(fmt::format("--global-batch-size {} must be a positive multiple of --micro-batch-size {}",
-                     o.global_batch_size, o.micro_batch_size));
+  BatchPlan(o.global_batch_size, o.micro_batch_size);  // the batch sizes' own errors, in flag order
   if (o.seq_length < 2) fail(fmt::format("--seq-length: {} must be at least 2", o.seq_length));
   if (o.log_interval <= 0) fail(fmt::format("--log-interval: {} must be positive", o.log_interval));
   if (o.eval_interval < 0 || o.eval_iters < 0) fail("--eval-interval and --eval-iters must not be negative");
@@ -45,11 +43,9 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
                  Communicator* data_parallel, Communicator* device_data_parallel)
     : options_(std::move(options)), model_(model), train_(train), valid_(valid), dp_(data_parallel),
       device_dp_(device_data_parallel),
-      schedule_((check_options(options_), options_.lr)) {
-  const int dp = dp_ ? dp_->size() : 1;
-  if (options_.global_batch_size % (options_.micro_batch_size * dp) != 0)
-    fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
-                     options_.global_batch_size, options_.micro_batch_size, dp));
+      schedule_((check_options(options_), options_.lr)),
+      plan_(options_.global_batch_size, options_.micro_batch_size, dp_ ? dp_->size() : 1),
+      dp_rank_(dp_ ? dp_->rank() : 0) {
   const auto needed = static_cast<std::uint64_t>(options_.train_iters * options_.global_batch_size);
   if (train.size() < needed)
     fail(fmt::format("the training data has {} samples; --train-iters {} x --global-batch-size {} needs {}",
@@ -108,13 +104,13 @@ NonFinitePolicy parse_non_finite_policy(const std::string& name) {
 }
 
 double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied) {
-  const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
-  const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
+  const std::int64_t micro = plan_.micro_batches();
   model_.zero_grad();
   std::vector<ModelBatch> batches;
-  for (std::int64_t m = dp_rank; m < micro; m += dp) {
-    const auto first = static_cast<std::uint64_t>(iteration * options_.global_batch_size + m * options_.micro_batch_size);
-    ModelBatch batch = make_model_batch(options_.objective, read_batch(train_, first), {iteration, micro, m, true});
+  for (std::int64_t k = 0; k < plan_.micro_batches_per_rank(); ++k) {
+    const std::int64_t m = plan_.micro_batch(dp_rank_, k);
+    ModelBatch batch =
+        make_model_batch(options_.objective, read_batch(train_, plan_.first_sample(iteration, m)), {iteration, micro, m, true});
     // Megatron averages the micro-batches' losses: fold 1/micro into the weights.
     for (float& w : batch.weights) w /= static_cast<float>(micro);
     batches.push_back(std::move(batch));
@@ -133,18 +129,17 @@ double Trainer::evaluate() {
   if (!valid_ || options_.eval_iters <= 0) return std::nan("");
   ObjectiveOptions objective = options_.objective;
   objective.seed ^= kValidationSeedSalt;
-  const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
-  const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
+  const std::int64_t micro = plan_.micro_batches();
   double total = 0;
-  for (std::int64_t k = 0; k < options_.eval_iters; ++k) {
+  for (std::int64_t i = 0; i < options_.eval_iters; ++i) {
     std::vector<ModelBatch> batches;
-    for (std::int64_t m = dp_rank; m < micro; m += dp) {
-      const auto first = static_cast<std::uint64_t>(k * options_.global_batch_size + m * options_.micro_batch_size);
-      batches.push_back(make_model_batch(objective, read_batch(*valid_, first), {k, micro, m, false}));
+    for (std::int64_t k = 0; k < plan_.micro_batches_per_rank(); ++k) {
+      const std::int64_t m = plan_.micro_batch(dp_rank_, k);
+      batches.push_back(make_model_batch(objective, read_batch(*valid_, plan_.first_sample(i, m)), {i, micro, m, false}));
     }
     total += model_.forward_loss_all(batches);
   }
-  if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&total, 1));
+  if (plan_.data_parallel() > 1) dp_->all_reduce(std::span<double>(&total, 1));
   return total / static_cast<double>(options_.eval_iters * micro);
 }
 

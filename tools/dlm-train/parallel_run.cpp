@@ -7,6 +7,7 @@
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/batch_plan.h"
 #include "dlm/train/device.h"
 #include "dlm/train/model_parallel.h"
 #include "dlm/train/parallel_plan.h"
@@ -31,9 +32,12 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in Megatron)");
   const int model_ranks = args.tensor_parallel * args.pipeline_parallel;
   if (args.layers_per_virtual_stage > 0 && model_ranks > 0 && run.launch.world_size % model_ranks == 0) {
-    const std::int64_t per_rank = args.trainer.micro_batch_size * (run.launch.world_size / model_ranks);
-    if (per_rank > 0 && args.trainer.global_batch_size % per_rank == 0)
-      train::check_interleaved_micro_batches(args.pipeline_parallel, args.trainer.global_batch_size / per_rank);
+    // Sizes the plan refuses are the trainer's one-line error later; here only the schedule's own condition.
+    const int data = run.launch.world_size / model_ranks;
+    const std::int64_t global = args.trainer.global_batch_size, micro = args.trainer.micro_batch_size;
+    if (train::BatchPlan::valid(global, micro, data))
+      train::check_interleaved_micro_batches(args.pipeline_parallel,
+                                             train::BatchPlan(global, micro, data).micro_batches_per_rank());
   }
   if (run.launch.world_size == 1) {
     if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlm/train/batch_plan.h"
 #include "dlm/train/communicator.h"
 #include "dlm/train/lr_schedule.h"
 #include "dlm/train/objective.h"
@@ -216,6 +217,8 @@ class Trainer {
   // The optimizer arrangement (host, sharded host, on the device), chosen once here: libtrain/trainer/gradient_step.h.
   std::unique_ptr<GradientStep> step_;
   LrSchedule schedule_;
+  BatchPlan plan_;  // the micro-batches of a step and this rank's share of them
+  int dp_rank_;
   TrainProgress progress_;
 };
 
