@@ -8,8 +8,10 @@
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
+#include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
+#include "dlm/train/training_model.h"
 
 namespace dlm::train {
 namespace {
@@ -379,6 +381,39 @@ TEST(Trainer, NonFiniteStepStopsWithACheckpointOfTheLastGoodState) {
   EXPECT_EQ(saved_table, reference.model_.table());
   EXPECT_EQ(parse_non_finite_policy("skip"), NonFinitePolicy::kSkip);
   EXPECT_THROW(parse_non_finite_policy("ignore"), Error);
+}
+
+// The CPU model of one process is Model::init(seed)'s, every parameter, in the model's tensor order.
+TEST(TrainingModel, CpuModelOfOneProcessStartsFromModelInit) {
+  const auto config = table_config();
+  TrainingModelOptions o;
+  o.seed = 11;
+  o.threads = 1;
+  TrainingModel made = make_training_model(config, o);
+  ASSERT_TRUE(made.model);
+  EXPECT_FALSE(made.placement);
+  EXPECT_EQ(made.model->device_training(), nullptr);
+  auto backend = make_cpu_backend(1);
+  Model reference(config, *backend);
+  reference.init(11);
+  const auto params = made.model->parameters();
+  ASSERT_EQ(params.size(), reference.parameters().size());
+  for (const auto& p : params) {
+    const auto expected = reference.export_parameter(p.name);
+    ASSERT_EQ(std::vector<float>(p.value.begin(), p.value.end()), expected) << p.name;
+  }
+}
+
+TEST(TrainingModel, CudaWithoutTheBackendIsOneLine) {
+  if (cuda_built()) GTEST_SKIP() << "this build has the CUDA backend";
+  TrainingModelOptions o;
+  o.device = Device::kCuda;
+  try {
+    make_training_model(table_config(), o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--device cuda: this build of dlm has no CUDA backend (built without nvcc)");
+  }
 }
 
 }  // namespace
