@@ -9,6 +9,7 @@
 
 #include "dlm/common/error.h"
 #include "generation_model.h"
+#include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
 using namespace dlm;
@@ -24,14 +25,10 @@ int main(int argc, char** argv) {
   double temperature = 0, top_p = 1;
   std::int64_t top_k = 0, max_new = 64, steps = 0, block = 0;
   int threads = 0;
-  std::size_t vocab_size = 0;
   bool no_eos_stop = false;
   po::options_description opts("dlm-generate: sample from a checkpoint (prompts from --prompt, else one per stdin line)");
   opts.add_options()
       ("load", po::value(&checkpoint)->required(), "dlm checkpoint folder or Hugging Face model folder")
-      ("tokenizer-type", po::value(&tok.type)->default_value("HuggingFaceTokenizer"), "Megatron's tokenizer kind")
-      ("tokenizer-model", po::value(&tok.model)->required(), "tokenizer file or folder")
-      ("vocab-size", po::value(&vocab_size), "NullTokenizer's vocabulary")
       ("prompt", po::value(&prompts)->multitoken(), "prompt(s); none: read stdin, one prompt per line")
       ("mode", po::value(&mode), "diffusion | ar (default: from the checkpoint's attention mask)")
       ("max-new-tokens", po::value(&max_new)->default_value(max_new), "tokens to generate (G)")
@@ -49,6 +46,7 @@ int main(int argc, char** argv) {
       ("threads", po::value(&threads)->default_value(0), "CPU threads (0: all cores)")
       ("device", po::value(&device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)")
       ("help,h", "this help");
+  tools::add_tokenizer_flags(opts, tok, {"HuggingFaceTokenizer", true});
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -57,7 +55,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    if (vocab_size > 0) tok.vocab_size = vocab_size;
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
     return 2;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
 
@@ -13,7 +14,7 @@ namespace dlm::tools {
 namespace {
 
 struct Raw {
-  std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0, vocab_size = 0;
+  std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0;
   std::string on_nan = "stop", recompute;
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
@@ -41,7 +42,6 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("untie-embeddings-and-output-weights", po::bool_switch(&r.untie), "separate output layer")
       ("init-method-std", po::value(&m.init_method_std)->default_value(m.init_method_std), "init std")
       ("make-vocab-size-divisible-by", po::value(&m.make_vocab_size_divisible_by)->default_value(m.make_vocab_size_divisible_by), "vocab padding")
-      ("vocab-size", po::value(&r.vocab_size), "vocabulary (default: the tokenizer's)")
       ("attention-mask-type", po::value(&r.attention), "no_mask (bidirectional) | causal")
       ("bf16", po::bool_switch(&a.bf16), "bf16 mixed precision (GPU backend; the CPU backend is fp32)");
   po::options_description objective("objective (MegaDLMs' flags)");
@@ -92,9 +92,8 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
       ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
-      ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached")
-      ("tokenizer-type", po::value(&a.tokenizer.type), "Megatron's tokenizer kind")
-      ("tokenizer-model", po::value(&a.tokenizer.model), "tokenizer file or folder");
+      ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached");
+  add_tokenizer_flags(data, a.tokenizer);
   po::options_description io("checkpoints and logging");
   io.add_options()
       ("save", po::value(&a.save), "checkpoint folder to write")
@@ -153,7 +152,9 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (m.num_query_groups <= 0 || m.num_attention_heads % m.num_query_groups != 0)
     fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
                      m.num_attention_heads));
-  if (r.vocab_size > 0) m.vocab_size = r.vocab_size, a.vocab_size_given = true;
+  // --vocab-size is the tokenizer's (NullTokenizer, TikTokenizer) and the model's vocabulary.
+  if (a.tokenizer.vocab_size.value_or(0) > 0)
+    m.vocab_size = static_cast<std::int64_t>(*a.tokenizer.vocab_size), a.vocab_size_given = true;
   if (r.mask_token >= 0) t.objective.mask_token = r.mask_token;
   if (!r.schedule.empty() && r.schedule != "llada")
     fail(fmt::format("--difflm-mask-schedule: '{}' is not llada", r.schedule));
