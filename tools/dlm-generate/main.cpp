@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "cuda_flags.h"
 #include "generation_model.h"
 #include "tokenizer_flags.h"
 
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
       ("device", po::value(&device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)")
       ("help,h", "this help");
   tools::add_tokenizer_flags(opts, tok, {"HuggingFaceTokenizer", true});
+  train::CudaOptions cuda;
+  tools::add_cuda_flags(opts, cuda, tools::CudaFlagsFor::kSampling);
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -65,7 +68,7 @@ int main(int argc, char** argv) {
         if (!line.empty()) prompts.push_back(line);
     if (prompts.empty()) throw Error("no prompt: give --prompt or lines on stdin");
     auto tokenizer = data::make_tokenizer(tok);
-    auto model = tools::open_generation_model(checkpoint, threads, device);
+    auto model = tools::open_generation_model(checkpoint, threads, device, cuda);
     const auto& special = tokenizer->special_ids();
     std::optional<std::int32_t> eos = model.config.eos_token_id ? model.config.eos_token_id : special.eos;
     if (!eos) eos = special.eod;

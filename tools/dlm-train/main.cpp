@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
           if (parallel.world) parallel.world->barrier();
         },
         &g_stop);
+    if (auto* on_device = setup.model->device_training(); on_device && args.cuda.profile && parallel.launch.rank == 0)
+      fmt::print(stderr, "{}", on_device->profile_report());
     if (!stats.empty() && parallel.launch.rank == 0)
       fmt::print("dlm-train: {} iterations, final loss {:.4f} (unigram baseline {:.4f})\n", stats.back().iteration,
                  stats.back().loss, setup.unigram_entropy);

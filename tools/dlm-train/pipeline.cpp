@@ -189,6 +189,8 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   const train::Device device = train::resolve_device(args.device);
   if (args.bf16 && device == train::Device::kCpu)
     log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  if (args.cuda.profile && device == train::Device::kCpu)
+    log::warning("--cuda-profile: the CPU backend has no phase timer; the flag applies to the GPU backend");
   if (!args.save.empty()) {
     // A save folder that cannot be made is found now, not after hours of training.
     std::error_code ec;
@@ -218,6 +220,7 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   m.overlap_grad_reduce = t.overlap_grad_reduce;
   m.ddp_bucket_size = t.ddp_bucket_size;
   m.recompute_layers = args.recompute_full;
+  m.cuda = args.cuda;
   train::TrainingModel made = train::make_training_model(setup.config, m);
   setup.model = std::move(made.model);
   setup.placement = std::move(made.placement);

@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "cuda_flags.h"
 #include "dlm/common/error.h"
 #include "tokenizer_flags.h"
 
@@ -88,6 +89,8 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("recompute-granularity", po::value(&r.recompute), "full: keep only each layer's input and run its forward again in the backward (--device cuda; the CPU backend keeps every activation)")
       ("dry-run", po::bool_switch(&a.dry_run), "print each rank's memory and communication per step, allocate nothing")
       ("world-size", po::value(&a.world_size)->default_value(0), "ranks the dry run plans for (default: the launcher's)");
+  po::options_description gpu("GPU backend (--device cuda)");
+  add_cuda_flags(gpu, a.cuda, CudaFlagsFor::kTraining);
   po::options_description data("data");
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
@@ -107,7 +110,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
   po::options_description all("dlm-train: train a diffusion (or AR) language model from .bin/.idx data");
-  all.add(model).add(objective).add(training).add(parallel).add(data).add(io);
+  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io);
   return all;
 }
 

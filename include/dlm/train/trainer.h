@@ -74,6 +74,9 @@ class DeviceTraining {
   virtual std::size_t buckets_reduced_in_backward() const { return 0; }
   // A host copy of one local parameter's gradient as it stands (tests compare layouts by it).
   virtual std::vector<float> gradient(std::string_view name) = 0;
+  // With CudaOptions::profile: the time of each phase of the steps so far, a table for a person to read
+  // (CudaModel::profile_report); "" without profiling.
+  virtual std::string profile_report() { return {}; }
 };
 
 // What the trainer needs of a model; the model behind it (and its backend) stays out of sight.
