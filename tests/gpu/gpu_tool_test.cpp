@@ -3,7 +3,7 @@
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
 // run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU. And the
 // GPU's tensor (with sequence) and pipeline layouts through the tool under mpiexec, two ranks sharing this
-// GPU (DLM_DEVICE_GROUPS=staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
+// GPU (--device-groups staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
 // GPU as the whole model.
 // The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL, DLM_MPIEXEC) where the binaries
 // were carried.
@@ -126,12 +126,12 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   std::printf("[gpu tool] sampled on the GPU:\n%s[gpu tool] on the CPU:\n%s", on_gpu.c_str(), on_host.c_str());
 }
 
-// Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI.
+// Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI (--device-groups staged).
 std::vector<std::string> on_two_ranks(std::vector<std::string> argv) {
   std::vector<std::string> a = {tool("DLM_MPIEXEC", DLM_MPIEXEC), "-np", "2", "--oversubscribe", "--allow-run-as-root",
-                                "--bind-to", "none", "--mca", "btl", "self,vader", "-x", "DLM_DEVICE_GROUPS=staged",
-                                "-x", "LD_LIBRARY_PATH"};
+                                "--bind-to", "none", "--mca", "btl", "self,vader", "-x", "LD_LIBRARY_PATH"};
   a.insert(a.end(), argv.begin(), argv.end());
+  a.insert(a.end(), {"--device-groups", "staged"});
   return a;
 }
 

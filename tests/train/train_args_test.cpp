@@ -68,6 +68,13 @@ TEST(TrainArgs, CudaFlagsFillCudaOptions) {
   EXPECT_THROW(parse({"--no-cuda-graphs"}), boost::program_options::error);  // sampling only (dlm-generate)
 }
 
+TEST(TrainArgs, DeviceGroupsAreNcclUnlessStagedForTests) {
+  EXPECT_FALSE(parse({}).staged_device_groups);
+  EXPECT_FALSE(parse({"--device-groups", "nccl"}).staged_device_groups);
+  EXPECT_TRUE(parse({"--device-groups", "staged"}).staged_device_groups);
+  EXPECT_EQ(error_of({"--device-groups", "mpi"}), "--device-groups: 'mpi' is not nccl or staged");
+}
+
 TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
   EXPECT_NE(error_of({"--hidden-size", "100", "--num-attention-heads", "3"}).find("--num-attention-heads 3 does not divide --hidden-size 100"), std::string::npos);
   EXPECT_NE(error_of({"--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "3"}).find("--num-query-groups 3"), std::string::npos);

@@ -1,8 +1,5 @@
 #include "parallel_run.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -58,11 +55,10 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     if (args.trainer.overlap_grad_reduce && args.trainer.use_distributed_optimizer)
       log::warning("--overlap-grad-reduce with --use-distributed-optimizer: on GPUs the gradients are "
                    "reduce-scattered after the backward, not during it (same results)");
-    // Before any model exists: this takes the GPU of the local rank. DLM_DEVICE_GROUPS=staged (tests on one
-    // GPU) stages the model's groups through the host instead, every rank on the current GPU.
-    const char* groups_kind = std::getenv("DLM_DEVICE_GROUPS");
-    if (groups_kind && std::string_view(groups_kind) == "staged") {
-      log::warning("DLM_DEVICE_GROUPS=staged: the model's device groups go through host memory (for tests)");
+    // Before any model exists: this takes the GPU of the local rank. --device-groups staged (tests on one GPU)
+    // stages the model's groups through the host instead, every rank on the current GPU.
+    if (args.staged_device_groups) {
+      log::warning("--device-groups staged: the model's device groups go through host memory (for tests)");
       run.device = train::staged_device_groups(*run.groups);
     } else {
       run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank,

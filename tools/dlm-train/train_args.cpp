@@ -16,7 +16,7 @@ namespace {
 
 struct Raw {
   std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0;
-  std::string on_nan = "stop", recompute;
+  std::string on_nan = "stop", recompute, device_groups = "nccl";
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
@@ -91,6 +91,10 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("world-size", po::value(&a.world_size)->default_value(0), "ranks the dry run plans for (default: the launcher's)");
   po::options_description gpu("GPU backend (--device cuda)");
   add_cuda_flags(gpu, a.cuda, CudaFlagsFor::kTraining);
+  gpu.add_options()("device-groups", po::value(&r.device_groups)->default_value(r.device_groups),
+                    "nccl | staged: the model's groups over NCCL, one GPU a rank; or staged through host memory so "
+                    "that several ranks share one GPU (for tests of parallel layouts on one GPU; slow, and data "
+                    "parallelism only with --use-distributed-optimizer or --overlap-grad-reduce)");
   po::options_description data("data");
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
@@ -181,6 +185,9 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!r.recompute.empty() && r.recompute != "full")
     fail(fmt::format("--recompute-granularity: '{}' is not full (selective recomputation is not implemented)", r.recompute));
   a.recompute_full = r.recompute == "full";
+  if (r.device_groups != "nccl" && r.device_groups != "staged")
+    fail(fmt::format("--device-groups: '{}' is not nccl or staged", r.device_groups));
+  a.staged_device_groups = r.device_groups == "staged";
   if (!(a.timeout_minutes > 0)) fail(fmt::format("--distributed-timeout-minutes {} must be positive", a.timeout_minutes));
   if (t.ddp_bucket_size < 1)
     fail(fmt::format("--ddp-bucket-size {} must be positive (gradient elements per bucket)", t.ddp_bucket_size));
