@@ -10,6 +10,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/train/batch_plan.h"
+#include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/metrics.h"
 #include "gradient_step.h"
 
@@ -150,11 +151,12 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   const bool reporting = (!dp_ || dp_->rank() == 0) && model_.reports();
   if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
   if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
-  std::int64_t last_saved = -1;
+  // When to save: checkpoint_saver.h.
+  SaveSchedule schedule(options_.save_interval, options_.train_iters);
   const auto save_now = [&] {
     if (!save) return;
     step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
-    last_saved = progress_.iteration;
+    schedule.saved(progress_.iteration);
   };
   std::vector<IterationStats> stats;
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
@@ -173,7 +175,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       const std::string what = fmt::format("iteration {}: loss {} / grad norm {} is not finite", i + 1, s.loss, s.grad_norm);
       if (options_.on_non_finite == NonFinitePolicy::kStop || ++skipped_in_a_row >= options_.max_skipped_steps) {
         // The weights are still those before this step: save them, so the run resumes from its last good state.
-        if (last_saved != i) save_now();
+        if (schedule.due_before_failing(i)) save_now();
         fail(fmt::format("{}; stopped{} (lower --lr, or --on-nan skip)", what,
                          save ? fmt::format(" with a checkpoint of iteration {}", i) : std::string()));
       }
@@ -223,12 +225,9 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       dp_->all_reduce(std::span<std::int32_t>(&any, 1), ReduceOp::kMax);
       stopping = any != 0;
     }
-    if ((options_.save_interval > 0 && s.iteration % options_.save_interval == 0) || stopping ||
-        s.iteration == options_.train_iters) {
-      save_now();
-    }
+    if (schedule.due(s.iteration, stopping)) save_now();
     if (stopping) {
-      if (reporting) log::info("stopping at iteration {} (checkpoint saved)", s.iteration);
+      if (reporting) log::info("stopping at iteration {}{}", s.iteration, save ? " (checkpoint saved)" : "");
       break;
     }
   }

@@ -8,6 +8,7 @@
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
+#include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
@@ -218,6 +219,21 @@ TEST(Trainer, WritesJsonlAndTensorBoard) {
   EXPECT_EQ(files, 1);
 }
 
+// Saves after every --save-interval-th iteration, on the agreed stop and after the last one; before failing on a
+// non-finite step, only when its iteration was not saved already.
+TEST(SaveSchedule, SavesAtIntervalsOnStopsAndAtTheEnd) {
+  SaveSchedule schedule(3, 10);
+  std::vector<std::int64_t> due;
+  for (std::int64_t i = 1; i <= 10; ++i)
+    if (schedule.due(i, i == 5)) due.push_back(i);
+  EXPECT_EQ(due, (std::vector<std::int64_t>{3, 5, 6, 9, 10}));
+  EXPECT_FALSE(SaveSchedule(0, 10).due(3, false));
+  EXPECT_TRUE(schedule.due_before_failing(6));
+  schedule.saved(6);
+  EXPECT_FALSE(schedule.due_before_failing(6));
+  EXPECT_TRUE(schedule.due_before_failing(7));
+}
+
 TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   SyntheticSource train(1000);
   const std::string dir = ::testing::TempDir() + "/dlm_train_ckpt";
@@ -230,9 +246,8 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   o.exit_interval = 6;
   o.save_interval = 3;
   TableModel first;
-  SaveFn save = [&](const TrainProgress& p, TrainableModel& m, const AdamW& a) {
-    save_train_checkpoint(dir, config, m.parameters(), a, p, {{"seed", "1234"}});
-  };
+  // The save policy dlm-train uses (checkpoint_saver.h), on one process.
+  SaveFn save = CheckpointSaver({dir, config, {{"seed", "1234"}}});
   auto first_stats = Trainer(o, first, train, nullptr).run(save);
   ASSERT_EQ(first_stats.size(), 6u);
   EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000006\n");

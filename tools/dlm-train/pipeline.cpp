@@ -259,11 +259,10 @@ ckpt::ModelConfig resolve_model(TrainArgs& args) {
   return setup.config;
 }
 
-void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
-                              const train::AdamW& optimizer, train::Communicator* world, bool writes) {
+std::map<std::string, std::string> checkpoint_metadata(const TrainArgs& args) {
   std::string data;
   for (const auto& p : args.data_path) data += (data.empty() ? "" : " ") + p;
-  const std::map<std::string, std::string> run = {
+  return {
       {"data_path", data},
       {"split", args.split},
       {"seq_length", std::to_string(args.trainer.seq_length)},
@@ -275,14 +274,6 @@ void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const
       {"tokenizer_type", args.tokenizer.type},
       {"tokenizer_model", args.tokenizer.model},
   };
-  const auto params = setup.model->parameters();
-  if (setup.placement) {
-    if (!world) fail("a model-parallel checkpoint needs the world communicator");
-    train::save_train_checkpoint_sharded(args.save, setup.config, params, optimizer, progress, *setup.placement, *world,
-                                         writes, run);
-  } else if (writes) {
-    train::save_train_checkpoint(args.save, setup.config, params, optimizer, progress, run);
-  }
 }
 
 }  // namespace dlm::tools

@@ -3,8 +3,10 @@
 // --data-path/--split indices), the checkpoint (libckpt's native store) and the tokenizer (libdata).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/data/tokenizer.h"
@@ -41,11 +43,8 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = n
                                train::DeviceGroups* device = nullptr);
 // The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).
 ckpt::ModelConfig resolve_model(TrainArgs& args);
-// One process writes the whole model; under tensor/pipeline parallelism every rank calls this (collective
-// over `world`) and the data-parallel rank 0 of each position (`writes`) writes its shards. Taking the
-// model's parameters may itself be collective (a GPU model with the distributed optimizer gathers its
-// weights from every data-parallel rank's range): then every rank calls this, and only `writes` writes.
-void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
-                              const train::AdamW& optimizer, train::Communicator* world = nullptr, bool writes = true);
+// The run's flags a checkpoint keeps beside its training state (data, split, batch sizes, seed, objective,
+// tokenizer): what `dlm-ckpt` and a person reading metadata.json see of how it was trained.
+std::map<std::string, std::string> checkpoint_metadata(const TrainArgs& args);
 
 }  // namespace dlm::tools
