@@ -37,8 +37,8 @@ struct TrainingSetup {
 
 // Opens the data and the checkpoint and checks them against the flags (vocabulary below the data's
 // largest id, missing files, a checkpoint whose config disagrees): every error before any compute.
-// With `groups` of tensor or pipeline size above 1 the model is this rank's part of the replica: a
-// ParallelModel on the CPU, a CudaModel shard on the GPU (`device` holds its NCCL tensor/pipeline groups).
+// The model comes from make_training_model (dlm/train/training_model.h): with `groups` of tensor or pipeline
+// size above 1 it is this rank's part of the replica, and `device` holds its GPU groups (NCCL, or staged).
 TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = nullptr,
                                train::DeviceGroups* device = nullptr);
 // The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).

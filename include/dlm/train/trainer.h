@@ -3,7 +3,7 @@
 // JSONL / TensorBoard per log interval, periodic and on-signal checkpoints, and a resume that
 // continues the same run; with a data-parallel group, one replica of DP.
 //
-// Data order: iteration i, micro-batch m, row b reads global sample i*G + m*M + b (G global batch,
+// Data order (batch_plan.h): iteration i, micro-batch m, row b reads global sample i*G + m*M + b (G global batch,
 // M micro batch) of the sample source; the objective's noise is keyed by that index and the LR by i,
 // so a resumed run needs nothing but the iteration, the weights and the optimizer's moments to draw
 // the very same numbers (docs/training.md). Under data parallelism (size DP, rank d) the global
@@ -164,8 +164,9 @@ struct TrainProgress {
   std::int64_t consumed_samples = 0;
 };
 
-// Saves the model, optimizer and progress (libckpt behind it); called at save points and on signals, on
-// every rank of the data-parallel group, with the whole (gathered) optimizer state on each.
+// Saves the model, optimizer and progress (libckpt behind it; dlm-train's is a CheckpointSaver); called at the
+// save points of checkpoint_saver.h's SaveSchedule, on every rank of the data-parallel group, with the whole
+// (gathered) optimizer state on each.
 using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer)>;
 
 struct IterationStats {
@@ -190,7 +191,7 @@ class Trainer {
   // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
   // business); under the distributed optimizer each rank keeps its shard of the moments.
   void resume(const TrainProgress& progress, AdamW optimizer_state);
-  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save`.
+  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never).
   // Returns the stats of every iteration run (losses are what the resume test compares).
   std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr);
 
