@@ -43,7 +43,6 @@ std::string eta(double seconds) {
 Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid,
                  Communicator* data_parallel, Communicator* device_data_parallel)
     : options_(std::move(options)), model_(model), train_(train), valid_(valid), dp_(data_parallel),
-      device_dp_(device_data_parallel),
       schedule_((check_options(options_), options_.lr)),
       plan_(options_.global_batch_size, options_.micro_batch_size, dp_ ? dp_->size() : 1),
       dp_rank_(dp_ ? dp_->rank() : 0) {
@@ -58,7 +57,7 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
-  step_ = make_gradient_step(options_, model_, dp_, device_dp_);
+  step_ = make_gradient_step(options_, model_, dp_, device_data_parallel);
 }
 
 Trainer::~Trainer() = default;

@@ -247,7 +247,11 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   o.save_interval = 3;
   TableModel first;
   // The save policy dlm-train uses (checkpoint_saver.h), on one process.
-  SaveFn save = CheckpointSaver({dir, config, {{"seed", "1234"}}});
+  CheckpointTarget target;
+  target.dir = dir;
+  target.config = config;
+  target.metadata = {{"seed", "1234"}};
+  SaveFn save = CheckpointSaver(target);
   auto first_stats = Trainer(o, first, train, nullptr).run(save);
   ASSERT_EQ(first_stats.size(), 6u);
   EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000006\n");

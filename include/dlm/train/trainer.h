@@ -217,7 +217,6 @@ class Trainer {
   const SampleSource& train_;
   const SampleSource* valid_;
   Communicator* dp_;
-  Communicator* device_dp_;  // the data-parallel group over device memory (a model trained on a GPU)
   // The optimizer arrangement (host, sharded host, on the device), chosen once here: libtrain/trainer/gradient_step.h.
   std::unique_ptr<GradientStep> step_;
   LrSchedule schedule_;
