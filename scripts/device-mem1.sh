@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with ONE GPU, in the repository root: each rank's peak device memory under dlm's 2-rank layouts
 # of the 350M shape (TP2+SP, PP2, DP2 with the distributed optimizer) beside `dlm-train --dry-run`'s plan, the
-# two ranks sharing the GPU with their groups staged through MPI (DLM_DEVICE_GROUPS=staged; no NCCL buffers,
+# two ranks sharing the GPU with their groups staged through MPI (dlm-train --device-groups staged; no NCCL buffers,
 # and the speed means nothing). Memory per process from nvidia-smi's compute-apps list, sampled every 0.3 s;
 # rank by the process's OMPI_COMM_WORLD_RANK; one_gpu_recompute is the single GPU with --recompute-granularity
 # full. The 2-GPU version, with NCCL and timings, is device-mp2.sh.
@@ -31,7 +31,7 @@ run() {
   if [ "$np" = 1 ]; then
     timeout 45 "$C/dlm-train" "${flags[@]}" "$@" --train-iters 3 > "$OUT/$name.log" 2>&1
   else
-    DLM_DEVICE_GROUPS=staged timeout 45 "${MPI2[@]}" --oversubscribe -x DLM_DEVICE_GROUPS "$C/dlm-train" "${flags[@]}" "$@" \
+    timeout 45 "${MPI2[@]}" --oversubscribe "$C/dlm-train" "${flags[@]}" "$@" --device-groups staged \
       --train-iters 3 > "$OUT/$name.log" 2>&1
   fi
   echo "== $name: exit $?"; kill $sampler 2>/dev/null; wait $sampler 2>/dev/null

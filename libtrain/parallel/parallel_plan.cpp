@@ -15,6 +15,7 @@
 
 #include "dlm/ckpt/sharding.h"
 #include "dlm/common/error.h"
+#include "dlm/train/batch_plan.h"
 #include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/pipeline_schedule.h"
 
@@ -28,9 +29,7 @@ std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / (1024.0 * 1
 ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   if (o.tensor <= 0 || o.pipeline <= 0 || o.data <= 0) fail("the parallel sizes must be positive");
   if (o.micro_batch_size <= 0 || o.seq_length <= 0) fail("--micro-batch-size and --seq-length must be positive");
-  if (o.global_batch_size % (o.micro_batch_size * o.data) != 0)
-    fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
-                     o.global_batch_size, o.micro_batch_size, o.data));
+  const BatchPlan batches(o.global_batch_size, o.micro_batch_size, o.data);
   if (o.virtual_stages < 1 || (o.virtual_stages > 1 && o.pipeline < 2))
     fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2");
   const int V = o.virtual_stages;
@@ -39,7 +38,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
 
   ParallelPlan plan;
   plan.options = o;
-  plan.micro_batches_per_rank = o.global_batch_size / (o.micro_batch_size * o.data);
+  plan.micro_batches_per_rank = batches.micro_batches_per_rank();
   for (const auto& spec : ckpt::model_tensors(c)) plan.model_parameters += ckpt::element_count(spec.shape);
 
   // As in Megatron, --sequence-parallel means nothing without TP (t = 1 gives s = 1).

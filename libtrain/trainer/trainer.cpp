@@ -9,8 +9,10 @@
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/batch_plan.h"
+#include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/metrics.h"
-#include "../parallel/grad_buffer.h"
+#include "gradient_step.h"
 
 namespace dlm::train {
 namespace {
@@ -21,10 +23,7 @@ constexpr std::uint64_t kValidationSeedSalt = 0x9e3779b97f4a7c15ull;
 
 void check_options(const TrainerOptions& o) {
   if (o.train_iters <= 0) fail(fmt::format("--train-iters: {} must be positive", o.train_iters));
-  if (o.micro_batch_size <= 0) fail(fmt::format("--micro-batch-size: {} must be positive", o.micro_batch_size));
-  if (o.global_batch_size <= 0 || o.global_batch_size % o.micro_batch_size != 0)
-    fail(fmt::format("--global-batch-size {} must be a positive multiple of --micro-batch-size {}",
-                     o.global_batch_size, o.micro_batch_size));
+  BatchPlan(o.global_batch_size, o.micro_batch_size);  // the batch sizes' own errors, in flag order
   if (o.seq_length < 2) fail(fmt::format("--seq-length: {} must be at least 2", o.seq_length));
   if (o.log_interval <= 0) fail(fmt::format("--log-interval: {} must be positive", o.log_interval));
   if (o.eval_interval < 0 || o.eval_iters < 0) fail("--eval-interval and --eval-iters must not be negative");
@@ -32,24 +31,6 @@ void check_options(const TrainerOptions& o) {
   if (o.eod_mask_loss && !o.eod_token) fail("--eod-mask-loss needs a tokenizer with an eod token");
   if (o.objective.kind != ObjectiveKind::kAutoregressive && o.objective.mask_token < 0)
     fail("the diffusion objective needs --mask-token (or a tokenizer with <|mask_token|>)");
-}
-
-// The squared L2 norm of the gradients this rank counts (replicas of other model-parallel ranks' tensors
-// are not counted: Megatron's param_is_not_tensor_parallel_duplicate and shared-embedding rules).
-double squared_norm(std::span<const ParamRef> params) {
-  double sum_sq = 0;
-  for (const auto& p : params)
-    if (p.in_grad_norm)
-      for (float g : p.grad) sum_sq += static_cast<double>(g) * g;
-  return sum_sq;
-}
-
-// Megatron's clipping (optimizer.h) by a global norm computed beforehand.
-void scale_gradients(std::span<const ParamRef> params, double max_norm, double norm) {
-  const double coeff = clip_coefficient(max_norm, norm);
-  if (coeff >= 1.0) return;
-  for (const auto& p : params)
-    for (float& g : p.grad) g = static_cast<float>(g * coeff);
 }
 
 std::string eta(double seconds) {
@@ -62,12 +43,9 @@ std::string eta(double seconds) {
 Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSource& train, const SampleSource* valid,
                  Communicator* data_parallel, Communicator* device_data_parallel)
     : options_(std::move(options)), model_(model), train_(train), valid_(valid), dp_(data_parallel),
-      device_dp_(device_data_parallel),
-      optimizer_(options_.adam), schedule_((check_options(options_), options_.lr)) {
-  const int dp = dp_ ? dp_->size() : 1;
-  if (options_.global_batch_size % (options_.micro_batch_size * dp) != 0)
-    fail(fmt::format("--global-batch-size {} must be a multiple of --micro-batch-size {} x the data-parallel size {}",
-                     options_.global_batch_size, options_.micro_batch_size, dp));
+      schedule_((check_options(options_), options_.lr)),
+      plan_(options_.global_batch_size, options_.micro_batch_size, dp_ ? dp_->size() : 1),
+      dp_rank_(dp_ ? dp_->rank() : 0) {
   const auto needed = static_cast<std::uint64_t>(options_.train_iters * options_.global_batch_size);
   if (train.size() < needed)
     fail(fmt::format("the training data has {} samples; --train-iters {} x --global-batch-size {} needs {}",
@@ -79,59 +57,22 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
-  if (DeviceTraining* device = model_.device_training()) {
-    // The distributed optimizer on the GPU is the model's own (device.h): it must have been made for this
-    // data-parallel group, and without the option it must not be sharded.
-    const int shards = options_.use_distributed_optimizer ? static_cast<int>(dp) : 1;
-    if (device->optimizer_shards() != shards)
-      fail(fmt::format("the GPU model's optimizer is split {} ways, and --use-distributed-optimizer over {} "
-                       "data-parallel ranks needs {}",
-                       device->optimizer_shards(), dp, shards));
-    if (dp > 1) {
-      // The trainer's own all-reduce needs the device communicator; a model that reduces its gradients itself
-      // (the distributed optimizer, the overlapped reduction) brings its group (NCCL, or staged for tests).
-      if (device_dp_ ? device_dp_->size() != dp : !device->reduces_gradients())
-        fail("data parallelism of a model trained on the GPU needs NCCL (this build has none; or --device cpu)");
-      // Megatron's DDP starts every replica from rank 0's weights: the fp32 master weights, then their bf16
-      // copies. A distributed optimizer's rank holds only its range of the master weights, so rank 0 has none
-      // of the others' to send; nor is there a need: the GPU model draws its init from counter streams keyed
-      // by the global tensor (never the rank), so every replica starts from the same weights, and a checkpoint
-      // loads the same values on every rank. (Without a device communicator, groups staged for tests, the
-      // broadcast is left to that fact too.)
-      if (shards == 1 && device_dp_) {
-        for (const DeviceSpan& weights : device->parameter_buffers())
-          device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
-        device->parameters_written();
-      }
-    }
-    return;
-  }
-  if (dp_ && (dp > 1 || options_.use_distributed_optimizer)) {
-    const auto params = model_.parameters();
-    buffer_ = std::make_unique<GradBuffer>(params, dp, dp_->rank(), options_.ddp_bucket_size);
-    // Megatron's DDP starts every replica from rank 0's weights, whatever each initialised.
-    for (const auto& p : params) dp_->broadcast(p.value, 0);
-  }
+  step_ = make_gradient_step(options_, model_, dp_, device_data_parallel);
 }
 
 Trainer::~Trainer() = default;
 
-std::size_t Trainer::overlapped_buckets() const {
-  if (const DeviceTraining* device = model_.device_training()) return device->buckets_reduced_in_backward();
-  return buffer_ && options_.overlap_grad_reduce ? buffer_->buckets_started_early() : 0;
-}
+std::size_t Trainer::overlapped_buckets() const { return step_->overlapped_buckets(); }
 
 void Trainer::resume(const TrainProgress& progress, AdamW optimizer_state) {
   progress_ = progress;
-  if (DeviceTraining* device = model_.device_training()) device->load_optimizer_state(optimizer_state);
-  else if (buffer_ && options_.use_distributed_optimizer) optimizer_ = buffer_->shard_optimizer(optimizer_state, model_.parameters());
-  else optimizer_ = std::move(optimizer_state);
+  step_->load_optimizer_state(std::move(optimizer_state));
 }
 
 AdamW Trainer::optimizer_state() const {
-  if (DeviceTraining* device = model_.device_training()) return device->optimizer_state();
-  if (buffer_ && options_.use_distributed_optimizer) return buffer_->gather_optimizer(optimizer_, model_.parameters(), *dp_);
-  return optimizer_;
+  AdamW whole{options_.adam};
+  step_->with_optimizer_state([&](const AdamW& state) { whole = state; });
+  return whole;
 }
 
 SampleBatch Trainer::read_batch(const SampleSource& source, std::uint64_t first) const {
@@ -163,79 +104,24 @@ NonFinitePolicy parse_non_finite_policy(const std::string& name) {
 }
 
 double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied) {
-  const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
-  const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
+  const std::int64_t micro = plan_.micro_batches();
   model_.zero_grad();
-  double loss = 0;
   std::vector<ModelBatch> batches;
-  for (std::int64_t m = dp_rank; m < micro; m += dp) {
-    const auto first = static_cast<std::uint64_t>(iteration * options_.global_batch_size + m * options_.micro_batch_size);
-    ModelBatch batch = make_model_batch(options_.objective, read_batch(train_, first), {iteration, micro, m, true});
+  for (std::int64_t k = 0; k < plan_.micro_batches_per_rank(); ++k) {
+    const std::int64_t m = plan_.micro_batch(dp_rank_, k);
+    ModelBatch batch =
+        make_model_batch(options_.objective, read_batch(train_, plan_.first_sample(iteration, m)), {iteration, micro, m, true});
     // Megatron averages the micro-batches' losses: fold 1/micro into the weights.
     for (float& w : batch.weights) w /= static_cast<float>(micro);
     batches.push_back(std::move(batch));
   }
-  // --overlap-grad-reduce: each bucket's reduction starts as soon as the last micro-batch's backward has
-  // finished its gradients, and runs while the rest of the backward computes.
-  const bool overlap = buffer_ && options_.overlap_grad_reduce;
-  if (overlap) {
-    buffer_->begin_overlap(model_.parameters(), *dp_, options_.use_distributed_optimizer);
-    model_.set_gradient_ready_hook([this](std::size_t param) { buffer_->mark_ready(param); });
-  }
-  loss += model_.forward_backward_all(batches);
+  step_->before_backward();
+  double loss = model_.forward_backward_all(batches);
   model_.finish_gradients();
-  if (overlap) {
-    model_.set_gradient_ready_hook({});
-    buffer_->finish_overlap();
-  }
-  if (DeviceTraining* device = model_.device_training()) {
-    if (dp > 1) {
-      // The gradients summed over the replicas in device memory (one buffer per model chunk, NCCL; the
-      // distributed optimizer's model has summed its range already, and a model overlapping the reduction
-      // with its backward all of them); the loss on the host.
-      if (!device->reduces_gradients()) {
-        for (const DeviceSpan& grads : device->gradient_buffers())
-          device_dp_->all_reduce(std::span<float>(grads.data, static_cast<std::size_t>(grads.numel)));
-      }
-      dp_->all_reduce(std::span<double>(&loss, 1));
-    }
-    // Clipping and AdamW run beside the weights; only the norm comes back to the host.
-    grad_norm = device->grad_norm();
-    applied = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (applied) device->step(options_.adam, lr, options_.clip_grad);
-    else model_.zero_grad();
-    return loss;
-  }
-  auto params = model_.parameters();
-  if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&loss, 1));
-  if (buffer_ && options_.use_distributed_optimizer) {
-    // ZeRO-1: each rank clips and updates the pieces it owns; the norm is the global one.
-    if (!overlap) buffer_->reduce_scatter_gradients(params, *dp_);
-    auto shard = buffer_->shard_params(params);
-    double sum_sq = squared_norm(shard);
-    dp_->all_reduce(std::span<double>(&sum_sq, 1));
-    model_.sum_over_model(std::span<double>(&sum_sq, 1));
-    grad_norm = std::sqrt(sum_sq);
-    applied = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (applied) {
-      scale_gradients(shard, options_.clip_grad, grad_norm);
-      optimizer_.step(shard, lr);
-      buffer_->all_gather_weights(params, *dp_);
-    } else {
-      model_.zero_grad();
-    }
-    return loss;
-  }
-  if (buffer_ && !overlap) buffer_->all_reduce_gradients(params, *dp_);
-  double sum_sq = squared_norm(params);
-  model_.sum_over_model(std::span<double>(&sum_sq, 1));
-  grad_norm = std::sqrt(sum_sq);
-  applied = std::isfinite(loss) && std::isfinite(grad_norm);
-  if (applied) {
-    scale_gradients(params, options_.clip_grad, grad_norm);
-    optimizer_.step(params, lr);
-  }
-  else model_.zero_grad();
+  step_->after_backward();
+  const StepResult result = step_->apply(loss, lr);
+  grad_norm = result.grad_norm;
+  applied = result.applied;
   return loss;
 }
 
@@ -243,18 +129,17 @@ double Trainer::evaluate() {
   if (!valid_ || options_.eval_iters <= 0) return std::nan("");
   ObjectiveOptions objective = options_.objective;
   objective.seed ^= kValidationSeedSalt;
-  const std::int64_t micro = options_.global_batch_size / options_.micro_batch_size;
-  const std::int64_t dp = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
+  const std::int64_t micro = plan_.micro_batches();
   double total = 0;
-  for (std::int64_t k = 0; k < options_.eval_iters; ++k) {
+  for (std::int64_t i = 0; i < options_.eval_iters; ++i) {
     std::vector<ModelBatch> batches;
-    for (std::int64_t m = dp_rank; m < micro; m += dp) {
-      const auto first = static_cast<std::uint64_t>(k * options_.global_batch_size + m * options_.micro_batch_size);
-      batches.push_back(make_model_batch(objective, read_batch(*valid_, first), {k, micro, m, false}));
+    for (std::int64_t k = 0; k < plan_.micro_batches_per_rank(); ++k) {
+      const std::int64_t m = plan_.micro_batch(dp_rank_, k);
+      batches.push_back(make_model_batch(objective, read_batch(*valid_, plan_.first_sample(i, m)), {i, micro, m, false}));
     }
     total += model_.forward_loss_all(batches);
   }
-  if (dp_ && dp > 1) dp_->all_reduce(std::span<double>(&total, 1));
+  if (plan_.data_parallel() > 1) dp_->all_reduce(std::span<double>(&total, 1));
   return total / static_cast<double>(options_.eval_iters * micro);
 }
 
@@ -265,16 +150,12 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   const bool reporting = (!dp_ || dp_->rank() == 0) && model_.reports();
   if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
   if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
-  std::int64_t last_saved = -1;
+  // When to save: checkpoint_saver.h.
+  SaveSchedule schedule(options_.save_interval, options_.train_iters);
   const auto save_now = [&] {
     if (!save) return;
-    if ((buffer_ && options_.use_distributed_optimizer) || model_.device_training()) {
-      const AdamW whole = optimizer_state();
-      save(progress_, model_, whole);
-    } else {
-      save(progress_, model_, optimizer_);
-    }
-    last_saved = progress_.iteration;
+    step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
+    schedule.saved(progress_.iteration);
   };
   std::vector<IterationStats> stats;
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
@@ -293,7 +174,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       const std::string what = fmt::format("iteration {}: loss {} / grad norm {} is not finite", i + 1, s.loss, s.grad_norm);
       if (options_.on_non_finite == NonFinitePolicy::kStop || ++skipped_in_a_row >= options_.max_skipped_steps) {
         // The weights are still those before this step: save them, so the run resumes from its last good state.
-        if (last_saved != i) save_now();
+        if (schedule.due_before_failing(i)) save_now();
         fail(fmt::format("{}; stopped{} (lower --lr, or --on-nan skip)", what,
                          save ? fmt::format(" with a checkpoint of iteration {}", i) : std::string()));
       }
@@ -343,12 +224,9 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       dp_->all_reduce(std::span<std::int32_t>(&any, 1), ReduceOp::kMax);
       stopping = any != 0;
     }
-    if ((options_.save_interval > 0 && s.iteration % options_.save_interval == 0) || stopping ||
-        s.iteration == options_.train_iters) {
-      save_now();
-    }
+    if (schedule.due(s.iteration, stopping)) save_now();
     if (stopping) {
-      if (reporting) log::info("stopping at iteration {} (checkpoint saved)", s.iteration);
+      if (reporting) log::info("stopping at iteration {}{}", s.iteration, save ? " (checkpoint saved)" : "");
       break;
     }
   }

@@ -3,7 +3,7 @@
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
 // run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU. And the
 // GPU's tensor (with sequence) and pipeline layouts through the tool under mpiexec, two ranks sharing this
-// GPU (DLM_DEVICE_GROUPS=staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
+// GPU (--device-groups staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
 // GPU as the whole model.
 // The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL, DLM_MPIEXEC) where the binaries
 // were carried.
@@ -28,13 +28,13 @@ class GpuTool : public ToolTest {
  protected:
   void SetUp() override {
     if (!train::cuda_present()) GTEST_SKIP() << "no CUDA device";
-    // cuDNN's default attention backward accumulates with atomics; the resume test wants one run's numbers.
-    ::setenv("DLM_CUDA_DETERMINISTIC", "1", 1);
     ToolTest::SetUp();
   }
-  // The fixture's model with a head dimension the GPU runs (16) and the device chosen.
+  // The fixture's model with a head dimension the GPU runs (16) and the device chosen. cuDNN's default attention
+  // backward accumulates with atomics; the resume test wants one run's numbers: --deterministic-mode.
   std::vector<std::string> argv_on(const std::string& device, std::vector<std::string> extra) const {
-    extra.insert(extra.end(), {"--hidden-size", "64", "--ffn-hidden-size", "128", "--device", device});
+    extra.insert(extra.end(),
+                 {"--hidden-size", "64", "--ffn-hidden-size", "128", "--device", device, "--deterministic-mode"});
     auto a = train_argv(extra);
     a[0] = tool("DLM_TRAIN_TOOL", kTrainTool);
     return a;
@@ -113,7 +113,7 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
     const std::string cmd = "'" + tool("DLM_GENERATE_TOOL", kGenerateTool) + "' --load '" + ckpt +
                             "' --tokenizer-type NullTokenizer --tokenizer-model none --vocab-size 200 --threads 1"
                             " --prompt '5 12 19' --prompt '7' --max-new-tokens 16 --sample-steps 16"
-                            " --inference-block-size 8 --device " + device + " > '" + out.string() + "'";
+                            " --inference-block-size 8 --deterministic-mode --device " + device + " > '" + out.string() + "'";
     const auto s = dlm::test::run({"/bin/sh", "-c", cmd}, (dir_ / "gen.err").string());
     EXPECT_EQ(s.exit_code, 0) << s.err;
     std::ifstream in(out);
@@ -126,12 +126,12 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   std::printf("[gpu tool] sampled on the GPU:\n%s[gpu tool] on the CPU:\n%s", on_gpu.c_str(), on_host.c_str());
 }
 
-// Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI.
+// Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI (--device-groups staged).
 std::vector<std::string> on_two_ranks(std::vector<std::string> argv) {
   std::vector<std::string> a = {tool("DLM_MPIEXEC", DLM_MPIEXEC), "-np", "2", "--oversubscribe", "--allow-run-as-root",
-                                "--bind-to", "none", "--mca", "btl", "self,vader", "-x", "DLM_DEVICE_GROUPS=staged",
-                                "-x", "DLM_CUDA_DETERMINISTIC", "-x", "LD_LIBRARY_PATH"};
+                                "--bind-to", "none", "--mca", "btl", "self,vader", "-x", "LD_LIBRARY_PATH"};
   a.insert(a.end(), argv.begin(), argv.end());
+  a.insert(a.end(), {"--device-groups", "staged"});
   return a;
 }
 

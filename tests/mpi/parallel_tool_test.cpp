@@ -25,12 +25,11 @@ class ParallelTool : public ToolTest {
   void SetUp() override {
     ToolTest::SetUp();
     tag_ = "dlm-parallel-tool-" + std::to_string(::getpid());
-    ::setenv("DLM_TEST_TAG", tag_.c_str(), 1);  // inherited by mpiexec's ranks: finds their pids
-    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   }
+  // mpiexec -n 4 over `argv`; its ranks carry DLM_TEST_TAG (how rank_pid finds them) in their environment.
   std::vector<std::string> mpi(std::vector<std::string> argv, std::vector<std::string> mpiexec_flags = {}) const {
-    std::vector<std::string> a = {DLM_MPIEXEC, "-n", "4", "--oversubscribe"};
+    std::vector<std::string> a = {DLM_MPIEXEC, "-n", "4", "--oversubscribe", "--allow-run-as-root",
+                                  "-x", "DLM_TEST_TAG=" + tag_};
     a.insert(a.end(), mpiexec_flags.begin(), mpiexec_flags.end());
     a.insert(a.end(), argv.begin(), argv.end());
     return a;

@@ -48,6 +48,33 @@ TEST(TrainArgs, MegatronFlagsFillTheOptions) {
   EXPECT_TRUE(parse({}).model.tie_word_embeddings);  // Megatron ties by default
 }
 
+// The CUDA backend's choices are flags (CudaOptions), never the environment.
+TEST(TrainArgs, CudaFlagsFillCudaOptions) {
+  const auto defaults = parse({}).cuda;
+  EXPECT_FALSE(defaults.deterministic);
+  EXPECT_EQ(defaults.attention, train::CudaOptions::Attention::kCudnn);
+  EXPECT_FALSE(defaults.profile);
+  EXPECT_TRUE(defaults.cuda_graphs);
+  const auto set = parse({"--deterministic-mode", "--cuda-attention", "own", "--cuda-profile"}).cuda;
+  EXPECT_TRUE(set.deterministic);
+  EXPECT_EQ(set.attention, train::CudaOptions::Attention::kOwn);
+  EXPECT_TRUE(set.profile);
+  try {
+    parse({"--cuda-attention", "flash"});
+    FAIL() << "no error";
+  } catch (const boost::program_options::error& e) {
+    EXPECT_STREQ(e.what(), "--cuda-attention: 'flash' is not cudnn or own");
+  }
+  EXPECT_THROW(parse({"--no-cuda-graphs"}), boost::program_options::error);  // sampling only (dlm-generate)
+}
+
+TEST(TrainArgs, DeviceGroupsAreNcclUnlessStagedForTests) {
+  EXPECT_FALSE(parse({}).staged_device_groups);
+  EXPECT_FALSE(parse({"--device-groups", "nccl"}).staged_device_groups);
+  EXPECT_TRUE(parse({"--device-groups", "staged"}).staged_device_groups);
+  EXPECT_EQ(error_of({"--device-groups", "mpi"}), "--device-groups: 'mpi' is not nccl or staged");
+}
+
 TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
   EXPECT_NE(error_of({"--hidden-size", "100", "--num-attention-heads", "3"}).find("--num-attention-heads 3 does not divide --hidden-size 100"), std::string::npos);
   EXPECT_NE(error_of({"--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "3"}).find("--num-query-groups 3"), std::string::npos);

@@ -8,8 +8,11 @@
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
+#include "dlm/train/checkpoint_saver.h"
+#include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/trainer.h"
+#include "dlm/train/training_model.h"
 
 namespace dlm::train {
 namespace {
@@ -216,6 +219,21 @@ TEST(Trainer, WritesJsonlAndTensorBoard) {
   EXPECT_EQ(files, 1);
 }
 
+// Saves after every --save-interval-th iteration, on the agreed stop and after the last one; before failing on a
+// non-finite step, only when its iteration was not saved already.
+TEST(SaveSchedule, SavesAtIntervalsOnStopsAndAtTheEnd) {
+  SaveSchedule schedule(3, 10);
+  std::vector<std::int64_t> due;
+  for (std::int64_t i = 1; i <= 10; ++i)
+    if (schedule.due(i, i == 5)) due.push_back(i);
+  EXPECT_EQ(due, (std::vector<std::int64_t>{3, 5, 6, 9, 10}));
+  EXPECT_FALSE(SaveSchedule(0, 10).due(3, false));
+  EXPECT_TRUE(schedule.due_before_failing(6));
+  schedule.saved(6);
+  EXPECT_FALSE(schedule.due_before_failing(6));
+  EXPECT_TRUE(schedule.due_before_failing(7));
+}
+
 TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   SyntheticSource train(1000);
   const std::string dir = ::testing::TempDir() + "/dlm_train_ckpt";
@@ -228,9 +246,12 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   o.exit_interval = 6;
   o.save_interval = 3;
   TableModel first;
-  SaveFn save = [&](const TrainProgress& p, TrainableModel& m, const AdamW& a) {
-    save_train_checkpoint(dir, config, m.parameters(), a, p, {{"seed", "1234"}});
-  };
+  // The save policy dlm-train uses (checkpoint_saver.h), on one process.
+  CheckpointTarget target;
+  target.dir = dir;
+  target.config = config;
+  target.metadata = {{"seed", "1234"}};
+  SaveFn save = CheckpointSaver(target);
   auto first_stats = Trainer(o, first, train, nullptr).run(save);
   ASSERT_EQ(first_stats.size(), 6u);
   EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000006\n");
@@ -379,6 +400,39 @@ TEST(Trainer, NonFiniteStepStopsWithACheckpointOfTheLastGoodState) {
   EXPECT_EQ(saved_table, reference.model_.table());
   EXPECT_EQ(parse_non_finite_policy("skip"), NonFinitePolicy::kSkip);
   EXPECT_THROW(parse_non_finite_policy("ignore"), Error);
+}
+
+// The CPU model of one process is Model::init(seed)'s, every parameter, in the model's tensor order.
+TEST(TrainingModel, CpuModelOfOneProcessStartsFromModelInit) {
+  const auto config = table_config();
+  TrainingModelOptions o;
+  o.seed = 11;
+  o.threads = 1;
+  TrainingModel made = make_training_model(config, o);
+  ASSERT_TRUE(made.model);
+  EXPECT_FALSE(made.placement);
+  EXPECT_EQ(made.model->device_training(), nullptr);
+  auto backend = make_cpu_backend(1);
+  Model reference(config, *backend);
+  reference.init(11);
+  const auto params = made.model->parameters();
+  ASSERT_EQ(params.size(), reference.parameters().size());
+  for (const auto& p : params) {
+    const auto expected = reference.export_parameter(p.name);
+    ASSERT_EQ(std::vector<float>(p.value.begin(), p.value.end()), expected) << p.name;
+  }
+}
+
+TEST(TrainingModel, CudaWithoutTheBackendIsOneLine) {
+  if (cuda_built()) GTEST_SKIP() << "this build has the CUDA backend";
+  TrainingModelOptions o;
+  o.device = Device::kCuda;
+  try {
+    make_training_model(table_config(), o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--device cuda: this build of dlm has no CUDA backend (built without nvcc)");
+  }
 }
 
 }  // namespace

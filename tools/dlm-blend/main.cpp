@@ -14,6 +14,7 @@
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/data/tokenizer.h"
+#include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
 using namespace dlm::data;
@@ -61,12 +62,8 @@ po::options_description options(Cli& c) {
       ("eod", po::value(&c.sample.eod), "eod id (default: the tokenizer's)")
       ("reset-position-ids", po::bool_switch(&c.sample.reset_position_ids), "positions restart after eod")
       ("reset-attention-mask", po::bool_switch(&c.sample.reset_attention_mask), "attention within documents")
-      ("eod-mask-loss", po::bool_switch(&c.sample.eod_mask_loss), "no loss on eod tokens")
-      ("tokenizer-type", po::value(&c.tokenizer.type), "tokenizer to detokenize with")
-      ("tokenizer-model", po::value(&c.tokenizer.model), "tokenizer file")
-      ("vocab-file", po::value(&c.tokenizer.vocab_file), "GPT2BPETokenizer vocab")
-      ("merge-file", po::value(&c.tokenizer.merge_file), "GPT2BPETokenizer merges")
-      ("vocab-size", po::value<std::size_t>(), "NullTokenizer vocabulary size");
+      ("eod-mask-loss", po::bool_switch(&c.sample.eod_mask_loss), "no loss on eod tokens");
+  dlm::tools::add_tokenizer_flags(o, c.tokenizer);  // `sample` detokenizes with it
   return o;
 }
 
@@ -140,7 +137,6 @@ int main(int argc, char** argv) {
     if (vm.count("train-samples")) c.data.train_samples = vm["train-samples"].as<std::int64_t>();
     if (vm.count("train-iters")) c.data.train_iters = vm["train-iters"].as<std::int64_t>();
     if (vm.count("data-cache-path")) c.data.data_cache_path = vm["data-cache-path"].as<std::string>();
-    if (vm.count("vocab-size")) c.tokenizer.vocab_size = vm["vocab-size"].as<std::size_t>();
     c.data.add_extra_token_to_sequence = !vm.count("no-add-extra-token-to-sequence");
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-blend: {}\n{}", e.what(), kUsage);

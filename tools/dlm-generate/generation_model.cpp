@@ -20,12 +20,13 @@ struct Owner {
 
 }  // namespace
 
-GenerationModel open_generation_model(const std::string& checkpoint, int threads, const std::string& device) {
+GenerationModel open_generation_model(const std::string& checkpoint, int threads, const std::string& device,
+                                      const train::CudaOptions& cuda) {
   const train::Device where = train::resolve_device(device);
   ckpt::HfModel loaded = ckpt::load_any(checkpoint);
   const char* attention = loaded.config.attention_mask == ckpt::AttentionMask::kCausal ? "causal" : "bidirectional";
   if (where == train::Device::kCuda) {
-    train::CudaSampling s = train::make_cuda_sampling(loaded.config, loaded.tensors);
+    train::CudaSampling s = train::make_cuda_sampling(loaded.config, loaded.tensors, cuda);
     log::info("{}: {} layers, hidden {}, {} parameters, {} attention, on the GPU", checkpoint, loaded.config.num_layers,
               loaded.config.hidden_size, s.parameters, attention);
     return {loaded.config, std::move(s.logits), std::move(s.greedy), s.vocab, std::move(s.keep_alive)};

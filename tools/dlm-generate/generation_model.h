@@ -9,6 +9,7 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/data/tokenizer.h"
+#include "dlm/train/cuda_options.h"
 #include "dlm/train/sampler.h"
 
 namespace dlm::tools {
@@ -22,7 +23,9 @@ struct GenerationModel {
 };
 
 // `checkpoint`: a dlm checkpoint folder or a Hugging Face model folder; throws dlm::Error naming the
-// file and field when it cannot be used. `device`: --device ("" = the default, see train/device.h).
-GenerationModel open_generation_model(const std::string& checkpoint, int threads, const std::string& device);
+// file and field when it cannot be used. `device`: --device ("" = the default, see train/device.h); `cuda`: the
+// GPU model's options (--deterministic-mode, --cuda-attention, --no-cuda-graphs).
+GenerationModel open_generation_model(const std::string& checkpoint, int threads, const std::string& device,
+                                      const train::CudaOptions& cuda);
 
 }  // namespace dlm::tools

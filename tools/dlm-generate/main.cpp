@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "cuda_flags.h"
 #include "generation_model.h"
+#include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
 using namespace dlm;
@@ -24,14 +26,10 @@ int main(int argc, char** argv) {
   double temperature = 0, top_p = 1;
   std::int64_t top_k = 0, max_new = 64, steps = 0, block = 0;
   int threads = 0;
-  std::size_t vocab_size = 0;
   bool no_eos_stop = false;
   po::options_description opts("dlm-generate: sample from a checkpoint (prompts from --prompt, else one per stdin line)");
   opts.add_options()
       ("load", po::value(&checkpoint)->required(), "dlm checkpoint folder or Hugging Face model folder")
-      ("tokenizer-type", po::value(&tok.type)->default_value("HuggingFaceTokenizer"), "Megatron's tokenizer kind")
-      ("tokenizer-model", po::value(&tok.model)->required(), "tokenizer file or folder")
-      ("vocab-size", po::value(&vocab_size), "NullTokenizer's vocabulary")
       ("prompt", po::value(&prompts)->multitoken(), "prompt(s); none: read stdin, one prompt per line")
       ("mode", po::value(&mode), "diffusion | ar (default: from the checkpoint's attention mask)")
       ("max-new-tokens", po::value(&max_new)->default_value(max_new), "tokens to generate (G)")
@@ -49,6 +47,9 @@ int main(int argc, char** argv) {
       ("threads", po::value(&threads)->default_value(0), "CPU threads (0: all cores)")
       ("device", po::value(&device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)")
       ("help,h", "this help");
+  tools::add_tokenizer_flags(opts, tok, {"HuggingFaceTokenizer", true});
+  train::CudaOptions cuda;
+  tools::add_cuda_flags(opts, cuda, tools::CudaFlagsFor::kSampling);
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -57,7 +58,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    if (vocab_size > 0) tok.vocab_size = vocab_size;
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
     return 2;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
         if (!line.empty()) prompts.push_back(line);
     if (prompts.empty()) throw Error("no prompt: give --prompt or lines on stdin");
     auto tokenizer = data::make_tokenizer(tok);
-    auto model = tools::open_generation_model(checkpoint, threads, device);
+    auto model = tools::open_generation_model(checkpoint, threads, device, cuda);
     const auto& special = tokenizer->special_ids();
     std::optional<std::int32_t> eos = model.config.eos_token_id ? model.config.eos_token_id : special.eos;
     if (!eos) eos = special.eod;

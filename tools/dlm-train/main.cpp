@@ -9,6 +9,7 @@
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/checkpoint_saver.h"
 #include "parallel_run.h"
 #include "pipeline.h"
 #include "train_args.h"
@@ -59,28 +60,14 @@ int main(int argc, char** argv) {
     dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel(),
                                 parallel.device_data_parallel());
     if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
-    auto stats = trainer.run(
-        [&](const dlm::train::TrainProgress& progress, dlm::train::TrainableModel&, const dlm::train::AdamW& optimizer) {
-          if (args.save.empty()) return;
-          if (setup.placement) {
-            // Tensor/pipeline shards: every position's data-parallel rank 0 writes its own, rank 0 commits.
-            dlm::tools::save_training_checkpoint(args, setup, progress, optimizer, parallel.world.get(),
-                                                 parallel.groups->coords.data == 0);
-            dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
-            return;
-          }
-          // Every replica holds the same weights and (gathered) moments: rank 0 writes, the others wait
-          // for the commit, so no rank runs ahead of a checkpoint that may still fail. A GPU model with the
-          // distributed optimizer gathers its weights from every rank's range, a collective: every rank
-          // takes part in that (rank 0 alone writes).
-          const auto* device = setup.model->device_training();
-          const bool gathered = device && device->optimizer_shards() > 1;
-          if (parallel.launch.rank == 0 || gathered)
-            dlm::tools::save_training_checkpoint(args, setup, progress, optimizer, nullptr, parallel.launch.rank == 0);
-          if (parallel.launch.rank == 0) dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
-          if (parallel.world) parallel.world->barrier();
-        },
-        &g_stop);
+    // When and how checkpoints are saved: dlm/train/checkpoint_saver.h.
+    dlm::train::SaveFn save;
+    if (!args.save.empty())
+      save = dlm::train::CheckpointSaver({args.save, setup.config, dlm::tools::checkpoint_metadata(args), setup.placement,
+                                          parallel.world.get(), !parallel.groups || parallel.groups->coords.data == 0});
+    auto stats = trainer.run(save, &g_stop);
+    if (auto* on_device = setup.model->device_training(); on_device && args.cuda.profile && parallel.launch.rank == 0)
+      fmt::print(stderr, "{}", on_device->profile_report());
     if (!stats.empty() && parallel.launch.rank == 0)
       fmt::print("dlm-train: {} iterations, final loss {:.4f} (unigram baseline {:.4f})\n", stats.back().iteration,
                  stats.back().loss, setup.unigram_entropy);

@@ -1,12 +1,10 @@
 #include "parallel_run.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "dlm/train/batch_plan.h"
 #include "dlm/train/device.h"
 #include "dlm/train/model_parallel.h"
 #include "dlm/train/parallel_plan.h"
@@ -31,9 +29,12 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2 (as in Megatron)");
   const int model_ranks = args.tensor_parallel * args.pipeline_parallel;
   if (args.layers_per_virtual_stage > 0 && model_ranks > 0 && run.launch.world_size % model_ranks == 0) {
-    const std::int64_t per_rank = args.trainer.micro_batch_size * (run.launch.world_size / model_ranks);
-    if (per_rank > 0 && args.trainer.global_batch_size % per_rank == 0)
-      train::check_interleaved_micro_batches(args.pipeline_parallel, args.trainer.global_batch_size / per_rank);
+    // Sizes the plan refuses are the trainer's one-line error later; here only the schedule's own condition.
+    const int data = run.launch.world_size / model_ranks;
+    const std::int64_t global = args.trainer.global_batch_size, micro = args.trainer.micro_batch_size;
+    if (train::BatchPlan::valid(global, micro, data))
+      train::check_interleaved_micro_batches(args.pipeline_parallel,
+                                             train::BatchPlan(global, micro, data).micro_batches_per_rank());
   }
   if (run.launch.world_size == 1) {
     if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)
@@ -54,11 +55,10 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
     if (args.trainer.overlap_grad_reduce && args.trainer.use_distributed_optimizer)
       log::warning("--overlap-grad-reduce with --use-distributed-optimizer: on GPUs the gradients are "
                    "reduce-scattered after the backward, not during it (same results)");
-    // Before any model exists: this takes the GPU of the local rank. DLM_DEVICE_GROUPS=staged (tests on one
-    // GPU) stages the model's groups through the host instead, every rank on the current GPU.
-    const char* groups_kind = std::getenv("DLM_DEVICE_GROUPS");
-    if (groups_kind && std::string_view(groups_kind) == "staged") {
-      log::warning("DLM_DEVICE_GROUPS=staged: the model's device groups go through host memory (for tests)");
+    // Before any model exists: this takes the GPU of the local rank. --device-groups staged (tests on one GPU)
+    // stages the model's groups through the host instead, every rank on the current GPU.
+    if (args.staged_device_groups) {
+      log::warning("--device-groups staged: the model's device groups go through host memory (for tests)");
       run.device = train::staged_device_groups(*run.groups);
     } else {
       run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank,

@@ -21,10 +21,9 @@
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/train/device.h"
-#include "dlm/train/model_parallel.h"
 #include "dlm/train/model.h"
-#include "dlm/train/model_adapters.h"
 #include "dlm/train/train_checkpoint.h"
+#include "dlm/train/training_model.h"
 
 namespace dlm::tools {
 namespace {
@@ -169,10 +168,9 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
                      where, largest, setup.config.vocab_size));
 }
 
+// What the sample sources and the model point into.
 struct ModelOwner {
-  std::unique_ptr<train::Backend> backend;
-  std::unique_ptr<train::Model> model;
-  std::unique_ptr<train::ParallelModel> parallel;
+  std::shared_ptr<void> model;  // make_training_model's backend and model
   std::shared_ptr<Splits> splits;
 };
 
@@ -191,6 +189,8 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   const train::Device device = train::resolve_device(args.device);
   if (args.bf16 && device == train::Device::kCpu)
     log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  if (args.cuda.profile && device == train::Device::kCpu)
+    log::warning("--cuda-profile: the CPU backend has no phase timer; the flag applies to the GPU backend");
   if (!args.save.empty()) {
     // A save folder that cannot be made is found now, not after hours of training.
     std::error_code ec;
@@ -207,56 +207,24 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     const ckpt::CheckpointReader reader(args.load);
     train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
   }
-  const bool model_parallel = groups && (groups->config.tensor > 1 || groups->config.pipeline > 1);
-  const bool distributed_optimizer = groups && groups->config.data > 1 && args.trainer.use_distributed_optimizer;
-  const bool overlap = groups && groups->config.data > 1 && args.trainer.overlap_grad_reduce && !distributed_optimizer;
-  if (device == train::Device::kCuda && (model_parallel || distributed_optimizer || overlap)) {
-    // This rank's CudaModel shard, its layers' collectives and the pipeline's transfers over NCCL, and with
-    // the distributed optimizer its range of the optimizer, with --overlap-grad-reduce its own bucketed
-    // all-reduce of the gradients (device.h).
-    if (!device_groups) fail("GPU model parallelism and data parallelism on GPUs need the NCCL groups");
-    const int chunks = train::virtual_stages_for(setup.config, groups->config.pipeline, args.layers_per_virtual_stage);
-    train::CudaParallelGroups parallel{groups, device_groups->tensor_group.get(), device_groups->pipeline_group.get(),
-                                       args.sequence_parallel, device_groups->data_group.get(),
-                                       args.trainer.use_distributed_optimizer, chunks};
-    parallel.overlap_grad_reduce = overlap;
-    parallel.bucket_elements = args.trainer.ddp_bucket_size;
-    parallel.recompute_layers = args.recompute_full;
-    setup.model = train::make_cuda_trainable(setup.config, args.seed, parallel);
-    if (model_parallel) {
-      // Chunk v of pipeline rank r is stage v * PP + r of PP x chunks (as the CPU's ParallelModel counts them).
-      train::CheckpointPlacement placement;
-      placement.layout.tp = groups->config.tensor;
-      placement.layout.pp = groups->config.pipeline * chunks;
-      placement.layout.dp = groups->config.data;
-      placement.tensor_rank = groups->coords.tensor;
-      placement.stages.clear();
-      for (int v = 0; v < chunks; ++v) placement.stages.push_back(v * groups->config.pipeline + groups->coords.pipeline);
-      setup.placement = std::move(placement);
-    }
-  } else if (device == train::Device::kCuda) {
-    // CudaModel with clipping and AdamW on the GPU, initialised as Model::init(seed) would.
-    train::CudaParallelGroups whole;
-    whole.recompute_layers = args.recompute_full;
-    // One replica: nothing but the model writes its gradients (with data parallelism the trainer all-reduces them).
-    whole.sparse_embedding_grad = !groups || groups->config.data == 1;
-    setup.model = train::make_cuda_trainable(setup.config, args.seed, whole);
-  } else if (model_parallel) {
-    // This rank's chunks of a TP/PP replica (docs/parallelism.md).
-    owner->backend = train::make_cpu_backend(args.threads);
-    train::ModelParallelOptions mp;
-    mp.sequence_parallel = args.sequence_parallel;
-    mp.virtual_stages = train::virtual_stages_for(setup.config, groups->config.pipeline, args.layers_per_virtual_stage);
-    owner->parallel = std::make_unique<train::ParallelModel>(setup.config, *owner->backend, *groups, mp);
-    setup.model = train::make_trainable_model(*owner->parallel);
-    train::CheckpointPlacement placement{owner->parallel->layout(), owner->parallel->tensor_rank(), {}};
-    for (std::size_t v = 0; v < owner->parallel->chunks().size(); ++v) placement.stages.push_back(owner->parallel->stage_of(v));
-    setup.placement = std::move(placement);
-  } else {
-    owner->backend = train::make_cpu_backend(args.threads);
-    owner->model = std::make_unique<train::Model>(setup.config, *owner->backend);
-    setup.model = train::make_trainable_model(*owner->model);
-  }
+  train::TrainingModelOptions m;
+  m.device = device;
+  m.seed = args.seed;
+  m.threads = args.threads;
+  m.init_weights = args.load.empty();
+  m.groups = groups;
+  m.device_groups = device_groups;
+  m.sequence_parallel = args.sequence_parallel;
+  m.layers_per_virtual_stage = args.layers_per_virtual_stage;
+  m.distributed_optimizer = t.use_distributed_optimizer;
+  m.overlap_grad_reduce = t.overlap_grad_reduce;
+  m.ddp_bucket_size = t.ddp_bucket_size;
+  m.recompute_layers = args.recompute_full;
+  m.cuda = args.cuda;
+  train::TrainingModel made = train::make_training_model(setup.config, m);
+  setup.model = std::move(made.model);
+  setup.placement = std::move(made.placement);
+  owner->model = std::move(made.keep_alive);
   if (!args.load.empty()) {
     const auto params = setup.model->parameters();
     train::TrainCheckpoint checkpoint = setup.placement
@@ -266,10 +234,6 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
     setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};
     log::info("resuming {} at iteration {}", checkpoint.dir, setup.resume->progress.iteration);
-  } else if (owner->model) {
-    owner->model->init(args.seed);
-  } else if (owner->parallel) {
-    owner->parallel->init(args.seed);  // each shard the slice of the same whole-model init
   }
   std::int64_t parameters = 0;
   for (const auto& spec : ckpt::model_tensors(setup.config)) parameters += ckpt::element_count(spec.shape);
@@ -295,11 +259,10 @@ ckpt::ModelConfig resolve_model(TrainArgs& args) {
   return setup.config;
 }
 
-void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
-                              const train::AdamW& optimizer, train::Communicator* world, bool writes) {
+std::map<std::string, std::string> checkpoint_metadata(const TrainArgs& args) {
   std::string data;
   for (const auto& p : args.data_path) data += (data.empty() ? "" : " ") + p;
-  const std::map<std::string, std::string> run = {
+  return {
       {"data_path", data},
       {"split", args.split},
       {"seq_length", std::to_string(args.trainer.seq_length)},
@@ -311,14 +274,6 @@ void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const
       {"tokenizer_type", args.tokenizer.type},
       {"tokenizer_model", args.tokenizer.model},
   };
-  const auto params = setup.model->parameters();
-  if (setup.placement) {
-    if (!world) fail("a model-parallel checkpoint needs the world communicator");
-    train::save_train_checkpoint_sharded(args.save, setup.config, params, optimizer, progress, *setup.placement, *world,
-                                         writes, run);
-  } else if (writes) {
-    train::save_train_checkpoint(args.save, setup.config, params, optimizer, progress, run);
-  }
 }
 
 }  // namespace dlm::tools

@@ -3,8 +3,10 @@
 // --data-path/--split indices), the checkpoint (libckpt's native store) and the tokenizer (libdata).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/data/tokenizer.h"
@@ -35,17 +37,14 @@ struct TrainingSetup {
 
 // Opens the data and the checkpoint and checks them against the flags (vocabulary below the data's
 // largest id, missing files, a checkpoint whose config disagrees): every error before any compute.
-// With `groups` of tensor or pipeline size above 1 the model is this rank's part of the replica: a
-// ParallelModel on the CPU, a CudaModel shard on the GPU (`device` holds its NCCL tensor/pipeline groups).
+// The model comes from make_training_model (dlm/train/training_model.h): with `groups` of tensor or pipeline
+// size above 1 it is this rank's part of the replica, and `device` holds its GPU groups (NCCL, or staged).
 TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups = nullptr,
                                train::DeviceGroups* device = nullptr);
 // The model's shape from the flags, the tokenizer or --model-config, without data (the dry run).
 ckpt::ModelConfig resolve_model(TrainArgs& args);
-// One process writes the whole model; under tensor/pipeline parallelism every rank calls this (collective
-// over `world`) and the data-parallel rank 0 of each position (`writes`) writes its shards. Taking the
-// model's parameters may itself be collective (a GPU model with the distributed optimizer gathers its
-// weights from every data-parallel rank's range): then every rank calls this, and only `writes` writes.
-void save_training_checkpoint(const TrainArgs& args, TrainingSetup& setup, const train::TrainProgress& progress,
-                              const train::AdamW& optimizer, train::Communicator* world = nullptr, bool writes = true);
+// The run's flags a checkpoint keeps beside its training state (data, split, batch sizes, seed, objective,
+// tokenizer): what `dlm-ckpt` and a person reading metadata.json see of how it was trained.
+std::map<std::string, std::string> checkpoint_metadata(const TrainArgs& args);
 
 }  // namespace dlm::tools

@@ -5,7 +5,9 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "cuda_flags.h"
 #include "dlm/common/error.h"
+#include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
 
@@ -13,8 +15,8 @@ namespace dlm::tools {
 namespace {
 
 struct Raw {
-  std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0, vocab_size = 0;
-  std::string on_nan = "stop", recompute;
+  std::int64_t kv_channels = 0, lr_decay_iters = 0, num_query_groups = 0;
+  std::string on_nan = "stop", recompute, device_groups = "nccl";
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
@@ -41,7 +43,6 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("untie-embeddings-and-output-weights", po::bool_switch(&r.untie), "separate output layer")
       ("init-method-std", po::value(&m.init_method_std)->default_value(m.init_method_std), "init std")
       ("make-vocab-size-divisible-by", po::value(&m.make_vocab_size_divisible_by)->default_value(m.make_vocab_size_divisible_by), "vocab padding")
-      ("vocab-size", po::value(&r.vocab_size), "vocabulary (default: the tokenizer's)")
       ("attention-mask-type", po::value(&r.attention), "no_mask (bidirectional) | causal")
       ("bf16", po::bool_switch(&a.bf16), "bf16 mixed precision (GPU backend; the CPU backend is fp32)");
   po::options_description objective("objective (MegaDLMs' flags)");
@@ -88,13 +89,18 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("recompute-granularity", po::value(&r.recompute), "full: keep only each layer's input and run its forward again in the backward (--device cuda; the CPU backend keeps every activation)")
       ("dry-run", po::bool_switch(&a.dry_run), "print each rank's memory and communication per step, allocate nothing")
       ("world-size", po::value(&a.world_size)->default_value(0), "ranks the dry run plans for (default: the launcher's)");
+  po::options_description gpu("GPU backend (--device cuda)");
+  add_cuda_flags(gpu, a.cuda, CudaFlagsFor::kTraining);
+  gpu.add_options()("device-groups", po::value(&r.device_groups)->default_value(r.device_groups),
+                    "nccl | staged: the model's groups over NCCL, one GPU a rank; or staged through host memory so "
+                    "that several ranks share one GPU (for tests of parallel layouts on one GPU; slow, and data "
+                    "parallelism only with --use-distributed-optimizer or --overlap-grad-reduce)");
   po::options_description data("data");
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
       ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
-      ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached")
-      ("tokenizer-type", po::value(&a.tokenizer.type), "Megatron's tokenizer kind")
-      ("tokenizer-model", po::value(&a.tokenizer.model), "tokenizer file or folder");
+      ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached");
+  add_tokenizer_flags(data, a.tokenizer);
   po::options_description io("checkpoints and logging");
   io.add_options()
       ("save", po::value(&a.save), "checkpoint folder to write")
@@ -108,7 +114,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
   po::options_description all("dlm-train: train a diffusion (or AR) language model from .bin/.idx data");
-  all.add(model).add(objective).add(training).add(parallel).add(data).add(io);
+  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io);
   return all;
 }
 
@@ -153,7 +159,9 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (m.num_query_groups <= 0 || m.num_attention_heads % m.num_query_groups != 0)
     fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
                      m.num_attention_heads));
-  if (r.vocab_size > 0) m.vocab_size = r.vocab_size, a.vocab_size_given = true;
+  // --vocab-size is the tokenizer's (NullTokenizer, TikTokenizer) and the model's vocabulary.
+  if (a.tokenizer.vocab_size.value_or(0) > 0)
+    m.vocab_size = static_cast<std::int64_t>(*a.tokenizer.vocab_size), a.vocab_size_given = true;
   if (r.mask_token >= 0) t.objective.mask_token = r.mask_token;
   if (!r.schedule.empty() && r.schedule != "llada")
     fail(fmt::format("--difflm-mask-schedule: '{}' is not llada", r.schedule));
@@ -177,6 +185,9 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!r.recompute.empty() && r.recompute != "full")
     fail(fmt::format("--recompute-granularity: '{}' is not full (selective recomputation is not implemented)", r.recompute));
   a.recompute_full = r.recompute == "full";
+  if (r.device_groups != "nccl" && r.device_groups != "staged")
+    fail(fmt::format("--device-groups: '{}' is not nccl or staged", r.device_groups));
+  a.staged_device_groups = r.device_groups == "staged";
   if (!(a.timeout_minutes > 0)) fail(fmt::format("--distributed-timeout-minutes {} must be positive", a.timeout_minutes));
   if (t.ddp_bucket_size < 1)
     fail(fmt::format("--ddp-bucket-size {} must be positive (gradient elements per bucket)", t.ddp_bucket_size));

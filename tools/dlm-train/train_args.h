@@ -9,6 +9,7 @@
 
 #include "dlm/ckpt/model_config.h"
 #include "dlm/data/tokenizer.h"
+#include "dlm/train/cuda_options.h"
 #include "dlm/train/trainer.h"
 
 namespace dlm::tools {
@@ -27,6 +28,8 @@ struct TrainArgs {
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
   int threads = 0;                     // --threads (0: all cores)
   std::string device;                  // --device cpu|cuda ("": cuda when built with it and a GPU is there)
+  train::CudaOptions cuda;             // --deterministic-mode, --cuda-attention, --cuda-profile
+  bool staged_device_groups = false;   // --device-groups staged: GPU groups through host memory (tests on one GPU)
   // Parallelism (docs/parallelism.md); the data-parallel size is the launcher's ranks / (TP x PP).
   int tensor_parallel = 1;             // --tensor-model-parallel-size
   int pipeline_parallel = 1;           // --pipeline-model-parallel-size

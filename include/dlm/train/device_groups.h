@@ -27,7 +27,7 @@ struct DeviceGroups {
 // A dlm::Error of one line when this build has no NCCL.
 DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& config, int local_rank,
                                 double timeout_seconds);
-// For tests on one GPU (dlm-train with DLM_DEVICE_GROUPS=staged): the tensor, pipeline and data groups staged
+// For tests on one GPU (dlm-train --device-groups staged): the tensor, pipeline and data groups staged
 // through host memory over `groups`' MPI groups, so several ranks may share a GPU, which NCCL refuses. Slow.
 // No device communicator for the trainer's own data-parallel all-reduce: DP > 1 runs only with a model that
 // reduces its gradients itself (--use-distributed-optimizer, --overlap-grad-reduce). `groups` must outlive

@@ -3,7 +3,7 @@
 // JSONL / TensorBoard per log interval, periodic and on-signal checkpoints, and a resume that
 // continues the same run; with a data-parallel group, one replica of DP.
 //
-// Data order: iteration i, micro-batch m, row b reads global sample i*G + m*M + b (G global batch,
+// Data order (batch_plan.h): iteration i, micro-batch m, row b reads global sample i*G + m*M + b (G global batch,
 // M micro batch) of the sample source; the objective's noise is keyed by that index and the LR by i,
 // so a resumed run needs nothing but the iteration, the weights and the optimizer's moments to draw
 // the very same numbers (docs/training.md). Under data parallelism (size DP, rank d) the global
@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlm/train/batch_plan.h"
 #include "dlm/train/communicator.h"
 #include "dlm/train/lr_schedule.h"
 #include "dlm/train/objective.h"
@@ -73,6 +74,9 @@ class DeviceTraining {
   virtual std::size_t buckets_reduced_in_backward() const { return 0; }
   // A host copy of one local parameter's gradient as it stands (tests compare layouts by it).
   virtual std::vector<float> gradient(std::string_view name) = 0;
+  // With CudaOptions::profile: the time of each phase of the steps so far, a table for a person to read
+  // (CudaModel::profile_report); "" without profiling.
+  virtual std::string profile_report() { return {}; }
 };
 
 // What the trainer needs of a model; the model behind it (and its backend) stays out of sight.
@@ -160,8 +164,9 @@ struct TrainProgress {
   std::int64_t consumed_samples = 0;
 };
 
-// Saves the model, optimizer and progress (libckpt behind it); called at save points and on signals, on
-// every rank of the data-parallel group, with the whole (gathered) optimizer state on each.
+// Saves the model, optimizer and progress (libckpt behind it; dlm-train's is a CheckpointSaver); called at the
+// save points of checkpoint_saver.h's SaveSchedule, on every rank of the data-parallel group, with the whole
+// (gathered) optimizer state on each.
 using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer)>;
 
 struct IterationStats {
@@ -170,7 +175,7 @@ struct IterationStats {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, seconds = 0;
 };
 
-class GradBuffer;
+class GradientStep;
 
 class Trainer {
  public:
@@ -186,7 +191,7 @@ class Trainer {
   // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
   // business); under the distributed optimizer each rank keeps its shard of the moments.
   void resume(const TrainProgress& progress, AdamW optimizer_state);
-  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save`.
+  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never).
   // Returns the stats of every iteration run (losses are what the resume test compares).
   std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr);
 
@@ -212,10 +217,11 @@ class Trainer {
   const SampleSource& train_;
   const SampleSource* valid_;
   Communicator* dp_;
-  Communicator* device_dp_;  // the data-parallel group over device memory (a model trained on a GPU)
-  std::unique_ptr<GradBuffer> buffer_;  // data parallelism's gradient buckets (DP > 1 or sharded optimizer)
-  AdamW optimizer_;  // moments per parameter, or per owned piece under the distributed optimizer
+  // The optimizer arrangement (host, sharded host, on the device), chosen once here: libtrain/trainer/gradient_step.h.
+  std::unique_ptr<GradientStep> step_;
   LrSchedule schedule_;
+  BatchPlan plan_;  // the micro-batches of a step and this rank's share of them
+  int dp_rank_;
   TrainProgress progress_;
 };
 

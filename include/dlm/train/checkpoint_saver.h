@@ -1,0 +1,69 @@
+// When a training run saves a checkpoint, what it writes and which ranks write it: the save policy, in one place.
+//
+// When (SaveSchedule, which Trainer::run asks after every iteration): after each --save-interval-th iteration;
+// after the iteration on which the ranks agreed to stop (SIGINT/SIGTERM on any rank, --exit-interval); after the
+// last iteration (--train-iters); and, before the run fails on a non-finite loss or gradient norm, the weights
+// from before that step (the last good state), unless that iteration was saved already.
+//
+// What (CheckpointSaver, the SaveFn dlm-train hands the trainer): the weights, the whole AdamW state, the
+// progress (iteration, consumed samples, optimizer steps) and the run's flags as metadata, in libckpt's native
+// format (train_checkpoint.h): written under a temporary name and committed atomically, so the tracker
+// ROOT/latest always names the newest complete checkpoint.
+//
+// Who: on one process it writes everything. Data-parallel replicas hold the same weights and (gathered) moments:
+// rank 0 writes and the others wait at a barrier for the commit, so no rank runs ahead of a save that may still
+// fail. Under tensor/pipeline parallelism every rank takes part and data-parallel rank 0 of each position writes
+// that position's shards; world rank 0 commits once all are written.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "dlm/ckpt/model_config.h"
+#include "dlm/train/communicator.h"
+#include "dlm/train/train_checkpoint.h"
+#include "dlm/train/trainer.h"
+
+namespace dlm::train {
+
+class SaveSchedule {
+ public:
+  // --save-interval (0: no periodic saves) and --train-iters.
+  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters)
+      : interval_(save_interval), train_iters_(train_iters) {}
+  // After `iteration` iterations (1-based), `stopping` when the ranks agreed to stop after it.
+  bool due(std::int64_t iteration, bool stopping) const {
+    return (interval_ > 0 && iteration % interval_ == 0) || stopping || iteration == train_iters_;
+  }
+  // Before failing on a non-finite step taken after `iteration` iterations: its weights are still those of
+  // `iteration`.
+  bool due_before_failing(std::int64_t iteration) const { return last_saved_ != iteration; }
+  void saved(std::int64_t iteration) { last_saved_ = iteration; }
+
+ private:
+  std::int64_t interval_, train_iters_;
+  std::int64_t last_saved_ = -1;
+};
+
+struct CheckpointTarget {
+  std::string dir;                                 // --save
+  ckpt::ModelConfig config;                        // the model's, written to metadata.json
+  std::map<std::string, std::string> metadata;     // the run's flags, kept beside the training state
+  std::optional<CheckpointPlacement> placement;    // tensor/pipeline parallelism: this rank's shards
+  Communicator* world = nullptr;                   // several ranks: all of them (null: one process)
+  bool data_parallel_rank_zero = true;             // with a placement: this rank writes its position's shards
+};
+
+class CheckpointSaver {
+ public:
+  explicit CheckpointSaver(CheckpointTarget target) : target_(std::move(target)) {}
+  // A SaveFn: collective over target.world when there is one (every rank calls it at the same save point).
+  void operator()(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer) const;
+
+ private:
+  CheckpointTarget target_;
+};
+
+}  // namespace dlm::train
