@@ -115,7 +115,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   DeviceTraining* device_training() override { return this; }
   // The phase table of the steps so far with CudaOptions::profile (CudaModel::profile_report: the whole model
   // only), "" without it.
-  std::string profile_report() {
+  std::string profile_report() override {
     return chunks_.front()->options().profile ? chunks_.front()->profile_report() : std::string();
   }
 
