@@ -53,12 +53,13 @@ int main(int argc, char** argv) {
     if (a == "--profile") options.profile = true;
     else if (a == "--dense-embedding") dense_embedding = true;
     else if (a == "--gaps") gaps = true;
+    else if (a == "--deterministic") options.deterministic = true;
     else args.push_back(argv[i]);
   }
   argc = static_cast<int>(args.size()), argv = args.data();
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
-    std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] "
+    std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
                          "350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE [off|full [BATCH]]]]]\n");
     return 2;
   }
