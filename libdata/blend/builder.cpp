@@ -69,13 +69,6 @@ std::shared_ptr<const IndexedDataset> Builder::open(const std::string& prefix) {
     dtype_ = ds->dtype();
     dtype_prefix_ = prefix;
   }
-  std::int64_t tokens = 0;
-  const auto& lengths = ds->sequence_lengths();
-  for (std::size_t i = 0; i < lengths.size(); ++i) tokens += lengths[i];
-  const std::int64_t need = std::int64_t{config_.gpt.sequence_length} + (config_.gpt.add_extra_token_to_sequence ? 1 : 0);
-  if (tokens < need)
-    fail_at(idx_path(prefix), "the dataset holds " + std::to_string(tokens) + " tokens, fewer than one sample of " +
-                                  std::to_string(need) + " (sequence length longer than the dataset)");
   opened_.emplace(prefix, ds);
   return ds;
 }

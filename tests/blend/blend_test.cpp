@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,22 @@ TEST(Blending, WeightsAndSplits) {
   EXPECT_EQ(*b.weights, (std::vector<double>{0.3, 0.7}));
   const std::vector<std::string> plain{"/a/b /c/d"};
   EXPECT_FALSE(parse_blend(plain).weights.has_value());
+}
+
+// Issue 35: six weights down to 0.001 that numpy sums to exactly 1.0 (pairwise from 0), so
+// megatron-core's BlendedDataset sizes are 60000 / 1302 / 102 for 60000 / 1300 / 100; summing
+// from the first weight gives 1 - 2^-53 and 60006 / 1305 / 105.
+TEST(Blending, WeightsNormalizeAsNumpySums) {
+  const std::vector<double> w{0.498, 0.3, 0.15, 0.05, 0.001, 0.001};
+  const auto n = normalize_weights(w);
+  EXPECT_EQ(n, w);
+  std::int64_t sizes[3] = {0, 0, 0};
+  const std::int64_t targets[3] = {60000, 1300, 100};
+  for (std::size_t i = 0; i < 3; ++i)
+    for (double x : n) sizes[i] += static_cast<std::int64_t>(std::ceil(static_cast<double>(targets[i]) * x));
+  EXPECT_EQ(sizes[0], 60000);
+  EXPECT_EQ(sizes[1], 1302);
+  EXPECT_EQ(sizes[2], 102);
 }
 
 // The fast shuffle (blocked, branchless draws; pipelined on two threads from 2^22 elements) against
@@ -250,6 +267,20 @@ TEST_F(BlendFiles, CacheIsReusedAndStaleCacheRebuilt) {
   EXPECT_EQ(values(rebuilt[0]->datasets[0]->index().shuffle_index), want);
 }
 
+// Issue 35: a split of fewer tokens than one sample is built as megatron-core builds it, over as many
+// epochs as the demand needs: 10 samples of 201 tokens from 120 take ceil(2001 / 120) = 17 epochs.
+TEST_F(BlendFiles, SplitShorterThanOneSampleTakesEpochs) {
+  const auto a = write("a", {30, 40, 50});
+  const auto splits = build_datasets(config({a}, 200, 10));
+  ASSERT_TRUE(splits[0]);
+  const auto& ix = splits[0]->datasets[0]->index();
+  EXPECT_EQ(ix.num_epochs, 17);
+  EXPECT_EQ(ix.document_index.size(), 51u);
+  EXPECT_EQ(splits[0]->size(), 10u);  // (17 * 120 - 1) / 200
+  EXPECT_EQ(ix.sample_index[0], 0);
+  EXPECT_EQ(ix.sample_index[2 * 10] / 3, 2000 / 120);  // sample 10 starts 2000 tokens in: epoch 16
+}
+
 TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   const auto a = write("a", {30, 40, 50});
   const auto b16 = write("b", {30, 40}, DType::kUInt16);
@@ -289,11 +320,9 @@ TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   const auto twenty = write("twenty", std::vector<int>(20, 10));
   auto empty_test = config({twenty}, 8);
   empty_test.split = "969,30,1";
-  expect_error([&] { build_datasets(empty_test); }, {"twenty.idx", "test split holds no sequences"});
+  expect_error([&] { build_datasets(empty_test); }, {"twenty.idx", "test split holds no sequences", "loop forever"});
   // Mismatched dtypes.
   expect_error([&] { build_datasets(config({"1 " + a + " 1 " + b16}, 8)); }, {"b.idx", "uint16", "int32"});
-  // A sequence length longer than the whole dataset.
-  expect_error([&] { build_datasets(config({a}, 200)); }, {"a.idx", "120 tokens", "201"});
   // Flags.
   MegatronDataArgs m;
   m.data_path = {a};
@@ -314,7 +343,6 @@ TEST_F(BlendFiles, ToolPrintsOneLineErrors) {
       {"--seq-length 8 --data-path '0 " + a + " 1 " + a + "' --split 1,0,0", "weight '0'"},
       {"--seq-length 8 --data-path 'one " + a + " 1 " + a + "' --split 1,0,0", "not a number"},
       {"--seq-length 8 --data-path " + a + " --split 0,0,0", "sum to 0"},
-      {"--data-path " + a + " --split 1,0,0 --seq-length 500", "sequence length longer than the dataset"},
   };
   for (const auto& [flags, expect] : cases) {
     const std::string cmd = tool + " build" + common + " " + flags + " 2>&1 >/dev/null";
