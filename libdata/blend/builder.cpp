@@ -12,6 +12,7 @@
 #include "dlm/common/thread_pool.h"
 #include "dlm/data/blend.h"
 #include "blending.h"
+#include "index_cache.h"
 #include "md5.h"
 #include "npy_output.h"
 #include "py_json.h"
@@ -34,6 +35,10 @@ std::pair<std::size_t, std::size_t> SplitDataset::locate(std::size_t i) const {
 }
 
 namespace {
+
+std::array<detail::NamedArray, 2> blending_arrays(const BlendingIndices& b) {
+  return {detail::NamedArray{"dataset_index", &b.dataset_index}, {"dataset_sample_index", &b.dataset_sample_index}};
+}
 
 using Sizes = std::array<std::optional<std::int64_t>, 3>;
 
@@ -157,18 +162,15 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
         where = files[0];
       } else {
         BlendingIndices cached{NpyArray::load(files[1]), NpyArray::load(files[2])};
-        const auto& di = cached.dataset_index;
-        const auto& si = cached.dataset_sample_index;
-        where = files[1];
-        if (di.type() != NpyType::kInt16 || di.size() != static_cast<std::size_t>(n)) why = "expected int16[" + std::to_string(n) + "]";
-        if (why.empty() && (si.type() != NpyType::kInt64 || si.size() != static_cast<std::size_t>(n))) {
-          why = "expected int64[" + std::to_string(n) + "]";
-          where = files[2];
+        std::vector<std::size_t> sizes;
+        for (const auto& d : out.datasets) sizes.push_back(d->size());
+        if (const auto bad = detail::blending_defect(cached, static_cast<std::size_t>(n), sizes)) {
+          where = base + bad->first;
+          why = bad->second;
+        } else if (const auto sum = detail::checksum_defect(base, blending_arrays(cached))) {
+          where = base + sum->first;
+          why = sum->second;
         }
-        for (std::size_t i = 0; why.empty() && i < di.size(); ++i)
-          if (di[i] < 0 || static_cast<std::size_t>(di[i]) >= out.datasets.size() || si[i] < 0 ||
-              static_cast<std::size_t>(si[i]) >= out.datasets[static_cast<std::size_t>(di[i])]->size())
-            why = "entry " + std::to_string(i) + " names no sample";
         if (why.empty()) {
           out.indices = std::move(cached);
           out.loaded_from_cache = true;
@@ -188,6 +190,7 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
     std::error_code ec;
     std::filesystem::create_directories(*config_.gpt.cache_path, ec);
     if (ec) fail_at(*config_.gpt.cache_path, "cannot create the index cache folder: " + ec.message());
+    std::filesystem::remove(files[0], ec);  // a stale set loses its completion mark first
   }
   // Built straight into the cache files; the description goes last, marking a complete set.
   detail::NpyOutput<std::int16_t> dataset(write ? files[1] : std::string(), {static_cast<std::size_t>(n)});
@@ -209,7 +212,10 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
                   "; raise the surplus (mid_level_dataset_surplus " + std::to_string(config_.mid_level_dataset_surplus) + ")");
   out.indices.dataset_index = dataset.commit();
   out.indices.dataset_sample_index = sample.commit();
-  if (write) write_file_atomically(files[0], out.description);
+  if (write) {
+    detail::write_checksums(base, blending_arrays(out.indices));
+    write_file_atomically(files[0], out.description);
+  }
   return out;
 }
 

@@ -10,10 +10,18 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "gpt_index.h"
+#include "index_cache.h"
 #include "md5.h"
 #include "py_json.h"
 
 namespace dlm::data {
+
+namespace {
+std::array<detail::NamedArray, 3> arrays_of(const GptIndex& index) {
+  return {detail::NamedArray{"document_index", &index.document_index}, {"sample_index", &index.sample_index},
+          {"shuffle_index", &index.shuffle_index}};
+}
+}  // namespace
 
 namespace detail {
 
@@ -88,6 +96,8 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
     std::error_code ec;
     std::filesystem::create_directories(cache, ec);
     if (ec) fail_at(cache, "cannot create the index cache folder: " + ec.message());
+    // A stale set loses its completion mark first, so a build cut short never leaves one that looks whole.
+    std::filesystem::remove(cache_base_ + "description.txt", ec);
   }
   try {
     // The arrays go straight to their cache files.
@@ -97,8 +107,11 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
     if (!e.where().file.empty()) throw;
     fail_at(idx_path(prefix_), std::string(split_name(split_)) + " split: " + e.message());
   }
-  // Description last: it marks a complete set (Megatron checks all four files).
-  if (write) write_file_atomically(cache_base_ + "description.txt", description_);
+  // Checksums, then the description: it marks a complete set (Megatron checks all four files).
+  if (write) {
+    detail::write_checksums(cache_base_, arrays_of(index_));
+    write_file_atomically(cache_base_ + "description.txt", description_);
+  }
 }
 
 bool GptDataset::try_load_cache() {
@@ -120,26 +133,12 @@ bool GptDataset::try_load_cache() {
   } catch (const Error& e) {
     return reject(e.where().file, e.message());
   }
-  const auto docs = static_cast<std::size_t>(plan_.documents);
-  const auto samples = static_cast<std::size_t>(plan_.samples);
-  const auto& di = index.document_index;
-  const auto& si = index.sample_index;
-  const auto& sh = index.shuffle_index;
-  if (di.type() != NpyType::kInt32 || di.shape().size() != 1 || di.size() != docs)
-    return reject(files[1], "expected int32[" + std::to_string(docs) + "]");
-  if ((si.type() != NpyType::kInt32 && si.type() != NpyType::kInt64) || si.shape().size() != 2 ||
-      si.shape()[0] != samples + 1 || si.shape()[1] != 2)
-    return reject(files[2], "expected int32 or int64 [" + std::to_string(samples + 1) + ", 2]");
-  if ((sh.type() != NpyType::kUInt32 && sh.type() != NpyType::kInt64) || sh.shape().size() != 1 || sh.size() != samples)
-    return reject(files[3], "expected uint32 or int64 [" + std::to_string(samples) + "]");
-  for (std::size_t i = 0; i < di.size(); ++i)
-    if (di[i] < begin_ || di[i] >= end_) return reject(files[1], "entry " + std::to_string(i) + " is outside the split");
-  for (std::size_t i = 0; i < si.size(); i += 2)
-    if (si[i] < 0 || static_cast<std::size_t>(si[i]) >= docs || si[i + 1] < 0)
-      return reject(files[2], "row " + std::to_string(i / 2) + " points outside the document index");
-  for (std::size_t i = 0; i < sh.size(); ++i)
-    if (sh[i] < 0 || static_cast<std::size_t>(sh[i]) >= samples)
-      return reject(files[3], "entry " + std::to_string(i) + " is not a sample id");
+  const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
+  if (const auto bad = detail::gpt_index_defect(index, plan_, dataset_->sequence_lengths(), begin_, end_, config_,
+                                                drop_last))
+    return reject(cache_base_ + bad->first, bad->second);
+  if (const auto bad = detail::checksum_defect(cache_base_, arrays_of(index)))
+    return reject(cache_base_ + bad->first, bad->second);
   index.num_epochs = plan_.epochs;
   index.tokens_per_epoch = plan_.tokens;
   index.separate_final_epoch = plan_.separate_final_epoch;

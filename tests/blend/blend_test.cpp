@@ -281,6 +281,83 @@ TEST_F(BlendFiles, SplitShorterThanOneSampleTakesEpochs) {
   EXPECT_EQ(ix.sample_index[2 * 10] / 3, 2000 / 120);  // sample 10 starts 2000 tokens in: epoch 16
 }
 
+// Rewrites `bytes` bytes of a .npy's data at element offset `at` (of `width`-byte elements).
+void patch_npy(const std::string& path, std::size_t width, std::size_t at, const void* bytes, std::size_t size) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  unsigned char head[10];
+  f.read(reinterpret_cast<char*>(head), 10);
+  const std::size_t data = 10 + (head[8] | (head[9] << 8));
+  f.seekp(static_cast<std::streamoff>(data + width * at));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+}
+
+template <typename T>
+T npy_at(const std::string& path, std::size_t at) {
+  const auto a = NpyArray::load(path);
+  return static_cast<T>(a[at]);
+}
+
+// Issue 28 case 9: a cached index with a duplicate in shuffle_index, a non-monotone sample_index, a
+// flipped byte of dataset_index, or two swapped document_index entries (every invariant holds; only
+// the checksum beside the cache differs) is rebuilt, to the same arrays, and every sample reads.
+TEST_F(BlendFiles, CorruptCachesAreRebuilt) {
+  const auto a = write("a", std::vector<int>(40, 10));
+  const auto b = write("b", {30, 40, 50, 20, 60, 10, 70});
+  const auto cfg = [&] { return config({"0.7 " + a + " 0.3 " + b}, 8, 30); };
+  const auto first = build_datasets(cfg());
+  const auto& split = *first[0];
+  ASSERT_TRUE(split.blended);
+  const std::string base_a = split.datasets[0]->cache_base();
+  const std::string blend_base = (dir_ / "cache" / (split.description_hash + "-BlendedDataset-train-")).string();
+  const auto doc_want = values(split.datasets[0]->index().document_index);
+  const auto sample_want = values(split.datasets[0]->index().sample_index);
+  const auto shuffle_want = values(split.datasets[0]->index().shuffle_index);
+  const auto blend_want = values(split.indices.dataset_index);
+  ASSERT_TRUE(fs::exists(base_a + "checksums.dlm"));
+
+  const auto rebuilt = [&](const char* what) {
+    SCOPED_TRACE(what);
+    const auto again = build_datasets(cfg());
+    const auto& s = *again[0];
+    EXPECT_EQ(values(s.datasets[0]->index().document_index), doc_want);
+    EXPECT_EQ(values(s.datasets[0]->index().sample_index), sample_want);
+    EXPECT_EQ(values(s.datasets[0]->index().shuffle_index), shuffle_want);
+    EXPECT_EQ(values(s.indices.dataset_index), blend_want);
+    SampleReader r(s, SampleOptions{});
+    for (std::size_t i = 0; i < r.size(); ++i) EXPECT_EQ(r.read(i).tokens.size(), 8u);
+    return again[0]->datasets[0]->loaded_from_cache();
+  };
+
+  const std::string shuffle = base_a + "shuffle_index.npy", sample = base_a + "sample_index.npy";
+  const auto dup = npy_at<std::uint32_t>(shuffle, 0);
+  patch_npy(shuffle, 4, 1, &dup, 4);
+  EXPECT_FALSE(rebuilt("a duplicate in shuffle_index"));
+
+  // Rows 1 and 2 swapped: (doc, offset) pairs no longer ascend.
+  const std::int32_t rows[4] = {npy_at<std::int32_t>(sample, 4), npy_at<std::int32_t>(sample, 5),
+                                npy_at<std::int32_t>(sample, 2), npy_at<std::int32_t>(sample, 3)};
+  patch_npy(sample, 4, 2, rows, sizeof rows);
+  EXPECT_FALSE(rebuilt("a non-monotone sample_index"));
+
+  const std::string dataset_index = blend_base + "dataset_index.npy";
+  const std::uint8_t flipped = static_cast<std::uint8_t>(npy_at<std::int16_t>(dataset_index, 3) ^ 1);
+  patch_npy(dataset_index, 2, 3, &flipped, 1);
+  const auto blend_again = build_datasets(cfg());
+  EXPECT_FALSE(blend_again[0]->loaded_from_cache);
+  EXPECT_EQ(values(blend_again[0]->indices.dataset_index), blend_want);
+
+  // Dataset a's documents are all 10 tokens: swapping two document_index entries keeps every
+  // invariant, so only the checksum can tell.
+  const std::string documents = base_a + "document_index.npy";
+  std::size_t j = 1;
+  while (npy_at<std::int32_t>(documents, j) == npy_at<std::int32_t>(documents, 0)) ++j;
+  const std::int32_t d0 = npy_at<std::int32_t>(documents, 0), dj = npy_at<std::int32_t>(documents, j);
+  patch_npy(documents, 4, 0, &dj, 4);
+  patch_npy(documents, 4, j, &d0, 4);
+  EXPECT_FALSE(rebuilt("two swapped document_index entries"));
+  EXPECT_TRUE(rebuilt("nothing: the rebuilt cache is reused"));
+}
+
 TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   const auto a = write("a", {30, 40, 50});
   const auto b16 = write("b", {30, 40}, DType::kUInt16);

@@ -25,7 +25,9 @@ and memory; the ranges above still all occur).
 Outcomes: where megatron-core would loop forever (a member split with no sequences and a sample
 demand, which `_get_num_epochs` never leaves) megatron-core is not run and dlm-blend must refuse in
 one line saying so; where megatron-core raises, dlm-blend must exit 1 with one line; otherwise both
-caches must hold the same files (names, so description hashes) with the same dtype, shape and values.
+caches must hold the same files (names, so description hashes) with the same dtype, shape and values,
+and `dlm-blend inspect` must reuse megatron-core's cache whole (every array passes the invariants dlm
+checks before reusing a cache; nothing rebuilt or added).
 
 Named cases first: issue 35's two corners (six weights down to 0.001 whose sizes are 60000 / 1302 /
 102, and a 639-token split under --seq-length 4096) and a split with no documents.
@@ -41,7 +43,7 @@ sys.path.insert(0, os.path.join(os.environ.get("DLM_SOURCE_DIR", os.path.dirname
 from dlm_interop import Checks, require, run, workdir  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from blend_cases import dlm_flags, megatron_build, same_caches, sizes_for  # noqa: E402
+from blend_cases import cache_files, dlm_flags, megatron_build, same_caches, sizes_for  # noqa: E402
 
 warnings.filterwarnings("ignore")
 import logging  # noqa: E402
@@ -207,6 +209,13 @@ def compare(name, k, expect_forever=False):
         return "dlm-refused"
     failed = c.failed
     same_caches(c, name, dm, dd)
+    # dlm reuses megatron-core's cache whole: its arrays pass every invariant dlm checks on reuse.
+    before = cache_files(dm)
+    q = run([TOOL, "inspect", *dlm_flags(k, dm)], check=False)
+    c.check(q.returncode == 0 and "unusable" not in q.stderr and cache_files(dm) == before and
+            q.stdout.count("(cached)") == q.stdout.count("sequences [") and
+            q.stdout.count(", cached") == q.stdout.count("(blend of"),
+            f"{name}: dlm-blend did not reuse megatron-core's cache as it is: {q.stderr[-400:]}")
     if c.failed != failed:
         print(f"{name}: the grid: {k}")
     k["_sizes"] = [None if s is None else len(s) for s in splits]
