@@ -61,6 +61,14 @@ PyDict gpt_identifiers(const std::string& prefix, std::optional<std::int64_t> nu
   return d;
 }
 
+std::string gpt_cache_folder(const std::string& prefix, const GptIndexConfig& config) {
+  return config.cache_path ? *config.cache_path : prefix + "/cache/GPTDataset_indices";
+}
+
+std::string gpt_cache_base(const std::string& folder, const std::string& hash, Split split) {
+  return folder + "/" + hash + "-GPTDataset-" + split_name(split) + "-";
+}
+
 bool file_exists(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -76,8 +84,8 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
       num_samples_(num_samples), split_(split), config_(config) {
   description_ = detail::py_json_dumps(detail::gpt_identifiers(prefix_, num_samples_, split_, config_));
   hash_ = detail::md5_hex(description_);
-  const std::string cache = config_.cache_path ? *config_.cache_path : prefix_ + "/cache/GPTDataset_indices";
-  if (config_.write_cache || config_.cache_path) cache_base_ = cache + "/" + hash_ + "-GPTDataset-" + split_name(split_) + "-";
+  const std::string cache = detail::gpt_cache_folder(prefix_, config_);
+  if (config_.write_cache || config_.cache_path) cache_base_ = detail::gpt_cache_base(cache, hash_, split_);
   const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
   try {
     plan_ = detail::plan_gpt_index(dataset_->sequence_lengths(), begin_, end_, num_samples_, drop_last, config_,

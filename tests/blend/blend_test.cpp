@@ -1,10 +1,13 @@
 // GPTDataset / BlendedDataset indices against values printed by megatron-core 0.16.1 (its
 // helpers_cpp, _build_document_index, _build_shuffle_index, normalize, parse_and_normalize_split),
 // the sample reader on hand-made data, and every bad input of issue 5 as a one-line error.
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -356,6 +359,72 @@ TEST_F(BlendFiles, CorruptCachesAreRebuilt) {
   patch_npy(documents, 4, j, &d0, 4);
   EXPECT_FALSE(rebuilt("two swapped document_index entries"));
   EXPECT_TRUE(rebuilt("nothing: the rebuilt cache is reused"));
+}
+
+// Runs build_datasets(c) in a child limited to 1 MiB files and 2 GiB of address space (so a build
+// that is not refused up front fails small instead of filling the disk or memory); returns the
+// child's outcome: "error: <what()>", "other: <what()>" or "built".
+std::string build_in_limited_child(const BuilderConfig& c) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const rlimit file{1 << 20, 1 << 20}, memory{std::uint64_t{2} << 30, std::uint64_t{2} << 30};
+    ::setrlimit(RLIMIT_FSIZE, &file);
+    ::setrlimit(RLIMIT_AS, &memory);
+    ::signal(SIGXFSZ, SIG_IGN);
+    std::string out;
+    try {
+      build_datasets(c);
+      out = "built";
+    } catch (const dlm::Error& e) {
+      out = std::string("error: ") + e.what();
+    } catch (const std::exception& e) {
+      out = std::string("other: ") + e.what();
+    }
+    if (::write(fds[1], out.data(), out.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return out;
+}
+
+// Issue 28 case 6: a build whose indices cannot fit the cache's filesystem (every file alone would)
+// or, without a cache, memory, is refused before its first byte in one line naming the sizes.
+TEST_F(BlendFiles, BuildsThatCannotFitAreRefusedFirst) {
+  const auto a = write("a", std::vector<int>(1000, 100));
+  const auto b = write("b", std::vector<int>(1000, 100));
+  // About 22 bytes a blended sample (document, sample and shuffle index, dataset and sample index).
+  struct statvfs vfs{};
+  ASSERT_EQ(::statvfs(dir_.c_str(), &vfs), 0);
+  const double disk_free = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+  auto c = config({"0.5 " + a + " 0.5 " + b}, 8, static_cast<std::int64_t>(1.5 * disk_free / 20));
+  const std::string disk = build_in_limited_child(c);
+  EXPECT_EQ(disk.find('\n'), std::string::npos) << disk;
+  for (const char* part : {"error: ", "/cache: the indices to build need", "train: ", "blended samples", "free",
+                           "nothing was written"})
+    EXPECT_NE(disk.find(part), std::string::npos) << "'" << part << "' not in: " << disk;
+  EXPECT_FALSE(fs::exists(dir_ / "cache") && !fs::is_empty(dir_ / "cache")) << "files left in the cache folder";
+
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double available_kib = 0;
+  while (meminfo >> key >> available_kib && key != "MemAvailable:") meminfo.ignore(256, '\n');
+  ASSERT_EQ(key, "MemAvailable:");
+  auto m = config({"0.5 " + a + " 0.5 " + b}, 8, static_cast<std::int64_t>(1.5 * available_kib * 1024 / 20));
+  m.gpt.cache_path.reset();
+  m.gpt.write_cache = false;
+  const std::string memory = build_in_limited_child(m);
+  for (const char* part : {"error: ", "need", "of memory", "no cache is written", "available"})
+    EXPECT_NE(memory.find(part), std::string::npos) << "'" << part << "' not in: " << memory;
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "cache")) << "a cache was written";
 }
 
 TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {

@@ -12,7 +12,8 @@
 //   shuffle index   a permutation of the samples by the same RandomState (two ranges shuffled
 //                   apart with a separate final epoch); uint32 unless the count needs int64
 // The arrays are cached as `{md5(description)}-GPTDataset-{split}-*.npy` beside a description file,
-// so dlm and megatron-core reuse each other's caches.
+// so dlm and megatron-core reuse each other's caches; dlm adds `checksums.dlm` beside its own, and
+// reuses a cache only when the arrays keep their invariants (and checksums, where written).
 #pragma once
 
 #include <array>
