@@ -1,8 +1,7 @@
 // BlendedMegatronDatasetBuilder and BlendedDataset: which GPTDatasets each split is made of, how
 // many samples each is asked for, and the blend over them (with its cache).
-#include <cmath>
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <future>
 #include <map>
 
@@ -27,8 +26,6 @@ namespace detail {
 PyDict gpt_identifiers(const std::string& prefix, std::optional<std::int64_t> num_samples, Split split,
                        const GptIndexConfig& config);
 bool file_exists(const std::string& path);
-std::string gpt_cache_folder(const std::string& prefix, const GptIndexConfig& config);
-std::string gpt_cache_base(const std::string& folder, const std::string& hash, Split split);
 }  // namespace detail
 
 std::size_t SplitDataset::size() const {

@@ -11,6 +11,11 @@
 
 namespace dlm::data::detail {
 
+// Where a GPTDataset's cache lives: the cache path, or Megatron's default
+// "{prefix}/cache/GPTDataset_indices"; and its files' common beginning "{folder}/{hash}-GPTDataset-{split}-".
+std::string gpt_cache_folder(const std::string& prefix, const GptIndexConfig& config);
+std::string gpt_cache_base(const std::string& folder, const std::string& hash, Split split);
+
 // GptIndexPlan for sequences [begin, end). Throws dlm::Error (no file named; the caller adds it) where megatron-core cannot build: an empty
 // range or one without tokens but with a sample demand (megatron-core loops forever on it), or a
 // demand needing more epochs than its helpers take (int32).
