@@ -94,8 +94,10 @@ Blend parse_blend(std::span<const std::string> arguments, const std::string& fla
 }
 
 std::vector<double> normalize_weights(std::span<const double> weights) {
-  // numpy's add.reduce starts from the first element and pairwise-sums the rest.
-  const double sum = weights.empty() ? 0.0 : weights[0] + pairwise_sum(weights.data() + 1, weights.size() - 1);
+  // numpy (2.x) add.reduce starts from the identity and pairwise-sums every element; starting from
+  // the first element instead rounds differently for about a third of random weight vectors, and
+  // one ulp of a weight moves ceil(size * w) by a sample.
+  const double sum = pairwise_sum(weights.data(), weights.size());
   std::vector<double> out;
   for (double w : weights) out.push_back(w / sum);
   return out;

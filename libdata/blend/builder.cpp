@@ -1,10 +1,11 @@
 // BlendedMegatronDatasetBuilder and BlendedDataset: which GPTDatasets each split is made of, how
 // many samples each is asked for, and the blend over them (with its cache).
-#include <cmath>
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <future>
 #include <map>
+
+#include <fmt/format.h>
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
@@ -12,6 +13,9 @@
 #include "dlm/common/thread_pool.h"
 #include "dlm/data/blend.h"
 #include "blending.h"
+#include "build_plan.h"
+#include "gpt_index.h"
+#include "index_cache.h"
 #include "md5.h"
 #include "npy_output.h"
 #include "py_json.h"
@@ -35,7 +39,58 @@ std::pair<std::size_t, std::size_t> SplitDataset::locate(std::size_t i) const {
 
 namespace {
 
-using Sizes = std::array<std::optional<std::int64_t>, 3>;
+std::array<detail::NamedArray, 2> blending_arrays(const BlendingIndices& b) {
+  return {detail::NamedArray{"dataset_index", &b.dataset_index}, {"dataset_sample_index", &b.dataset_sample_index}};
+}
+
+using detail::BlendGroup;
+using detail::Sizes;
+
+// BlendedDataset's weights and unique description for split i of group g, its members holding
+// `samples` samples: the normalized weights, or (unweighted) the members' sizes, normalized when
+// the blend has a size.
+struct BlendNaming {
+  std::vector<double> weights;
+  bool integer_weights = false;
+  std::string description, hash;
+};
+
+BlendNaming blend_naming(const BlendGroup& g, std::size_t i, const std::vector<std::int64_t>& samples,
+                         std::optional<std::int64_t> size) {
+  const auto split = static_cast<Split>(i);
+  BlendNaming out;
+  if (g.weights) {
+    out.weights = normalize_weights(*g.weights);
+  } else {
+    for (std::size_t d = 0; d < samples.size(); ++d) {
+      if (samples[d] == 0)
+        fail_at(idx_path(g.prefixes[d]), std::string("the ") + split_name(split) + " split has no samples to blend");
+      out.weights.push_back(static_cast<double>(samples[d]));
+    }
+    if (size) out.weights = normalize_weights(out.weights);
+    else out.integer_weights = true;
+  }
+  detail::PyDict ids;
+  ids.emplace_back("class", "BlendedDataset");
+  detail::PyList members;
+  for (std::size_t d = 0; d < g.prefixes.size(); ++d)
+    members.emplace_back(detail::gpt_identifiers(g.prefixes[d], g.buffers[d][i], split, g.gpt));
+  ids.emplace_back("datasets", std::move(members));
+  ids.emplace_back("split", split_name(split));
+  detail::PyList weights_list;
+  for (double w : out.weights)
+    weights_list.push_back(out.integer_weights ? detail::PyValue(static_cast<std::int64_t>(w)) : detail::PyValue(w));
+  ids.emplace_back("weights", std::move(weights_list));
+  ids.emplace_back("size", size ? detail::PyValue(*size) : detail::PyValue(nullptr));
+  out.description = detail::py_json_dumps(ids);
+  out.hash = detail::md5_hex(out.description);
+  return out;
+}
+
+std::optional<std::int64_t> blend_size_of(const BlendGroup& g, std::size_t i, const std::vector<std::int64_t>& samples) {
+  if (!g.weights && !g.requested[i]) return std::nullopt;  // exhaustive
+  return detail::blended_size(g, i, samples);
+}
 
 class Builder {
  public:
@@ -48,8 +103,10 @@ class Builder {
   using Splits = std::array<std::shared_ptr<const GptDataset>, 3>;
   std::vector<Splits> gpt_splits(const std::vector<std::string>& prefixes, const SplitMatrix& matrix,
                                  const std::vector<Sizes>& sizes, const GptIndexConfig& gpt);
-  std::optional<SplitDataset> blend_split(Split split, std::vector<std::shared_ptr<const GptDataset>> datasets,
-                                          std::optional<std::vector<double>> weights, std::optional<std::int64_t> size);
+  std::optional<SplitDataset> blend_split(const BlendGroup& g, std::size_t i,
+                                          std::vector<std::shared_ptr<const GptDataset>> datasets);
+  void check_space(const std::vector<BlendGroup>& groups);
+  std::string blend_cache_base(const std::string& hash, Split split) const;
 
   const BuilderConfig& config_;
   ThreadPool pool_;
@@ -69,13 +126,6 @@ std::shared_ptr<const IndexedDataset> Builder::open(const std::string& prefix) {
     dtype_ = ds->dtype();
     dtype_prefix_ = prefix;
   }
-  std::int64_t tokens = 0;
-  const auto& lengths = ds->sequence_lengths();
-  for (std::size_t i = 0; i < lengths.size(); ++i) tokens += lengths[i];
-  const std::int64_t need = std::int64_t{config_.gpt.sequence_length} + (config_.gpt.add_extra_token_to_sequence ? 1 : 0);
-  if (tokens < need)
-    fail_at(idx_path(prefix), "the dataset holds " + std::to_string(tokens) + " tokens, fewer than one sample of " +
-                                  std::to_string(need) + " (sequence length longer than the dataset)");
   opened_.emplace(prefix, ds);
   return ds;
 }
@@ -112,44 +162,28 @@ std::vector<Builder::Splits> Builder::gpt_splits(const std::vector<std::string>&
   return out;
 }
 
-std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::shared_ptr<const GptDataset>> datasets,
-                                                 std::optional<std::vector<double>> weights,
-                                                 std::optional<std::int64_t> size) {
+std::string Builder::blend_cache_base(const std::string& hash, Split split) const {
+  return config_.gpt.cache_path ? *config_.gpt.cache_path + "/" + hash + "-BlendedDataset-" + split_name(split) + "-" : "";
+}
+
+std::optional<SplitDataset> Builder::blend_split(const BlendGroup& g, std::size_t i,
+                                                 std::vector<std::shared_ptr<const GptDataset>> datasets) {
+  const auto split = static_cast<Split>(i);
+  std::vector<std::int64_t> samples;
+  for (const auto& d : datasets) samples.push_back(static_cast<std::int64_t>(d->size()));
+  const auto size = blend_size_of(g, i, samples);
+  BlendNaming naming = blend_naming(g, i, samples, size);
   SplitDataset out;
   out.split = split;
   out.blended = true;
   out.blend_size = size;
-  if (weights) {
-    out.weights = normalize_weights(*weights);
-  } else {
-    for (const auto& d : datasets) {
-      if (d->size() == 0)
-        fail_at(idx_path(d->prefix()), std::string("the ") + split_name(split) + " split has no samples to blend");
-      out.weights.push_back(static_cast<double>(d->size()));
-    }
-    if (size) out.weights = normalize_weights(out.weights);
-    else out.integer_weights = true;
-  }
+  out.weights = std::move(naming.weights);
+  out.integer_weights = naming.integer_weights;
+  out.description = std::move(naming.description);
+  out.description_hash = std::move(naming.hash);
   out.datasets = std::move(datasets);
 
-  detail::PyDict ids;
-  ids.emplace_back("class", "BlendedDataset");
-  detail::PyList members;
-  for (const auto& d : out.datasets)
-    members.emplace_back(detail::gpt_identifiers(d->prefix(), d->num_samples_requested(), d->split(), d->config()));
-  ids.emplace_back("datasets", std::move(members));
-  ids.emplace_back("split", split_name(split));
-  detail::PyList weights_list;
-  for (double w : out.weights)
-    weights_list.push_back(out.integer_weights ? detail::PyValue(static_cast<std::int64_t>(w)) : detail::PyValue(w));
-  ids.emplace_back("weights", std::move(weights_list));
-  ids.emplace_back("size", size ? detail::PyValue(*size) : detail::PyValue(nullptr));
-  out.description = detail::py_json_dumps(ids);
-  out.description_hash = detail::md5_hex(out.description);
-
-  std::string base;
-  if (config_.gpt.cache_path)
-    base = *config_.gpt.cache_path + "/" + out.description_hash + "-BlendedDataset-" + split_name(split) + "-";
+  const std::string base = blend_cache_base(out.description_hash, split);
   const std::string files[] = {base + "description.txt", base + "dataset_index.npy", base + "dataset_sample_index.npy"};
   const std::int64_t n = size ? *size : [&] {
     std::int64_t t = 0;
@@ -164,18 +198,15 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
         where = files[0];
       } else {
         BlendingIndices cached{NpyArray::load(files[1]), NpyArray::load(files[2])};
-        const auto& di = cached.dataset_index;
-        const auto& si = cached.dataset_sample_index;
-        where = files[1];
-        if (di.type() != NpyType::kInt16 || di.size() != static_cast<std::size_t>(n)) why = "expected int16[" + std::to_string(n) + "]";
-        if (why.empty() && (si.type() != NpyType::kInt64 || si.size() != static_cast<std::size_t>(n))) {
-          why = "expected int64[" + std::to_string(n) + "]";
-          where = files[2];
+        std::vector<std::size_t> sizes;
+        for (const auto& d : out.datasets) sizes.push_back(d->size());
+        if (const auto bad = detail::blending_defect(cached, static_cast<std::size_t>(n), sizes)) {
+          where = base + bad->first;
+          why = bad->second;
+        } else if (const auto sum = detail::checksum_defect(base, blending_arrays(cached))) {
+          where = base + sum->first;
+          why = sum->second;
         }
-        for (std::size_t i = 0; why.empty() && i < di.size(); ++i)
-          if (di[i] < 0 || static_cast<std::size_t>(di[i]) >= out.datasets.size() || si[i] < 0 ||
-              static_cast<std::size_t>(si[i]) >= out.datasets[static_cast<std::size_t>(di[i])]->size())
-            why = "entry " + std::to_string(i) + " names no sample";
         if (why.empty()) {
           out.indices = std::move(cached);
           out.loaded_from_cache = true;
@@ -195,6 +226,7 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
     std::error_code ec;
     std::filesystem::create_directories(*config_.gpt.cache_path, ec);
     if (ec) fail_at(*config_.gpt.cache_path, "cannot create the index cache folder: " + ec.message());
+    std::filesystem::remove(files[0], ec);  // a stale set loses its completion mark first
   }
   // Built straight into the cache files; the description goes last, marking a complete set.
   detail::NpyOutput<std::int16_t> dataset(write ? files[1] : std::string(), {static_cast<std::size_t>(n)});
@@ -216,106 +248,81 @@ std::optional<SplitDataset> Builder::blend_split(Split split, std::vector<std::s
                   "; raise the surplus (mid_level_dataset_surplus " + std::to_string(config_.mid_level_dataset_surplus) + ")");
   out.indices.dataset_index = dataset.commit();
   out.indices.dataset_sample_index = sample.commit();
-  if (write) write_file_atomically(files[0], out.description);
+  if (write) {
+    detail::write_checksums(base, blending_arrays(out.indices));
+    write_file_atomically(files[0], out.description);
+  }
   return out;
 }
 
-std::array<std::optional<SplitDataset>, 3> Builder::build() {
-  std::array<std::optional<SplitDataset>, 3> result;
-  const double surplus = config_.mid_level_dataset_surplus;
-  // _get_size_per_split_per_dataset: ceil(ceil(size * w) * (1 + surplus)).
-  auto per_dataset = [&](const std::vector<double>& weights, const Sizes& sizes, double margin, std::size_t d) {
-    Sizes out;
-    for (std::size_t i = 0; i < 3; ++i)
-      if (sizes[i]) out[i] = static_cast<std::int64_t>(std::ceil(std::ceil(static_cast<double>(*sizes[i]) * weights[d]) * (1 + margin)));
-    return out;
-  };
-  auto single = [&](std::shared_ptr<const GptDataset> d, Split split) {
-    SplitDataset s;
-    s.split = split;
-    s.datasets.push_back(std::move(d));
-    return s;
-  };
-
-  if (config_.blend) {
-    if (!config_.split) fail("--split is required with --data-path");
-    const Blend& blend = *config_.blend;
-    GptIndexConfig gpt = config_.gpt;
-    gpt.split = *config_.split;
-    gpt.split_matrix = split_matrix(parse_split(*config_.split));
-    const SplitMatrix& matrix = *gpt.split_matrix;
-    if (blend.prefixes.size() == 1 && !blend.weights) {
-      const auto splits = gpt_splits(blend.prefixes, matrix, {config_.sizes}, gpt)[0];
-      for (std::size_t i = 0; i < 3; ++i)
-        if (splits[i]) result[i] = single(splits[i], static_cast<Split>(i));
-      return result;
-    }
-    std::optional<std::vector<double>> weights;
-    if (blend.weights) weights = normalize_weights(*blend.weights);
-    for (std::size_t i = 0; i < 3; ++i)
-      if (weights && matrix[i] && !config_.sizes[i])
-        fail(std::string("a weighted blend needs a sample count for the ") + split_name(static_cast<Split>(i)) + " split");
-    std::vector<Sizes> sizes;
-    for (std::size_t d = 0; d < blend.prefixes.size(); ++d)
-      sizes.push_back(weights ? per_dataset(*weights, config_.sizes, surplus, d) : Sizes{});
-    std::array<std::vector<std::shared_ptr<const GptDataset>>, 3> members;
-    for (const auto& splits : gpt_splits(blend.prefixes, matrix, sizes, gpt))
-      for (std::size_t i = 0; i < 3; ++i) members[i].push_back(splits[i]);
+// The bytes every index not already cached will take, per cache folder (or in memory when no
+// cache is written), checked against what is free before anything is built.
+void Builder::check_space(const std::vector<BlendGroup>& groups) {
+  std::vector<detail::SpaceNeed> needs;
+  const bool write = config_.gpt.write_cache;
+  for (const auto& g : groups) {
     for (std::size_t i = 0; i < 3; ++i) {
-      if (!matrix[i]) continue;
-      std::optional<std::int64_t> size;
-      if (weights) {
-        std::int64_t total = 0;
-        for (std::size_t d = 0; d < blend.prefixes.size(); ++d) total += *per_dataset(*weights, config_.sizes, 0.0, d)[i];
-        size = total;
-      } else if (config_.sizes[i]) {
-        std::int64_t available = 0;
-        for (const auto& m : members[i]) available += static_cast<std::int64_t>(m->size());
-        size = std::min(*config_.sizes[i], available);
+      if (!g.matrix[i]) continue;
+      const auto split = static_cast<Split>(i);
+      const bool drop_last = split != Split::kValid || g.gpt.drop_last_partial_validation_sequence;
+      std::vector<std::int64_t> samples;
+      std::vector<detail::SpaceNeed> split_needs;
+      for (std::size_t d = 0; d < g.prefixes.size(); ++d) {
+        const auto ds = open(g.prefixes[d]);
+        const auto [begin, end] = split_range(*g.matrix[i], ds->num_sequences());
+        GptIndexPlan plan;
+        try {
+          plan = detail::plan_gpt_index(ds->sequence_lengths(), begin, end, g.buffers[d][i], drop_last, g.gpt,
+                                        std::string("the ") + split_name(split) + " split");
+        } catch (const Error& e) {
+          fail_at(idx_path(g.prefixes[d]), e.message());
+        }
+        samples.push_back(plan.samples);
+        const std::string folder = detail::gpt_cache_folder(g.prefixes[d], g.gpt);
+        const std::string hash =
+            detail::md5_hex(detail::py_json_dumps(detail::gpt_identifiers(g.prefixes[d], g.buffers[d][i], split, g.gpt)));
+        if (!detail::file_exists(detail::gpt_cache_base(folder, hash, split) + "description.txt"))
+          split_needs.push_back({write ? std::optional(folder) : std::nullopt, plan.bytes(), ""});
       }
-      result[i] = blend_split(static_cast<Split>(i), members[i], weights, size);
-    }
-    return result;
-  }
-
-  bool any = false;
-  for (const auto& b : config_.blend_per_split) any = any || b.has_value();
-  if (!any) fail("no data: give --data-path, or --train-data-path / --valid-data-path / --test-data-path");
-  if (config_.split) fail("--split cannot be used with per-split data paths");
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (!config_.blend_per_split[i]) continue;
-    const Blend& blend = *config_.blend_per_split[i];
-    const auto split = static_cast<Split>(i);
-    SplitMatrix spoof;
-    spoof[i] = std::make_pair(0.0, 1.0);
-    Sizes sizes{std::int64_t{0}, std::int64_t{0}, std::int64_t{0}};
-    sizes[i] = config_.sizes[i];
-    GptIndexConfig gpt = config_.gpt;
-    gpt.split.reset();
-    gpt.split_matrix.reset();
-    if (blend.prefixes.size() == 1) {
-      result[i] = single(gpt_splits(blend.prefixes, spoof, {sizes}, gpt)[0][i], split);
-      continue;
-    }
-    std::optional<std::vector<double>> weights;
-    if (blend.weights) weights = normalize_weights(*blend.weights);
-    if (weights && !sizes[i]) fail(std::string("a weighted blend needs a sample count for the ") + split_name(split) + " split");
-    std::vector<Sizes> want;
-    for (std::size_t d = 0; d < blend.prefixes.size(); ++d)
-      want.push_back(weights ? per_dataset(*weights, sizes, surplus, d) : Sizes{});
-    std::vector<std::shared_ptr<const GptDataset>> members;
-    for (const auto& splits : gpt_splits(blend.prefixes, spoof, want, gpt)) members.push_back(splits[i]);
-    std::optional<std::int64_t> size;
-    if (weights) {
       std::int64_t total = 0;
-      for (std::size_t d = 0; d < blend.prefixes.size(); ++d) total += *per_dataset(*weights, sizes, 0.0, d)[i];
-      size = total;
-    } else if (sizes[i]) {
-      std::int64_t available = 0;
-      for (const auto& m : members) available += static_cast<std::int64_t>(m->size());
-      size = std::min(*sizes[i], available);
+      for (auto n : samples) total += n;
+      std::string what = fmt::format("{}: {} samples over {} dataset{}", split_name(split), total, samples.size(),
+                                     samples.size() == 1 ? "" : "s");
+      if (!g.single) {
+        const auto size = blend_size_of(g, i, samples);
+        what = fmt::format("{}: {} blended samples of {} over {} datasets", split_name(split), size.value_or(total),
+                           total, samples.size());
+        const std::string base = blend_cache_base(blend_naming(g, i, samples, size).hash, split);
+        if (base.empty() || !detail::file_exists(base + "description.txt"))
+          split_needs.push_back({write && !base.empty() ? config_.gpt.cache_path : std::nullopt,
+                                 256 + 10 * static_cast<std::uint64_t>(size.value_or(total)), ""});
+      }
+      for (auto& n : split_needs) n.what = what;
+      needs.insert(needs.end(), split_needs.begin(), split_needs.end());
     }
-    result[i] = blend_split(split, std::move(members), weights, size);
+  }
+  detail::check_space(needs);
+}
+
+std::array<std::optional<SplitDataset>, 3> Builder::build() {
+  const auto groups = detail::blend_layout(config_);
+  check_space(groups);
+  std::array<std::optional<SplitDataset>, 3> result;
+  for (const auto& g : groups) {
+    const auto built = gpt_splits(g.prefixes, g.matrix, g.buffers, g.gpt);
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (!g.matrix[i]) continue;
+      if (g.single) {
+        SplitDataset s;
+        s.split = static_cast<Split>(i);
+        s.datasets.push_back(built[0][i]);
+        result[i] = std::move(s);
+        continue;
+      }
+      std::vector<std::shared_ptr<const GptDataset>> members;
+      for (const auto& splits : built) members.push_back(splits[i]);
+      result[i] = blend_split(g, i, std::move(members));
+    }
   }
   return result;
 }

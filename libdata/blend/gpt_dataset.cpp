@@ -10,10 +10,18 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "gpt_index.h"
+#include "index_cache.h"
 #include "md5.h"
 #include "py_json.h"
 
 namespace dlm::data {
+
+namespace {
+std::array<detail::NamedArray, 3> arrays_of(const GptIndex& index) {
+  return {detail::NamedArray{"document_index", &index.document_index}, {"sample_index", &index.sample_index},
+          {"shuffle_index", &index.shuffle_index}};
+}
+}  // namespace
 
 namespace detail {
 
@@ -53,6 +61,14 @@ PyDict gpt_identifiers(const std::string& prefix, std::optional<std::int64_t> nu
   return d;
 }
 
+std::string gpt_cache_folder(const std::string& prefix, const GptIndexConfig& config) {
+  return config.cache_path ? *config.cache_path : prefix + "/cache/GPTDataset_indices";
+}
+
+std::string gpt_cache_base(const std::string& folder, const std::string& hash, Split split) {
+  return folder + "/" + hash + "-GPTDataset-" + split_name(split) + "-";
+}
+
 bool file_exists(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -60,25 +76,6 @@ bool file_exists(const std::string& path) {
 
 }  // namespace detail
 
-namespace {
-
-// The counts the index must have, from the lengths alone (to check a cached index cheaply).
-struct Counts { std::int64_t tokens, epochs, samples; };
-Counts expected_counts(const IndexedDataset& ds, std::int64_t begin, std::int64_t end,
-                       std::optional<std::int64_t> num_samples, bool drop_last, const GptIndexConfig& c) {
-  std::int64_t tokens = 0;
-  const auto& lengths = ds.sequence_lengths();
-  for (std::int64_t i = begin; i < end; ++i) tokens += lengths[static_cast<std::size_t>(i)];
-  const std::int32_t extra = c.add_extra_token_to_sequence ? 1 : 0;
-  std::int64_t epochs = 1;
-  if (num_samples && tokens > 0) epochs = std::max<std::int64_t>(1, (*num_samples * c.sequence_length + extra + tokens - 1) / tokens);
-  const std::int64_t total = epochs * tokens - extra;
-  const std::int64_t samples = drop_last ? total / c.sequence_length
-      : static_cast<std::int64_t>(std::ceil(static_cast<float>(total) / static_cast<float>(c.sequence_length)));
-  return {tokens, epochs, samples};
-}
-
-}  // namespace
 
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::string prefix, std::int64_t begin,
                        std::int64_t end, std::optional<std::int64_t> num_samples, Split split,
@@ -87,30 +84,42 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
       num_samples_(num_samples), split_(split), config_(config) {
   description_ = detail::py_json_dumps(detail::gpt_identifiers(prefix_, num_samples_, split_, config_));
   hash_ = detail::md5_hex(description_);
-  const std::string cache = config_.cache_path ? *config_.cache_path : prefix_ + "/cache/GPTDataset_indices";
-  if (config_.write_cache || config_.cache_path) cache_base_ = cache + "/" + hash_ + "-GPTDataset-" + split_name(split_) + "-";
-  if (begin_ >= end_)
-    fail_at(idx_path(prefix_), std::string("the ") + split_name(split_) + " split holds no sequences (range [" +
-                                  std::to_string(begin_) + ", " + std::to_string(end_) + "))");
+  const std::string cache = detail::gpt_cache_folder(prefix_, config_);
+  if (config_.write_cache || config_.cache_path) cache_base_ = detail::gpt_cache_base(cache, hash_, split_);
+  const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
+  try {
+    plan_ = detail::plan_gpt_index(dataset_->sequence_lengths(), begin_, end_, num_samples_, drop_last, config_,
+                                   std::string("the ") + split_name(split_) + " split");
+  } catch (const Error& e) {
+    fail_at(idx_path(prefix_), e.message());
+  }
   if (!cache_base_.empty() && try_load_cache()) return;
 
+  const std::int64_t sample_tokens = std::int64_t{config_.sequence_length} + (config_.add_extra_token_to_sequence ? 1 : 0);
+  if (plan_.tokens < sample_tokens)
+    log::warning("{}: the {} split holds {} tokens, fewer than one sample of {}; it is repeated over {} epochs, as "
+                 "megatron-core does", idx_path(prefix_), split_name(split_), plan_.tokens, sample_tokens, plan_.epochs);
   const bool write = !cache_base_.empty() && config_.write_cache;
   if (write) {
     std::error_code ec;
     std::filesystem::create_directories(cache, ec);
     if (ec) fail_at(cache, "cannot create the index cache folder: " + ec.message());
+    // A stale set loses its completion mark first, so a build cut short never leaves one that looks whole.
+    std::filesystem::remove(cache_base_ + "description.txt", ec);
   }
-  const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
   try {
     // The arrays go straight to their cache files.
-    index_ = detail::build_gpt_index_into(dataset_->sequence_lengths(), begin_, end_, num_samples_, drop_last, config_,
+    index_ = detail::build_gpt_index_into(dataset_->sequence_lengths(), plan_, begin_, end_, config_,
                                           write ? cache_base_ : std::string());
   } catch (const Error& e) {
     if (!e.where().file.empty()) throw;
     fail_at(idx_path(prefix_), std::string(split_name(split_)) + " split: " + e.message());
   }
-  // Description last: it marks a complete set (Megatron checks all four files).
-  if (write) write_file_atomically(cache_base_ + "description.txt", description_);
+  // Checksums, then the description: it marks a complete set (Megatron checks all four files).
+  if (write) {
+    detail::write_checksums(cache_base_, arrays_of(index_));
+    write_file_atomically(cache_base_ + "description.txt", description_);
+  }
 }
 
 bool GptDataset::try_load_cache() {
@@ -133,36 +142,14 @@ bool GptDataset::try_load_cache() {
     return reject(e.where().file, e.message());
   }
   const bool drop_last = split_ != Split::kValid || config_.drop_last_partial_validation_sequence;
-  const Counts c = expected_counts(*dataset_, begin_, end_, num_samples_, drop_last, config_);
-  const auto docs = static_cast<std::size_t>(c.epochs * (end_ - begin_));
-  const auto samples = static_cast<std::size_t>(c.samples);
-  const auto& di = index.document_index;
-  const auto& si = index.sample_index;
-  const auto& sh = index.shuffle_index;
-  if (di.type() != NpyType::kInt32 || di.shape().size() != 1 || di.size() != docs)
-    return reject(files[1], "expected int32[" + std::to_string(docs) + "]");
-  if ((si.type() != NpyType::kInt32 && si.type() != NpyType::kInt64) || si.shape().size() != 2 ||
-      si.shape()[0] != samples + 1 || si.shape()[1] != 2)
-    return reject(files[2], "expected int32 or int64 [" + std::to_string(samples + 1) + ", 2]");
-  if ((sh.type() != NpyType::kUInt32 && sh.type() != NpyType::kInt64) || sh.shape().size() != 1 || sh.size() != samples)
-    return reject(files[3], "expected uint32 or int64 [" + std::to_string(samples) + "]");
-  for (std::size_t i = 0; i < di.size(); ++i)
-    if (di[i] < begin_ || di[i] >= end_) return reject(files[1], "entry " + std::to_string(i) + " is outside the split");
-  for (std::size_t i = 0; i < si.size(); i += 2)
-    if (si[i] < 0 || static_cast<std::size_t>(si[i]) >= docs || si[i + 1] < 0)
-      return reject(files[2], "row " + std::to_string(i / 2) + " points outside the document index");
-  for (std::size_t i = 0; i < sh.size(); ++i)
-    if (sh[i] < 0 || static_cast<std::size_t>(sh[i]) >= samples)
-      return reject(files[3], "entry " + std::to_string(i) + " is not a sample id");
-  index.num_epochs = c.epochs;
-  index.tokens_per_epoch = c.tokens;
-  index.separate_final_epoch = false;
-  if (c.epochs > 1) {
-    const std::int32_t extra = config_.add_extra_token_to_sequence ? 1 : 0;
-    const std::int64_t before = ((c.epochs - 1) * c.tokens - extra) / config_.sequence_length;
-    const std::int64_t per_epoch = (c.tokens - extra) / config_.sequence_length;
-    index.separate_final_epoch = *num_samples_ - before < static_cast<std::int64_t>(0.80 * static_cast<double>(per_epoch));
-  }
+  if (const auto bad = detail::gpt_index_defect(index, plan_, dataset_->sequence_lengths(), begin_, end_, config_,
+                                                drop_last))
+    return reject(cache_base_ + bad->first, bad->second);
+  if (const auto bad = detail::checksum_defect(cache_base_, arrays_of(index)))
+    return reject(cache_base_ + bad->first, bad->second);
+  index.num_epochs = plan_.epochs;
+  index.tokens_per_epoch = plan_.tokens;
+  index.separate_final_epoch = plan_.separate_final_epoch;
   index_ = std::move(index);
   from_cache_ = true;
   return true;

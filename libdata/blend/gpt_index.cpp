@@ -28,6 +28,15 @@ const char* split_name(Split split) {
   return "?";
 }
 
+std::uint64_t GptIndexPlan::bytes() const {
+  const std::size_t doc_shape[] = {static_cast<std::size_t>(documents)};
+  const std::size_t sample_shape[] = {static_cast<std::size_t>(samples + 1), 2};
+  const std::size_t shuffle_shape[] = {static_cast<std::size_t>(samples)};
+  return npy_header(NpyType::kInt32, doc_shape).size() + 4 * documents +
+         npy_header(NpyType::kInt64, sample_shape).size() + (sample_index_int64 ? 8u : 4u) * 2 * (static_cast<std::uint64_t>(samples) + 1) +
+         npy_header(NpyType::kInt64, shuffle_shape).size() + (shuffle_index_int64 ? 8u : 4u) * static_cast<std::uint64_t>(samples);
+}
+
 namespace {
 
 using Lengths = UnalignedArray<std::int32_t>;
@@ -115,54 +124,73 @@ std::string path_of(const std::string& cache_base, const char* name) {
 
 namespace detail {
 
-GptIndex build_gpt_index_into(Lengths lengths, std::int64_t begin, std::int64_t end,
-                              std::optional<std::int64_t> num_samples, bool drop_last_partial,
-                              const GptIndexConfig& config, const std::string& cache_base) {
+GptIndexPlan plan_gpt_index(Lengths lengths, std::int64_t begin, std::int64_t end,
+                            std::optional<std::int64_t> num_samples, bool drop_last_partial,
+                            const GptIndexConfig& config, const std::string& what) {
   const std::int64_t L = config.sequence_length;
   const std::int32_t extra = config.add_extra_token_to_sequence ? 1 : 0;
   if (L <= 1) fail("sequence length " + std::to_string(L) + " must be at least 2");
-  if (begin < 0 || end > static_cast<std::int64_t>(lengths.size()) || begin >= end)
-    fail("document range [" + std::to_string(begin) + ", " + std::to_string(end) + ") is empty or outside the " +
+  if (num_samples && *num_samples < 0) fail(what + ": a demand of " + std::to_string(*num_samples) + " samples");
+  const std::string forever = num_samples ? "; megatron-core would loop forever on it" : "";
+  if (begin < 0 || end > static_cast<std::int64_t>(lengths.size()))
+    fail(what + ": the document range [" + std::to_string(begin) + ", " + std::to_string(end) + ") is outside the " +
          std::to_string(lengths.size()) + " sequences");
+  if (begin >= end)
+    fail(what + " holds no sequences (range [" + std::to_string(begin) + ", " + std::to_string(end) + "))" + forever);
 
-  GptIndex index;
-  std::int64_t tokens = 0;
-  for (std::int64_t i = begin; i < end; ++i) tokens += lengths[static_cast<std::size_t>(i)];
-  if (tokens <= 1) fail("the split holds " + std::to_string(tokens) + " tokens; a sample needs at least 2");
-  index.tokens_per_epoch = tokens;
+  GptIndexPlan plan;
+  for (std::int64_t i = begin; i < end; ++i) plan.tokens += lengths[static_cast<std::size_t>(i)];
+  if (plan.tokens == 0)
+    fail(what + " holds " + std::to_string(end - begin) + " sequences of no tokens" + forever);
 
-  // Epochs: the least E with E * tokens >= num_samples * L + extra.
-  std::int64_t epochs = 1;
+  // _get_num_epochs: the least E >= 1 with E * tokens >= num_samples * L + extra.
   if (num_samples) {
-    const std::int64_t wanted = *num_samples * L + extra;
-    epochs = std::max<std::int64_t>(1, (wanted + tokens - 1) / tokens);
+    std::int64_t wanted = 0;
+    if (__builtin_mul_overflow(*num_samples, L, &wanted) || __builtin_add_overflow(wanted, extra, &wanted))
+      fail(what + ": " + std::to_string(*num_samples) + " samples of " + std::to_string(L) + " tokens overflow a 64-bit token count");
+    plan.epochs = std::max<std::int64_t>(1, wanted / plan.tokens + (wanted % plan.tokens != 0));
   }
-  index.num_epochs = epochs;
+  // helpers.cpp's build_sample_idx takes the epoch count as int32.
+  if (plan.epochs > std::numeric_limits<std::int32_t>::max())
+    fail(what + ": " + std::to_string(num_samples.value_or(0)) + " samples from " + std::to_string(plan.tokens) +
+         " tokens need " + std::to_string(plan.epochs) + " epochs; megatron-core's helpers take at most 2^31-1");
+  plan.documents = static_cast<std::uint64_t>(plan.epochs) * static_cast<std::uint64_t>(end - begin);
 
-  std::int64_t samples_before_final = 0;
-  if (epochs > 1) {
-    samples_before_final = ((epochs - 1) * tokens - extra) / L;
-    const std::int64_t from_final = *num_samples - samples_before_final;
-    const std::int64_t per_epoch = (tokens - extra) / L;
-    index.separate_final_epoch = from_final < static_cast<std::int64_t>(0.80 * static_cast<double>(per_epoch));
+  if (plan.epochs > 1) {
+    plan.samples_before_final = ((plan.epochs - 1) * plan.tokens - extra) / L;
+    const std::int64_t from_final = *num_samples - plan.samples_before_final;
+    const std::int64_t per_epoch = (plan.tokens - extra) / L;
+    plan.separate_final_epoch = from_final < static_cast<std::int64_t>(0.80 * static_cast<double>(per_epoch));
   }
-
-  std::int64_t samples;
   if (drop_last_partial) {
-    samples = (epochs * tokens - extra) / L;
+    plan.samples = (plan.epochs * plan.tokens - extra) / L;
   } else {
     // helpers.cpp computes this in single precision.
-    samples = static_cast<std::int64_t>(std::ceil(static_cast<float>(epochs * tokens - extra) / static_cast<float>(L)));
+    plan.samples = static_cast<std::int64_t>(
+        std::ceil(static_cast<float>(plan.epochs * plan.tokens - extra) / static_cast<float>(L)));
   }
+  plan.sample_index_int64 = plan.documents > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max());
+  plan.shuffle_index_int64 = plan.samples >= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()) - 1;
+  return plan;
+}
+
+GptIndex build_gpt_index_into(Lengths lengths, const GptIndexPlan& plan, std::int64_t begin, std::int64_t end,
+                              const GptIndexConfig& config, const std::string& cache_base) {
+  const std::int32_t extra = config.add_extra_token_to_sequence ? 1 : 0;
+  GptIndex index;
+  index.tokens_per_epoch = plan.tokens;
+  index.num_epochs = plan.epochs;
+  index.separate_final_epoch = plan.separate_final_epoch;
+  const std::int64_t epochs = plan.epochs, samples = plan.samples;
 
   // The document index: the split's ids tiled `epochs` times, shuffled (the last epoch apart).
   NumpyRandomState rng(config.random_seed);
   const auto docs = static_cast<std::size_t>(end - begin);
-  NpyOutput<std::int32_t> documents(path_of(cache_base, "document_index"), {docs * static_cast<std::size_t>(epochs)});
+  NpyOutput<std::int32_t> documents(path_of(cache_base, "document_index"), {static_cast<std::size_t>(plan.documents)});
   const auto d = documents.data();
   for (std::size_t i = 0; i < docs; ++i) d[i] = static_cast<std::int32_t>(begin + static_cast<std::int64_t>(i));
   for (std::int64_t e = 1; e < epochs; ++e) std::copy_n(d.begin(), docs, d.begin() + static_cast<std::ptrdiff_t>(docs * static_cast<std::size_t>(e)));
-  if (!index.separate_final_epoch) {
+  if (!plan.separate_final_epoch) {
     shuffle_like_numpy(d, rng);
   } else {
     const std::size_t head = docs * static_cast<std::size_t>(epochs - 1);
@@ -170,15 +198,14 @@ GptIndex build_gpt_index_into(Lengths lengths, std::int64_t begin, std::int64_t 
     shuffle_like_numpy(d.subspan(head), rng);
   }
 
-  const std::int64_t first = index.separate_final_epoch ? samples_before_final : samples;
+  const std::int64_t first = plan.separate_final_epoch ? plan.samples_before_final : samples;
   const std::string shuffle_path = path_of(cache_base, "shuffle_index");
   auto shuffled = std::async(std::launch::async, [&, rng] {
-    if (samples >= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()) - 1)
-      return shuffle_index<std::int64_t>(first, samples, rng, shuffle_path);
+    if (plan.shuffle_index_int64) return shuffle_index<std::int64_t>(first, samples, rng, shuffle_path);
     return shuffle_index<std::uint32_t>(first, samples, rng, shuffle_path);
   });
   const std::string sample_path = path_of(cache_base, "sample_index");
-  if (d.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+  if (plan.sample_index_int64) {
     index.sample_index = sample_index<std::int64_t>(lengths, d, config.sequence_length, samples, extra, sample_path);
   } else {
     index.sample_index = sample_index<std::int32_t>(lengths, d, config.sequence_length, samples, extra, sample_path);
@@ -194,7 +221,8 @@ GptIndex build_gpt_index(std::span<const std::int32_t> lengths, std::int64_t beg
                          std::optional<std::int64_t> num_samples, bool drop_last_partial,
                          const GptIndexConfig& config) {
   const Lengths view(reinterpret_cast<const std::uint8_t*>(lengths.data()), lengths.size());
-  return detail::build_gpt_index_into(view, begin, end, num_samples, drop_last_partial, config, "");
+  const auto plan = detail::plan_gpt_index(view, begin, end, num_samples, drop_last_partial, config, "the split");
+  return detail::build_gpt_index_into(view, plan, begin, end, config, "");
 }
 
 }  // namespace dlm::data

@@ -1,10 +1,14 @@
 // GPTDataset / BlendedDataset indices against values printed by megatron-core 0.16.1 (its
 // helpers_cpp, _build_document_index, _build_shuffle_index, normalize, parse_and_normalize_split),
 // the sample reader on hand-made data, and every bad input dlm-blend refuses as a one-line error.
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +81,22 @@ TEST(Blending, WeightsAndSplits) {
   EXPECT_EQ(*b.weights, (std::vector<double>{0.3, 0.7}));
   const std::vector<std::string> plain{"/a/b /c/d"};
   EXPECT_FALSE(parse_blend(plain).weights.has_value());
+}
+
+// Six weights down to 0.001 that numpy sums to exactly 1.0 (pairwise from 0), so
+// megatron-core's BlendedDataset sizes are 60000 / 1302 / 102 for 60000 / 1300 / 100; summing
+// from the first weight gives 1 - 2^-53 and 60006 / 1305 / 105.
+TEST(Blending, WeightsNormalizeAsNumpySums) {
+  const std::vector<double> w{0.498, 0.3, 0.15, 0.05, 0.001, 0.001};
+  const auto n = normalize_weights(w);
+  EXPECT_EQ(n, w);
+  std::int64_t sizes[3] = {0, 0, 0};
+  const std::int64_t targets[3] = {60000, 1300, 100};
+  for (std::size_t i = 0; i < 3; ++i)
+    for (double x : n) sizes[i] += static_cast<std::int64_t>(std::ceil(static_cast<double>(targets[i]) * x));
+  EXPECT_EQ(sizes[0], 60000);
+  EXPECT_EQ(sizes[1], 1302);
+  EXPECT_EQ(sizes[2], 102);
 }
 
 // The fast shuffle (blocked, branchless draws; pipelined on two threads from 2^22 elements) against
@@ -250,6 +270,163 @@ TEST_F(BlendFiles, CacheIsReusedAndStaleCacheRebuilt) {
   EXPECT_EQ(values(rebuilt[0]->datasets[0]->index().shuffle_index), want);
 }
 
+// A split of fewer tokens than one sample is built as megatron-core builds it, over as many
+// epochs as the demand needs: 10 samples of 201 tokens from 120 take ceil(2001 / 120) = 17 epochs.
+TEST_F(BlendFiles, SplitShorterThanOneSampleTakesEpochs) {
+  const auto a = write("a", {30, 40, 50});
+  const auto splits = build_datasets(config({a}, 200, 10));
+  ASSERT_TRUE(splits[0]);
+  const auto& ix = splits[0]->datasets[0]->index();
+  EXPECT_EQ(ix.num_epochs, 17);
+  EXPECT_EQ(ix.document_index.size(), 51u);
+  EXPECT_EQ(splits[0]->size(), 10u);  // (17 * 120 - 1) / 200
+  EXPECT_EQ(ix.sample_index[0], 0);
+  EXPECT_EQ(ix.sample_index[2 * 10] / 3, 2000 / 120);  // sample 10 starts 2000 tokens in: epoch 16
+}
+
+// Rewrites `bytes` bytes of a .npy's data at element offset `at` (of `width`-byte elements).
+void patch_npy(const std::string& path, std::size_t width, std::size_t at, const void* bytes, std::size_t size) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  unsigned char head[10];
+  f.read(reinterpret_cast<char*>(head), 10);
+  const std::size_t data = 10 + (head[8] | (head[9] << 8));
+  f.seekp(static_cast<std::streamoff>(data + width * at));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+}
+
+template <typename T>
+T npy_at(const std::string& path, std::size_t at) {
+  const auto a = NpyArray::load(path);
+  return static_cast<T>(a[at]);
+}
+
+// A cached index with a duplicate in shuffle_index, a non-monotone sample_index, a
+// flipped byte of dataset_index, or two swapped document_index entries (every invariant holds; only
+// the checksum beside the cache differs) is rebuilt, to the same arrays, and every sample reads.
+TEST_F(BlendFiles, CorruptCachesAreRebuilt) {
+  const auto a = write("a", std::vector<int>(40, 10));
+  const auto b = write("b", {30, 40, 50, 20, 60, 10, 70});
+  const auto cfg = [&] { return config({"0.7 " + a + " 0.3 " + b}, 8, 30); };
+  const auto first = build_datasets(cfg());
+  const auto& split = *first[0];
+  ASSERT_TRUE(split.blended);
+  const std::string base_a = split.datasets[0]->cache_base();
+  const std::string blend_base = (dir_ / "cache" / (split.description_hash + "-BlendedDataset-train-")).string();
+  const auto doc_want = values(split.datasets[0]->index().document_index);
+  const auto sample_want = values(split.datasets[0]->index().sample_index);
+  const auto shuffle_want = values(split.datasets[0]->index().shuffle_index);
+  const auto blend_want = values(split.indices.dataset_index);
+  ASSERT_TRUE(fs::exists(base_a + "checksums.dlm"));
+
+  const auto rebuilt = [&](const char* what) {
+    SCOPED_TRACE(what);
+    const auto again = build_datasets(cfg());
+    const auto& s = *again[0];
+    EXPECT_EQ(values(s.datasets[0]->index().document_index), doc_want);
+    EXPECT_EQ(values(s.datasets[0]->index().sample_index), sample_want);
+    EXPECT_EQ(values(s.datasets[0]->index().shuffle_index), shuffle_want);
+    EXPECT_EQ(values(s.indices.dataset_index), blend_want);
+    SampleReader r(s, SampleOptions{});
+    for (std::size_t i = 0; i < r.size(); ++i) EXPECT_EQ(r.read(i).tokens.size(), 8u);
+    return again[0]->datasets[0]->loaded_from_cache();
+  };
+
+  const std::string shuffle = base_a + "shuffle_index.npy", sample = base_a + "sample_index.npy";
+  const auto dup = npy_at<std::uint32_t>(shuffle, 0);
+  patch_npy(shuffle, 4, 1, &dup, 4);
+  EXPECT_FALSE(rebuilt("a duplicate in shuffle_index"));
+
+  // Rows 1 and 2 swapped: (doc, offset) pairs no longer ascend.
+  const std::int32_t rows[4] = {npy_at<std::int32_t>(sample, 4), npy_at<std::int32_t>(sample, 5),
+                                npy_at<std::int32_t>(sample, 2), npy_at<std::int32_t>(sample, 3)};
+  patch_npy(sample, 4, 2, rows, sizeof rows);
+  EXPECT_FALSE(rebuilt("a non-monotone sample_index"));
+
+  const std::string dataset_index = blend_base + "dataset_index.npy";
+  const std::uint8_t flipped = static_cast<std::uint8_t>(npy_at<std::int16_t>(dataset_index, 3) ^ 1);
+  patch_npy(dataset_index, 2, 3, &flipped, 1);
+  const auto blend_again = build_datasets(cfg());
+  EXPECT_FALSE(blend_again[0]->loaded_from_cache);
+  EXPECT_EQ(values(blend_again[0]->indices.dataset_index), blend_want);
+
+  // Dataset a's documents are all 10 tokens: swapping two document_index entries keeps every
+  // invariant, so only the checksum can tell.
+  const std::string documents = base_a + "document_index.npy";
+  std::size_t j = 1;
+  while (npy_at<std::int32_t>(documents, j) == npy_at<std::int32_t>(documents, 0)) ++j;
+  const std::int32_t d0 = npy_at<std::int32_t>(documents, 0), dj = npy_at<std::int32_t>(documents, j);
+  patch_npy(documents, 4, 0, &dj, 4);
+  patch_npy(documents, 4, j, &d0, 4);
+  EXPECT_FALSE(rebuilt("two swapped document_index entries"));
+  EXPECT_TRUE(rebuilt("nothing: the rebuilt cache is reused"));
+}
+
+// Runs build_datasets(c) in a child limited to 1 MiB files and 2 GiB of address space (so a build
+// that is not refused up front fails small instead of filling the disk or memory); returns the
+// child's outcome: "error: <what()>", "other: <what()>" or "built".
+std::string build_in_limited_child(const BuilderConfig& c) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const rlimit file{1 << 20, 1 << 20}, memory{std::uint64_t{2} << 30, std::uint64_t{2} << 30};
+    ::setrlimit(RLIMIT_FSIZE, &file);
+    ::setrlimit(RLIMIT_AS, &memory);
+    ::signal(SIGXFSZ, SIG_IGN);
+    std::string out;
+    try {
+      build_datasets(c);
+      out = "built";
+    } catch (const dlm::Error& e) {
+      out = std::string("error: ") + e.what();
+    } catch (const std::exception& e) {
+      out = std::string("other: ") + e.what();
+    }
+    if (::write(fds[1], out.data(), out.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return out;
+}
+
+// A build whose indices cannot fit the cache's filesystem (every file alone would)
+// or, without a cache, memory, is refused before its first byte in one line naming the sizes.
+TEST_F(BlendFiles, BuildsThatCannotFitAreRefusedFirst) {
+  const auto a = write("a", std::vector<int>(1000, 100));
+  const auto b = write("b", std::vector<int>(1000, 100));
+  // About 22 bytes a blended sample (document, sample and shuffle index, dataset and sample index).
+  struct statvfs vfs{};
+  ASSERT_EQ(::statvfs(dir_.c_str(), &vfs), 0);
+  const double disk_free = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+  auto c = config({"0.5 " + a + " 0.5 " + b}, 8, static_cast<std::int64_t>(1.5 * disk_free / 20));
+  const std::string disk = build_in_limited_child(c);
+  EXPECT_EQ(disk.find('\n'), std::string::npos) << disk;
+  for (const char* part : {"error: ", "/cache: the indices to build need", "train: ", "blended samples", "free",
+                           "nothing was written"})
+    EXPECT_NE(disk.find(part), std::string::npos) << "'" << part << "' not in: " << disk;
+  EXPECT_FALSE(fs::exists(dir_ / "cache") && !fs::is_empty(dir_ / "cache")) << "files left in the cache folder";
+
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double available_kib = 0;
+  while (meminfo >> key >> available_kib && key != "MemAvailable:") meminfo.ignore(256, '\n');
+  ASSERT_EQ(key, "MemAvailable:");
+  auto m = config({"0.5 " + a + " 0.5 " + b}, 8, static_cast<std::int64_t>(1.5 * available_kib * 1024 / 20));
+  m.gpt.cache_path.reset();
+  m.gpt.write_cache = false;
+  const std::string memory = build_in_limited_child(m);
+  for (const char* part : {"error: ", "need", "of memory", "no cache is written", "available"})
+    EXPECT_NE(memory.find(part), std::string::npos) << "'" << part << "' not in: " << memory;
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "cache")) << "a cache was written";
+}
+
 TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   const auto a = write("a", {30, 40, 50});
   const auto b16 = write("b", {30, 40}, DType::kUInt16);
@@ -289,11 +466,9 @@ TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   const auto twenty = write("twenty", std::vector<int>(20, 10));
   auto empty_test = config({twenty}, 8);
   empty_test.split = "969,30,1";
-  expect_error([&] { build_datasets(empty_test); }, {"twenty.idx", "test split holds no sequences"});
+  expect_error([&] { build_datasets(empty_test); }, {"twenty.idx", "test split holds no sequences", "loop forever"});
   // Mismatched dtypes.
   expect_error([&] { build_datasets(config({"1 " + a + " 1 " + b16}, 8)); }, {"b.idx", "uint16", "int32"});
-  // A sequence length longer than the whole dataset.
-  expect_error([&] { build_datasets(config({a}, 200)); }, {"a.idx", "120 tokens", "201"});
   // Flags.
   MegatronDataArgs m;
   m.data_path = {a};
@@ -314,7 +489,6 @@ TEST_F(BlendFiles, ToolPrintsOneLineErrors) {
       {"--seq-length 8 --data-path '0 " + a + " 1 " + a + "' --split 1,0,0", "weight '0'"},
       {"--seq-length 8 --data-path 'one " + a + " 1 " + a + "' --split 1,0,0", "not a number"},
       {"--seq-length 8 --data-path " + a + " --split 0,0,0", "sum to 0"},
-      {"--data-path " + a + " --split 1,0,0 --seq-length 500", "sequence length longer than the dataset"},
   };
   for (const auto& [flags, expect] : cases) {
     const std::string cmd = tool + " build" + common + " " + flags + " 2>&1 >/dev/null";

@@ -15,16 +15,16 @@ import warnings
 sys.path.insert(0, os.path.join(os.environ.get("DLM_SOURCE_DIR", os.path.dirname(__file__) + "/../.."), "tests/interop"))
 from dlm_interop import Checks, require, run, workdir  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from blend_cases import cache_files, dlm_flags, megatron_build, same_caches  # noqa: E402
+
 warnings.filterwarnings("ignore")
 (np,) = require("numpy")
 try:
     import logging
 
     logging.disable(logging.WARNING)
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-    from megatron.core.datasets.utils import get_blend_from_list
     from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
 except ImportError as e:
     print(f"skipped: megatron-core is not importable ({e})")
@@ -65,11 +65,6 @@ C = make_dataset("c", 500, rng, np.uint16)
 BIG = make_dataset("big", 900, rng, np.uint16)  # for seq 2048
 
 
-def sizes_for(train, eval_iters, eval_interval):
-    """Megatron-LM's train_val_test_num_samples with --global-batch-size 1."""
-    return [train, (train // eval_interval + 1) * eval_iters, eval_iters]
-
-
 # name, dlm flags (besides cache), megatron config kwargs, sizes, eod options
 CASES = []
 
@@ -91,53 +86,8 @@ case("per-split", 1234, 128, 700, 6, 200,
      per_split=[["0.6", A, "0.4", C], [B], [A, C]], eod=(False, False, True))
 
 
-def dlm_flags(k, cache):
-    f = ["--seq-length", k["seq"], "--train-samples", k["train"], "--global-batch-size", 1, "--eval-iters",
-         k["eval_iters"], "--eval-interval", k["eval_interval"], "--seed", k["seed"], "--data-cache-path", cache]
-    if k["data"]:
-        f += ["--data-path", " ".join(k["data"]), "--split", k["split"]]
-    else:
-        for flag, blend in zip(("--train-data-path", "--valid-data-path", "--test-data-path"), k["per_split"]):
-            if blend:
-                f += [flag, " ".join(blend)]
-    if not k["extra"]:
-        f.append("--no-add-extra-token-to-sequence")
-    return f
-
-
-def megatron_build(k, cache):
-    reset_pos, reset_attn, mask_loss = k["eod"]
-    cfg = GPTDatasetConfig(
-        random_seed=k["seed"], sequence_length=k["seq"],
-        blend=get_blend_from_list(k["data"]) if k["data"] else None,
-        blend_per_split=[get_blend_from_list(b) if b else None for b in k["per_split"]] if k["per_split"] else None,
-        split=k["split"], path_to_cache=cache, tokenizer=TOKENIZER, reset_position_ids=reset_pos,
-        reset_attention_mask=reset_attn, eod_mask_loss=mask_loss, create_attention_mask=False,
-        add_extra_token_to_sequence=k["extra"])
-    sizes = sizes_for(k["train"], k["eval_iters"], k["eval_interval"])
-    return BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, cfg).build()
-
-
-def cache_files(d):
-    return sorted(f for f in os.listdir(d) if f.endswith((".npy", ".txt")))
-
-
 def snapshot(d):
     return {f: os.stat(os.path.join(d, f)).st_mtime_ns for f in cache_files(d)}
-
-
-def same_caches(name, dm, dd):
-    fm, fd = cache_files(dm), cache_files(dd)
-    c.check(fm == fd and len(fm) > 0, f"{name}: cache file names differ:\n megatron {fm}\n dlm      {fd}")
-    for f in sorted(set(fm) & set(fd)):
-        pm, pd = os.path.join(dm, f), os.path.join(dd, f)
-        if f.endswith(".npy"):
-            a, b = np.load(pm), np.load(pd)
-            c.check(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b),
-                    f"{name}: {f}: megatron {a.dtype}{a.shape} vs dlm {b.dtype}{b.shape}, "
-                    f"{'equal' if a.shape == b.shape and np.array_equal(a, b) else 'values differ'}")
-        with open(pm, "rb") as x, open(pd, "rb") as y:
-            c.check(x.read() == y.read(), f"{name}: {f}: bytes differ")
 
 
 def parse_sample(text):
@@ -157,9 +107,9 @@ for k in CASES:
         continue
     name = k["name"]
     dm, dd = os.path.join(root, name, "megatron"), os.path.join(root, name, "dlm")
-    splits = megatron_build(k, dm)
+    splits = megatron_build(k, dm, TOKENIZER)
     run([TOOL, "build", *dlm_flags(k, dd)])
-    same_caches(name, dm, dd)
+    same_caches(c, name, dm, dd)
 
     # dlm reads megatron's cache: nothing rebuilt, every dataset reported as cached.
     xm = os.path.join(root, name, "dlm-reads-megatron")
@@ -176,7 +126,7 @@ for k in CASES:
     xd = os.path.join(root, name, "megatron-reads-dlm")
     shutil.copytree(dd, xd)
     before = snapshot(xd)
-    again = megatron_build(k, xd)
+    again = megatron_build(k, xd, TOKENIZER)
     c.check(snapshot(xd) == before, f"{name}: megatron rewrote dlm's cache")
     for s_m, s_d in zip(splits, again):
         c.check((s_m is None) == (s_d is None) and (s_m is None or len(s_m) == len(s_d)),

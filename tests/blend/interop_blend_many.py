@@ -8,6 +8,7 @@ same name and bytes. Prints both builders' seconds and peak RSS.
 import logging
 import os
 import resource
+import shutil
 import sys
 import time
 import warnings
@@ -70,4 +71,6 @@ for f in sorted(set(fm) & set(fd)):
     with open(os.path.join(dm, f), "rb") as x, open(os.path.join(dd, f), "rb") as y:
         c.check(x.read() == y.read(), f"{f}: bytes differ")
 print(f"compared {len(set(fm) & set(fd))} cache files")
+torch.distributed.destroy_process_group()
+shutil.rmtree(root, ignore_errors=True)
 c.finish()

@@ -13,7 +13,8 @@
 //   blend per split  train/valid/test each from their own list; a list of one prefix is a
 //                 GPTDataset alone (its weight ignored)
 // Cached as `{md5}-BlendedDataset-{split}-dataset_index.npy` / `-dataset_sample_index.npy` beside a
-// description file, under the cache path only (as Megatron).
+// description file, under the cache path only (as Megatron), with dlm's checksums beside them; a
+// cache is reused only when its arrays keep their invariants and checksums (index_cache.h).
 #pragma once
 
 #include <array>
@@ -84,7 +85,9 @@ struct SplitDataset {
 };
 
 // BlendedMegatronDatasetBuilder(GPTDataset, sizes, config).build(): every split, built or loaded
-// from the cache. Throws dlm::Error (one line, naming the file or flag) on bad input.
+// from the cache. Every index is planned first: a build whose indices cannot fit the free space of
+// their cache's filesystem (or, writing no cache, the available memory) is refused before anything
+// is written. Throws dlm::Error (one line, naming the file or flag, and the sizes) on bad input.
 std::array<std::optional<SplitDataset>, 3> build_datasets(const BuilderConfig& config);
 
 }  // namespace dlm::data

@@ -12,7 +12,8 @@
 //   shuffle index   a permutation of the samples by the same RandomState (two ranges shuffled
 //                   apart with a separate final epoch); uint32 unless the count needs int64
 // The arrays are cached as `{md5(description)}-GPTDataset-{split}-*.npy` beside a description file,
-// so dlm and megatron-core reuse each other's caches.
+// so dlm and megatron-core reuse each other's caches; dlm adds `checksums.dlm` beside its own, and
+// reuses a cache only when the arrays keep their invariants (and checksums, where written).
 #pragma once
 
 #include <array>
@@ -52,6 +53,23 @@ struct GptIndexConfig {
   bool write_cache = true;
 };
 
+// The shape of one index, from the sequence lengths alone (gpt_dataset.py's
+// _get_num_tokens_per_epoch, _get_num_epochs and the separate-final-epoch rule; helpers.cpp's
+// sample count): what the builder checks the disk against, the build follows and a cached index
+// must have. A split holding fewer tokens than one sample is repeated over as many epochs as the
+// demand needs, as megatron-core does.
+struct GptIndexPlan {
+  std::int64_t tokens = 0;                // per epoch
+  std::int64_t epochs = 1;
+  std::int64_t samples = 0;
+  std::int64_t samples_before_final = 0;  // with a separate final epoch: the first E-1 epochs' samples
+  bool separate_final_epoch = false;
+  std::uint64_t documents = 0;            // document index entries: epochs * sequences
+  bool sample_index_int64 = false;        // more than 2^31-1 document index entries
+  bool shuffle_index_int64 = false;       // samples >= 2^32 - 2
+  std::uint64_t bytes() const;            // the three .npy files
+};
+
 struct GptIndex {
   NpyArray document_index;  // int32 [epochs * documents]
   NpyArray sample_index;    // int32 or int64 [samples + 1, 2]
@@ -89,6 +107,7 @@ class GptDataset {
   // "{cache}/{hash}-GPTDataset-{split}-" (empty when not cached).
   const std::string& cache_base() const noexcept { return cache_base_; }
   bool loaded_from_cache() const noexcept { return from_cache_; }
+  const GptIndexPlan& plan() const noexcept { return plan_; }
 
   // Where sample i (before the shuffle: shuffle_index[i] is applied here) starts and ends:
   // (document index position, offset) of its first and of its last token's successor.
@@ -105,6 +124,7 @@ class GptDataset {
   GptIndexConfig config_;
   std::string description_, hash_, cache_base_;
   bool from_cache_ = false;
+  GptIndexPlan plan_;
   GptIndex index_;
 };
 
