@@ -1,0 +1,105 @@
+// Issue 28's data cases against the real tools: a crafted .idx, negative ids and an invalid merge input are
+// one-line errors (exit 1, no signal) from every reader, and leave no output behind.
+#include <algorithm>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "child.h"
+#include "dlm/data/indexed_dataset.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPreprocess = DLM_PREPROCESS_TOOL;
+const std::string kBlend = DLM_BLEND_TOOL;
+const std::string kTrain = DLM_TRAIN_TOOL;
+
+// 40 documents of 50 ids below 1000; `negative` puts one -5 in the middle.
+std::string make_dataset(const fs::path& dir, dlm::data::DType dtype, bool negative = false) {
+  const std::string prefix = (dir / "data").string();
+  dlm::data::IndexedDatasetWriter w(prefix, dtype);
+  for (int d = 0; d < 40; ++d) {
+    std::vector<std::int32_t> ids(50);
+    for (int i = 0; i < 50; ++i) ids[i] = (d * 50 + i) % 997;
+    if (negative && d == 20) ids[7] = -5;
+    w.add_item(ids);
+    w.end_document();
+  }
+  w.finalize();
+  return prefix;
+}
+
+void patch(const std::string& path, std::size_t offset, std::int64_t value) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+std::vector<std::string> train_argv(const std::string& prefix, const fs::path& dir) {
+  return {kTrain, "--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "4",
+          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters", "1",
+          "--vocab-size", "1000", "--mask-token", "999", "--data-path", prefix, "--split", "100,0,0",
+          "--data-cache-path", (dir / "cache").string(), "--threads", "1"};
+}
+
+std::vector<std::string> blend_argv(const std::string& command, const std::string& prefix, const fs::path& dir) {
+  std::vector<std::string> a{kBlend, command};
+  if (command == "sample") a.push_back("0");
+  for (const std::string s : {"--data-path", prefix.c_str(), "--split", "100,0,0", "--seq-length", "16", "--train-samples",
+                              "10", "--global-batch-size", "2", "--data-cache-path", (dir / "cache").c_str()})
+    a.push_back(s);
+  return a;
+}
+
+// Exit 1 with one line that starts with the tool's name and contains `expected`.
+void expect_one_line_error(const dlm::test::ChildResult& r, const std::string& tool, const std::string& expected) {
+  EXPECT_EQ(r.signal, 0) << tool << " crashed: " << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  EXPECT_EQ(last.rfind(tool + ": ", 0), 0u) << r.err;
+  EXPECT_NE(last.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.err;
+}
+
+// Case 3: a negative sequence pointer used to crash inspect and dlm-blend sample (SIGSEGV) and pass dlm-blend
+// build and dlm-train; every reader now refuses it when the dataset is opened.
+TEST(Hardening, CraftedIndexIsOneLineErrorFromEveryReader) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("crafted_idx");
+  const std::string prefix = make_dataset(dir, dlm::data::DType::kUInt16);
+  patch(prefix + ".idx", 34 + 4 * 40 + 8 * 39, -1000);  // the pointer of sequence 39
+  const std::string expected = prefix + ".idx: offset 506: sequence 39 pointer -1000 is not the running sum";
+  const std::string err = (dir / "err").string();
+  expect_one_line_error(dlm::test::run({kPreprocess, "validate", prefix}, err), "dlm-preprocess", expected);
+  expect_one_line_error(dlm::test::run({kPreprocess, "inspect", prefix}, err), "dlm-preprocess", expected);
+  expect_one_line_error(dlm::test::run(blend_argv("build", prefix, dir), err), "dlm-blend", expected);
+  expect_one_line_error(dlm::test::run(blend_argv("sample", prefix, dir), err), "dlm-blend", expected);
+  expect_one_line_error(dlm::test::run(train_argv(prefix, dir), err), "dlm-train", expected);
+}
+
+// Case 5: a negative id in an int32 .bin used to be trained as id 0.
+TEST(Hardening, NegativeTokenIdsAreRefusedByValidateSampleAndTrain) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("negative_ids");
+  const std::string prefix = make_dataset(dir, dlm::data::DType::kInt32, true);
+  const std::string err = (dir / "err").string();
+  const std::string at = prefix + ".bin: offset " + std::to_string((20 * 50 + 7) * 4) + ": token id -5 is negative";
+  expect_one_line_error(dlm::test::run({kPreprocess, "validate", prefix}, err), "dlm-preprocess", at);
+  expect_one_line_error(dlm::test::run(train_argv(prefix, dir), err), "dlm-train", at);
+}
+
+// Case 11: merging an input that validate refuses exits 1 and writes nothing.
+TEST(Hardening, MergeOfAnInvalidInputIsRefusedAndWritesNothing) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("merge_invalid");
+  fs::create_directories(dir / "good");
+  fs::create_directories(dir / "bad");
+  const std::string good = make_dataset(dir / "good", dlm::data::DType::kInt32);
+  const std::string bad = make_dataset(dir / "bad", dlm::data::DType::kInt32, true);
+  const std::string out = (dir / "merged").string();
+  const auto r = dlm::test::run({kPreprocess, "merge", "--input", good, bad, "--output-prefix", out}, (dir / "err").string());
+  expect_one_line_error(r, "dlm-preprocess", "token id -5 is negative");
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find("merged"), std::string::npos) << "left behind: " << e.path();
+}
+
+}  // namespace
