@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "block.h"
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/common/progress.h"
 #include "dlm/common/thread_pool.h"
@@ -139,6 +141,9 @@ PreprocessSummary preprocess_jsonl(const PreprocessOptions& options, const Token
   if (options.append_eod && !tokenizer.special_ids().eod) {
     fail(fmt::format("--append-eod: the {} tokenizer has no eod token", tokenizer.kind()));
   }
+  // Temporaries a killed run left beside the outputs go before this run writes its own.
+  const auto output_folder = std::filesystem::path(options.output_prefix).parent_path();
+  remove_stale_temporaries(output_folder.empty() ? std::string(".") : output_folder.string());
   std::vector<std::string> files = expand_inputs(options.inputs);
   const double total_mb = static_cast<double>(total_input_size(files)) / 1e6;
   LineBlockReader reader(files, options.block_bytes);

@@ -1,5 +1,10 @@
 // Issue 28's data cases against the real tools: a crafted .idx, negative ids and an invalid merge input are
 // one-line errors (exit 1, no signal) from every reader, and leave no output behind.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 
@@ -100,6 +105,52 @@ TEST(Hardening, MergeOfAnInvalidInputIsRefusedAndWritesNothing) {
   expect_one_line_error(r, "dlm-preprocess", "token id -5 is negative");
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find("merged"), std::string::npos) << "left behind: " << e.path();
+}
+
+// A PID that no process has (a child that has exited and been reaped).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// Case 19: temporaries a SIGKILLed dlm-preprocess or dlm-blend left are removed by the next run; those of
+// a live process, or locked by a writer (another machine's, whose PID means nothing here), are kept.
+TEST(Hardening, StaleTemporariesOfADeadRunAreRemovedByTheNextRun) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("stale_tmp");
+  const std::string dead = std::to_string(dead_pid()), live = std::to_string(::getpid());
+  auto plant = [](const fs::path& folder, const std::string& name) {
+    fs::create_directories(folder);
+    std::ofstream(folder / name) << "partial";
+  };
+  const fs::path out = dir / "out", cache = dir / "cache";
+  plant(out, ".corpus_text_document.bin.tmp." + dead + ".0");
+  plant(out, ".other.idx.tmp." + dead + ".3");
+  plant(out, ".mine.bin.tmp." + live + ".0");
+  plant(out, ".locked.bin.tmp." + dead + ".1");
+  plant(out, "notes.tmp." + dead + ".0");  // not a temporary's name
+  const int locked = ::open((out / (".locked.bin.tmp." + dead + ".1")).c_str(), O_RDONLY);
+  ASSERT_EQ(::flock(locked, LOCK_EX), 0);
+  std::ofstream(dir / "corpus.jsonl") << "{\"text\": \"ab ab a b\"}\n{\"text\": \"ba\"}\n";
+  const std::string tokenizer = std::string(DLM_SOURCE_DIR) + "/tests/fuzz/corpus/tokenizer_json/bytelevel.json";
+  auto r = dlm::test::run({kPreprocess, "--input", (dir / "corpus.jsonl").string(), "--output-prefix", (out / "corpus").string(),
+                           "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tokenizer, "--workers", "1"},
+                          (dir / "err").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto names = dlm::test::names_in(out);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".locked.bin.tmp." + dead + ".1", ".mine.bin.tmp." + live + ".0",
+                                             "corpus_text_document.bin", "corpus_text_document.idx", "notes.tmp." + dead + ".0"}));
+  ::close(locked);
+  // dlm-blend's cache folder.
+  const std::string prefix = make_dataset(dir, dlm::data::DType::kUInt16);
+  plant(cache, ".abc-GPTDataset-train-shuffle_index.npy.tmp." + dead + ".2");
+  r = dlm::test::run({kBlend, "build", "--data-path", prefix, "--split", "100,0,0", "--seq-length", "16", "--train-samples",
+                      "10", "--global-batch-size", "2", "--data-cache-path", cache.string()},
+                     (dir / "err").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& name : dlm::test::names_in(cache)) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
@@ -70,9 +72,25 @@ po::options_description options(Cli& c) {
   return o;
 }
 
+// The cache folders a build writes into (megatron-core's default is beside each dataset): temporaries a
+// killed run left there are removed before this run writes.
+void remove_stale_cache_temporaries(const BuilderConfig& config) {
+  std::set<std::string> folders;
+  if (config.gpt.cache_path) folders.insert(*config.gpt.cache_path);
+  auto add = [&](const std::optional<Blend>& blend) {
+    if (blend && !config.gpt.cache_path)
+      for (const auto& prefix : blend->prefixes) folders.insert(prefix + "/cache/GPTDataset_indices");
+  };
+  add(config.blend);
+  for (const auto& b : config.blend_per_split) add(b);
+  for (const auto& folder : folders) dlm::remove_stale_temporaries(folder);
+}
+
 int run(Cli& c) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto splits = build_datasets(builder_config(c.data));
+  const BuilderConfig config = builder_config(c.data);
+  if (c.command != "sample") remove_stale_cache_temporaries(config);
+  const auto splits = build_datasets(config);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (c.command == "build") {
     for (const auto& s : splits)

@@ -3,6 +3,7 @@
 //   dlm-ckpt validate DIR [--against DIR2 --rtol R --atol A]
 //   dlm-ckpt inspect DIR
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,19 @@ CheckpointKind kind_of(const std::string& s, const char* flag) {
   if (s == "native") return CheckpointKind::kNative;
   if (s == "hf") return CheckpointKind::kHuggingFace;
   throw UsageError(fmt::format("{} must be native or hf, got '{}'", flag, s));
+}
+
+// OUT inside IN, IN inside OUT, or the same folder: the conversion would write into what it reads.
+void refuse_overlap(const std::string& in, const std::string& out) {
+  std::error_code ec;
+  const auto a = std::filesystem::weakly_canonical(in, ec), b = std::filesystem::weakly_canonical(out, ec);
+  if (ec) return;  // the conversion names the path that cannot be resolved
+  auto within = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
+    const auto rel = inner.lexically_relative(outer);
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  if (within(a, b) || within(b, a))
+    throw UsageError(fmt::format("convert: OUT {} overlaps IN {}; expected a folder outside it", out, in));
 }
 
 int print_report(const Report& r) {
@@ -96,6 +110,7 @@ int run(int argc, char** argv) {
     if (!parse_dtype(vm["dtype"].as<std::string>(), o.dtype)) throw UsageError("--dtype must be fp32, bf16 or fp16");
     if (vm.count("tokenizer")) o.tokenizer_dir = vm["tokenizer"].as<std::string>();
     o.make_vocab_size_divisible_by = vm["make-vocab-size-divisible-by"].as<int>();
+    refuse_overlap(args[1], args[2]);
     const std::string out = convert_checkpoint(args[1], args[2], o);
     fmt::print("dlm-ckpt: wrote {}\n", out);
     return 0;

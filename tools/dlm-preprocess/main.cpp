@@ -1,6 +1,7 @@
 // dlm-preprocess: JSONL -> Megatron .bin/.idx (Megatron's tools/preprocess_data.py flags), and the dataset
 // chores around it: validate, merge (tools/merge_datasets.py), inspect.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string>
@@ -9,6 +10,7 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/data/indexed_dataset.h"
 #include "dlm/data/preprocess_inspect.h"
@@ -50,6 +52,8 @@ int run_merge(const std::vector<std::string>& args) {
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
+  const auto folder = std::filesystem::path(output).parent_path();
+  dlm::remove_stale_temporaries(folder.empty() ? std::string(".") : folder.string());  // a killed merge's
   dlm::data::IndexedDataset first(inputs.front());
   dlm::data::IndexedDatasetWriter writer(output, first.dtype());
   for (const auto& prefix : inputs) writer.append(prefix);
