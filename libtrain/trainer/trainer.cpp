@@ -348,7 +348,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       save_now();
     }
     if (stopping) {
-      if (reporting) log::info("stopping at iteration {} (checkpoint saved)", s.iteration);
+      if (reporting) log::info("stopping at iteration {} ({})", s.iteration, save ? "checkpoint saved" : "no --save: no checkpoint");
       break;
     }
   }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -37,7 +38,7 @@ std::vector<std::string> validate_argv(const fs::path& dir) {
 }
 
 std::vector<std::string> generate_argv(const fs::path& load) {
-  return {kGenerate, "--load", load.string(), "--tokenizer-type", "NullTokenizer", "--vocab-size", "100",
+  return {kGenerate, "--load", load.string(), "--tokenizer-type", "NullTokenizer", "--vocab-size", "300",
           "--tokenizer-model", "none", "--prompt", "1 2 3", "--max-new-tokens", "2", "--threads", "1", "--device", "cpu"};
 }
 
@@ -123,6 +124,28 @@ TEST_F(CkptHardening, SymlinksLeavingTheFolderAreFollowedAsInTheHuggingFaceCache
   r = dlm::test::run(validate_argv(dir_ / "native"), err);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+}
+
+// Case 10: NaN weights are refused by a conversion (validate flags them) and by generation (it printed
+// literal mask tokens and exited 0).
+TEST_F(CkptHardening, NanWeightsAreRefusedByConvertAndGenerate) {
+  TensorSet model = test::random_model(config_, 7);
+  model.at("decoder.final_layernorm.weight").f32()[3] = std::numeric_limits<float>::quiet_NaN();
+  const fs::path hf = dir_ / "nan_hf";
+  export_hf_folder(hf.string(), config_, model);
+  const std::string err = (dir_ / "err").string();
+  auto r = dlm::test::run({kCkpt, "convert", "--from", "hf", "--to", "native", hf.string(), (dir_ / "out").string()}, err);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err, "dlm-ckpt: " + hf.string() + ": tensor 'decoder.final_layernorm.weight' holds 1 NaN/Inf values "
+                   "(dlm-ckpt validate lists them); nothing written\n");
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "latest"));
+  for (const std::string mode : {"diffusion", "ar"}) {
+    auto argv = generate_argv(hf);
+    for (const std::string a : {"--mode", mode.c_str(), "--mask-token", "299"}) argv.push_back(a);
+    r = run_or_hang(argv, err);
+    EXPECT_EQ(r.exit_code, 1) << mode << ": " << r.err;
+    EXPECT_NE(r.err.find("is NaN (NaN weights?"), std::string::npos) << mode << ": " << r.err;
+  }
 }
 
 }  // namespace

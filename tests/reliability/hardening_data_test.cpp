@@ -107,6 +107,39 @@ TEST(Hardening, MergeOfAnInvalidInputIsRefusedAndWritesNothing) {
     EXPECT_EQ(e.path().filename().string().find("merged"), std::string::npos) << "left behind: " << e.path();
 }
 
+// Case 17: --save D --load D on a first run (D missing, or an empty folder) starts fresh, as Megatron does,
+// and a second run resumes from what the first saved.
+TEST(Hardening, SaveAndLoadTheSameFolderOnAFirstRunStartsFresh) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("save_load_same");
+  const std::string prefix = make_dataset(dir, dlm::data::DType::kUInt16);
+  for (const fs::path ckpt : {dir / "missing", dir / "empty"}) {
+    if (ckpt.filename() == "empty") fs::create_directories(ckpt);
+    auto argv = train_argv(prefix, dir);
+    for (const std::string a : {"--save", ckpt.c_str(), "--load", ckpt.c_str()}) argv.push_back(a);
+    auto r = dlm::test::run(argv, (dir / "err").string());
+    EXPECT_EQ(r.exit_code, 0) << ckpt << ": " << r.err;
+    EXPECT_EQ(dlm::test::read_all(ckpt / "latest"), "iter_0000001\n") << ckpt;
+    argv[std::find(argv.begin(), argv.end(), "--train-iters") - argv.begin() + 1] = "2";
+    r = dlm::test::run(argv, (dir / "err").string());
+    EXPECT_EQ(r.exit_code, 0) << ckpt << ": " << r.err;
+    EXPECT_EQ(dlm::test::read_all(ckpt / "latest"), "iter_0000002\n") << ckpt;
+  }
+}
+
+// Case 16: a key given twice is a usage error naming it (it said 'missing key "text"').
+TEST(Hardening, JsonKeyGivenTwiceIsAUsageError) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("json_keys_twice");
+  std::ofstream(dir / "in.jsonl") << "{\"text\": \"ab\"}\n";
+  const std::string tokenizer = std::string(DLM_SOURCE_DIR) + "/tests/fuzz/corpus/tokenizer_json/bytelevel.json";
+  const auto r = dlm::test::run({kPreprocess, "--input", (dir / "in.jsonl").string(), "--output-prefix", (dir / "out").string(),
+                                 "--json-keys", "text", "text", "--tokenizer-type", "HuggingFaceTokenizer",
+                                 "--tokenizer-model", tokenizer},
+                                (dir / "err").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "dlm-preprocess: --json-keys: \"text\" is given twice (each key names its own output)\n");
+  EXPECT_EQ(dlm::test::names_in(dir), (std::vector<std::string>{"err", "in.jsonl"}));
+}
+
 // A PID that no process has (a child that has exited and been reaped).
 pid_t dead_pid() {
   const pid_t pid = ::fork();

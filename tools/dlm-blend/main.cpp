@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <set>
 #include <string>
@@ -16,6 +17,7 @@
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/data/tokenizer.h"
+#include "flag_checks.h"
 
 namespace po = boost::program_options;
 using namespace dlm::data;
@@ -86,6 +88,20 @@ void remove_stale_cache_temporaries(const BuilderConfig& config) {
   for (const auto& folder : folders) dlm::remove_stale_temporaries(folder);
 }
 
+// Megatron asserts these (or divides by them); a value outside is a usage error naming the flag.
+void check_ranges(const Cli& c, const po::variables_map& vm) {
+  using dlm::tools::in_range;
+  constexpr std::int64_t kBig = std::int64_t{1} << 40;
+  in_range("seq-length", c.data.seq_length, 1, 1 << 24);
+  in_range("global-batch-size", c.data.global_batch_size, 1, 1 << 30);
+  if (c.data.train_samples) in_range("train-samples", *c.data.train_samples, 1, kBig);
+  if (c.data.train_iters) in_range("train-iters", *c.data.train_iters, 1, kBig);
+  in_range("eval-iters", c.data.eval_iters, 0, kBig);
+  in_range("eval-interval", c.data.eval_interval, 1, kBig);
+  if (vm.count("eod")) in_range("eod", c.sample.eod, 0, std::numeric_limits<std::int32_t>::max());
+  if (c.tokenizer.vocab_size) in_range("vocab-size", *c.tokenizer.vocab_size, 1, std::size_t{1} << 31);
+}
+
 int run(Cli& c) {
   const auto t0 = std::chrono::steady_clock::now();
   const BuilderConfig config = builder_config(c.data);
@@ -149,7 +165,7 @@ int main(int argc, char** argv) {
       args.erase(args.begin());
     }
     po::variables_map vm;
-    po::store(po::command_line_parser(args).options(options(c)).run(), vm);
+    po::store(dlm::tools::checked(po::command_line_parser(args).options(options(c)).run()), vm);
     if (vm.count("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -160,8 +176,9 @@ int main(int argc, char** argv) {
     if (vm.count("data-cache-path")) c.data.data_cache_path = vm["data-cache-path"].as<std::string>();
     if (vm.count("vocab-size")) c.tokenizer.vocab_size = vm["vocab-size"].as<std::size_t>();
     c.data.add_extra_token_to_sequence = !vm.count("no-add-extra-token-to-sequence");
+    check_ranges(c, vm);
   } catch (const po::error& e) {
-    fmt::print(stderr, "dlm-blend: {}\n{}", e.what(), kUsage);
+    fmt::print(stderr, "dlm-blend: {}\n(see dlm-blend --help)\n", e.what());
     return 2;
   }
   try {

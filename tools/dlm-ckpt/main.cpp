@@ -13,6 +13,7 @@
 
 #include "dlm/ckpt/tools.h"
 #include "dlm/common/error.h"
+#include "flag_checks.h"
 
 namespace po = boost::program_options;
 using namespace dlm::ckpt;
@@ -74,8 +75,13 @@ int run(int argc, char** argv) {
   pos.add("args", -1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
+    po::store(dlm::tools::checked(po::command_line_parser(argc, argv).options(opts).positional(pos).run()), vm);
     po::notify(vm);
+    dlm::tools::in_range("tp", vm["tp"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("pp", vm["pp"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("make-vocab-size-divisible-by", vm["make-vocab-size-divisible-by"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("rtol", vm["rtol"].as<double>(), 0, 1e30);
+    dlm::tools::in_range("atol", vm["atol"].as<double>(), 0, 1e30);
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }

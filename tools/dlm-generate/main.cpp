@@ -1,6 +1,7 @@
 // dlm-generate: samples text from a diffusion (or AR) model checkpoint, native or Hugging Face.
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "dlm/common/thread_pool.h"
+#include "flag_checks.h"
 #include "generation_model.h"
 
 namespace po = boost::program_options;
@@ -51,13 +54,26 @@ int main(int argc, char** argv) {
       ("help,h", "this help");
   try {
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::store(tools::checked(po::command_line_parser(argc, argv).options(opts).run()), vm);
     if (vm.count("help")) {
       std::cout << opts;
       return 0;
     }
     po::notify(vm);
     if (vocab_size > 0) tok.vocab_size = vocab_size;
+    // Ranges of the sampling flags: each value outside is a usage error naming the flag.
+    using tools::in_range;
+    in_range("max-new-tokens", max_new, 1, 1 << 20);
+    if (vm.count("sample-steps")) in_range("sample-steps", steps, 1, 1 << 20);
+    if (vm.count("inference-block-size")) in_range("inference-block-size", block, 1, 1 << 20);
+    if (vm.count("mask-token")) in_range("mask-token", mask_token, 0, std::numeric_limits<std::int32_t>::max());
+    if (vm.count("vocab-size")) in_range("vocab-size", vocab_size, 1, std::size_t{1} << 31);
+    in_range("cfg-scale", d.cfg_scale, 0, 1e6);
+    in_range("threshold", d.confidence_threshold, 0, 1);
+    in_range("temperature", temperature, 0, 1e6);
+    in_range("top-k", top_k, 0, std::int64_t{1} << 31);
+    if (!(top_p > 0 && top_p <= 1)) throw po::error(fmt::format("--top-p {}: expected a value in (0, 1]", top_p));
+    in_range("threads", threads, 0, static_cast<int>(kMaxThreads));
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
     return 2;

@@ -14,6 +14,7 @@
 #include "dlm/common/error.h"
 #include "dlm/data/indexed_dataset.h"
 #include "dlm/data/preprocess_inspect.h"
+#include "flag_checks.h"
 #include "preprocess_command.h"
 #include "tokenizer_flags.h"
 
@@ -50,7 +51,7 @@ int run_merge(const std::vector<std::string>& args) {
   opts.add_options()("input", po::value(&inputs)->multitoken()->required(), "prefixes to merge, in order")(
       "output-prefix", po::value(&output)->required(), "prefix of the merged dataset");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::store(dlm::tools::checked(po::command_line_parser(args).options(opts).run()), vm);
   po::notify(vm);
   const auto folder = std::filesystem::path(output).parent_path();
   dlm::remove_stale_temporaries(folder.empty() ? std::string(".") : folder.string());  // a killed merge's
@@ -75,8 +76,10 @@ int run_inspect(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   positional.add("prefix", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).positional(positional).run(), vm);
+  po::store(dlm::tools::checked(po::command_line_parser(args).options(opts).positional(positional).run()), vm);
   po::notify(vm);
+  dlm::tools::in_range("documents", documents, 0, 1000000);
+  dlm::tools::in_range("top", top, 0, 1000000);
   dlm::data::IndexedDataset ds(prefix);
   std::unique_ptr<dlm::data::Tokenizer> tokenizer;
   if (!tokenizer_options.type.empty()) tokenizer = dlm::data::make_tokenizer(tokenizer_options);

@@ -59,9 +59,8 @@ int main(int argc, char** argv) {
     dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel(),
                                 parallel.device_data_parallel());
     if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
-    auto stats = trainer.run(
+    const dlm::train::SaveFn save =
         [&](const dlm::train::TrainProgress& progress, dlm::train::TrainableModel&, const dlm::train::AdamW& optimizer) {
-          if (args.save.empty()) return;
           if (setup.placement) {
             // Tensor/pipeline shards: every position's data-parallel rank 0 writes its own, rank 0 commits.
             dlm::tools::save_training_checkpoint(args, setup, progress, optimizer, parallel.world.get(),
@@ -79,8 +78,9 @@ int main(int argc, char** argv) {
             dlm::tools::save_training_checkpoint(args, setup, progress, optimizer, nullptr, parallel.launch.rank == 0);
           if (parallel.launch.rank == 0) dlm::log::info("saved iteration {} to {}", progress.iteration, args.save);
           if (parallel.world) parallel.world->barrier();
-        },
-        &g_stop);
+        };
+    // No --save, no callback: the trainer then says that it stopped without a checkpoint.
+    auto stats = trainer.run(args.save.empty() ? dlm::train::SaveFn() : save, &g_stop);
     if (!stats.empty() && parallel.launch.rank == 0)
       fmt::print("dlm-train: {} iterations, final loss {:.4f} (unigram baseline {:.4f})\n", stats.back().iteration,
                  stats.back().loss, setup.unigram_entropy);

@@ -169,15 +169,26 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   if (args.bf16 && device == train::Device::kCpu)
     log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
   if (!args.save.empty()) {
-    // A save folder that cannot be made is found now, not after hours of training.
+    // A save folder that cannot be made is found now, not after hours of training; nothing is created
+    // before the first checkpoint (a run that fails earlier leaves no folder behind).
     std::error_code ec;
-    std::filesystem::create_directories(args.save, ec);
-    if (ec || !std::filesystem::is_directory(args.save) || ::access(args.save.c_str(), W_OK) != 0)
-      fail(fmt::format("--save {}: cannot write a checkpoint folder there{}", args.save, ec ? ": " + ec.message() : ""));
+    std::filesystem::path existing = std::filesystem::absolute(args.save, ec);
+    while (!ec && !std::filesystem::exists(existing, ec) && existing.has_relative_path()) existing = existing.parent_path();
+    if (ec || !std::filesystem::is_directory(existing) || ::access(existing.c_str(), W_OK | X_OK) != 0)
+      fail(fmt::format("--save {}: cannot write a checkpoint folder there{}", args.save,
+                       ec ? ": " + ec.message() : " (" + existing.string() + " is not a writable folder)"));
   }
   auto owner = std::make_shared<ModelOwner>();
   open_data(args, setup, owner->splits);
 
+  // --save D --load D on a first run (D missing, or without a checkpoint) starts fresh, as Megatron's
+  // resume-or-start idiom expects; a --load elsewhere that holds nothing stays an error (a typo).
+  if (!args.load.empty() && !args.save.empty() && !std::filesystem::exists(std::filesystem::path(args.load) / "latest") &&
+      !std::filesystem::exists(std::filesystem::path(args.load) / "metadata.json") &&
+      std::filesystem::weakly_canonical(args.load) == std::filesystem::weakly_canonical(args.save)) {
+    log::info("--load {}: no checkpoint yet; starting from iteration 0 (the folder is also --save)", args.load);
+    args.load.clear();
+  }
   // The checkpoint's config before the model: one that disagrees is reported before any allocation.
   if (!args.load.empty()) {
     if (!std::filesystem::exists(args.load)) fail(fmt::format("--load {}: no such folder", args.load));
