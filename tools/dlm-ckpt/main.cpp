@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "dlm-ckpt: {}\n(see dlm-ckpt --help)\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dlm-ckpt: {}\n", e.what());
+    fmt::print(stderr, "dlm-ckpt: {}\n", dlm::user_message(e));
     return 1;
   }
 }

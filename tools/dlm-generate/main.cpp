@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dlm-generate: {}\n", e.what());
+    fmt::print(stderr, "dlm-generate: {}\n", user_message(e));
     return 1;
   }
 }
