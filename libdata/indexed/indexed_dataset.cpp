@@ -272,8 +272,8 @@ void IndexedDataset::check_structure() const {
     }
     expected += static_cast<std::uint64_t>(len) * item;
     if (expected > bin_.size()) {
-      fail_at(bin_path(prefix_), fmt::format("{} bytes, but sequence {} of {} ends at byte {}", bin_.size(), i,
-                                             idx_path(prefix_), expected));
+      fail_at(bin_path(prefix_), fmt::format("shorter than the index says: sequence {} of {} ends at byte {}, the "
+                                             "file has {} bytes", i, idx_path(prefix_), expected, bin_.size()));
     }
   }
   // The writer commits the .bin before the .idx, and removes the old .idx first: a .bin longer than its

@@ -180,7 +180,8 @@ TEST_F(IndexedDatasetTest, BinShorterThanIndex) {
   write_sample(prefix("s"), DType::kUInt16);
   fs::resize_file(prefix("s") + ".bin", 11);
   EXPECT_EQ(error_of([&] { IndexedDataset ds(prefix("s")); }),
-            prefix("s") + ".bin: 11 bytes, but sequence 2 of " + prefix("s") + ".idx ends at byte 12");
+            prefix("s") + ".bin: shorter than the index says: sequence 2 of " + prefix("s") +
+                ".idx ends at byte 12, the file has 11 bytes");
 }
 
 // Issue 28 case 3: every reader opens through the constructor, so a crafted index is refused there (inspect
