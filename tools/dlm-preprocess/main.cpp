@@ -48,10 +48,11 @@ int run_merge(const std::vector<std::string>& args) {
   po::options_description opts("merge options");
   std::vector<std::string> inputs;
   std::string output;
-  opts.add_options()("input", po::value(&inputs)->multitoken()->required(), "prefixes to merge, in order")(
+  opts.add_options()("help,h", "this help")("input", po::value(&inputs)->multitoken()->required(), "prefixes to merge, in order")(
       "output-prefix", po::value(&output)->required(), "prefix of the merged dataset");
   po::variables_map vm;
   po::store(dlm::tools::checked(po::command_line_parser(args).options(opts).run()), vm);
+  if (vm.count("help")) return std::cout << opts, 0;
   po::notify(vm);
   const auto folder = std::filesystem::path(output).parent_path();
   dlm::remove_stale_temporaries(folder.empty() ? std::string(".") : folder.string());  // a killed merge's
@@ -69,7 +70,7 @@ int run_inspect(const std::vector<std::string>& args) {
   std::string prefix;
   std::size_t documents = 3, top = 10;
   dlm::data::TokenizerOptions tokenizer_options;
-  opts.add_options()("prefix", po::value(&prefix)->required(), "dataset prefix (PREFIX.bin, PREFIX.idx)")(
+  opts.add_options()("help,h", "this help")("prefix", po::value(&prefix)->required(), "dataset prefix (PREFIX.bin, PREFIX.idx)")(
       "documents", po::value(&documents)->default_value(3), "documents to print detokenized (needs --tokenizer-*)")(
       "top", po::value(&top)->default_value(10), "most frequent ids to list");
   dlm::tools::add_tokenizer_flags(opts, tokenizer_options);
@@ -77,9 +78,11 @@ int run_inspect(const std::vector<std::string>& args) {
   positional.add("prefix", 1);
   po::variables_map vm;
   po::store(dlm::tools::checked(po::command_line_parser(args).options(opts).positional(positional).run()), vm);
+  if (vm.count("help")) return std::cout << opts, 0;
   po::notify(vm);
   dlm::tools::in_range("documents", documents, 0, 1000000);
   dlm::tools::in_range("top", top, 0, 1000000);
+  if (tokenizer_options.vocab_size) dlm::tools::in_range("vocab-size", *tokenizer_options.vocab_size, 1, std::size_t{1} << 31);
   dlm::data::IndexedDataset ds(prefix);
   std::unique_ptr<dlm::data::Tokenizer> tokenizer;
   if (!tokenizer_options.type.empty()) tokenizer = dlm::data::make_tokenizer(tokenizer_options);
