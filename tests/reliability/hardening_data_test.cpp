@@ -126,6 +126,20 @@ TEST(Hardening, SaveAndLoadTheSameFolderOnAFirstRunStartsFresh) {
   }
 }
 
+// Case 15: a non-finite step without --save used to claim "stopped with a checkpoint of iteration N".
+// Weights of std 1e6 and a learning rate of 1e6 overflow within a few steps.
+TEST(Hardening, NonFiniteStopWithoutSaveClaimsNoCheckpoint) {
+  const fs::path dir = dlm::ckpt::test::fresh_dir("nan_no_save");
+  const std::string prefix = make_dataset(dir, dlm::data::DType::kUInt16);
+  auto argv = train_argv(prefix, dir);
+  argv[std::find(argv.begin(), argv.end(), "--train-iters") - argv.begin() + 1] = "4";
+  for (const std::string a : {"--init-method-std", "1000000", "--lr", "1000000", "--clip-grad", "0"}) argv.push_back(a);
+  const auto r = dlm::test::run(argv, (dir / "err").string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("is not finite; stopped (lower --lr"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("with a checkpoint"), std::string::npos) << r.err;
+}
+
 // Case 16: a key given twice is a usage error naming it (it said 'missing key "text"').
 TEST(Hardening, JsonKeyGivenTwiceIsAUsageError) {
   const fs::path dir = dlm::ckpt::test::fresh_dir("json_keys_twice");
