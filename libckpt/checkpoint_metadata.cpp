@@ -96,6 +96,11 @@ CheckpointMetadata parse_metadata(std::string_view text, const std::string& file
   detail::read_field(tr, "iteration", m.state.iteration, file);
   detail::read_field(tr, "consumed_samples", m.state.consumed_samples, file);
   detail::read_field(tr, "optimizer_steps", m.state.optimizer_steps, file);
+  // A negative count would be read back as a huge unsigned sample position by the data order.
+  const std::pair<const char*, std::int64_t> counts[] = {
+      {"iteration", m.state.iteration}, {"consumed_samples", m.state.consumed_samples}, {"optimizer_steps", m.state.optimizer_steps}};
+  for (const auto& [key, value] : counts)
+    if (value < 0) fail_at(file, fmt::format("training: '{}' is {}, expected a count >= 0", key, value));
   auto sub = [&](const char* key, std::string& out) {
     if (auto it = tr.find(key); it != tr.end()) {
       if (!it->is_object()) fail_at(file, fmt::format("training: '{}' must be an object", key));
@@ -118,10 +123,12 @@ CheckpointMetadata parse_metadata(std::string_view text, const std::string& file
 
   const json& tensors = member(j, "tensors", "metadata", file);
   if (!tensors.is_array()) fail_at(file, "field 'tensors': expected an array");
+  std::set<std::string> names;
   for (const json& t : tensors) {
     if (!t.is_object()) fail_at(file, "tensors: entries must be objects");
     TensorRecord r;
     r.name = detail::require_field<std::string>(t, "name", file);
+    if (!names.insert(r.name).second) fail_at(file, fmt::format("tensors: '{}' is listed twice", r.name));
     const std::string where = fmt::format("tensor '{}'", r.name);
     r.shape = read_shape(member(t, "shape", where, file), where + " shape", file);
     const std::string dtype = detail::require_field<std::string>(t, "dtype", file);
@@ -189,6 +196,8 @@ std::string resolve_checkpoint(const std::string& path) {
   if (!fs::exists(latest)) fail_at(path, "no metadata.json and no 'latest' file: not a dlm checkpoint");
   std::string name = read_text_file(latest.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.size() > 255)  // no folder name is longer; the filesystem would refuse it in a raw exception
+    fail_at(latest.string(), fmt::format("holds {} bytes, expected a folder name such as iter_0000100", name.size()));
   if (name.empty() || name.find('/') != std::string::npos || name.ends_with(".tmp"))
     fail_at(latest.string(), fmt::format("names '{}', not a checkpoint folder", name));
   if (!fs::exists(p / name / "metadata.json")) fail_at(latest.string(), fmt::format("names '{}', which has no metadata.json", name));

@@ -25,6 +25,7 @@ HfModel load_any(const std::string& path, int divisible_by) {
 std::string convert_checkpoint(const std::string& input, const std::string& output, const ConvertOptions& o) {
   if (o.from == CheckpointKind::kHuggingFace) {
     HfModel m = load_hf_folder(input, o.make_vocab_size_divisible_by);
+    refuse_non_finite(m.tensors, input);
     if (o.to == CheckpointKind::kHuggingFace) {
       export_hf_folder(output, m.config, m.tensors, {.dtype = o.dtype, .tokenizer_dir = o.tokenizer_dir.empty() ? input : o.tokenizer_dir});
       return output;
@@ -36,7 +37,9 @@ std::string convert_checkpoint(const std::string& input, const std::string& outp
   CheckpointReader r(input);
   const std::string tokenizer = o.tokenizer_dir.empty() ? (fs::path(r.dir()) / "tokenizer").string() : o.tokenizer_dir;
   if (o.to == CheckpointKind::kHuggingFace) {
-    export_hf_folder(output, r.metadata().config, r.read_global(false).params, {.dtype = o.dtype, .tokenizer_dir = tokenizer});
+    const TensorSet params = r.read_global(false).params;
+    refuse_non_finite(params, input);
+    export_hf_folder(output, r.metadata().config, params, {.dtype = o.dtype, .tokenizer_dir = tokenizer});
     return output;
   }
   const CheckpointMetadata& m = r.metadata();

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "dlm/common/mapped_file.h"
 
 namespace dlm::ckpt::detail {
 namespace {
@@ -59,6 +60,7 @@ H5File H5File::open_read(const std::string& path) {
   quiet_hdf5();
   H5File f;
   f.path_ = path;
+  require_regular_file(path);
   f.file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (f.file_.get() < 0) fail_at(path, "cannot open as an HDF5 file (missing or damaged)");
   return f;

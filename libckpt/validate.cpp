@@ -17,13 +17,20 @@ namespace dlm::ckpt {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 std::int64_t count_non_finite(std::span<const float> v) {
   std::int64_t n = 0;
   for (float x : v) n += !std::isfinite(x);
   return n;
 }
+
+void refuse_non_finite(const TensorSet& tensors, const std::string& where) {
+  for (const auto& [name, t] : tensors)
+    if (const std::int64_t bad = count_non_finite(t.f32()))
+      fail_at(where, fmt::format("tensor '{}' holds {} NaN/Inf values (dlm-ckpt validate lists them); nothing written",
+                                 name, bad));
+}
+
+namespace {
 
 // Every element of the tensor in exactly one slice: the pieces of all shards, along one dimension,
 // tile [0, shape[dim]).

@@ -1,6 +1,8 @@
 #include "dlm/common/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "dlm/common/error.h"
+#include "dlm/common/mapped_file.h"
 
 namespace dlm {
 namespace {
@@ -39,6 +42,9 @@ AtomicFile::AtomicFile(std::string final_path, std::size_t buffer_bytes)
   // O_EXCL + O_NOFOLLOW: never write through a planted file or symlink at the temporary name.
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd_ < 0) fail_errno(final_path_, "cannot create temporary file " + temp_path_, errno);
+  // Held until the file is closed: remove_stale_temporaries() on another machine sharing the folder sees
+  // that the temporary is alive although its PID means nothing there.
+  (void)::flock(fd_, LOCK_EX | LOCK_NB);
   buffer_.resize(buffer_bytes == 0 ? 1 : buffer_bytes);
 }
 
@@ -107,6 +113,36 @@ void AtomicFile::abandon() noexcept {
   if (!committed_) ::unlink(temp_path_.c_str());
 }
 
+std::size_t remove_stale_temporaries(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::size_t removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder.empty() ? "." : folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // ".NAME.tmp.PID.N", as make_temp_path names them.
+    if (name.size() < 8 || name[0] != '.') continue;
+    const auto counter_dot = name.rfind('.');
+    const auto pid_dot = counter_dot == std::string::npos || counter_dot == 0 ? std::string::npos : name.rfind('.', counter_dot - 1);
+    if (pid_dot == std::string::npos || pid_dot < 4 || name.compare(pid_dot - 4, 4, ".tmp") != 0) continue;
+    const std::string pid_text = name.substr(pid_dot + 1, counter_dot - pid_dot - 1);
+    const std::string counter = name.substr(counter_dot + 1);
+    auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() < 11 && t.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!digits(pid_text) || !digits(counter)) continue;
+    const long pid = std::stol(pid_text);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec) || it->is_symlink(type_ec)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink(it->path().c_str()) == 0) ++removed;  // no writer holds it
+    ::close(fd);
+  }
+  return removed;
+}
+
 void write_file_atomically(const std::string& path, std::string_view contents) {
   AtomicFile out(path, contents.size() + 1);
   out.write(contents);
@@ -123,12 +159,23 @@ void fsync_directory(const std::string& dir) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_errno(path, "cannot open", errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail_at(path, "read failed");
-  return ss.str();
+  struct stat st {};
+  const int fd = open_regular_file(path, st);
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      fail_errno(path, "read failed", e);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace dlm

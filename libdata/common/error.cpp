@@ -1,6 +1,8 @@
 #include "dlm/common/error.h"
 
 #include <cstring>
+#include <filesystem>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -24,6 +26,15 @@ Error::Error(Location where, std::string message)
       message_(std::move(message)) {}
 
 void fail(std::string message) { throw Error(std::move(message)); }
+
+std::string user_message(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return "out of memory; no output written";
+  if (const auto* fs = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    const std::string path = fs->path1().empty() ? std::string() : fs->path1().string() + ": ";
+    return path + fs->code().message();
+  }
+  return e.what();
+}
 
 void fail_at(const std::string& file, std::string message) {
   throw Error(Location{file}, std::move(message));

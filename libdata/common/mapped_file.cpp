@@ -12,19 +12,33 @@
 
 namespace dlm {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+int open_regular_file(const std::string& path, struct stat& st) {
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer; the fstat below then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_errno(path, "cannot open", errno);
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    int e = errno;
+    const int e = errno;
     ::close(fd);
     fail_errno(path, "cannot stat", e);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail_at(path, "not a regular file");
+    fail_at(path, S_ISDIR(st.st_mode) ? "is a folder, expected a regular file"
+                                      : "not a regular file (a FIFO, socket or device), expected a regular file");
   }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  ::close(open_regular_file(path, st));
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  struct stat st {};
+  const int fd = open_regular_file(path, st);
   size_ = static_cast<std::size_t>(st.st_size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);

@@ -1,22 +1,48 @@
 #include "dlm/common/thread_pool.h"
 
 #include <algorithm>
+#include <string>
+#include <system_error>
+
+#include "dlm/common/error.h"
 
 namespace dlm {
 
+void start_threads(std::vector<std::thread>& threads, std::size_t count, const std::function<std::thread(std::size_t)>& make,
+                   const std::function<void()>& stop) {
+  const std::size_t before = threads.size();
+  try {
+    threads.reserve(before + count);
+    for (std::size_t i = 0; i < count; ++i) threads.push_back(make(i));
+  } catch (const std::system_error& e) {
+    const std::size_t started = threads.size() - before;
+    stop();
+    for (auto& t : threads) if (t.joinable()) t.join();
+    threads.clear();
+    fail("cannot start thread " + std::to_string(started + 1) + " of " + std::to_string(count) + ": " +
+         e.code().message() + " (ask for fewer threads, or raise the process or memory limit)");
+  }
+}
+
 ThreadPool::ThreadPool(std::size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  workers_.reserve(threads);
-  for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { run_worker(); });
+  if (threads > kMaxThreads)
+    fail(std::to_string(threads) + " threads asked for, at most " + std::to_string(kMaxThreads));
+  start_threads(workers_, threads, [this](std::size_t) { return std::thread([this] { run_worker(); }); },
+                [this] { stop(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::enqueue(std::function<void()> job) {

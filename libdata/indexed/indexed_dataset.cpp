@@ -1,6 +1,10 @@
 #include "dlm/data/indexed_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <cstdint>
 #include <type_traits>
@@ -90,6 +94,11 @@ void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::
           fail(fmt::format("{} token {} (element {}) is not an int32 token id", dtype_name(dtype), static_cast<double>(v), i));
       }
       dst[i] = static_cast<std::int32_t>(v);
+      // A negative id would index before the embedding table (or be clamped to 0 and trained silently).
+      if constexpr (std::is_signed_v<T>) {
+        if (v < 0) fail(fmt::format("{} token {} (element {}) is negative, expected ids >= 0", dtype_name(dtype),
+                                    static_cast<double>(v), i));
+      }
     }
   };
   switch (dtype) {
@@ -97,7 +106,7 @@ void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::
     case DType::kInt8: widen(std::int8_t{}); return;
     case DType::kInt16: widen(std::int16_t{}); return;
     case DType::kUInt16: widen(std::uint16_t{}); return;
-    case DType::kInt32: std::memcpy(dst, src, count * 4); return;
+    case DType::kInt32: widen(std::int32_t{}); return;
     case DType::kInt64: widen(std::int64_t{}); return;
     case DType::kFloat32: widen(float{}); return;
     case DType::kFloat64: widen(double{}); return;
@@ -162,6 +171,7 @@ void IndexedDatasetWriter::add_document(std::span<const std::int32_t> tokens, st
 
 void IndexedDatasetWriter::append(const std::string& other_prefix) {
   IndexedDataset other(other_prefix);
+  other.validate();  // a merge never writes what validate would refuse
   if (other.dtype() != dtype_) {
     fail_at(idx_path(other_prefix), fmt::format("dtype {} differs from the output's {}", dtype_name(other.dtype()),
                                                 dtype_name(dtype_)));
@@ -198,7 +208,12 @@ void IndexedDatasetWriter::finalize() {
   }
   idx.write_span(std::span<const std::int64_t>(pointers));
   idx.write_span(std::span<const std::int64_t>(document_indices_));
-  // .bin first: a reader that finds the .idx finds a complete .bin beside it.
+  // The old .idx goes first, then the .bin, then the new .idx: whenever the writer dies, the pair on disk
+  // is the old one, no .idx (refused as missing), or the new one; never a new .bin under an old .idx.
+  const std::string old_idx = idx_path(prefix_);
+  if (::unlink(old_idx.c_str()) != 0 && errno != ENOENT) fail_errno(old_idx, "cannot remove the old index", errno);
+  const auto folder = std::filesystem::path(old_idx).parent_path();
+  fsync_directory(folder.empty() ? std::string(".") : folder.string());
   bin_.commit();
   idx.commit();
   finalized_ = true;
@@ -235,21 +250,13 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   pointers_ = UnalignedArray<std::int64_t>(at, sequences);
   at += sequences * 8;
   documents_ = UnalignedArray<std::int64_t>(at, documents);
-  // The last sequence must end inside .bin (checked per sequence by validate()).
-  if (sequences > 0) {
-    std::int64_t last_ptr = pointers_.back();
-    std::int32_t last_len = lengths_.back();
-    if (last_ptr < 0 || last_len < 0 ||
-        static_cast<std::uint64_t>(last_ptr) + static_cast<std::uint64_t>(last_len) * dtype_size(dtype_) > bin_.size()) {
-      fail_at(bin_path(prefix), fmt::format("shorter than the index says: last sequence ends at byte {}, file has {}",
-                                            static_cast<std::uint64_t>(last_ptr) +
-                                                static_cast<std::uint64_t>(last_len) * dtype_size(dtype_),
-                                            bin_.size()));
-    }
-  }
+  check_structure();
 }
 
-void IndexedDataset::validate() const {
+// Every reader (validate, inspect, dlm-blend, dlm-train) relies on these invariants, so they are checked
+// when the dataset is opened, not only by validate(): a crafted pointer would otherwise be read as an
+// offset before or past the mapped .bin.
+void IndexedDataset::check_structure() const {
   const std::string file = idx_path(prefix_);
   const std::uint64_t item = dtype_size(dtype_);
   const std::uint64_t lengths_at = kHeaderBytes, pointers_at = lengths_at + 4 * lengths_.size();
@@ -265,9 +272,16 @@ void IndexedDataset::validate() const {
     }
     expected += static_cast<std::uint64_t>(len) * item;
     if (expected > bin_.size()) {
-      fail_at(bin_path(prefix_), fmt::format("sequence {} ends at byte {}, past the end of .bin ({} bytes)", i, expected,
-                                             bin_.size()));
+      fail_at(bin_path(prefix_), fmt::format("shorter than the index says: sequence {} of {} ends at byte {}, the "
+                                             "file has {} bytes", i, idx_path(prefix_), expected, bin_.size()));
     }
+  }
+  // The writer commits the .bin before the .idx, and removes the old .idx first: a .bin longer than its
+  // index says is a stale pair (a .bin rewritten under an older .idx) or trailing garbage.
+  if (expected != bin_.size()) {
+    fail_at(bin_path(prefix_), fmt::format("{} bytes, but {} describes {} bytes of tokens (a stale or mismatched "
+                                           ".bin/.idx pair, or trailing bytes)",
+                                           bin_.size(), idx_path(prefix_), expected));
   }
   if (documents_[0] != 0) fail_at_offset(file, documents_at, "document indices must start with 0");
   for (std::size_t d = 1; d < documents_.size(); ++d) {
@@ -282,6 +296,47 @@ void IndexedDataset::validate() const {
   if (trailing != 0 && trailing != lengths_.size()) {
     fail_at_offset(file, documents_at + 8 * documents_.size(), fmt::format("{} unexpected trailing bytes", trailing));
   }
+}
+
+void IndexedDataset::validate() const {
+  check_structure();
+  const TokenRange range = token_range(*this);
+  if (range.min < 0) {
+    fail_at_offset(bin_path(prefix_), range.min_offset,
+                   fmt::format("token id {} is negative, expected ids >= 0", range.min));
+  }
+}
+
+TokenRange token_range(const IndexedDataset& dataset) {
+  const auto bytes = dataset.bin_bytes();
+  TokenRange range;
+  auto scan = [&](auto zero) {
+    using T = decltype(zero);
+    const std::size_t n = bytes.size() / sizeof(T);
+    for (std::size_t i = 0; i < n; ++i) {
+      const T v = load<T>(bytes.data() + i * sizeof(T));
+      if constexpr (std::is_floating_point_v<T>) {
+        if (!(v >= T(-2147483648.0) && v < T(2147483648.0)) || static_cast<T>(static_cast<std::int32_t>(v)) != v)
+          fail_at_offset(bin_path(dataset.prefix()), i * sizeof(T),
+                         fmt::format("{} token {} is not an int32 token id", dtype_name(dataset.dtype()),
+                                     static_cast<double>(v)));
+      }
+      const auto id = static_cast<std::int64_t>(v);
+      if (i == 0 || id < range.min) range.min = id, range.min_offset = i * sizeof(T);
+      if (i == 0 || id > range.max) range.max = id;
+    }
+  };
+  switch (dataset.dtype()) {
+    case DType::kUInt8: scan(std::uint8_t{}); break;
+    case DType::kInt8: scan(std::int8_t{}); break;
+    case DType::kInt16: scan(std::int16_t{}); break;
+    case DType::kUInt16: scan(std::uint16_t{}); break;
+    case DType::kInt32: scan(std::int32_t{}); break;
+    case DType::kInt64: scan(std::int64_t{}); break;
+    case DType::kFloat32: scan(float{}); break;
+    case DType::kFloat64: scan(double{}); break;
+  }
+  return range;
 }
 
 std::span<const std::uint8_t> IndexedDataset::sequence_bytes(std::size_t i, std::size_t offset, std::size_t length) const {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,8 +17,10 @@
 #include <fmt/format.h>
 
 #include "block.h"
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/common/progress.h"
+#include "dlm/common/thread_pool.h"
 #include "outputs.h"
 
 namespace dlm::data {
@@ -111,13 +114,16 @@ std::uint64_t total_input_size(const std::vector<std::string>& files) {
 struct ThreadsGuard {
   Channels& ch;
   std::vector<std::thread> threads;
-  ~ThreadsGuard() {
+  void stop() {
     {
       std::lock_guard lock(ch.mutex);
       ch.stop = true;
     }
     ch.reader_wake.notify_all();
     ch.worker_wake.notify_all();
+  }
+  ~ThreadsGuard() {
+    stop();
     for (auto& t : threads) t.join();
   }
 };
@@ -128,11 +134,16 @@ PreprocessSummary preprocess_jsonl(const PreprocessOptions& options, const Token
   const auto start = std::chrono::steady_clock::now();
   if (options.json_keys.empty()) fail("--json-keys: expected at least one key");
   if (options.output_prefix.empty()) fail("--output-prefix: expected a path prefix");
-  if (options.workers == 0) fail("--workers: expected at least 1");
-  if (options.partitions == 0) fail("--partitions: expected at least 1");
+  if (options.workers == 0 || options.workers > kMaxThreads)
+    fail(fmt::format("--workers {}: expected 1 to {}", options.workers, kMaxThreads));
+  if (options.partitions == 0 || options.partitions > kMaxPartitions)
+    fail(fmt::format("--partitions {}: expected 1 to {}", options.partitions, kMaxPartitions));
   if (options.append_eod && !tokenizer.special_ids().eod) {
     fail(fmt::format("--append-eod: the {} tokenizer has no eod token", tokenizer.kind()));
   }
+  // Temporaries a killed run left beside the outputs go before this run writes its own.
+  const auto output_folder = std::filesystem::path(options.output_prefix).parent_path();
+  remove_stale_temporaries(output_folder.empty() ? std::string(".") : output_folder.string());
   std::vector<std::string> files = expand_inputs(options.inputs);
   const double total_mb = static_cast<double>(total_input_size(files)) / 1e6;
   LineBlockReader reader(files, options.block_bytes);
@@ -143,10 +154,10 @@ PreprocessSummary preprocess_jsonl(const PreprocessOptions& options, const Token
   const std::size_t window = 2 * options.workers + 2;
   {
     ThreadsGuard guard{ch, {}};
-    guard.threads.emplace_back(reader_loop, std::ref(ch), std::ref(reader), window, options.json_keys.size());
-    for (std::size_t w = 0; w < options.workers; ++w) {
-      guard.threads.emplace_back(worker_loop, std::ref(ch), std::cref(tokenizer), std::cref(options));
-    }
+    start_threads(guard.threads, 1 + options.workers, [&](std::size_t i) {
+      return i == 0 ? std::thread(reader_loop, std::ref(ch), std::ref(reader), window, options.json_keys.size())
+                    : std::thread(worker_loop, std::ref(ch), std::cref(tokenizer), std::cref(options));
+    }, [&guard] { guard.stop(); });
     Progress progress("dlm-preprocess", "MB", total_mb, 0.0);
     auto last_print = start;
     std::uint64_t lines_before = 0, next_log = options.log_interval;

@@ -211,7 +211,20 @@ std::int32_t id_value(const Reader& r, const json& v, const std::string& path) {
   return v.get<std::int32_t>();
 }
 
-void read_model(const Reader& r, const json& m, HfConfig& c, bool byte_level) {
+// Ids must be dense (every id from 0 to the largest names a token), as len(tokenizer) counts tokens and
+// Megatron sizes the embedding and picks the .bin dtype from it. `ids` has one flag per id seen; an id
+// past the number of entries the file has cannot be dense and is refused before anything is sized by it.
+void note_id(const Reader& r, std::int32_t id, std::size_t entries, const std::string& path, std::vector<bool>& ids) {
+  const auto at = static_cast<std::size_t>(id);
+  if (at >= entries)
+    r.bad(path, "id " + std::to_string(id) + " is past the " + std::to_string(entries) +
+                    " entries of model.vocab and added_tokens: ids must be dense from 0");
+  if (at >= ids.size()) ids.resize(at + 1, false);
+  ids[at] = true;
+}
+
+void read_model(const Reader& r, const json& m, HfConfig& c, bool byte_level, std::size_t entries,
+                std::vector<bool>& ids) {
   const std::string path = "model";
   if (!m.is_object()) r.bad(path, "expected an object");
   const std::string t = m.contains("type") ? r.type(m, path) : "BPE";
@@ -233,6 +246,7 @@ void read_model(const Reader& r, const json& m, HfConfig& c, bool byte_level) {
   std::int32_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const std::int32_t id = id_value(r, it.value(), "model.vocab[\"" + it.key() + "\"]");
+    note_id(r, id, entries, "model.vocab[\"" + it.key() + "\"]", ids);
     if (static_cast<std::size_t>(id) >= c.id_to_token.size()) c.id_to_token.resize(static_cast<std::size_t>(id) + 1);
     if (!c.id_to_token[static_cast<std::size_t>(id)].empty())
       r.bad("model.vocab[\"" + it.key() + "\"]", "duplicate id " + std::to_string(id) + " (also \"" +
@@ -294,7 +308,7 @@ void read_model(const Reader& r, const json& m, HfConfig& c, bool byte_level) {
   c.vocab_size = static_cast<std::size_t>(max_id + 1);
 }
 
-void read_added(const Reader& r, const json& list, HfConfig& c) {
+void read_added(const Reader& r, const json& list, HfConfig& c, std::size_t entries, std::vector<bool>& ids) {
   if (list.is_null()) return;
   if (!list.is_array()) r.bad("added_tokens", "expected a list");
   for (std::size_t i = 0; i < list.size(); ++i) {
@@ -302,6 +316,7 @@ void read_added(const Reader& r, const json& list, HfConfig& c) {
     const json& t = list[i];
     AddedToken a;
     a.id = id_value(r, r.field(t, path, "id"), path + ".id");
+    note_id(r, a.id, entries, path + ".id", ids);
     a.content = r.str(t, path, "content");
     if (a.content.empty()) r.bad(path + ".content", "empty");
     if (r.flag(t, path, "single_word", false)) r.unsupported(path + ".single_word", true);
@@ -394,8 +409,17 @@ HfConfig hf_config_from_json(const nlohmann::json& j, const std::string& file) {
   bool byte_level = false;
   for (const auto& p : c.pre_tokenizers) byte_level = byte_level || p.kind == PreTokenizer::Kind::kByteLevel;
   if (!j.contains("model")) r.bad("model", "missing");
-  read_model(r, j["model"], c, byte_level);
-  read_added(r, j.value("added_tokens", json()), c);
+  const json added = j.value("added_tokens", json());
+  const json& model = j["model"];
+  const std::size_t entries = (model.is_object() && model.contains("vocab") ? model["vocab"].size() : 0) +
+                              (added.is_array() ? added.size() : 0);
+  std::vector<bool> ids;
+  read_model(r, model, c, byte_level, entries, ids);
+  read_added(r, added, c, entries, ids);
+  for (std::size_t id = 0; id < ids.size(); ++id)
+    if (!ids[id])
+      r.bad("model.vocab", "no token has id " + std::to_string(id) + ", but ids go up to " +
+                               std::to_string(ids.size() - 1) + ": ids must be dense from 0");
   read_post_processor(r, j.value("post_processor", json()), "post_processor", c);
   const json d = j.value("decoder", json());
   c.has_decoder = !d.is_null();

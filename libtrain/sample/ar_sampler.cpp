@@ -24,6 +24,7 @@ std::vector<std::vector<std::int32_t>> ar_generate(const LogitsFn& model, std::i
     model(x, logits);
     if (logits.size() != static_cast<std::size_t>(x.rows * x.len * vocab))
       fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", logits.size(), x.rows, x.len, vocab));
+    detail::require_no_nan(logits);
     SequenceBatch next;
     next.rows = x.rows;
     next.len = x.len + 1;

@@ -130,6 +130,7 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
         fail(fmt::format("sampler: the model returned {} greedy tokens, expected {} x {}", greedy_tokens.size(), rows, len));
       if (!fast && logits.size() != static_cast<std::size_t>(rows * len * vocab))
         fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", logits.size(), rows, len, vocab));
+      if (!fast) detail::require_no_nan(logits);
       std::vector<std::int32_t> x0(x.ids.size());
       std::vector<double> confidence(x.ids.size(), kNegInf);
       for (std::int64_t r = 0; r < rows; ++r) {

@@ -5,7 +5,17 @@
 #include <limits>
 #include <numeric>
 
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+
 namespace dlm::train::detail {
+
+void require_no_nan(std::span<const float> logits) {
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (std::isnan(logits[i]))
+      fail(fmt::format("sampler: logit {} of the model is NaN (NaN weights? dlm-ckpt validate lists them)", i));
+}
 
 std::vector<double> softmax64(std::span<const float> logits) {
   std::vector<double> p(logits.begin(), logits.end());

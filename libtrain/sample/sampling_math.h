@@ -14,6 +14,9 @@ namespace dlm::train::detail {
 inline constexpr std::uint32_t kGumbel = 11;
 inline constexpr std::uint32_t kRandomConfidence = 12;
 
+// Throws dlm::Error when a logit the model returned is NaN (-inf is a logit a model may mean): NaN weights
+// would otherwise sample as the mask token (or id 0) and print as if generation worked.
+void require_no_nan(std::span<const float> logits);
 // softmax(logits) in float64.
 std::vector<double> softmax64(std::span<const float> logits);
 // Nucleus filter as MegaDLMs' top_p_logits: sort by probability (descending, lower id first on ties),

@@ -226,7 +226,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     }
     if (schedule.due(s.iteration, stopping)) save_now();
     if (stopping) {
-      if (reporting) log::info("stopping at iteration {}{}", s.iteration, save ? " (checkpoint saved)" : "");
+      if (reporting) log::info("stopping at iteration {} ({})", s.iteration, save ? "checkpoint saved" : "no --save: no checkpoint");
       break;
     }
   }

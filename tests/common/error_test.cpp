@@ -1,5 +1,8 @@
 #include "dlm/common/error.h"
 
+#include <filesystem>
+#include <new>
+
 #include <gtest/gtest.h>
 
 TEST(Error, FormatsFileAndLine) {
@@ -29,4 +32,13 @@ TEST(Error, PlainMessage) {
   } catch (const dlm::Error& e) {
     EXPECT_STREQ(e.what(), "bad");
   }
+}
+
+// Issue 28 case 15: no exception's what() reaches a user raw.
+TEST(Error, UserMessageOfAnyException) {
+  EXPECT_EQ(dlm::user_message(std::bad_alloc()), "out of memory; no output written");
+  const std::filesystem::filesystem_error fs("filesystem error: cannot stat", "/x/" + std::string(300, 'y'),
+                                             std::make_error_code(std::errc::filename_too_long));
+  EXPECT_EQ(dlm::user_message(fs), "/x/" + std::string(300, 'y') + ": File name too long");
+  EXPECT_EQ(dlm::user_message(dlm::Error(dlm::Location{"f.idx"}, "bad")), "f.idx: bad");
 }

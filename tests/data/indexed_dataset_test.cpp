@@ -180,26 +180,82 @@ TEST_F(IndexedDatasetTest, BinShorterThanIndex) {
   write_sample(prefix("s"), DType::kUInt16);
   fs::resize_file(prefix("s") + ".bin", 11);
   EXPECT_EQ(error_of([&] { IndexedDataset ds(prefix("s")); }),
-            prefix("s") + ".bin: shorter than the index says: last sequence ends at byte 12, file has 11");
+            prefix("s") + ".bin: shorter than the index says: sequence 2 of " + prefix("s") +
+                ".idx ends at byte 12, the file has 11 bytes");
 }
 
+// Issue 28 case 3: every reader opens through the constructor, so a crafted index is refused there (inspect
+// and dlm-blend sample used to read before the .bin mapping; dlm-blend build and dlm-train accepted it).
 TEST_F(IndexedDatasetTest, PointerPastEndOfBin) {
   write_sample(prefix("s"), DType::kUInt16);
   int64_t ptr = 1000;
   patch(prefix("s") + ".idx", 50 + 8, &ptr, 8);  // pointer of sequence 1
-  IndexedDataset ds(prefix("s"));               // last sequence still fine: caught by validate
-  EXPECT_EQ(error_of([&] { ds.validate(); }),
+  EXPECT_EQ(error_of([&] { IndexedDataset ds(prefix("s")); }),
             prefix("s") + ".idx: offset 58: sequence 1 pointer 1000 is not the running sum of lengths (6)");
-  EXPECT_THROW(ds.sequence(1), dlm::Error);  // and reading it never touches memory past .bin
 }
 
 TEST_F(IndexedDatasetTest, DocumentIndexOutOfRange) {
   write_sample(prefix("s"), DType::kUInt16);
   int64_t d = 99;
   patch(prefix("s") + ".idx", 82 + 16, &d, 8);
-  IndexedDataset ds(prefix("s"));
-  EXPECT_EQ(error_of([&] { ds.validate(); }),
+  EXPECT_EQ(error_of([&] { IndexedDataset ds(prefix("s")); }),
             prefix("s") + ".idx: offset 98: document index 2 = 99 is not monotone within [0, 4]");
+}
+
+TEST_F(IndexedDatasetTest, CraftedIndexIsRefusedWhenOpened) {
+  const std::string idx = prefix("s") + ".idx";
+  auto open_error = [&] { return error_of([&] { IndexedDataset ds(prefix("s")); }); };
+  write_sample(prefix("s"), DType::kUInt16);
+  int64_t negative_ptr = -6;
+  patch(idx, 50 + 8, &negative_ptr, 8);
+  EXPECT_EQ(open_error(), idx + ": offset 58: sequence 1 pointer -6 is not the running sum of lengths (6)");
+  write_sample(prefix("s"), DType::kUInt16);
+  int32_t negative_len = -2;
+  patch(idx, 34 + 4, &negative_len, 4);
+  EXPECT_EQ(open_error(), idx + ": offset 38: sequence 1 has negative length -2");
+  write_sample(prefix("s"), DType::kUInt16);
+  int64_t docs[2] = {3, 1};  // 0, 3, 1, 4: not monotone
+  patch(idx, 82 + 8, docs, 16);
+  EXPECT_EQ(open_error(), idx + ": offset 98: document index 2 = 1 is not monotone within [0, 4]");
+  write_sample(prefix("s"), DType::kUInt16);
+  { std::ofstream(idx, std::ios::app | std::ios::binary) << "xyz"; }
+  EXPECT_EQ(open_error(), idx + ": offset 114: 3 unexpected trailing bytes");
+}
+
+// Issue 28 case 4: a .bin that is not exactly what its .idx describes (trailing bytes, or a .bin rewritten
+// under an older .idx) is refused by every reader, validate included.
+TEST_F(IndexedDatasetTest, BinLongerThanItsIndexOrAStalePairIsRefused) {
+  write_sample(prefix("s"), DType::kUInt16);
+  { std::ofstream(prefix("s") + ".bin", std::ios::app | std::ios::binary) << "ab"; }
+  const std::string expected = prefix("s") + ".bin: 14 bytes, but " + prefix("s") +
+                               ".idx describes 12 bytes of tokens (a stale or mismatched .bin/.idx pair, or trailing bytes)";
+  EXPECT_EQ(error_of([&] { IndexedDataset ds(prefix("s")); }), expected);
+  // A newer, longer dataset's .bin beside the old .idx.
+  write_sample(prefix("s"), DType::kUInt16);
+  const std::string old_idx = dlm::read_text_file(prefix("s") + ".idx");
+  IndexedDatasetWriter w(prefix("s"), DType::kUInt16);
+  std::vector<int32_t> more{7, 8, 9, 10, 11, 12, 13};
+  w.add_item(more);
+  w.end_document();
+  w.finalize();
+  dlm::write_file_atomically(prefix("s") + ".idx", old_idx);
+  EXPECT_NE(error_of([&] { IndexedDataset ds(prefix("s")); }).find(".bin: 14 bytes, but"), std::string::npos);
+}
+
+// Issue 28 case 5: negative ids in a signed .bin are refused by validate and by every read.
+TEST_F(IndexedDatasetTest, NegativeTokenIdsAreRefused) {
+  IndexedDatasetWriter w(prefix("s"), DType::kInt32);
+  std::vector<int32_t> a{1, -7, 3};
+  w.add_item(a);
+  w.end_document();
+  w.finalize();
+  IndexedDataset ds(prefix("s"));
+  EXPECT_EQ(error_of([&] { ds.validate(); }), prefix("s") + ".bin: offset 4: token id -7 is negative, expected ids >= 0");
+  EXPECT_EQ(error_of([&] { ds.sequence(0); }), "int32 token -7 (element 1) is negative, expected ids >= 0");
+  const auto range = dlm::data::token_range(ds);
+  EXPECT_EQ(range.min, -7);
+  EXPECT_EQ(range.max, 3);
+  EXPECT_EQ(range.min_offset, 4u);
 }
 
 TEST_F(IndexedDatasetTest, HugeCountsDoNotAllocate) {

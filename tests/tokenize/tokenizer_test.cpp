@@ -10,6 +10,7 @@
 #include "../../libdata/tokenize/regex.h"
 #include "../../libdata/tokenize/text.h"
 #include "dlm/common/error.h"
+#include "dlm/data/indexed_dataset.h"
 #include "dlm/data/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -37,17 +38,17 @@ class TempDir {
 };
 
 // A byte-level BPE over the letters a, b, space (GPT-2 spells space "Ġ"), with merges
-// "a b" (rank 0) -> ab, "Ġ a" (rank 1) -> Ġa, "Ġa b" (rank 2) -> Ġab, plus <|eot|> as id 9.
+// "a b" (rank 0) -> ab, "Ġ a" (rank 1) -> Ġa, "Ġa b" (rank 2) -> Ġab, plus <|eot|> as id 6.
 std::string tiny_byte_level(const std::string& extra_pre = "") {
   return R"({"version": "1.0", "truncation": null, "padding": null,
-    "added_tokens": [{"id": 9, "content": "<|eot|>", "single_word": false, "lstrip": false, "rstrip": false,
+    "added_tokens": [{"id": 6, "content": "<|eot|>", "single_word": false, "lstrip": false, "rstrip": false,
                       "normalized": false, "special": true}],
     "normalizer": null,
     "pre_tokenizer": )" + (extra_pre.empty() ? R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})" : extra_pre) + R"(,
     "post_processor": null,
     "decoder": {"type": "ByteLevel"},
     "model": {"type": "BPE", "dropout": null, "unk_token": null, "fuse_unk": false, "byte_fallback": false,
-              "vocab": {"a": 0, "b": 1, "Ġ": 2, "ab": 3, "Ġa": 4, "Ġab": 5, "<|eot|>": 9},
+              "vocab": {"a": 0, "b": 1, "Ġ": 2, "ab": 3, "Ġa": 4, "Ġab": 5, "<|eot|>": 6},
               "merges": ["a b", "Ġ a", "Ġa b"]}})";
 }
 
@@ -73,10 +74,10 @@ TEST(Tokenizer, ByteLevelBpeByHand) {
   TempDir dir;
   const auto t = hf(dir.write("tokenizer.json", tiny_byte_level()));
   EXPECT_EQ(t->encode("ab ab"), (Ids{3, 2, 3}));  // " ab": "a b" (rank 0) wins over "Ġ a"; no "Ġ ab"
-  EXPECT_EQ(t->encode("ba a<|eot|>b"), (Ids{1, 0, 4, 9, 1}));
+  EXPECT_EQ(t->encode("ba a<|eot|>b"), (Ids{1, 0, 4, 6, 1}));
   EXPECT_EQ(t->encode("aab"), (Ids{0, 3}));               // leftmost lowest rank: a(ab)
-  EXPECT_EQ(t->decode(Ids{3, 5, 9}), "ab ab<|eot|>");
-  EXPECT_EQ(t->vocab_size(), 10u);
+  EXPECT_EQ(t->decode(Ids{3, 5, 6}), "ab ab<|eot|>");
+  EXPECT_EQ(t->vocab_size(), 7u);
   EXPECT_EQ(t->kind(), "HuggingFaceTokenizer");
   EXPECT_FALSE(t->special_ids().eod);  // no tokenizer_config.json: no roles
   EXPECT_THROW(t->eod(), dlm::Error);
@@ -92,8 +93,8 @@ TEST(Tokenizer, TokenizerConfigGivesRoles) {
   o.type = "HuggingFaceTokenizer";
   o.model = fs::path(dir.write("x", "")).parent_path().string();
   const auto t = make_tokenizer(o);
-  EXPECT_EQ(t->eod(), 9);
-  EXPECT_EQ(t->special_ids().bos, 9);
+  EXPECT_EQ(t->eod(), 6);
+  EXPECT_EQ(t->special_ids().bos, 6);
   EXPECT_EQ(t->special_ids().mask, 3);
   o.mask_token = 5;
   EXPECT_EQ(make_tokenizer(o)->special_ids().mask, 5);
@@ -155,6 +156,29 @@ TEST(Tokenizer, MalformedTokenizerJson) {
   EXPECT_NE(err(replace(good, "\"decoder\": {\"type\": \"ByteLevel\"}", "\"decoder\": {\"type\": \"WordPiece\"}"))
                 .find("unsupported: decoder.type"),
             std::string::npos);
+}
+
+// Issue 28 case 8: ids are dense from 0 (as len(tokenizer) counts them and Megatron sizes the embedding and
+// the .bin dtype from it): an id past the file's entries is refused before anything is sized by it (an id of
+// 1e8 used to allocate gigabytes), a hole is refused, and the dense vocabulary gives Megatron's uint16.
+TEST(Tokenizer, TokenIdsMustBeDense) {
+  TempDir dir;
+  auto replace = [](std::string s, const std::string& from, const std::string& to) {
+    return s.replace(s.find(from), from.size(), to);
+  };
+  const std::string good = tiny_byte_level();
+  const auto huge = dir.write("huge.json", replace(replace(good, "\"<|eot|>\": 6}", "\"<|eot|>\": 100000000}"),
+                                                   "\"id\": 6", "\"id\": 100000000"));
+  EXPECT_EQ(error_of([&] { hf(huge); }),
+            huge + ": model.vocab[\"<|eot|>\"]: id 100000000 is past the 8 entries of model.vocab and added_tokens: "
+                   "ids must be dense from 0");
+  const auto hole = dir.write("hole.json", replace(replace(good, "\"<|eot|>\": 6}", "\"<|eot|>\": 7}"), "\"id\": 6",
+                                                   "\"id\": 7"));
+  EXPECT_EQ(error_of([&] { hf(hole); }),
+            hole + ": model.vocab: no token has id 6, but ids go up to 7: ids must be dense from 0");
+  const auto t = hf(dir.write("tokenizer.json", good));
+  EXPECT_EQ(t->vocab_size(), 7u);  // len(tokenizer)
+  EXPECT_EQ(dlm::data::optimal_token_dtype(t->vocab_size()), dlm::data::DType::kUInt16);
 }
 
 TEST(Tokenizer, Gpt2FilesAndErrors) {

@@ -2,7 +2,9 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,11 +12,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/data/tokenizer.h"
 #include "tokenizer_flags.h"
+#include "flag_checks.h"
 
 namespace po = boost::program_options;
 using namespace dlm::data;
@@ -67,9 +71,39 @@ po::options_description options(Cli& c) {
   return o;
 }
 
+// The cache folders a build writes into (megatron-core's default is beside each dataset): temporaries a
+// killed run left there are removed before this run writes.
+void remove_stale_cache_temporaries(const BuilderConfig& config) {
+  std::set<std::string> folders;
+  if (config.gpt.cache_path) folders.insert(*config.gpt.cache_path);
+  auto add = [&](const std::optional<Blend>& blend) {
+    if (blend && !config.gpt.cache_path)
+      for (const auto& prefix : blend->prefixes) folders.insert(prefix + "/cache/GPTDataset_indices");
+  };
+  add(config.blend);
+  for (const auto& b : config.blend_per_split) add(b);
+  for (const auto& folder : folders) dlm::remove_stale_temporaries(folder);
+}
+
+// Megatron asserts these (or divides by them); a value outside is a usage error naming the flag.
+void check_ranges(const Cli& c, const po::variables_map& vm) {
+  using dlm::tools::in_range;
+  constexpr std::int64_t kBig = std::int64_t{1} << 40;
+  in_range("seq-length", c.data.seq_length, 1, 1 << 24);
+  in_range("global-batch-size", c.data.global_batch_size, 1, 1 << 30);
+  if (c.data.train_samples) in_range("train-samples", *c.data.train_samples, 1, kBig);
+  if (c.data.train_iters) in_range("train-iters", *c.data.train_iters, 1, kBig);
+  in_range("eval-iters", c.data.eval_iters, 0, kBig);
+  in_range("eval-interval", c.data.eval_interval, 1, kBig);
+  if (vm.count("eod")) in_range("eod", c.sample.eod, 0, std::numeric_limits<std::int32_t>::max());
+  if (c.tokenizer.vocab_size) in_range("vocab-size", *c.tokenizer.vocab_size, 1, std::size_t{1} << 31);
+}
+
 int run(Cli& c) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto splits = build_datasets(builder_config(c.data));
+  const BuilderConfig config = builder_config(c.data);
+  if (c.command != "sample") remove_stale_cache_temporaries(config);
+  const auto splits = build_datasets(config);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (c.command == "build") {
     for (const auto& s : splits)
@@ -128,7 +162,7 @@ int main(int argc, char** argv) {
       args.erase(args.begin());
     }
     po::variables_map vm;
-    po::store(po::command_line_parser(args).options(options(c)).run(), vm);
+    po::store(dlm::tools::checked(po::command_line_parser(args).options(options(c)).run()), vm);
     if (vm.count("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -138,8 +172,9 @@ int main(int argc, char** argv) {
     if (vm.count("train-iters")) c.data.train_iters = vm["train-iters"].as<std::int64_t>();
     if (vm.count("data-cache-path")) c.data.data_cache_path = vm["data-cache-path"].as<std::string>();
     c.data.add_extra_token_to_sequence = !vm.count("no-add-extra-token-to-sequence");
+    check_ranges(c, vm);
   } catch (const po::error& e) {
-    fmt::print(stderr, "dlm-blend: {}\n{}", e.what(), kUsage);
+    fmt::print(stderr, "dlm-blend: {}\n(see dlm-blend --help)\n", e.what());
     return 2;
   }
   try {

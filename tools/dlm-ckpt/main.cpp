@@ -3,6 +3,7 @@
 //   dlm-ckpt validate DIR [--against DIR2 --rtol R --atol A]
 //   dlm-ckpt inspect DIR
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "dlm/ckpt/tools.h"
 #include "dlm/common/error.h"
+#include "flag_checks.h"
 
 namespace po = boost::program_options;
 using namespace dlm::ckpt;
@@ -34,6 +36,19 @@ CheckpointKind kind_of(const std::string& s, const char* flag) {
   if (s == "native") return CheckpointKind::kNative;
   if (s == "hf") return CheckpointKind::kHuggingFace;
   throw UsageError(fmt::format("{} must be native or hf, got '{}'", flag, s));
+}
+
+// OUT inside IN, IN inside OUT, or the same folder: the conversion would write into what it reads.
+void refuse_overlap(const std::string& in, const std::string& out) {
+  std::error_code ec;
+  const auto a = std::filesystem::weakly_canonical(in, ec), b = std::filesystem::weakly_canonical(out, ec);
+  if (ec) return;  // the conversion names the path that cannot be resolved
+  auto within = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
+    const auto rel = inner.lexically_relative(outer);
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  if (within(a, b) || within(b, a))
+    throw UsageError(fmt::format("convert: OUT {} overlaps IN {}; expected a folder outside it", out, in));
 }
 
 int print_report(const Report& r) {
@@ -60,8 +75,13 @@ int run(int argc, char** argv) {
   pos.add("args", -1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
+    po::store(dlm::tools::checked(po::command_line_parser(argc, argv).options(opts).positional(pos).run()), vm);
     po::notify(vm);
+    dlm::tools::in_range("tp", vm["tp"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("pp", vm["pp"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("make-vocab-size-divisible-by", vm["make-vocab-size-divisible-by"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("rtol", vm["rtol"].as<double>(), 0, 1e30);
+    dlm::tools::in_range("atol", vm["atol"].as<double>(), 0, 1e30);
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
@@ -96,6 +116,7 @@ int run(int argc, char** argv) {
     if (!parse_dtype(vm["dtype"].as<std::string>(), o.dtype)) throw UsageError("--dtype must be fp32, bf16 or fp16");
     if (vm.count("tokenizer")) o.tokenizer_dir = vm["tokenizer"].as<std::string>();
     o.make_vocab_size_divisible_by = vm["make-vocab-size-divisible-by"].as<int>();
+    refuse_overlap(args[1], args[2]);
     const std::string out = convert_checkpoint(args[1], args[2], o);
     fmt::print("dlm-ckpt: wrote {}\n", out);
     return 0;
@@ -124,7 +145,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "dlm-ckpt: {}\n(see dlm-ckpt --help)\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dlm-ckpt: {}\n", e.what());
+    fmt::print(stderr, "dlm-ckpt: {}\n", dlm::user_message(e));
     return 1;
   }
 }

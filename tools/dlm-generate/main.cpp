@@ -1,6 +1,7 @@
 // dlm-generate: samples text from a diffusion (or AR) model checkpoint, native or Hugging Face.
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 
 #include "dlm/common/error.h"
 #include "cuda_flags.h"
+#include "dlm/common/thread_pool.h"
+#include "flag_checks.h"
 #include "generation_model.h"
 #include "tokenizer_flags.h"
 
@@ -52,12 +55,25 @@ int main(int argc, char** argv) {
   tools::add_cuda_flags(opts, cuda, tools::CudaFlagsFor::kSampling);
   try {
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::store(tools::checked(po::command_line_parser(argc, argv).options(opts).run()), vm);
     if (vm.count("help")) {
       std::cout << opts;
       return 0;
     }
     po::notify(vm);
+    // Ranges of the sampling flags: each value outside is a usage error naming the flag.
+    using tools::in_range;
+    in_range("max-new-tokens", max_new, 1, 1 << 20);
+    if (vm.count("sample-steps")) in_range("sample-steps", steps, 1, 1 << 20);
+    if (vm.count("inference-block-size")) in_range("inference-block-size", block, 1, 1 << 20);
+    if (vm.count("mask-token")) in_range("mask-token", mask_token, 0, std::numeric_limits<std::int32_t>::max());
+    if (tok.vocab_size) in_range("vocab-size", *tok.vocab_size, 1, std::size_t{1} << 31);
+    in_range("cfg-scale", d.cfg_scale, 0, 1e6);
+    in_range("threshold", d.confidence_threshold, 0, 1);
+    in_range("temperature", temperature, 0, 1e6);
+    in_range("top-k", top_k, 0, std::int64_t{1} << 31);
+    if (!(top_p > 0 && top_p <= 1)) throw po::error(fmt::format("--top-p {}: expected a value in (0, 1]", top_p));
+    in_range("threads", threads, 0, static_cast<int>(kMaxThreads));
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
     return 2;
@@ -113,7 +129,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dlm-generate: {}\n", e.what());
+    fmt::print(stderr, "dlm-generate: {}\n", user_message(e));
     return 1;
   }
 }

@@ -1,6 +1,7 @@
 // dlm-preprocess: JSONL -> Megatron .bin/.idx (Megatron's tools/preprocess_data.py flags), and the dataset
 // chores around it: validate, merge (tools/merge_datasets.py), inspect.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string>
@@ -9,9 +10,11 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/data/indexed_dataset.h"
 #include "dlm/data/preprocess_inspect.h"
+#include "flag_checks.h"
 #include "preprocess_command.h"
 #include "tokenizer_flags.h"
 
@@ -45,11 +48,14 @@ int run_merge(const std::vector<std::string>& args) {
   po::options_description opts("merge options");
   std::vector<std::string> inputs;
   std::string output;
-  opts.add_options()("input", po::value(&inputs)->multitoken()->required(), "prefixes to merge, in order")(
+  opts.add_options()("help,h", "this help")("input", po::value(&inputs)->multitoken()->required(), "prefixes to merge, in order")(
       "output-prefix", po::value(&output)->required(), "prefix of the merged dataset");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::store(dlm::tools::checked(po::command_line_parser(args).options(opts).run()), vm);
+  if (vm.count("help")) return std::cout << opts, 0;
   po::notify(vm);
+  const auto folder = std::filesystem::path(output).parent_path();
+  dlm::remove_stale_temporaries(folder.empty() ? std::string(".") : folder.string());  // a killed merge's
   dlm::data::IndexedDataset first(inputs.front());
   dlm::data::IndexedDatasetWriter writer(output, first.dtype());
   for (const auto& prefix : inputs) writer.append(prefix);
@@ -64,15 +70,19 @@ int run_inspect(const std::vector<std::string>& args) {
   std::string prefix;
   std::size_t documents = 3, top = 10;
   dlm::data::TokenizerOptions tokenizer_options;
-  opts.add_options()("prefix", po::value(&prefix)->required(), "dataset prefix (PREFIX.bin, PREFIX.idx)")(
+  opts.add_options()("help,h", "this help")("prefix", po::value(&prefix)->required(), "dataset prefix (PREFIX.bin, PREFIX.idx)")(
       "documents", po::value(&documents)->default_value(3), "documents to print detokenized (needs --tokenizer-*)")(
       "top", po::value(&top)->default_value(10), "most frequent ids to list");
   dlm::tools::add_tokenizer_flags(opts, tokenizer_options);
   po::positional_options_description positional;
   positional.add("prefix", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).positional(positional).run(), vm);
+  po::store(dlm::tools::checked(po::command_line_parser(args).options(opts).positional(positional).run()), vm);
+  if (vm.count("help")) return std::cout << opts, 0;
   po::notify(vm);
+  dlm::tools::in_range("documents", documents, 0, 1000000);
+  dlm::tools::in_range("top", top, 0, 1000000);
+  if (tokenizer_options.vocab_size) dlm::tools::in_range("vocab-size", *tokenizer_options.vocab_size, 1, std::size_t{1} << 31);
   dlm::data::IndexedDataset ds(prefix);
   std::unique_ptr<dlm::data::Tokenizer> tokenizer;
   if (!tokenizer_options.type.empty()) tokenizer = dlm::data::make_tokenizer(tokenizer_options);

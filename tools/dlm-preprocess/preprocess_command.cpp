@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "dlm/common/thread_pool.h"
 #include "dlm/data/preprocess.h"
+#include "flag_checks.h"
 #include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
@@ -44,7 +46,7 @@ int run_preprocess(const std::vector<std::string>& args) {
   data::TokenizerOptions tokenizer_options;
   po::options_description opts = preprocess_flags(options, tokenizer_options);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::store(checked(po::command_line_parser(args).options(opts).run()), vm);
   if (vm.count("help") != 0) {
     std::cout << "usage: dlm-preprocess --input IN --output-prefix OUT --tokenizer-type T [options]\n" << opts;
     return 0;
@@ -52,6 +54,14 @@ int run_preprocess(const std::vector<std::string>& args) {
   po::notify(vm);
   if (tokenizer_options.type.empty()) throw po::error("--tokenizer-type is required");
   if (options.log_interval == 0) throw po::error("--log-interval must be at least 1");
+  in_range("workers", options.workers, 1, kMaxThreads);
+  in_range("partitions", options.partitions, 1, data::kMaxPartitions);
+  if (tokenizer_options.vocab_size) in_range("vocab-size", *tokenizer_options.vocab_size, 1, std::size_t{1} << 31);
+  in_range("tiktoken-num-special-tokens", tokenizer_options.tiktoken_num_special_tokens, 0, std::size_t{1} << 20);
+  for (std::size_t k = 0; k < options.json_keys.size(); ++k)
+    for (std::size_t j = 0; j < k; ++j)
+      if (options.json_keys[j] == options.json_keys[k])
+        throw po::error(fmt::format("--json-keys: \"{}\" is given twice (each key names its own output)", options.json_keys[k]));
   options.progress = vm.count("quiet") == 0;
   auto tokenizer = data::make_tokenizer(tokenizer_options);
   data::PreprocessSummary summary = data::preprocess_jsonl(options, *tokenizer);

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", dlm::tools::dry_run_plan(args));
       return 0;
     } catch (const std::exception& e) {
-      fmt::print(stderr, "dlm-train: {}\n", e.what());
+      fmt::print(stderr, "dlm-train: {}\n", dlm::user_message(e));
       return 1;
     }
   }
@@ -74,12 +74,12 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     if (!parallel.distributed()) {
-      fmt::print(stderr, "dlm-train: {}\n", e.what());
+      fmt::print(stderr, "dlm-train: {}\n", dlm::user_message(e));
       return 1;
     }
     // The peers may be gone or stuck: MPI_Finalize could wait for them forever, so leave without it
     // (the launcher then ends the other ranks).
-    fmt::print(stderr, "dlm-train: rank {}: {}\n", parallel.launch.rank, e.what());
+    fmt::print(stderr, "dlm-train: rank {}: {}\n", parallel.launch.rank, dlm::user_message(e));
     std::fflush(stderr);
     std::fflush(stdout);
     std::_Exit(1);

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -62,33 +61,6 @@ ckpt::ModelConfig model_config_file(const std::string& path, int divisible_by) {
   const std::string text = read_text(path);
   if (text.find("\"model_type\"") != std::string::npos) return ckpt::model_config_from_hf_json(text, path, divisible_by);
   return ckpt::model_config_from_json(text, path);
-}
-
-// The largest id in a dataset's .bin: a model whose vocabulary is smaller would index past its
-// embedding table, so this is checked before training rather than found as a crash.
-std::int64_t max_token(const data::IndexedDataset& d) {
-  const auto bytes = d.bin_bytes();
-  std::int64_t best = -1;
-  auto scan = [&](auto zero) {
-    using T = decltype(zero);
-    const std::size_t n = bytes.size() / sizeof(T);
-    T m = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      T v;
-      std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
-      m = std::max(m, v);
-    }
-    best = static_cast<std::int64_t>(m);
-  };
-  switch (d.dtype()) {
-    case data::DType::kUInt8: scan(std::uint8_t{}); break;
-    case data::DType::kUInt16: scan(std::uint16_t{}); break;
-    case data::DType::kInt16: scan(std::int16_t{}); break;
-    case data::DType::kInt32: scan(std::int32_t{}); break;
-    case data::DType::kInt64: scan(std::int64_t{}); break;
-    default: fail(fmt::format("{}: token dtype {} is not an integer type", data::idx_path(d.prefix()), data::dtype_name(d.dtype())));
-  }
-  return best;
 }
 
 void resolve_model_config(TrainArgs& args, TrainingSetup& setup) {
@@ -160,8 +132,13 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   for (const auto& split : keep->splits)
     if (split)
       for (const auto& gpt : split->datasets) {
-        const std::int64_t m = max_token(gpt->dataset());
-        if (m > largest) largest = m, where = data::bin_path(gpt->prefix());
+        // A model whose vocabulary is smaller than the largest id, or any negative id, would index outside
+        // its embedding table: both are checked before training rather than found as a crash.
+        const data::TokenRange range = data::token_range(gpt->dataset());
+        if (range.min < 0)
+          fail(fmt::format("{}: offset {}: token id {} is negative, expected ids >= 0", data::bin_path(gpt->prefix()),
+                           range.min_offset, range.min));
+        if (range.max > largest) largest = range.max, where = data::bin_path(gpt->prefix());
       }
   if (largest >= setup.config.vocab_size)
     fail(fmt::format("{}: the data holds token id {}, but the vocabulary has {} ids (--vocab-size or the tokenizer)",
@@ -192,15 +169,26 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   if (args.cuda.profile && device == train::Device::kCpu)
     log::warning("--cuda-profile: the CPU backend has no phase timer; the flag applies to the GPU backend");
   if (!args.save.empty()) {
-    // A save folder that cannot be made is found now, not after hours of training.
+    // A save folder that cannot be made is found now, not after hours of training; nothing is created
+    // before the first checkpoint (a run that fails earlier leaves no folder behind).
     std::error_code ec;
-    std::filesystem::create_directories(args.save, ec);
-    if (ec || !std::filesystem::is_directory(args.save) || ::access(args.save.c_str(), W_OK) != 0)
-      fail(fmt::format("--save {}: cannot write a checkpoint folder there{}", args.save, ec ? ": " + ec.message() : ""));
+    std::filesystem::path existing = std::filesystem::absolute(args.save, ec);
+    while (!ec && !std::filesystem::exists(existing, ec) && existing.has_relative_path()) existing = existing.parent_path();
+    if (ec || !std::filesystem::is_directory(existing) || ::access(existing.c_str(), W_OK | X_OK) != 0)
+      fail(fmt::format("--save {}: cannot write a checkpoint folder there{}", args.save,
+                       ec ? ": " + ec.message() : " (" + existing.string() + " is not a writable folder)"));
   }
   auto owner = std::make_shared<ModelOwner>();
   open_data(args, setup, owner->splits);
 
+  // --save D --load D on a first run (D missing, or without a checkpoint) starts fresh, as Megatron's
+  // resume-or-start idiom expects; a --load elsewhere that holds nothing stays an error (a typo).
+  if (!args.load.empty() && !args.save.empty() && !std::filesystem::exists(std::filesystem::path(args.load) / "latest") &&
+      !std::filesystem::exists(std::filesystem::path(args.load) / "metadata.json") &&
+      std::filesystem::weakly_canonical(args.load) == std::filesystem::weakly_canonical(args.save)) {
+    log::info("--load {}: no checkpoint yet; starting from iteration 0 (the folder is also --save)", args.load);
+    args.load.clear();
+  }
   // The checkpoint's config before the model: one that disagrees is reported before any allocation.
   if (!args.load.empty()) {
     if (!std::filesystem::exists(args.load)) fail(fmt::format("--load {}: no such folder", args.load));

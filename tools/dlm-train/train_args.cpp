@@ -1,5 +1,6 @@
 #include "train_args.h"
 
+#include <limits>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -8,6 +9,8 @@
 #include "cuda_flags.h"
 #include "dlm/common/error.h"
 #include "tokenizer_flags.h"
+#include "dlm/common/thread_pool.h"
+#include "flag_checks.h"
 
 namespace po = boost::program_options;
 
@@ -118,6 +121,55 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   return all;
 }
 
+// Every numeric flag's range, before anything reads it; a value out of range is a usage error naming the
+// flag (Megatron asserts most of these; the limits above Megatron's keep sizes from overflowing).
+void check_ranges(const TrainArgs& a, const Raw& r, const po::variables_map& vm) {
+  const auto& m = a.model;
+  const auto& t = a.trainer;
+  constexpr std::int64_t kBig = std::int64_t{1} << 40;
+  in_range("num-layers", m.num_layers, 1, 100000);
+  in_range("hidden-size", m.hidden_size, 1, 1 << 20);
+  in_range("ffn-hidden-size", m.ffn_hidden_size, 1, 1 << 22);
+  in_range("num-attention-heads", m.num_attention_heads, 1, 1 << 16);
+  in_range("num-query-groups", r.num_query_groups, 0, 1 << 16);
+  in_range("kv-channels", r.kv_channels, 0, 1 << 16);
+  in_range("max-position-embeddings", m.max_position_embeddings, 1, 1 << 24);
+  positive("rotary-base", m.rotary_base);
+  positive("norm-epsilon", m.norm_epsilon);
+  in_range("init-method-std", m.init_method_std, 0, 1e6);
+  in_range("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, 1, 1 << 16);
+  if (a.tokenizer.vocab_size) in_range("vocab-size", *a.tokenizer.vocab_size, 0, std::int64_t{1} << 31);
+  if (vm.count("mask-token")) in_range("mask-token", r.mask_token, 0, std::numeric_limits<std::int32_t>::max());
+  in_range("difflm-varilen-prob", t.objective.varilen_prob, 0, 1);
+  in_range("seq-length", t.seq_length, 1, 1 << 24);
+  in_range("micro-batch-size", t.micro_batch_size, 1, 1 << 20);
+  in_range("global-batch-size", t.global_batch_size, 1, 1 << 30);
+  in_range("train-iters", t.train_iters, 1, kBig);
+  in_range("lr", t.lr.max_lr, 0, 1e6);
+  in_range("min-lr", t.lr.min_lr, 0, 1e6);
+  in_range("lr-warmup-init", t.lr.init_lr, 0, 1e6);
+  in_range("lr-warmup-iters", t.lr.warmup_iters, 0, kBig);
+  in_range("lr-decay-iters", r.lr_decay_iters, 0, kBig);
+  in_range("lr-wsd-decay-iters", t.lr.wsd_decay_iters, 0, kBig);
+  in_range("weight-decay", t.adam.weight_decay, 0, 1e6);
+  in_range("adam-beta1", t.adam.beta1, 0, 0.999999999);
+  in_range("adam-beta2", t.adam.beta2, 0, 0.999999999);
+  positive("adam-eps", t.adam.eps);
+  in_range("clip-grad", t.clip_grad, 0, 1e30);
+  in_range("threads", a.threads, 0, static_cast<int>(kMaxThreads));
+  in_range("tensor-model-parallel-size", a.tensor_parallel, 1, 1 << 16);
+  in_range("pipeline-model-parallel-size", a.pipeline_parallel, 1, 1 << 16);
+  in_range("num-layers-per-virtual-pipeline-stage", a.layers_per_virtual_stage, 0, 100000);
+  in_range("ddp-bucket-size", t.ddp_bucket_size, 1, kBig);
+  in_range("distributed-timeout-minutes", a.timeout_minutes, 1e-3, 1e6);
+  in_range("world-size", a.world_size, 0, 1 << 24);
+  in_range("save-interval", t.save_interval, 0, kBig);
+  in_range("exit-interval", t.exit_interval, 0, kBig);
+  in_range("eval-interval", t.eval_interval, 0, kBig);
+  in_range("eval-iters", t.eval_iters, t.eval_interval > 0 ? 1 : 0, kBig);
+  in_range("log-interval", t.log_interval, 1, kBig);
+}
+
 }  // namespace
 
 std::string train_usage() {
@@ -134,13 +186,14 @@ TrainArgs parse_train_args(int argc, char** argv) {
   Raw r;
   auto desc = describe(a, r);
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, desc), vm);
+  po::store(checked(po::command_line_parser(argc, argv).options(desc).run()), vm);
   for (int i = 1; i < argc; ++i)
     if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
       a.help = true;
       return a;
     }
   po::notify(vm);
+  check_ranges(a, r, vm);
   auto& m = a.model;
   auto& t = a.trainer;
   m.tie_word_embeddings = !r.untie;

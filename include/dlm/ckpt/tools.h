@@ -2,6 +2,8 @@
 // between parallel layouts), validate one, compare two, describe one.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,10 @@ struct Report {
 // checksums of every dataset, NaN/Inf in every tensor, model.h5 opens. HF: config, safetensors headers,
 // the tensor mapping, NaN/Inf.
 Report validate_checkpoint(const std::string& path);
+// NaN and Inf elements of a tensor; refuse_non_finite throws dlm::Error at `where` naming the first tensor
+// that has any (a conversion never copies weights validate would flag).
+std::int64_t count_non_finite(std::span<const float> values);
+void refuse_non_finite(const TensorSet& tensors, const std::string& where);
 // Tensor-by-tensor: max |a - b| and whether |a - b| <= atol + rtol * |b| everywhere.
 Report compare_checkpoints(const std::string& a, const std::string& b, double rtol, double atol);
 // Tensors, sizes, layout, training state.

@@ -1,7 +1,8 @@
 // AtomicFile: writes a file so that an interrupted run never leaves one that looks complete.
 //
 // Bytes go to "<dir>/.<name>.tmp.<pid>.<n>"; commit() flushes, fsyncs, renames onto the final name and
-// fsyncs the folder. Destroyed without commit() (an error, an exception), the temporary is removed.
+// fsyncs the folder. Destroyed without commit() (an error, an exception), the temporary is removed. The
+// temporary is flock()ed while open, so that remove_stale_temporaries() never takes a live writer's.
 // A symlink at the final name is replaced, never written through. Permissions follow the umask.
 #pragma once
 
@@ -52,6 +53,12 @@ class AtomicFile {
 
 // Writes a whole file atomically in one call.
 void write_file_atomically(const std::string& path, std::string_view contents);
+// Removes the temporaries ".NAME.tmp.PID.N" in `folder` (files only, not sub-folders) whose PID is not a
+// live process on this machine and that no writer holds locked (AtomicFile holds an flock on its
+// temporary, so a writer on another machine sharing the folder keeps its own): what a SIGKILLed run left
+// behind. A tool calls it once on its output folder before writing. Returns how many were removed; errors
+// are ignored (a temporary that cannot be removed is left).
+std::size_t remove_stale_temporaries(const std::string& folder);
 // fsync of a folder, so that a rename inside it is durable.
 void fsync_directory(const std::string& dir);
 // Reads a whole (small) file; throws dlm::Error naming it.

@@ -37,6 +37,9 @@ class Error : public std::runtime_error {
 [[noreturn]] void fail_at(const std::string& file, std::string message);
 [[noreturn]] void fail_at_line(const std::string& file, std::uint64_t line, std::string message);
 [[noreturn]] void fail_at_offset(const std::string& file, std::uint64_t offset, std::string message);
+// The one line a tool prints for any exception that reaches its main: dlm::Error's what(); "out of memory"
+// for std::bad_alloc (never "std::bad_alloc"); "PATH: reason" for a std::filesystem error; what() else.
+std::string user_message(const std::exception& e);
 // An OS call failed: the message ends with strerror(errno_value).
 [[noreturn]] void fail_errno(const std::string& file, const std::string& what, int errno_value);
 

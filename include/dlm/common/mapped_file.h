@@ -6,12 +6,21 @@
 #include <span>
 #include <string>
 
+struct stat;
+
 namespace dlm {
+
+// Opens `path` read-only, without blocking (a FIFO named like a data file would otherwise wait forever for
+// a writer), and returns the descriptor once fstat says it is a regular file; fills `st`. Throws dlm::Error
+// naming the file otherwise (missing, a folder, a FIFO, a socket, a device such as /dev/zero).
+int open_regular_file(const std::string& path, struct stat& st);
+// The same check for readers that open the file themselves (HDF5).
+void require_regular_file(const std::string& path);
 
 class MappedFile {
  public:
   MappedFile() = default;
-  // Maps `path`; throws dlm::Error naming the file when it cannot be opened or mapped.
+  // Maps `path`; throws dlm::Error naming the file when it is not a regular file or cannot be mapped.
   // An empty file maps to an empty span.
   explicit MappedFile(const std::string& path);
   ~MappedFile();

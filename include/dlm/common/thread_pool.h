@@ -13,9 +13,20 @@
 
 namespace dlm {
 
+// The most threads a pool (or dlm-preprocess's --workers) may ask for: more is a usage error, not a
+// process limit found one std::thread at a time.
+inline constexpr std::size_t kMaxThreads = 1024;
+
+// Starts `count` threads running make(i) into `threads`. If one cannot be started (a process or memory
+// limit), `stop` is called, every thread started is joined, and a one-line dlm::Error says how many
+// started and why.
+void start_threads(std::vector<std::thread>& threads, std::size_t count, const std::function<std::thread(std::size_t)>& make,
+                   const std::function<void()>& stop);
+
 class ThreadPool {
  public:
-  // threads == 0 means std::thread::hardware_concurrency().
+  // threads == 0 means std::thread::hardware_concurrency(); more than kMaxThreads throws dlm::Error, as
+  // does a thread that cannot be started (after joining those that did).
   explicit ThreadPool(std::size_t threads = 0);
   ~ThreadPool();  // finishes queued tasks, then joins
   ThreadPool(const ThreadPool&) = delete;
@@ -40,6 +51,7 @@ class ThreadPool {
  private:
   void enqueue(std::function<void()> job);
   void run_worker();
+  void stop();
 
   std::vector<std::thread> workers_;
   std::deque<std::function<void()>> jobs_;

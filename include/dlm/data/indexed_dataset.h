@@ -46,9 +46,11 @@ class IndexedDatasetWriter {
   void end_document();
   // A whole document given as its tokens and the lengths of its sequences.
   void add_document(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths);
-  // Appends another dataset (Megatron's add_index / merge_datasets.py); its dtype must match.
+  // Appends another dataset (Megatron's add_index / merge_datasets.py); its dtype must match and it must
+  // pass validate().
   void append(const std::string& other_prefix);
-  // Writes the .idx, fsyncs and renames both files into place.
+  // Writes the .idx, fsyncs and renames both files into place: the old .idx is removed first, then the .bin
+  // and the .idx are renamed, so that a kill leaves the old pair, no .idx, or the new pair.
   void finalize();
 
   DType dtype() const noexcept { return dtype_; }
@@ -68,8 +70,11 @@ class IndexedDatasetWriter {
 };
 
 // A read-only, zero-copy view of a dataset (both files memory-mapped).
-// Opening checks the header, the counts against the file sizes and that the last sequence ends inside
-// `.bin`; validate() checks every pointer and document index.
+// Opening checks the whole structure, so that every reader can trust it: the header, the counts against
+// the file sizes, every length >= 0, every pointer the running sum of the lengths before it, the .bin
+// exactly as long as the index describes (a stale pair or trailing bytes are refused), document indices
+// monotone from 0 within the sequence count, and no trailing .idx bytes (but Megatron's one mode byte per
+// sequence). validate() also reads every token: none negative, float tokens whole int32 values.
 class IndexedDataset {
  public:
   explicit IndexedDataset(const std::string& prefix);
@@ -95,12 +100,14 @@ class IndexedDataset {
   std::vector<std::int32_t> sequence(std::size_t i, std::size_t offset = 0, std::size_t length = npos) const;
   // All tokens of document d (its sequences concatenated).
   std::vector<std::int32_t> document(std::size_t d) const;
-  // Full structural check; throws dlm::Error naming the file and offset of the first problem.
+  // The structural check of opening, then every token; throws dlm::Error naming the file and offset of
+  // the first problem.
   void validate() const;
 
   static constexpr std::size_t npos = ~std::size_t{0};
 
  private:
+  void check_structure() const;
   std::string prefix_;
   MappedFile idx_, bin_;
   DType dtype_{};
@@ -109,7 +116,16 @@ class IndexedDataset {
   UnalignedArray<std::int64_t> documents_;
 };
 
-// Widens `count` tokens of `dtype` at `src` to int32 into `dst`.
+// The smallest and largest token id of a dataset's .bin (a pass over every token); min_offset is the byte
+// offset of the smallest. Float tokens that are not whole int32 values throw dlm::Error.
+struct TokenRange {
+  std::int64_t min = 0, max = -1;
+  std::uint64_t min_offset = 0;
+};
+TokenRange token_range(const IndexedDataset& dataset);
+
+// Widens `count` tokens of `dtype` at `src` to int32 into `dst`; a negative id, or a value no int32 id
+// has, throws dlm::Error.
 void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::int32_t* dst);
 
 }  // namespace dlm::data

@@ -29,6 +29,9 @@
 
 namespace dlm::data {
 
+// Each partition keeps its own temporary .bin per key open until the partitions are concatenated.
+inline constexpr std::size_t kMaxPartitions = 256;
+
 struct PreprocessOptions {
   std::vector<std::string> inputs;             // --input: files, globs, folders, "-"
   std::string output_prefix;                   // --output-prefix
@@ -37,8 +40,8 @@ struct PreprocessOptions {
   // --split-sentences: sentence-level outputs. dlm does not split text itself (NLTK punkt is a trained
   // model it does not reproduce): every value must already be an array of sentences.
   bool split_sentences = false;
-  std::size_t workers = 1;                     // --workers
-  std::size_t partitions = 1;                  // --partitions
+  std::size_t workers = 1;                     // --workers, 1 to kMaxThreads
+  std::size_t partitions = 1;                  // --partitions, 1 to kMaxPartitions
   bool keep_sequential_samples = false;        // --keep-sequential-samples
   std::uint64_t log_interval = 1000;           // --log-interval: documents between progress lines
   bool skip_invalid = false;                   // --skip-invalid: skip and count bad lines
