@@ -30,7 +30,7 @@ TEST(FuzzRegression, WideTokensOutsideInt32AreAnError) {
   EXPECT_EQ(out, (std::vector<std::int32_t>{1, 2, 50276}));
   dlm::data::widen_tokens(DType::kInt64, bytes_of<std::int64_t>({5, 0, 2147483647}).data(), 3, out.data());
   EXPECT_EQ(out, (std::vector<std::int32_t>{5, 0, 2147483647}));
-  // Negative ids are refused too (issue 28 case 5).
+  // Negative ids are refused too.
   EXPECT_THROW(dlm::data::widen_tokens(DType::kInt64, bytes_of<std::int64_t>({-5}).data(), 1, out.data()), dlm::Error);
   EXPECT_THROW(dlm::data::widen_tokens(DType::kFloat64, bytes_of<double>({1, -1.7589e124, 3}).data(), 3, out.data()), dlm::Error);
   EXPECT_THROW(dlm::data::widen_tokens(DType::kFloat32, bytes_of<float>({2147483648.0f}).data(), 1, out.data()), dlm::Error);

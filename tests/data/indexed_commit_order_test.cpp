@@ -1,5 +1,5 @@
 // The .bin/.idx pair is committed so that a writer killed between its two renames never leaves a new .bin
-// under an old .idx (issue 28 case 4). The kill is made exact by interposing rename(): a child process
+// under an old .idx. The kill is made exact by interposing rename(): a child process
 // writing over an existing dataset exits right after its .bin is renamed into place.
 #include <dlfcn.h>
 #include <sys/wait.h>

@@ -1,6 +1,6 @@
 // Every flag of every tool, read from the tool's own --help (so a new flag is covered without touching
-// this file), given 0, -1, NaN, a huge value, a value beyond every integer type and the empty string
-// (issue 28). Each run must end without a signal; a value the parser refuses is exit 2 naming the flag;
+// this file), given 0, -1, NaN, a huge value, a value beyond every integer type and the empty string.
+// Each run must end without a signal; a value the parser refuses is exit 2 naming the flag;
 // 0, -1, NaN or "" accepted must be a documented meaning listed below (or the flag a name: a path, a
 // kind), a huge number one within the flag's limit; an accepted value then fails on the missing input,
 // exit 1. Nothing is left in the working folder.
