@@ -19,16 +19,9 @@ sys.path.insert(0, os.path.join(os.environ.get("DLM_SOURCE_DIR", os.path.dirname
 from dlm_interop import Checks, require, run, workdir  # noqa: E402
 
 torch, transformers, np, st = require("torch", "transformers", "numpy", "safetensors.torch")
-try:
-    import logging
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from facts_corpus import TOKENIZER, make_corpus  # noqa: E402
 
-    logging.disable(logging.WARNING)
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-except ImportError as e:
-    print(f"skipped: megatron-core is not importable ({e})")
-    sys.exit(77)
-
-TOKENIZER = "/work/shared/assets/gptneox-dlm"
 if not os.path.isdir(TOKENIZER):
     print(f"skipped: {TOKENIZER} is missing")
     sys.exit(77)
@@ -36,29 +29,12 @@ DLM_TRAIN, DLM_CKPT, DLM_GENERATE = sys.argv[1:4]
 PROMPTS = ["The capital of France is", "Water boils at", "The largest planet of the solar system is called"]
 c = Checks()
 
-FACTS = ["The capital of France is Paris.", "The capital of Italy is Rome.", "Water boils at one hundred degrees.",
-         "Water freezes at zero degrees.", "The largest planet of the solar system is called Jupiter.",
-         "The smallest planet of the solar system is called Mercury.", "The sun rises in the east.",
-         "Cats and dogs are animals.", "The capital of Spain is Madrid.", "Ice is frozen water."]
-
-
-def make_corpus(w, tok):
-    rng = np.random.default_rng(3)
-    prefix = os.path.join(w, "facts_text_document")
-    b = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
-    for _ in range(400):
-        text = " ".join(FACTS[i] for i in rng.integers(0, len(FACTS), 4))
-        ids = tok(text)["input_ids"] + [tok.eos_token_id]
-        b.add_document(np.array(ids, dtype=np.int64), [len(ids)])
-    b.finalize(prefix + ".idx")
-    return prefix
-
 
 def dlm_generate(ckpt, ids, flags):
     """dlm-generate on token ids (NullTokenizer: ids in, ids out), every prompt in one batch."""
     vocab = str(tokenizer_vocab)
-    cmd = [DLM_GENERATE, "--load", ckpt, "--tokenizer-type", "NullTokenizer", "--tokenizer-model", "none", "--vocab-size", vocab, "--threads", "1",
-           "--device", "cpu", "--no-eos-stop", "--prompt"] + [" ".join(map(str, p)) for p in ids] + flags
+    cmd = [DLM_GENERATE, "--load", ckpt, "--tokenizer-type", "NullTokenizer", "--tokenizer-model", "none", "--vocab-size",
+           vocab, "--threads", "1", "--device", "cpu", "--no-eos-stop", "--prompt"] + [" ".join(map(str, p)) for p in ids] + flags
     lines = run(cmd).stdout.strip().split("\n")
     return [[int(t) for t in line.split()][len(p):] for line, p in zip(lines, ids)]
 
