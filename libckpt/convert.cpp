@@ -1,4 +1,5 @@
 // dlm-ckpt convert: HF <-> native, and native resharding rank by rank.
+#include <cctype>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -9,6 +10,32 @@
 namespace dlm::ckpt {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+HfExportOptions hf_export_options(const ConvertOptions& o, const std::string& tokenizer_dir) {
+  return {.dtype = o.dtype, .tokenizer_dir = tokenizer_dir, .max_shard_bytes = o.max_shard_bytes, .num_shards = o.num_shards};
+}
+
+}  // namespace
+
+bool parse_byte_size(std::string_view text, std::uint64_t& bytes) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 15) return false;
+  const std::uint64_t n = std::stoull(std::string(text.substr(0, digits)));
+  std::string unit(text.substr(digits));
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (unit.empty() || unit == "B") return bytes = n, n > 0;
+  static const std::string prefixes = "KMGT";
+  const std::size_t p = unit.size() >= 2 ? prefixes.find(unit[0]) : std::string::npos;
+  if (p == std::string::npos || (unit.substr(1) != "B" && unit.substr(1) != "IB")) return false;
+  const std::uint64_t base = unit.substr(1) == "B" ? 1000 : 1024;
+  std::uint64_t scale = 1;
+  for (std::size_t i = 0; i <= p; ++i) scale *= base;
+  bytes = n * scale;
+  return n > 0;
+}
 
 CheckpointKind detect_kind(const std::string& path) {
   if (fs::exists(fs::path(path) / "config.json")) return CheckpointKind::kHuggingFace;
@@ -27,7 +54,7 @@ std::string convert_checkpoint(const std::string& input, const std::string& outp
     HfModel m = load_hf_folder(input, o.make_vocab_size_divisible_by);
     refuse_non_finite(m.tensors, input);
     if (o.to == CheckpointKind::kHuggingFace) {
-      export_hf_folder(output, m.config, m.tensors, {.dtype = o.dtype, .tokenizer_dir = o.tokenizer_dir.empty() ? input : o.tokenizer_dir});
+      export_hf_folder(output, m.config, m.tensors, hf_export_options(o, o.tokenizer_dir.empty() ? input : o.tokenizer_dir));
       return output;
     }
     const std::string dir = save_checkpoint(output, m.config, o.layout, {std::move(m.tensors), {}, {}}, {});
@@ -39,7 +66,7 @@ std::string convert_checkpoint(const std::string& input, const std::string& outp
   if (o.to == CheckpointKind::kHuggingFace) {
     const TensorSet params = r.read_global(false).params;
     refuse_non_finite(params, input);
-    export_hf_folder(output, r.metadata().config, params, {.dtype = o.dtype, .tokenizer_dir = tokenizer});
+    export_hf_folder(output, r.metadata().config, params, hf_export_options(o, tokenizer));
     return output;
   }
   const CheckpointMetadata& m = r.metadata();

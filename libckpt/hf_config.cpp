@@ -130,6 +130,12 @@ std::string model_config_to_hf_json(const ModelConfig& c, TensorDType dtype) {
   if (c.mask_token_id) j["mask_token_id"] = *c.mask_token_id;
   if (arch == "DiffLM" || c.attention_mask != AttentionMask::kCausal)
     j["attn_mask_type"] = c.attention_mask == AttentionMask::kCausal ? "causal" : "bidirectional";
+  // A masked-diffusion model names the remote code export_hf_folder writes beside it (MegaDLMs'
+  // inference path loads it with trust_remote_code=True); model_type stays, so plain loading gives the
+  // causal Qwen3/Llama. Any other auto_map (from an imported folder) names files dlm does not write.
+  j.erase("auto_map");
+  if (c.attention_mask == AttentionMask::kBidirectional)
+    j["auto_map"] = {{"AutoConfig", "configuration_difflm.DiffLMConfig"}, {"AutoModelForCausalLM", "modeling_difflm.DiffLM"}};
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_id) j["eos_token_id"] = *c.eos_token_id;
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;

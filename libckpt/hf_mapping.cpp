@@ -8,6 +8,7 @@
 #include "dlm/ckpt/hf.h"
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
+#include "hf_remote_code.h"
 
 namespace dlm::ckpt {
 namespace {
@@ -61,6 +62,28 @@ const Tensor& need(const TensorSet& s, const std::string& name, const std::vecto
     fail(fmt::format("checkpoint: tensor '{}' is {} [{}], expected F32 [{}]", name, dtype_name(it->second.dtype),
                      fmt::join(it->second.shape, ", "), fmt::join(shape, ", ")));
   return it->second;
+}
+
+// The smallest cap for which write_safetensors_folder's greedy packing (a new shard when the next tensor
+// would pass the cap) makes at most `shards` files.
+std::uint64_t shard_cap_for(const std::vector<TensorView>& views, int shards) {
+  auto count = [&](std::uint64_t cap) {
+    int n = 1;
+    std::uint64_t in = 0;
+    for (const TensorView& v : views) {
+      if (in > 0 && in + v.bytes.size() > cap) ++n, in = 0;
+      in += v.bytes.size();
+    }
+    return n;
+  };
+  std::uint64_t lo = 1, hi = 1;
+  for (const TensorView& v : views) hi += v.bytes.size();
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (count(mid) <= shards) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 }  // namespace
@@ -182,7 +205,13 @@ void export_hf_folder(const std::string& dir, const ModelConfig& config, const T
   views.push_back(hf.at("model.norm.weight").view());
   if (hf.count("lm_head.weight")) views.push_back(hf.at("lm_head.weight").view());
   fs::create_directories(dir);
-  write_safetensors_folder(dir, views, o.max_shard_bytes);
+  write_safetensors_folder(dir, views, o.num_shards > 0 ? shard_cap_for(views, o.num_shards) : o.max_shard_bytes);
+  const bool remote = config.attention_mask == AttentionMask::kBidirectional;
+  for (const detail::RemoteCodeFile& f : detail::difflm_remote_code()) {
+    const fs::path path = fs::path(dir) / f.name;
+    if (remote) write_file_atomically(path.string(), std::string(f.text));
+    else fs::remove(path);  // a causal export over an old DiffLM folder must not keep its code
+  }
   write_file_atomically((fs::path(dir) / "config.json").string(), model_config_to_hf_json(config, o.dtype));
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, dir);
 }

@@ -66,8 +66,10 @@ void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vec
   logits.resize(half);
   const auto w = static_cast<float>(o.cfg_scale);
   for (std::size_t i = 0; i < half; ++i) {
+    // Equal values give themselves (bit for bit for finite ones): the padded vocabulary's -inf columns
+    // stay -inf instead of -inf - -inf = NaN, which made every confidence NaN and decoded nothing.
     const float cond = all[i], uncond = all[half + i];
-    logits[i] = uncond + (w + 1.0f) * (cond - uncond);
+    logits[i] = cond == uncond ? cond : uncond + (w + 1.0f) * (cond - uncond);
   }
 }
 

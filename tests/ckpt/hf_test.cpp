@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "dlm/ckpt/tools.h"
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "test_util.h"
@@ -130,6 +131,63 @@ TEST(HfMapping, FolderRoundTripIsBitExactAndCopiesTokenizer) {
     EXPECT_EQ(back.config.tie_word_embeddings, tied);
     EXPECT_EQ(back.config.padded_vocab_size(), 384);
   }
+}
+
+// A masked-diffusion export names dlm's remote code in auto_map and writes it; a causal export over the
+// same folder drops both (and an imported auto_map, which names files dlm does not write).
+TEST(HfMapping, BidirectionalExportWritesRemoteCodeAndAutoMap) {
+  const auto dir = test::fresh_dir("hf_remote");
+  ModelConfig c = test::small_config();
+  c.attention_mask = AttentionMask::kBidirectional;
+  c.mask_token_id = 299;
+  c.hf_extra_json = R"({"auto_map": {"AutoModelForCausalLM": "modeling_dlm.DiffLM"}})";
+  const TensorSet native = test::random_model(c, 5);
+  export_hf_folder(dir.string(), c, native);
+  const json cfg = json::parse(dlm::read_text_file((dir / "config.json").string()));
+  EXPECT_EQ(cfg["auto_map"]["AutoConfig"], "configuration_difflm.DiffLMConfig");
+  EXPECT_EQ(cfg["auto_map"]["AutoModelForCausalLM"], "modeling_difflm.DiffLM");
+  EXPECT_EQ(cfg["model_type"], "qwen3");
+  const std::string modeling = dlm::read_text_file((dir / "modeling_difflm.py").string());
+  EXPECT_NE(modeling.find("class DiffLM(DiffLMPreTrainedModel)"), std::string::npos);
+  EXPECT_NE(dlm::read_text_file((dir / "configuration_difflm.py").string()).find("class DiffLMConfig"), std::string::npos);
+  EXPECT_EQ(load_hf_folder(dir.string()).config.attention_mask, AttentionMask::kBidirectional);
+
+  c.attention_mask = AttentionMask::kCausal;
+  export_hf_folder(dir.string(), c, native);
+  EXPECT_FALSE(json::parse(dlm::read_text_file((dir / "config.json").string())).contains("auto_map"));
+  EXPECT_FALSE(fs::exists(dir / "modeling_difflm.py"));
+  EXPECT_FALSE(fs::exists(dir / "configuration_difflm.py"));
+}
+
+TEST(HfMapping, NumShardsWritesThatManyEvenShards) {
+  const auto dir = test::fresh_dir("hf_shards");
+  const ModelConfig c = test::small_config();
+  const TensorSet native = test::random_model(c, 6);
+  for (int n : {1, 2, 3, 5}) {
+    fs::remove_all(dir);
+    export_hf_folder(dir.string(), c, native, {.num_shards = n});
+    int files = 0;
+    std::uintmax_t largest = 0, total = 0;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".safetensors") ++files, largest = std::max(largest, e.file_size()), total += e.file_size();
+    EXPECT_EQ(files, n);
+    EXPECT_EQ(fs::exists(dir / "model.safetensors.index.json"), n > 1);
+    EXPECT_LT(largest, total / n * 3 / 2) << n;  // even: no shard far above its share
+    EXPECT_TRUE(same_bytes(load_hf_folder(dir.string()).tensors, native));
+  }
+}
+
+TEST(HfExport, ShardSizesReadAsTransformersWritesThem) {
+  std::uint64_t b = 0;
+  EXPECT_TRUE(parse_byte_size("5GB", b));
+  EXPECT_EQ(b, 5000000000ull);
+  EXPECT_TRUE(parse_byte_size("500MiB", b));
+  EXPECT_EQ(b, 500ull << 20);
+  EXPECT_TRUE(parse_byte_size("123", b));
+  EXPECT_EQ(b, 123u);
+  EXPECT_TRUE(parse_byte_size("2kb", b));
+  EXPECT_EQ(b, 2000u);
+  for (const char* bad : {"", "GB", "5XB", "5 GB", "0", "-1MB", "5GBB"}) EXPECT_FALSE(parse_byte_size(bad, b)) << bad;
 }
 
 TEST(HfMapping, MissingAndUnexpectedTensorsAreNamed) {

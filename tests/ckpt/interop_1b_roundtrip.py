@@ -59,7 +59,7 @@ try:
     c.check(total > 0.9e9, "the model has about 1B parameters")
 
     steps = [("hf", "native", src, f"{w}/tp1", []), ("native", "native", f"{w}/tp1", f"{w}/tp2pp2", ["--tp", "2", "--pp", "2"]),
-             ("native", "native", f"{w}/tp2pp2", f"{w}/tp4", ["--tp", "4", "--pp", "1"]), ("native", "hf", f"{w}/tp4", f"{w}/hf_out", [])]
+             ("native", "native", f"{w}/tp2pp2", f"{w}/tp4", ["--tp", "4", "--pp", "1"]), ("native", "hf", f"{w}/tp4", f"{w}/hf_out", ["--dtype", "fp32"])]
     previous = None
     for a, b, i, o, extra in steps:
         t = time.perf_counter()

@@ -79,7 +79,7 @@ def case(kind, tied, mask):
         run([DLM_CKPT, "convert", "--from", "hf", "--to", "native", src, f"{w}/tp1"])
         run([DLM_CKPT, "convert", "--from", "native", "--to", "native", "--tp", "2", "--pp", "2", f"{w}/tp1", f"{w}/tp2pp2"])
         run([DLM_CKPT, "convert", "--from", "native", "--to", "native", "--tp", "4", "--pp", "1", f"{w}/tp2pp2", f"{w}/tp4"])
-        run([DLM_CKPT, "convert", "--from", "native", "--to", "hf", f"{w}/tp4", f"{w}/hf_out"])
+        run([DLM_CKPT, "convert", "--from", "native", "--to", "hf", "--dtype", "fp32", f"{w}/tp4", f"{w}/hf_out"])
         for d in ("tp1", "tp2pp2", "tp4", "hf_out"):
             p = run([DLM_CKPT, "validate", f"{w}/{d}"], check=False)
             c.check(p.returncode == 0 and p.stdout.strip().endswith("OK"), f"{name}: validate {d}: {p.stdout}{p.stderr}")
@@ -97,6 +97,9 @@ def case(kind, tied, mask):
         cfg_out = json.load(open(f"{w}/hf_out/config.json"))
         diff = {k for k in cfg_in if k not in ("transformers_version",) and cfg_in[k] != cfg_out.get(k)}
         c.check(not diff, f"{name}: config.json fields changed: {diff}")
+        # Only a masked-diffusion model names remote code (interop_hf_remote.py runs it).
+        c.check(("auto_map" in cfg_out) == mask and os.path.exists(f"{w}/hf_out/modeling_difflm.py") == mask,
+                f"{name}: auto_map {cfg_out.get('auto_map')}")
         meta = json.load(open(os.path.join(w, "tp4", open(f"{w}/tp4/latest").read().strip(), "metadata.json")))
         theta = cfg_in.get("rope_theta", cfg_in.get("rope_parameters", {}).get("rope_theta"))
         c.check(meta["model"]["rotary_base"] == theta, f"{name}: rotary_base {meta['model']['rotary_base']} != {theta}")

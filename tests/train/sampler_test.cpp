@@ -139,6 +139,20 @@ TEST(DiffusionSampler, ParallelDecodingUnmasksConfidentPositionsTogether) {
   EXPECT_EQ(calls, 8);
 }
 
+// The model's padded vocabulary columns are -inf (make_logits_fn); guidance must keep them -inf, not
+// turn -inf - -inf into NaN confidences that decode nothing.
+TEST(DiffusionSampler, GuidanceKeepsPaddedVocabularyColumnsOut) {
+  DiffusionSamplingOptions o = two_blocks_of_four();
+  o.cfg_scale = 1.5;
+  LogitsFn padded = [](const SequenceBatch& b, std::vector<float>& l) {
+    toy_model(b, l);
+    for (std::int64_t i = 0; i < b.rows * b.len; ++i) l[static_cast<std::size_t>(i * kVocab + 6)] = -INFINITY;
+  };
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3}};
+  const auto out = diffusion_generate(padded, kVocab, prompts, o);
+  EXPECT_EQ(out[0], (std::vector<std::int32_t>{3, 4, 0, 1, 2, 3, 4, 0}));
+}
+
 TEST(DiffusionSampler, RejectsBadShapes) {
   DiffusionSamplingOptions o;
   o.mask_token = kMask;

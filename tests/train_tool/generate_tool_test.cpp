@@ -40,7 +40,7 @@ TEST_F(GenerateTool, DiffusionSamplingIsDeterministicAndEqualFromTheHfExport) {
   EXPECT_GT(a.size(), std::string("5 12 19\n").size()) << a;
 
   const auto hf = (dir_ / "hf").string();
-  const auto r = run({kCkptTool, "convert", "--from", "native", "--to", "hf", ckpt_, hf});
+  const auto r = run({kCkptTool, "convert", "--from", "native", "--to", "hf", "--dtype", "fp32", ckpt_, hf});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(generate(hf, flags), a);
 }

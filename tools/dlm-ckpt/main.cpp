@@ -1,5 +1,5 @@
 // dlm-ckpt: convert, validate and inspect checkpoints (native dlm and Hugging Face).
-//   dlm-ckpt convert --from native|hf --to native|hf [--tp N] [--pp N] [--dtype bf16|fp32] IN OUT
+//   dlm-ckpt convert --from native|hf --to native|hf [--tp N] [--pp N] [--dtype bf16|fp32] [--num-shards N] IN OUT
 //   dlm-ckpt validate DIR [--against DIR2 --rtol R --atol A]
 //   dlm-ckpt inspect DIR
 #include <cstdio>
@@ -22,7 +22,8 @@ namespace {
 
 constexpr const char* kUsage = R"(usage:
   dlm-ckpt convert --from native|hf --to native|hf [--tp N] [--pp N] [--layers-per-stage A,B,..]
-                   [--dtype bf16|fp32|fp16] [--tokenizer DIR] [--make-vocab-size-divisible-by N] IN OUT
+                   [--dtype bf16|fp32|fp16] [--num-shards N | --max-shard-size 5GB] [--tokenizer DIR]
+                   [--make-vocab-size-divisible-by N] IN OUT
   dlm-ckpt validate DIR [--against DIR2 [--rtol R] [--atol A]]
   dlm-ckpt inspect DIR
 IN/OUT of a native checkpoint: its root (with `latest`) or an iter_XXXXXXX folder; OUT is a root.
@@ -64,7 +65,9 @@ int run(int argc, char** argv) {
       "to", po::value<std::string>(), "output kind: native | hf")("tp", po::value<int>()->default_value(1), "tensor-parallel size")(
       "pp", po::value<int>()->default_value(1), "pipeline-parallel size")(
       "layers-per-stage", po::value<std::string>(), "uneven pipeline stages, e.g. 5,6,6,5")(
-      "dtype", po::value<std::string>()->default_value("fp32"), "HF output dtype: fp32 | bf16 | fp16")(
+      "dtype", po::value<std::string>()->default_value("bf16"), "HF output dtype: bf16 | fp32 | fp16")(
+      "num-shards", po::value<int>(), "HF output: at most N safetensors shards, even sizes")(
+      "max-shard-size", po::value<std::string>()->default_value("5GiB"), "HF output: shard cap (5GB, 500MiB, bytes)")(
       "tokenizer", po::value<std::string>(), "folder of tokenizer files to copy (default: the input's)")(
       "make-vocab-size-divisible-by", po::value<int>()->default_value(128), "vocabulary padding of HF input")(
       "against", po::value<std::string>(), "validate: compare every tensor with this checkpoint")(
@@ -114,6 +117,9 @@ int run(int argc, char** argv) {
       }
     }
     if (!parse_dtype(vm["dtype"].as<std::string>(), o.dtype)) throw UsageError("--dtype must be fp32, bf16 or fp16");
+    if (!parse_byte_size(vm["max-shard-size"].as<std::string>(), o.max_shard_bytes))
+      throw UsageError(fmt::format("--max-shard-size: '{}' is not a size (5GB, 500MiB, 1000000)", vm["max-shard-size"].as<std::string>()));
+    if (vm.count("num-shards") && (o.num_shards = vm["num-shards"].as<int>()) <= 0) throw UsageError("--num-shards must be positive");
     if (vm.count("tokenizer")) o.tokenizer_dir = vm["tokenizer"].as<std::string>();
     o.make_vocab_size_divisible_by = vm["make-vocab-size-divisible-by"].as<int>();
     refuse_overlap(args[1], args[2]);

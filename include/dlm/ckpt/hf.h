@@ -33,7 +33,8 @@ namespace dlm::ckpt {
 ModelConfig model_config_from_hf_json(std::string_view text, const std::string& file, int make_vocab_size_divisible_by = 128);
 // ModelConfig -> config.json text. The architecture is config.hf_architecture, else DiffLM for a
 // bidirectional model with q/k norms, Qwen3ForCausalLM with q/k norms, LlamaForCausalLM without.
-// torch_dtype is set to `dtype`.
+// torch_dtype is set to `dtype`. A bidirectional model gets auto_map (AutoConfig, AutoModelForCausalLM)
+// naming dlm's remote code; any other auto_map is dropped.
 std::string model_config_to_hf_json(const ModelConfig& config, TensorDType dtype);
 
 // The HF tensors (any dtype) -> dlm's global fp32 tensors.
@@ -52,7 +53,14 @@ struct HfExportOptions {
   TensorDType dtype = TensorDType::kFloat32;
   std::string tokenizer_dir{};  // its tokenizer files (tokenizer.json, tokenizer_config.json...) are copied
   std::uint64_t max_shard_bytes = 5ull << 30;
+  // > 0: at most this many shards, as even as tensor boundaries allow (the smallest shard-size cap
+  // that packs into that many); replaces max_shard_bytes.
+  int num_shards = 0;
 };
+// Writes config.json, the safetensors (one file, or shards with model.safetensors.index.json) and the
+// tokenizer files. A bidirectional (masked-diffusion) model also gets configuration_difflm.py and
+// modeling_difflm.py, named by config.json's auto_map: transformers with trust_remote_code=True loads
+// it as a bidirectional DiffLM whose generate() is dlm-generate's sampler (docs/checkpoints.md).
 void export_hf_folder(const std::string& dir, const ModelConfig& config, const TensorSet& native, const HfExportOptions& options = {});
 
 // Copies the tokenizer files of `from` (those that exist) into `to`; returns how many.

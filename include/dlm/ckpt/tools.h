@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlm/ckpt/checkpoint.h"
@@ -19,10 +20,14 @@ CheckpointKind detect_kind(const std::string& path);
 struct ConvertOptions {
   CheckpointKind from = CheckpointKind::kHuggingFace, to = CheckpointKind::kNative;
   ParallelLayout layout{};                      // native output
-  TensorDType dtype = TensorDType::kFloat32;    // HF output
+  TensorDType dtype = TensorDType::kBFloat16;   // HF output (as Megatron's converter writes)
   int make_vocab_size_divisible_by = 128;       // HF input
   std::string tokenizer_dir{};                  // HF output: where tokenizer files come from ("" = the input's)
+  std::uint64_t max_shard_bytes = 5ull << 30;   // HF output: shard cap (HfExportOptions)
+  int num_shards = 0;                           // HF output: > 0 overrides max_shard_bytes
 };
+// "5GB" (10^9), "500MiB" (2^20), "123" bytes; K/M/G/T with B or iB. False when it is none of these.
+bool parse_byte_size(std::string_view text, std::uint64_t& bytes);
 // native -> native reshards rank by rank (each target rank reads only its hyperslabs and writes its own
 // file); HF input goes through the whole model. Native output keeps the input's training state, and
 // tokenizer files travel in the checkpoint folder's tokenizer/ subfolder.
