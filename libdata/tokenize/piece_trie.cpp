@@ -16,7 +16,6 @@ PieceTrie::PieceTrie(Keys keys) {
 void PieceTrie::grow(std::size_t size) {
   if (nodes_.size() < size) {
     nodes_.resize(std::max(size, nodes_.size() * 2));
-    values_.resize(nodes_.size(), -1);
   }
 }
 
@@ -41,12 +40,15 @@ std::int32_t PieceTrie::place(const std::vector<unsigned char>& labels) {
 }
 
 void PieceTrie::build(const Keys& keys, std::size_t lo, std::size_t hi, std::size_t depth, std::int32_t node) {
-  if (keys[lo].first.size() == depth) values_[static_cast<std::size_t>(node)] = keys[lo++].second;
+  if (keys[lo].text.size() == depth) {
+    nodes_[static_cast<std::size_t>(node)].value = keys[lo].value;
+    nodes_[static_cast<std::size_t>(node)].weight = keys[lo++].weight;
+  }
   if (lo == hi) return;
   std::vector<unsigned char> labels;
   std::vector<std::size_t> starts;
   for (std::size_t i = lo; i < hi; ++i) {
-    const auto c = static_cast<unsigned char>(keys[i].first[depth]);
+    const auto c = static_cast<unsigned char>(keys[i].text[depth]);
     if (labels.empty() || labels.back() != c) {
       labels.push_back(c);
       starts.push_back(i);

@@ -92,6 +92,8 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     }
     ascii_[c] = result;
     ascii_simple_[c] = true;
+    ascii_copy_[c] = c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c;
+    ascii_space_[c] = result == " ";
   }
 }
 
@@ -146,6 +148,21 @@ void SentencePieceNormalizer::normalize(std::string_view text, std::string& out)
   if (!suffix_ && add_dummy_prefix_) out += space_;
   bool prev_space = remove_extra_;
   while (i < text.size()) {
+    // A run of ASCII bytes that stay as they are and are no space.
+    if (std::size_t j = i; ascii_copy(text[j])) {
+      while (++j < text.size() && ascii_copy(text[j])) {
+      }
+      out.append(text.data() + i, j - i);
+      prev_space = false;
+      i = j;
+      continue;
+    }
+    if (ascii_space_[static_cast<unsigned char>(text[i])]) {  // what follows for a replacement " "
+      if (!prev_space) out += space_;
+      prev_space = remove_extra_;
+      ++i;
+      continue;
+    }
     auto [rep, len] = prefix(text.substr(i));
     if (prev_space)
       while (!rep.empty() && rep[0] == ' ') rep.remove_prefix(1);

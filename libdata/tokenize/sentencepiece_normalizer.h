@@ -53,6 +53,9 @@ class SentencePieceNormalizer {
   // Per ASCII byte whose rule cannot reach past it (and starts no user-defined piece): its result.
   std::array<std::string_view, 128> ascii_;
   std::array<bool, 128> ascii_simple_{};
+  std::array<bool, 256> ascii_copy_{};   // ASCII kept as it is, and no space
+  std::array<bool, 256> ascii_space_{};  // ASCII that becomes one space
+  bool ascii_copy(char c) const { return ascii_copy_[static_cast<unsigned char>(c)]; }
   std::array<std::vector<std::string>, 256> user_;  // user-defined pieces by first byte, longest first
 };
 

@@ -58,7 +58,7 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
 
   // The first of equal pieces is the one sentencepiece keeps (InsertIfNotPresent).
   std::unordered_map<std::string_view, std::int32_t> pieces, reserved;
-  std::vector<std::pair<std::string, std::int32_t>> keys;
+  std::vector<PieceTrie::Key> keys;
   for (std::size_t i = 0; i < m.pieces.size(); ++i) {
     const auto& p = m.pieces[i];
     const auto id = static_cast<std::int32_t>(i);
@@ -66,19 +66,13 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
     if (!matched(p.type)) {
       reserved.emplace(p.piece, id);
     } else if (pieces.emplace(p.piece, id).second && p.type != Type::kUnused) {
-      keys.emplace_back(p.piece, id);
+      // GetUserDefinedScore: 0.1 per byte past the first, computed in double and kept as a float.
+      const float score =
+          p.type == Type::kUserDefined ? static_cast<float>(0.1 * (static_cast<int>(p.piece.size()) - 1)) : p.score;
+      keys.push_back({p.piece, id, score});
     }
   }
-  trie_ = PieceTrie(keys);
-  node_score_.assign(trie_.size(), 0.0);
-  for (const auto& [key, id] : keys) {
-    std::int32_t node = 0;
-    for (const char c : key) node = trie_.step(node, static_cast<unsigned char>(c));
-    const auto& p = m.pieces[static_cast<std::size_t>(id)];
-    // GetUserDefinedScore: 0.1 per byte past the first, computed in double and kept as a float.
-    node_score_[static_cast<std::size_t>(node)] =
-        p.type == Type::kUserDefined ? static_cast<float>(0.1 * (static_cast<int>(key.size()) - 1)) : p.score;
-  }
+  trie_ = PieceTrie(std::move(keys));
   // ModelInterface::PieceToId: the reserved map first, then the pieces, else unknown.
   for (unsigned b = 0; b < 256; ++b) {
     char name[8];
@@ -96,7 +90,7 @@ void SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
   if (normalized.capacity() > (std::size_t{64} << 20)) std::string().swap(normalized);  // one huge document
 }
 
-void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const {
+void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const {
   const std::size_t n = s.size();
   if (n == 0) return;
   thread_local std::vector<Best> best;
@@ -112,16 +106,17 @@ void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std
     }
     const std::size_t mblen = std::min(one_char_len(text[start]), n - start);
     bool covered = false;  // some piece is exactly the character at `start`
+    // The text ends with a NUL, on which every walk stops.
     std::int32_t node = 0;
-    for (std::size_t end = start; end < n;) {
+    for (std::size_t end = start;;) {
       node = trie_.step(node, text[end++]);
       if (node < 0) break;
-      const std::int32_t id = trie_.value(node);
-      if (id < 0) continue;
+      const PieceTrie::Node& piece = trie_.node(node);
+      if (piece.value < 0) continue;
       frontier = std::max(frontier, end);
-      const float offer = node_score_[static_cast<std::size_t>(node)] + here;
+      const float offer = piece.weight + here;
       Best& b = best[end];
-      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), id};
+      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), piece.value};
       covered = covered || end - start == mblen;
     }
     if (!covered) {

@@ -40,12 +40,11 @@ class SentencePieceUnigram {
   // Appends the ids of `text`, which must be valid UTF-8.
   void encode(std::string_view text, std::vector<std::int32_t>& out) const;
   // Appends the ids of already normalized text.
-  void encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const;
+  void encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const;
 
  private:
   SentencePieceNormalizer normalizer_;
   PieceTrie trie_;
-  std::vector<float> node_score_;  // by trie node: the score a piece ending there offers
   float unk_score_ = 0;
   std::int32_t unk_ = 0;
   bool byte_fallback_ = false;

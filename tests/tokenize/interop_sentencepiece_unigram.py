@@ -26,7 +26,7 @@ from dlm_interop import Checks, require, run, workdir  # noqa: E402
 
 require("sentencepiece")
 import tok_assets  # noqa: E402
-from interop_tokenizers import first_difference, read_docs, read_ids, write_docs, write_ids  # noqa: E402
+from doc_records import first_difference, read_docs, read_ids, write_docs, write_ids  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SHIPPED = ["botchan_en_unigram_1000.model", "kyoto_ja_unigram_8000.model"]

@@ -136,7 +136,7 @@ TRAINED_SPM = [
     ("spm_suffix", dict(model_type="bpe", vocab_size=4000, normalization_rule_name="identity",
                         treat_whitespace_as_suffix=True, byte_fallback=True, remove_extra_whitespaces=False), "native BPE"),
     ("spm_nfkc", dict(model_type="bpe", vocab_size=4000), "libsentencepiece"),
-    ("spm_unigram", dict(model_type="unigram", vocab_size=2000, input_sentence_size=50000), "libsentencepiece"),
+    ("spm_unigram", dict(model_type="unigram", vocab_size=2000, input_sentence_size=50000), "native unigram"),
 ]
 
 
