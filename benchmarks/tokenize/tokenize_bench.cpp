@@ -1,7 +1,8 @@
 // Encode throughput of one dlm tokenizer over a documents file (records: u32 byte length, bytes),
 // with N threads taking documents in turn. Prints one JSON line: MB/s of the best of --repeat
-// passes (and per second of process CPU time, steadier on a shared machine), the id count (which the Python side checks against the peers'), and for a SentencePiece
-// model the encoder it took (--sentencepiece-library forces libsentencepiece's).
+// passes (and per second of process CPU time, steadier on a shared machine), the id count (which
+// the Python side checks against the peers'), and for a SentencePiece model the encoder it took
+// (--sentencepiece-library forces libsentencepiece's).
 //
 //   tokenize_bench --threads N --repeat R DOCS <tokenize_tool flags: --type ... --model ...>
 #include <chrono>
@@ -87,7 +88,8 @@ int main(int argc, char** argv) try {
     ids = 0;
     for (auto c : counts) ids += c;
   }
-  std::cout << "{\"mb_per_s\": " << bytes / 1e6 / best << ", \"mb_per_cpu_s\": " << bytes / 1e6 / best_cpu << ", \"ids\": " << ids << ", \"bytes\": " << bytes
+  std::cout << "{\"mb_per_s\": " << bytes / 1e6 / best << ", \"mb_per_cpu_s\": " << bytes / 1e6 / best_cpu
+            << ", \"ids\": " << ids << ", \"bytes\": " << bytes
             << ", \"encoder\": \"" << json_escape(dlm::data::tok::sentencepiece_encoder(*tokenizer)) << "\"}\n";
   return 0;
 } catch (const std::exception& e) {

@@ -1,67 +1,89 @@
-// Built as Darts builds its double arrays: keys sorted, each node's children placed together at the
-// first base where all their slots are free, then each child's subtree in turn.
+// Built as Darts builds its double arrays, keys sorted and each node's children placed together at
+// the first unused base where all their slots are free, but breadth first.
 #include "piece_trie.h"
 
 #include <algorithm>
+#include <deque>
 
 namespace dlm::data::tok {
 
 PieceTrie::PieceTrie(Keys keys) {
   std::sort(keys.begin(), keys.end());
-  nodes_[0].check = -2;  // the root's slot is taken (no child lands on 0: bases are >= 0, bytes >= 1)
-  if (!keys.empty()) build(keys, 0, keys.size(), 0, 0);
-  grow(nodes_.size());
+  nodes_[0].tail = 0x100;  // the root: a label no byte has, taken
+  for (const auto& k : keys)
+    weights_.resize(std::max(weights_.size(), static_cast<std::size_t>(k.value) + 1));
+  if (!keys.empty()) build(keys);
+  // Nodes without children step into a block where no slot is taken.
+  const auto leaves = static_cast<std::uint32_t>(nodes_.size());
+  for (std::size_t i = 1; i < nodes_.size(); ++i)
+    if (nodes_[i].tail != kFree && (nodes_[i].base & kBaseMask) == 0) nodes_[i].base |= leaves;
+  nodes_.resize(nodes_.size() + 257);
 }
 
 void PieceTrie::grow(std::size_t size) {
   if (nodes_.size() < size) {
     nodes_.resize(std::max(size, nodes_.size() * 2));
+    base_used_.resize(nodes_.size());
   }
 }
 
-std::int32_t PieceTrie::place(const std::vector<unsigned char>& labels) {
+std::uint32_t PieceTrie::place(const std::vector<unsigned char>& labels) {
   std::size_t pos = std::max<std::size_t>(next_free_, std::size_t{labels[0]} + 1);
   const std::size_t from = pos;
   std::size_t taken = 0;
   for (;; ++pos) {
     grow(pos + 257);
-    if (nodes_[pos].check != -1) {
+    if (nodes_[pos].tail != kFree) {
       ++taken;
       continue;
     }
     const std::size_t base = pos - labels[0];
+    if (base_used_[base]) continue;
     bool fits = true;
-    for (std::size_t k = 1; k < labels.size() && fits; ++k) fits = nodes_[base + labels[k]].check == -1;
+    for (std::size_t k = 1; k < labels.size() && fits; ++k) fits = nodes_[base + labels[k]].tail == kFree;
     if (!fits) continue;
     // Darts' rule: a scanned stretch that is 95% taken is not scanned again.
     if (taken * 20 >= (pos - from + 1) * 19) next_free_ = pos;
-    return static_cast<std::int32_t>(base);
+    base_used_[base] = true;
+    return static_cast<std::uint32_t>(base);
   }
 }
 
-void PieceTrie::build(const Keys& keys, std::size_t lo, std::size_t hi, std::size_t depth, std::int32_t node) {
-  if (keys[lo].text.size() == depth) {
-    nodes_[static_cast<std::size_t>(node)].value = keys[lo].value;
-    nodes_[static_cast<std::size_t>(node)].weight = keys[lo++].weight;
-  }
-  if (lo == hi) return;
+void PieceTrie::build(const Keys& keys) {
+  // Level by level, so that the short prefixes every walk passes through lie close together.
+  struct Pending {
+    std::size_t lo, hi, depth;
+    std::uint32_t node;
+  };
+  std::deque<Pending> queue{{0, keys.size(), 0, 0}};
   std::vector<unsigned char> labels;
   std::vector<std::size_t> starts;
-  for (std::size_t i = lo; i < hi; ++i) {
-    const auto c = static_cast<unsigned char>(keys[i].text[depth]);
-    if (labels.empty() || labels.back() != c) {
-      labels.push_back(c);
-      starts.push_back(i);
+  while (!queue.empty()) {
+    auto [lo, hi, depth, node] = queue.front();
+    queue.pop_front();
+    if (keys[lo].text.size() == depth) {
+      nodes_[node].base |= kKeyBit;
+      nodes_[node].tail = (nodes_[node].tail & kLabelMask) | static_cast<std::uint32_t>(keys[lo].value) << 9;
+      weights_[static_cast<std::size_t>(keys[lo].value)] = keys[lo].weight;
+      ++lo;
     }
+    if (lo == hi) continue;
+    labels.clear();
+    starts.clear();
+    for (std::size_t i = lo; i < hi; ++i) {
+      const auto c = static_cast<unsigned char>(keys[i].text[depth]);
+      if (labels.empty() || labels.back() != c) {
+        labels.push_back(c);
+        starts.push_back(i);
+      }
+    }
+    starts.push_back(hi);
+    const std::uint32_t base = place(labels);
+    nodes_[node].base |= base;
+    for (const unsigned char c : labels) nodes_[base + c].tail = c;
+    while (next_free_ < nodes_.size() && nodes_[next_free_].tail != kFree) ++next_free_;
+    for (std::size_t k = 0; k < labels.size(); ++k) queue.push_back({starts[k], starts[k + 1], depth + 1, base + labels[k]});
   }
-  starts.push_back(hi);
-  const std::int32_t base = place(labels);
-  nodes_[static_cast<std::size_t>(node)].base = base;
-  for (const unsigned char c : labels) nodes_[static_cast<std::size_t>(base) + c].check = node;
-  grow(static_cast<std::size_t>(base) + 257);
-  while (next_free_ < nodes_.size() && nodes_[next_free_].check != -1) ++next_free_;
-  for (std::size_t k = 0; k < labels.size(); ++k)
-    build(keys, starts[k], starts[k + 1], depth + 1, base + labels[k]);
 }
 
 }  // namespace dlm::data::tok

@@ -2,30 +2,25 @@
 // score), for walking every piece that starts at a position of the text, shortest first, one array
 // step per byte.
 //
-// Node n's child by byte c (1..255) is base[n] + c when check[base[n] + c] == n; the root is node 0.
-// The arrays reach 256 past the largest base, so a step needs no bounds check. Keys must not hold
-// NUL (a SentencePiece model's keys cannot: its own trie stops at NUL).
+// Node n's child by byte c is the slot base(n) + c when that slot's label is c. Every node that has
+// children has a base of its own, so a slot with label c belongs to exactly one parent; nodes
+// without children share a block of free slots. The root is slot 0. The array reaches 256 past the
+// largest base, so a step needs no bounds check. Keys must not hold NUL (a SentencePiece model's
+// keys cannot), so a NUL byte after the text ends every walk. A slot is 8 bytes; the weights are
+// read by value only where a key ends.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace dlm::data::tok {
 
 class PieceTrie {
  public:
-  // A slot of the double array, with the key that ends at this node (value -1: none).
-  struct Node {
-    std::int32_t base = 0;
-    std::int32_t check = -1;
-    std::int32_t value = -1;
-    float weight = 0;
-  };
   struct Key {
     std::string text;
-    std::int32_t value;  // >= 0
+    std::int32_t value;  // 0 <= value < 2^23
     float weight;
     bool operator<(const Key& o) const { return text < o.text; }
   };
@@ -33,21 +28,36 @@ class PieceTrie {
   explicit PieceTrie(std::vector<Key> keys);
   PieceTrie() = default;
 
-  // The node reached from `node` by byte `c`, or -1. Byte 0 leads nowhere.
+  static constexpr std::int32_t kMaxValue = (1 << 23) - 1;
+
+  // The node reached from `node` by byte `c`, or -1.
   std::int32_t step(std::int32_t node, unsigned char c) const {
-    const std::int32_t next = nodes_[static_cast<std::size_t>(node)].base + c;
-    return nodes_[static_cast<std::size_t>(next)].check == node ? next : -1;
+    const std::uint32_t next = (nodes_[static_cast<std::size_t>(node)].base & kBaseMask) + c;
+    return (nodes_[next].tail & kLabelMask) == c ? static_cast<std::int32_t>(next) : -1;
   }
-  const Node& node(std::int32_t n) const { return nodes_[static_cast<std::size_t>(n)]; }
+  // The value of the key that ends at `node`, or -1.
+  std::int32_t value(std::int32_t node) const {
+    const Slot& s = nodes_[static_cast<std::size_t>(node)];
+    return (s.base & kKeyBit) != 0 ? static_cast<std::int32_t>(s.tail >> 9) : -1;
+  }
+  float weight(std::int32_t value) const { return weights_[static_cast<std::size_t>(value)]; }
 
  private:
+  static constexpr std::uint32_t kKeyBit = 0x80000000u, kBaseMask = 0x7FFFFFFFu;
+  static constexpr std::uint32_t kLabelMask = 0x1FFu, kFree = 0x1FFu;  // no byte is 0x1FF
+  struct Slot {
+    std::uint32_t base = 0;     // bit 31: a key ends here
+    std::uint32_t tail = kFree;  // bits 0-8: the byte that leads here; bits 9-31: the key's value
+  };
   using Keys = std::vector<Key>;
-  void build(const Keys& keys, std::size_t lo, std::size_t hi, std::size_t depth, std::int32_t node);
-  std::int32_t place(const std::vector<unsigned char>& labels);
+  void build(const Keys& keys);
+  std::uint32_t place(const std::vector<unsigned char>& labels);
   void grow(std::size_t size);
 
-  std::vector<Node> nodes_ = std::vector<Node>(257);
-  std::size_t next_free_ = 1;  // no free slot below this one
+  std::vector<Slot> nodes_ = std::vector<Slot>(257);
+  std::vector<bool> base_used_ = std::vector<bool>(257);
+  std::vector<float> weights_;  // by value
+  std::size_t next_free_ = 1;   // no free slot below this one
 };
 
 }  // namespace dlm::data::tok

@@ -45,6 +45,7 @@ std::optional<std::string> SentencePieceUnigram::unsupported(const SentencePiece
     matchable += matched(p.type);
   }
   if (unknown != 1) return std::to_string(unknown) + " unknown pieces";
+  if (m.pieces.size() > static_cast<std::size_t>(PieceTrie::kMaxValue)) return "more pieces than the trie holds";
   if (matchable == 0) return "no piece to match";
   return std::nullopt;
 }
@@ -111,12 +112,12 @@ void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<s
     for (std::size_t end = start;;) {
       node = trie_.step(node, text[end++]);
       if (node < 0) break;
-      const PieceTrie::Node& piece = trie_.node(node);
-      if (piece.value < 0) continue;
+      const std::int32_t id = trie_.value(node);
+      if (id < 0) continue;
       frontier = std::max(frontier, end);
-      const float offer = piece.weight + here;
+      const float offer = trie_.weight(id) + here;
       Best& b = best[end];
-      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), piece.value};
+      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), id};
       covered = covered || end - start == mblen;
     }
     if (!covered) {
