@@ -1,5 +1,7 @@
 // Built as Darts builds its double arrays, keys sorted and each node's children placed together at
-// the first unused base where all their slots are free, but breadth first.
+// the first unused base where all their slots are free, but breadth first. The search for free slots
+// jumps over taken ones through skip_ (each taken slot points at a later slot that may be free,
+// shortened on every search).
 #include "piece_trie.h"
 
 #include <algorithm>
@@ -10,6 +12,7 @@ namespace dlm::data::tok {
 PieceTrie::PieceTrie(Keys keys) {
   std::sort(keys.begin(), keys.end());
   nodes_[0].tail = 0x100;  // the root: a label no byte has, taken
+  for (std::size_t i = 0; i < nodes_.size(); ++i) skip_.push_back(static_cast<std::uint32_t>(i + 1));
   for (const auto& k : keys)
     weights_.resize(std::max(weights_.size(), static_cast<std::size_t>(k.value) + 1));
   if (!keys.empty()) build(keys);
@@ -18,33 +21,44 @@ PieceTrie::PieceTrie(Keys keys) {
   for (std::size_t i = 1; i < nodes_.size(); ++i)
     if (nodes_[i].tail != kFree && (nodes_[i].base & kBaseMask) == 0) nodes_[i].base |= leaves;
   nodes_.resize(nodes_.size() + 257);
+  skip_ = {};
+  base_used_ = {};
 }
 
 void PieceTrie::grow(std::size_t size) {
   if (nodes_.size() < size) {
-    nodes_.resize(std::max(size, nodes_.size() * 2));
+    const std::size_t old = nodes_.size();
+    nodes_.resize(std::max(size, old * 2));
     base_used_.resize(nodes_.size());
+    skip_.resize(nodes_.size());
+    for (std::size_t i = old; i < skip_.size(); ++i) skip_[i] = static_cast<std::uint32_t>(i + 1);
   }
 }
 
+std::size_t PieceTrie::free_from(std::size_t pos) {
+  std::size_t r = pos;
+  while (r < nodes_.size() && nodes_[r].tail != kFree) r = skip_[r];
+  while (pos != r && pos < nodes_.size()) {  // path compression
+    const std::size_t next = skip_[pos];
+    skip_[pos] = static_cast<std::uint32_t>(r);
+    pos = next;
+  }
+  return r;
+}
+
 std::uint32_t PieceTrie::place(const std::vector<unsigned char>& labels) {
-  std::size_t pos = std::max<std::size_t>(next_free_, std::size_t{labels[0]} + 1);
-  const std::size_t from = pos;
-  std::size_t taken = 0;
-  for (;; ++pos) {
+  // As Darts-clone, only the last stretch of the array is searched: holes further back stay empty.
+  constexpr std::size_t kWindow = 4096;
+  const std::size_t from = std::max(std::size_t{labels[0]} + 1, highest_ > kWindow ? highest_ - kWindow : 0);
+  for (std::size_t pos = free_from(from);; pos = free_from(pos + 1)) {
     grow(pos + 257);
-    if (nodes_[pos].tail != kFree) {
-      ++taken;
-      continue;
-    }
     const std::size_t base = pos - labels[0];
     if (base_used_[base]) continue;
     bool fits = true;
     for (std::size_t k = 1; k < labels.size() && fits; ++k) fits = nodes_[base + labels[k]].tail == kFree;
     if (!fits) continue;
-    // Darts' rule: a scanned stretch that is 95% taken is not scanned again.
-    if (taken * 20 >= (pos - from + 1) * 19) next_free_ = pos;
     base_used_[base] = true;
+    highest_ = std::max(highest_, base + labels.back());
     return static_cast<std::uint32_t>(base);
   }
 }
@@ -81,7 +95,6 @@ void PieceTrie::build(const Keys& keys) {
     const std::uint32_t base = place(labels);
     nodes_[node].base |= base;
     for (const unsigned char c : labels) nodes_[base + c].tail = c;
-    while (next_free_ < nodes_.size() && nodes_[next_free_].tail != kFree) ++next_free_;
     for (std::size_t k = 0; k < labels.size(); ++k) queue.push_back({starts[k], starts[k + 1], depth + 1, base + labels[k]});
   }
 }

@@ -6,8 +6,8 @@
 // children has a base of its own, so a slot with label c belongs to exactly one parent; nodes
 // without children share a block of free slots. The root is slot 0. The array reaches 256 past the
 // largest base, so a step needs no bounds check. Keys must not hold NUL (a SentencePiece model's
-// keys cannot), so a NUL byte after the text ends every walk. A slot is 8 bytes; the weights are
-// read by value only where a key ends.
+// keys cannot), so a NUL byte after the text ends every walk. A slot is 8 bytes and a walk reads
+// one per byte; the weights are read by value only where a key ends.
 #pragma once
 
 #include <cstdint>
@@ -30,15 +30,18 @@ class PieceTrie {
 
   static constexpr std::int32_t kMaxValue = (1 << 23) - 1;
 
-  // The node reached from `node` by byte `c`, or -1.
-  std::int32_t step(std::int32_t node, unsigned char c) const {
-    const std::uint32_t next = (nodes_[static_cast<std::size_t>(node)].base & kBaseMask) + c;
-    return (nodes_[next].tail & kLabelMask) == c ? static_cast<std::int32_t>(next) : -1;
-  }
-  // The value of the key that ends at `node`, or -1.
-  std::int32_t value(std::int32_t node) const {
-    const Slot& s = nodes_[static_cast<std::size_t>(node)];
-    return (s.base & kKeyBit) != 0 ? static_cast<std::int32_t>(s.tail >> 9) : -1;
+  // Calls on_key(length, value) for each key that is a prefix of `text`, shortest first. `text` must
+  // end with a NUL byte (no key holds one), where the walk stops at the latest.
+  template <class OnKey>
+  void prefixes(const unsigned char* text, OnKey&& on_key) const {
+    std::uint32_t base = nodes_[0].base & kBaseMask;
+    for (std::size_t length = 1;; ++length) {
+      const unsigned c = text[length - 1];
+      const Slot s = nodes_[base + c];
+      if ((s.tail & kLabelMask) != c) return;
+      if ((s.base & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>(s.tail >> 9));
+      base = s.base & kBaseMask;
+    }
   }
   float weight(std::int32_t value) const { return weights_[static_cast<std::size_t>(value)]; }
 
@@ -52,12 +55,14 @@ class PieceTrie {
   using Keys = std::vector<Key>;
   void build(const Keys& keys);
   std::uint32_t place(const std::vector<unsigned char>& labels);
+  std::size_t free_from(std::size_t pos);  // the first free slot at or after `pos`
   void grow(std::size_t size);
 
   std::vector<Slot> nodes_ = std::vector<Slot>(257);
   std::vector<bool> base_used_ = std::vector<bool>(257);
-  std::vector<float> weights_;  // by value
-  std::size_t next_free_ = 1;   // no free slot below this one
+  std::vector<float> weights_;       // by value
+  std::vector<std::uint32_t> skip_;  // for a taken slot: a later slot to look at (building only)
+  std::size_t highest_ = 0;          // the highest slot taken so far (building only)
 };
 
 }  // namespace dlm::data::tok

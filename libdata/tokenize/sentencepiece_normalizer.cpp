@@ -65,33 +65,38 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     std::sort(list.begin(), list.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     list.erase(std::unique(list.begin(), list.end()), list.end());
   }
-  // An ASCII byte whose trie node has no child: its rule (or the byte itself) is all that applies.
+  // An ASCII byte's own rule (or the byte itself) is all that applies when its trie node has no
+  // child (ascii_simple_), or no ASCII child and an ASCII byte or the end follows (ascii_copy_,
+  // ascii_space_): NFKC's rules for a letter and a combining mark start with the letter.
   static const std::string kAscii = [] {
     std::string a(128, '\0');
     for (unsigned c = 0; c < 128; ++c) a[c] = static_cast<char>(c);
     return a;
   }();
   const std::size_t n = unit_store_.size();
-  auto has_child = [&](std::size_t pos) {
-    for (unsigned d = 1; d < 256; ++d)
+  auto has_child = [&](std::size_t pos, unsigned below) {
+    for (unsigned d = 1; d < below; ++d)
       if ((pos ^ d) < n && label(units_[pos ^ d]) == d) return true;
     return false;
   };
   for (unsigned c = 0; c < 128; ++c) {
     if (!user_[c].empty()) continue;
     std::string_view result = std::string_view(kAscii).substr(c, 1);
+    bool any_child = false, ascii_child = false;
     if (units_ != nullptr) {
       std::size_t pos = offset(units_[0]) ^ c;
       if (pos < n && label(units_[pos]) == c) {
         const bool leaf = has_leaf(units_[pos]);
         pos ^= offset(units_[pos]);
-        if (has_child(pos)) continue;
+        any_child = has_child(pos, 256);
+        ascii_child = has_child(pos, 128);
         if (leaf && pos < n && leaf_value(units_[pos]) < replacements_.size())
           result = replacement(leaf_value(units_[pos]));
       }
     }
+    if (ascii_child) continue;
     ascii_[c] = result;
-    ascii_simple_[c] = true;
+    ascii_simple_[c] = !any_child;
     ascii_copy_[c] = c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c;
     ascii_space_[c] = result == " ";
   }
@@ -148,16 +153,17 @@ void SentencePieceNormalizer::normalize(std::string_view text, std::string& out)
   if (!suffix_ && add_dummy_prefix_) out += space_;
   bool prev_space = remove_extra_;
   while (i < text.size()) {
-    // A run of ASCII bytes that stay as they are and are no space.
-    if (std::size_t j = i; ascii_copy(text[j])) {
-      while (++j < text.size() && ascii_copy(text[j])) {
-      }
+    // A run of ASCII bytes that stay as they are and are no space, each followed by ASCII or the end.
+    auto ascii_next = [&](std::size_t k) { return k + 1 == text.size() || static_cast<unsigned char>(text[k + 1]) < 0x80; };
+    std::size_t j = i;
+    while (j < text.size() && ascii_copy(text[j]) && ascii_next(j)) ++j;
+    if (j > i) {
       out.append(text.data() + i, j - i);
       prev_space = false;
       i = j;
       continue;
     }
-    if (ascii_space_[static_cast<unsigned char>(text[i])]) {  // what follows for a replacement " "
+    if (ascii_space_[static_cast<unsigned char>(text[i])] && ascii_next(i)) {  // a replacement " "
       if (!prev_space) out += space_;
       prev_space = remove_extra_;
       ++i;

@@ -50,11 +50,12 @@ class SentencePieceNormalizer {
   std::string_view replacements_;       // NUL-separated replacements behind the trie
   bool add_dummy_prefix_, remove_extra_, escape_, suffix_;
   std::string_view space_;              // what a space becomes: U+2581 or " "
-  // Per ASCII byte whose rule cannot reach past it (and starts no user-defined piece): its result.
+  // Per ASCII byte that starts no user-defined piece and no rule with a second ASCII byte: its own
+  // result, which holds when ASCII or the end follows, or always where ascii_simple_.
   std::array<std::string_view, 128> ascii_;
-  std::array<bool, 128> ascii_simple_{};
-  std::array<bool, 256> ascii_copy_{};   // ASCII kept as it is, and no space
-  std::array<bool, 256> ascii_space_{};  // ASCII that becomes one space
+  std::array<bool, 128> ascii_simple_{};  // no rule reaches past the byte
+  std::array<bool, 256> ascii_copy_{};    // kept as it is, and no space
+  std::array<bool, 256> ascii_space_{};   // becomes one space
   bool ascii_copy(char c) const { return ascii_copy_[static_cast<unsigned char>(c)]; }
   std::array<std::vector<std::string>, 256> user_;  // user-defined pieces by first byte, longest first
 };

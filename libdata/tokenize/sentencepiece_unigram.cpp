@@ -107,19 +107,17 @@ void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<s
     }
     const std::size_t mblen = std::min(one_char_len(text[start]), n - start);
     bool covered = false;  // some piece is exactly the character at `start`
-    // The text ends with a NUL, on which every walk stops.
-    std::int32_t node = 0;
-    for (std::size_t end = start;;) {
-      node = trie_.step(node, text[end++]);
-      if (node < 0) break;
-      const std::int32_t id = trie_.value(node);
-      if (id < 0) continue;
-      frontier = std::max(frontier, end);
+    std::size_t last = 0;  // the end of the longest piece at `start`
+    // std::string ends with a NUL, on which every walk stops.
+    trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id) {
+      const std::size_t end = start + length;
+      last = end;
       const float offer = trie_.weight(id) + here;
       Best& b = best[end];
       if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), id};
-      covered = covered || end - start == mblen;
-    }
+      covered = covered || length == mblen;
+    });
+    frontier = std::max(frontier, last);
     if (!covered) {
       frontier = std::max(frontier, start + mblen);
       const float offer = unk_score_ + here;
