@@ -36,12 +36,30 @@ std::optional<std::string> SentencePieceNormalizer::unsupported(const SentencePi
   for (std::size_t i = 0; i < m.pieces.size(); ++i)
     if (m.pieces[i].piece.find('\0') != std::string::npos)
       return "piece " + std::to_string(i) + " holds a NUL byte";
+  return charsmap_error(m);
+}
+
+std::optional<std::string> SentencePieceNormalizer::charsmap_error(const SentencePieceModel& m) {
   const std::string& blob = m.normalizer.precompiled_charsmap;
   if (blob.empty()) return std::nullopt;
+  const std::string what = "normalizer \"" + m.normalizer.name + "\": the precompiled charsmap ";
   // DecodePrecompiledCharsMap's checks: a trie of whole 1024-byte blocks, then NUL-terminated text.
   const std::size_t trie = blob.size() > 4 ? trie_size(blob) : 0;
   if (trie < 1024 || trie % 1024 != 0 || trie >= blob.size() - 4 || blob.back() != '\0')
-    return "normalizer \"" + m.normalizer.name + "\": the precompiled charsmap is malformed";
+    return what + "is malformed (sizes)";
+  // Every step the trie allows stays inside it, and every rule's value points into the text.
+  const std::size_t n = trie / 4, text = blob.size() - 4 - trie;
+  for (std::size_t p = 0; p < n; ++p) {
+    std::uint32_t u;
+    std::memcpy(&u, blob.data() + 4 + 4 * p, 4);
+    if ((u & 0x80000000u) != 0) continue;  // a value unit, checked from its node
+    const std::size_t q = p ^ offset(u);
+    if ((q | 0xFF) >= n) return what + "leads outside its trie at unit " + std::to_string(p);
+    if (!has_leaf(u)) continue;
+    std::uint32_t v;
+    std::memcpy(&v, blob.data() + 4 + 4 * q, 4);
+    if (leaf_value(v) >= text) return what + "points outside its text at unit " + std::to_string(q);
+  }
   return std::nullopt;
 }
 

@@ -31,6 +31,9 @@ class SentencePieceNormalizer {
  public:
   // Why `m`'s normalizer cannot be reproduced; nullopt when it can.
   static std::optional<std::string> unsupported(const SentencePieceModel& m);
+  // What is wrong with `m`'s precompiled charsmap, if anything: sizes sentencepiece 0.2 refuses, or
+  // a trie step or a rule that would read outside the blob (libsentencepiece 0.1.97 does not check).
+  static std::optional<std::string> charsmap_error(const SentencePieceModel& m);
   // `m` must be supported.
   explicit SentencePieceNormalizer(const SentencePieceModel& m);
 

@@ -16,6 +16,7 @@
 #include "kinds.h"
 #include "sentencepiece_bpe.h"
 #include "sentencepiece_model.h"
+#include "sentencepiece_normalizer.h"
 #include "sentencepiece_unigram.h"
 #include "text.h"
 
@@ -58,6 +59,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     ids_.pad = role(sp_.pad_id());
 
     const SentencePieceModel model = parse_sentencepiece_model(sp_.serialized_model_proto(), path);
+    // Refused whatever the encoder: libsentencepiece 0.1.97 reads such a charsmap out of bounds.
+    if (auto why = SentencePieceNormalizer::charsmap_error(model)) fail_at(path, "not a SentencePiece model: " + *why);
     if (!allow_native) {
       encoder_ = "libsentencepiece: the native encoder was turned off";
     } else if (!same_pieces(model, sp_)) {

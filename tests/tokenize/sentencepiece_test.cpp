@@ -57,6 +57,7 @@ struct Spec {
   bool add_dummy_prefix = true;
   bool remove_extra_whitespaces = false;
   bool escape_whitespaces = true;
+  std::string charsmap;  // precompiled_charsmap; empty: none
 
   std::string proto() const {
     ProtoWriter m;
@@ -74,6 +75,7 @@ struct Spec {
     m.bytes(2, t.out);
     ProtoWriter n;
     n.bytes(1, "identity");
+    if (!charsmap.empty()) n.bytes(2, charsmap);
     n.number(3, add_dummy_prefix);
     n.number(4, remove_extra_whitespaces);
     n.number(5, escape_whitespaces);
@@ -316,4 +318,40 @@ TEST(SentencePiece, ShippedUnigramModelsAsPythonSentencepiece) {
   EXPECT_EQ(ja->encode("\u543e\u8f29\u306f\u732b\u3067\u3042\u308b\u3002\u540d\u524d\u306f\u307e\u3060\u7121\u3044\u3002"),
             (Ids{6, 3973, 6019, 9, 6022, 24, 5, 1606, 9, 2206, 2441, 5}));
   EXPECT_EQ(ja->encode("\uff71\uff72\uff73 123"), (Ids{6, 4588, 491, 1847, 33}));  // half-width kana fold
+}
+
+// sentencepiece_fuzz: a charsmap whose rule points past its replacement text made libsentencepiece
+// 0.1.97 read out of bounds (strlen in Normalizer::NormalizePrefix). Such a model is refused, as is
+// one whose trie leads outside itself; a well-formed charsmap of the same shape is taken.
+TEST(SentencePiece, MalformedCharsmapIsAnError) {
+  Models m;
+  // <u32 trie bytes><256 Darts-clone units><text>: unit 0 is the root (offset 0), unit 0x61 the node
+  // for 'a' (label 0x61, has-leaf bit 8, offset 0), so its value unit is itself.
+  auto charsmap = [](std::uint32_t root) {
+    std::vector<std::uint32_t> units(256);
+    units[0] = root;
+    units[0x61] = 0x61 | 1u << 8;
+    std::string blob(4 + 4 * units.size(), '\0');
+    const std::uint32_t bytes = 4 * static_cast<std::uint32_t>(units.size());
+    std::memcpy(blob.data(), &bytes, 4);
+    std::memcpy(blob.data() + 4, units.data(), bytes);
+    return blob + std::string("b\0", 2);
+  };
+  auto fails = [&](const std::string& name, const std::string& blob, const std::string& what) {
+    auto s = tiny();
+    s.model_type = 1;
+    s.charsmap = blob;
+    const auto path = m.write(name, s.proto());
+    try {
+      load(path);
+      ADD_FAILURE() << name << " loaded";
+    } catch (const dlm::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": not a SentencePiece model"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  // The value unit for 'a' is the node unit itself: value 0x161 lies past the 2-byte text.
+  fails("value.model", charsmap(0), "points outside its text");
+  fails("trie.model", charsmap(4096u << 10), "leads outside its trie");
+  fails("sizes.model", charsmap(0).substr(0, 100), "");  // libsentencepiece refuses this one itself
 }
