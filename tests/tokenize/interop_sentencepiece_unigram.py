@@ -4,10 +4,12 @@ usage: interop_sentencepiece_unigram.py TOKENIZE_TOOL [--mb MB]
 
 Models: the two unigram models that sentencepiece's own PyPI source distribution ships as test data
 (tests/tokenize/data/, nfkc charsmap), and three trained here by sentencepiece's trainer on text found
-on the machine (spm_unigram_* in tok_assets.TRAINED_SPM: nmt_nfkc + byte fallback, a large
-vocabulary, user-defined symbols + whitespace as suffix + no dummy prefix + identity). Text: the
+on the machine (tok_assets.UNIGRAM_SPM: nmt_nfkc + byte fallback + user-defined symbols that NFKC
+would change, a large vocabulary, user-defined symbols + whitespace as suffix + no dummy prefix +
+identity). Text: the
 translated messages of Debian's gettext catalogues (/usr/share/locale, about 190 languages in many
-scripts), /usr/share/i18n locale sources, the tokenizer corpus of tok_assets, and adversarial strings.
+scripts), /usr/share/i18n locale sources, the tokenizer corpus of tok_assets, adversarial strings,
+and bytes that are not UTF-8 (compared with the ids of their U+FFFD repair).
 Every document must get the reference's ids (no known differences), dlm must say it took the native
 unigram encoder, and decoding must equal the reference's decode."""
 import argparse
@@ -86,6 +88,7 @@ def adversarial_documents():
         "\ufeff\u200b\u200c\u200d\u2060\u2028\u2029\ufffd\ufffc",
         "<unk> <s> </s> <pad> <0x41> \u2581\u2581\u2581",
         "[REF]<|im_start|>[REF]x<|im_start|><|im_start|> [REF] ",
+        "\uff21\uff22 AB ab [X] [X][X]ab\u2581\u2581 x q  q \uff21\u0301\uff22 \ufb01ab",
         "".join(chr(c) for c in range(0x20, 0x7f)) * 3,
         "".join(chr(c) for c in range(0xa0, 0x800) if unicodedata.category(chr(c))[0] != "C"),
         "x" * 1_000_000, "\u3042" * 333_334, " " * 1_000_000 + "y", "ab" * 500_000,
@@ -108,9 +111,12 @@ def main():
     budget = int(args.mb * 1e6)
     docs = gettext_documents(budget // 2) + i18n_documents(budget // 6) + tok_assets.corpus(args.mb / 3)
     docs += adversarial_documents()
+    # Bytes that are not UTF-8 (a WTF-8 lone surrogate among them): the reference sees their U+FFFD repair.
+    invalid = tok_assets.invalid_utf8_samples()
+    repaired = [b.decode("utf-8", "replace") for b in invalid]
     print(f"models + text: {sum(len(d.encode()) for d in docs) / 1e6:.1f} MB in {len(docs)} documents, "
           f"{time.time() - t0:.0f}s")
-    write_docs(docs, os.path.join(tmp, "docs.bin"))
+    write_docs(docs + invalid, os.path.join(tmp, "docs.bin"))
 
     for path, name in models:
         t0 = time.time()
@@ -120,7 +126,7 @@ def main():
         run([args.tool, *flags, "--threads", "2", "encode", os.path.join(tmp, "docs.bin"), os.path.join(tmp, "ids.bin")])
         ours = read_ids(os.path.join(tmp, "ids.bin"))
         sp = spm.SentencePieceProcessor(model_file=path)
-        ref = [sp.encode(d) for d in docs]
+        ref = [sp.encode(d) for d in docs + repaired]
         bad = [i for i in range(len(ref)) if ours[i] != ref[i]]
         c.check(not bad, f"{name}: ids equal on all {len(ref)} documents ({sum(map(len, ref))} ids)")
         for i in bad[:5]:
@@ -128,6 +134,7 @@ def main():
             print(f"  doc {i} token {k}: reference {a} {[sp.id_to_piece(x) for x in a]} dlm {b} "
                   f"{[sp.id_to_piece(x) for x in b if 0 <= x < sp.get_piece_size()]}")
 
+        ref = ref[:len(docs)]
         write_ids(ref, os.path.join(tmp, "ref_ids.bin"))
         run([args.tool, *flags, "decode", os.path.join(tmp, "ref_ids.bin"), os.path.join(tmp, "text.bin")])
         back = read_docs(os.path.join(tmp, "text.bin"))

@@ -142,7 +142,8 @@ TRAINED_SPM = [
 
 # Unigram models trained here for the native unigram encoder's interop test: (name, trainer options).
 UNIGRAM_SPM = [
-    ("spm_unigram_nfkc_bytes", dict(model_type="unigram", vocab_size=8000, byte_fallback=True)),
+    ("spm_unigram_nfkc_bytes", dict(model_type="unigram", vocab_size=8000, byte_fallback=True,
+                                    user_defined_symbols=["\uff21\uff22", "[X]", "ab", " q"])),
     ("spm_unigram_large", dict(model_type="unigram", vocab_size=48000, hard_vocab_limit=False,
                                input_sentence_size=400000)),
     ("spm_unigram_user_suffix", dict(model_type="unigram", vocab_size=4000, normalization_rule_name="identity",
