@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace dlm::data::tok {
 namespace {
@@ -57,7 +56,7 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
     if (p.type == Type::kNormal) min_score = std::min(min_score, p.score);
   unk_score_ = min_score - kUnkPenalty;
 
-  // The first of equal pieces is the one sentencepiece keeps (InsertIfNotPresent).
+  // sentencepiece refuses a model with a piece twice in one map; libsentencepiece loaded this one.
   std::unordered_map<std::string_view, std::int32_t> pieces, reserved;
   std::vector<PieceTrie::Key> keys;
   for (std::size_t i = 0; i < m.pieces.size(); ++i) {
