@@ -109,13 +109,14 @@ def main():
     models = [(os.path.join(DATA, m), f"{m} (sentencepiece's source distribution)") for m in SHIPPED]
     models += [(files[key], f"{key} trained by sentencepiece ({options})") for key, options in tok_assets.UNIGRAM_SPM]
     budget = int(args.mb * 1e6)
-    docs = gettext_documents(budget // 2) + i18n_documents(budget // 6) + tok_assets.corpus(args.mb / 3)
-    docs += adversarial_documents()
+    parts = {"gettext languages": gettext_documents(budget // 2), "i18n locales": i18n_documents(budget // 6),
+             "tokenizer corpus": tok_assets.corpus(args.mb / 3), "adversarial": adversarial_documents()}
+    docs = [d for part in parts.values() for d in part]
     # Bytes that are not UTF-8 (a WTF-8 lone surrogate among them): the reference sees their U+FFFD repair.
     invalid = tok_assets.invalid_utf8_samples()
     repaired = [b.decode("utf-8", "replace") for b in invalid]
-    print(f"models + text: {sum(len(d.encode()) for d in docs) / 1e6:.1f} MB in {len(docs)} documents, "
-          f"{time.time() - t0:.0f}s")
+    print(f"models + text: {sum(len(d.encode()) for d in docs) / 1e6:.1f} MB in {len(docs)} documents "
+          f"({', '.join(f'{len(v)} {k}' for k, v in parts.items())}, {len(invalid)} not UTF-8), {time.time() - t0:.0f}s")
     write_docs(docs + invalid, os.path.join(tmp, "docs.bin"))
 
     for path, name in models:
@@ -141,7 +142,7 @@ def main():
         ref_back = [sp.decode(v) for v in ref]
         c.check(all(back[i].decode("utf-8", "replace") == ref_back[i] for i in range(len(docs))),
                 f"{name}: decode equals the reference's decode")
-        print(f"{name}: {len(ref)} documents, {time.time() - t0:.1f}s")
+        print(f"{name}: {len(ours)} documents, {sum(map(len, ours))} ids, {len(bad)} differ, {time.time() - t0:.1f}s")
 
     shutil.rmtree(tmp, ignore_errors=True)
     c.finish()
