@@ -36,6 +36,9 @@ class SentencePieceNormalizer {
   static std::optional<std::string> charsmap_error(const SentencePieceModel& m);
   // `m` must be supported.
   explicit SentencePieceNormalizer(const SentencePieceModel& m);
+  // Views into its own charsmap copy: neither copied nor moved.
+  SentencePieceNormalizer(const SentencePieceNormalizer&) = delete;
+  SentencePieceNormalizer& operator=(const SentencePieceNormalizer&) = delete;
 
   // `text` must be valid UTF-8; `out` is replaced.
   void normalize(std::string_view text, std::string& out) const;
