@@ -6,7 +6,8 @@ Text: tests/tokenize/tok_assets.corpus (stdlib sources, /usr/share/doc, multilin
 Byte-level BPE: the tekken rank file both as tiktoken (TikTokenizer) and as its converted 131k
 tokenizer.json (HuggingFaceTokenizer), and gptneox-dlm's tokenizer.json. SentencePiece: mistral's
 tokenizer.model.v1 beside sentencepiece's own encoder (dlm's native BPE path, and the same model forced
-through Debian's libsentencepiece for reference). The peers use every core for their batch
+through Debian's libsentencepiece for reference), and unigram models (sentencepiece's own kyoto_ja 8k
+test model, the 2k and 45k models trained here) beside it, one thread each (the issue-31 target: 3x). The peers use every core for their batch
 calls; dlm is timed on 1 and 2 threads. Warm word caches on both sides (best of --repeat passes)."""
 import argparse
 import json
@@ -89,6 +90,19 @@ for threads in (1, 2):
 r = ours(["--type", "SentencePieceTokenizer", "--model", files["spm"], "--sentencepiece-library"], 1)
 assert r["ids"] == sp_peer["sentencepiece (1 thread)"][1], "id counts differ from sentencepiece"
 rows.append(("mistral .model v1, libsentencepiece 0.1.97", 1, r["mb_per_s"], sp_peer))
+
+# Unigram models: dlm's native unigram encoder beside sentencepiece's, one thread each.
+unigram = [("kyoto_ja_unigram_8000 (sentencepiece's test model)",
+            os.path.join(os.path.dirname(__file__), "..", "..", "tests", "tokenize", "data", "kyoto_ja_unigram_8000.model")),
+           ("spm_unigram 2k, nmt_nfkc (trained here)", files["spm_unigram"])]
+large = tok_assets.make_unigram_files(os.path.join(work, "unigram"))
+unigram.append(("spm_unigram_large 45k, nmt_nfkc (trained here)", large["spm_unigram_large"]))
+for name, path in unigram:
+    sp = spm.SentencePieceProcessor(model_file=path)
+    peer = {"sentencepiece (1 thread)": best(lambda: [sp.encode(d) for d in docs])}
+    r = ours(["--type", "SentencePieceTokenizer", "--model", path], 1)
+    assert r["ids"] == peer["sentencepiece (1 thread)"][1], "id counts differ from sentencepiece"
+    rows.append((f"{name} ({r['encoder']})", 1, r["mb_per_s"], peer))
 
 print(f"{'tokenizer':56} {'dlm threads':>11} {'dlm MB/s':>9}  peers (MB/s, dlm/peer)")
 for name, threads, mbs, p in rows:

@@ -45,7 +45,7 @@ std::string describe(std::size_t id, const std::string& piece) {
 std::optional<std::string> SentencePieceBpe::unsupported(const SentencePieceModel& m) {
   using MT = SentencePieceModel::ModelType;
   if (m.model_type != MT::kBpe) return "a " + std::string(model_type_name(m.model_type)) + " model";
-  if (m.normalizer.precompiled_charsmap_bytes != 0)
+  if (!m.normalizer.precompiled_charsmap.empty())
     return "normalizer \"" + m.normalizer.name + "\" has a precompiled charsmap";
   std::unordered_set<std::string_view> pieces;
   std::unordered_map<std::string_view, Type> reserved;

@@ -17,8 +17,9 @@
 // order (unless both are unknown: their unk must fuse). Each word then goes through BpeModel's
 // per-thread word cache.
 //
-// Anything else (unigram/word/char models, charsmaps such as nmt_nfkc, unused pieces that would be
-// resegmented, pieces this scheme cannot name) is refused by unsupported() and left to libsentencepiece.
+// Anything else (word/char models, BPE with charsmaps such as nmt_nfkc, unused pieces that would be
+// resegmented, pieces this scheme cannot name) is refused by unsupported() and left to libsentencepiece;
+// unigram models go to sentencepiece_unigram.h.
 #pragma once
 
 #include <array>

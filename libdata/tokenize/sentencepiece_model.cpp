@@ -141,7 +141,7 @@ void parse_normalizer_spec(std::string_view data, std::size_t base, const std::s
   r.fields([&](std::uint32_t field, std::uint32_t wire) {
     switch (field) {
       case 1: n.name = std::string(r.string(wire, "name")); return true;
-      case 2: n.precompiled_charsmap_bytes = r.string(wire, "precompiled_charsmap").size(); return true;
+      case 2: n.precompiled_charsmap = std::string(r.string(wire, "precompiled_charsmap")); return true;
       case 3: n.add_dummy_prefix = r.varint(wire, "add_dummy_prefix") != 0; return true;
       case 4: n.remove_extra_whitespaces = r.varint(wire, "remove_extra_whitespaces") != 0; return true;
       case 5: n.escape_whitespaces = r.varint(wire, "escape_whitespaces") != 0; return true;

@@ -32,7 +32,7 @@ struct SentencePieceModel {
 
   struct Normalizer {
     std::string name;
-    std::size_t precompiled_charsmap_bytes = 0;  // 0: no charsmap, the text is kept as it is
+    std::string precompiled_charsmap;  // empty: no charsmap, the text is kept as it is
     bool add_dummy_prefix = true;
     bool remove_extra_whitespaces = true;
     bool escape_whitespaces = true;

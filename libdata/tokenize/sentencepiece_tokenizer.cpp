@@ -2,9 +2,10 @@
 // encodes it (encode_as_ids: no bos/eos added; eod = eos).
 //
 // libsentencepiece always loads the file (it validates it and decodes). Encoding goes through dlm's
-// native SentencePiece BPE (sentencepiece_bpe.h) when the model is one it reproduces exactly, and
-// through libsentencepiece otherwise: Debian's 0.1.97 encodes BPE at 0.6x the speed of the 0.2.x
-// that the Python package bundles, which the native encoder was written to close.
+// native SentencePiece BPE (sentencepiece_bpe.h) or unigram (sentencepiece_unigram.h) when the model
+// is one they reproduce exactly, and through libsentencepiece otherwise. Debian's 0.1.97 encodes BPE
+// at 0.6x the speed of the 0.2.x that the Python package bundles, and segments unigram models
+// differently from 0.2.x (its lattice breaks ties otherwise); the native encoders follow 0.2.x.
 #include <sentencepiece_processor.h>
 
 #include <cstring>
@@ -15,6 +16,8 @@
 #include "kinds.h"
 #include "sentencepiece_bpe.h"
 #include "sentencepiece_model.h"
+#include "sentencepiece_normalizer.h"
+#include "sentencepiece_unigram.h"
 #include "text.h"
 
 namespace dlm::data::tok {
@@ -56,29 +59,40 @@ class SentencePieceTokenizer final : public Tokenizer {
     ids_.pad = role(sp_.pad_id());
 
     const SentencePieceModel model = parse_sentencepiece_model(sp_.serialized_model_proto(), path);
+    // Refused whatever the encoder: libsentencepiece 0.1.97 reads such a charsmap out of bounds.
+    if (auto why = SentencePieceNormalizer::charsmap_error(model)) fail_at(path, "not a SentencePiece model: " + *why);
     if (!allow_native) {
       encoder_ = "libsentencepiece: the native encoder was turned off";
-    } else if (auto why = SentencePieceBpe::unsupported(model)) {
-      encoder_ = "libsentencepiece: " + *why;
     } else if (!same_pieces(model, sp_)) {
       encoder_ = "libsentencepiece: the pieces read from the proto differ from libsentencepiece's";
+    } else if (model.model_type == SentencePieceModel::ModelType::kUnigram) {
+      if (auto why = SentencePieceUnigram::unsupported(model)) {
+        encoder_ = "libsentencepiece: " + *why;
+        // Said once per model, not silently: 0.1.97 segments unigram models differently from >= 0.2.
+        log::warning("{}: a unigram model the native encoder does not take ({}): ids follow the system "
+                     "libsentencepiece (Debian 12: 0.1.97), which can differ from Python sentencepiece >= 0.2",
+                     path, *why);
+      } else {
+        unigram_.emplace(model);
+        encoder_ = "native unigram";
+      }
+    } else if (auto why = SentencePieceBpe::unsupported(model)) {
+      encoder_ = "libsentencepiece: " + *why;
     } else {
-      native_.emplace(model);
+      bpe_.emplace(model);
       encoder_ = "native BPE";
     }
-    // Said once per model, not silently: Debian's libsentencepiece 0.1.97 breaks ties between equal-score
-    // unigram segmentations differently from sentencepiece >= 0.2 (docs/tokenizers.md).
-    if (!native_ && model.model_type == SentencePieceModel::ModelType::kUnigram)
-      log::warning("{}: a unigram model: ids follow the system libsentencepiece (Debian 12: 0.1.97), which can "
-                   "differ from Python sentencepiece >= 0.2 where two segmentations score the same",
-                   path);
   }
 
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
     std::string repaired;
     if (!valid_utf8(text)) text = repaired = repair_utf8(text);
-    if (native_) {
-      native_->encode(text, out);
+    if (bpe_) {
+      bpe_->encode(text, out);
+      return;
+    }
+    if (unigram_) {
+      unigram_->encode(text, out);
       return;
     }
     std::vector<int> ids;
@@ -102,7 +116,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
-  std::optional<SentencePieceBpe> native_;
+  std::optional<SentencePieceBpe> bpe_;
+  std::optional<SentencePieceUnigram> unigram_;
   std::string encoder_;
   SpecialIds ids_;
   std::string kind_;

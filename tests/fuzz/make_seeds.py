@@ -55,16 +55,20 @@ def tiktoken():
 
 
 def sentencepiece():
+    # Each seed is "<text>\0<model bytes>": the text to encode (no NUL), then a .model.
+    text = "Hello world,  it's 2026 \u00e9\t\ufb01 \uff21\uff22 \u2603\u2603 [X]<tag> \u2581x e\u0301 \u6f22\u5b57"
     with tempfile.TemporaryDirectory() as d:
         txt = os.path.join(d, "t.txt")
         with open(txt, "w") as f:
             f.write("\n".join(text_lines(20) * 20))
-        for kind in ("bpe", "unigram"):
-            subprocess.run(["spm_train", f"--input={txt}", f"--model_prefix={d}/{kind}", "--vocab_size=400",
-                            f"--model_type={kind}", "--byte_fallback=true", "--hard_vocab_limit=false",
-                            "--minloglevel=2", "--normalization_rule_name=identity"], check=True,
-                           capture_output=True)
-            put("sentencepiece", f"{kind}.model", open(f"{d}/{kind}.model", "rb").read())
+        for name, flags in (("bpe", ["--model_type=bpe", "--normalization_rule_name=identity"]),
+                            ("unigram", ["--model_type=unigram", "--normalization_rule_name=identity"]),
+                            ("unigram_nfkc", ["--model_type=unigram", "--user_defined_symbols=[X],<tag>",
+                                              "--treat_whitespace_as_suffix=true"])):
+            subprocess.run(["spm_train", f"--input={txt}", f"--model_prefix={d}/{name}", "--vocab_size=400",
+                            "--byte_fallback=true", "--hard_vocab_limit=false", "--minloglevel=2", *flags],
+                           check=True, capture_output=True)
+            put("sentencepiece", f"{name}.model", text.encode() + b"\0" + open(f"{d}/{name}.model", "rb").read())
 
 
 def indexed():

@@ -136,8 +136,31 @@ TRAINED_SPM = [
     ("spm_suffix", dict(model_type="bpe", vocab_size=4000, normalization_rule_name="identity",
                         treat_whitespace_as_suffix=True, byte_fallback=True, remove_extra_whitespaces=False), "native BPE"),
     ("spm_nfkc", dict(model_type="bpe", vocab_size=4000), "libsentencepiece"),
-    ("spm_unigram", dict(model_type="unigram", vocab_size=2000, input_sentence_size=50000), "libsentencepiece"),
+    ("spm_unigram", dict(model_type="unigram", vocab_size=2000, input_sentence_size=50000), "native unigram"),
 ]
+
+
+# Unigram models trained here for the native unigram encoder's interop test: (name, trainer options).
+UNIGRAM_SPM = [
+    ("spm_unigram_nfkc_bytes", dict(model_type="unigram", vocab_size=8000, byte_fallback=True,
+                                    user_defined_symbols=["\uff21\uff22", "[X]", "ab", " q"])),
+    ("spm_unigram_large", dict(model_type="unigram", vocab_size=48000, hard_vocab_limit=False,
+                               input_sentence_size=400000)),
+    ("spm_unigram_user_suffix", dict(model_type="unigram", vocab_size=4000, normalization_rule_name="identity",
+                                     treat_whitespace_as_suffix=True, add_dummy_prefix=False,
+                                     remove_extra_whitespaces=False, split_by_whitespace=False,
+                                     allow_whitespace_only_pieces=True,
+                                     user_defined_symbols=["<|im_start|>", "[REF]", "\u2581\u2581", "ab"])),
+]
+
+
+def make_unigram_files(out):
+    """Trains the UNIGRAM_SPM models into `out` on the same text as make_files; returns {name: path}."""
+    os.makedirs(out, exist_ok=True)
+    train_file = os.path.join(out, "train.txt")
+    with open(train_file, "w") as f:
+        f.write(english_and_code(3_000_000) + "\n" + multilingual_text(3_000_000))
+    return _train_spm(out, train_file, [(name, options, None) for name, options in UNIGRAM_SPM])
 
 
 def make_files(out):
@@ -193,10 +216,10 @@ def make_files(out):
     return files
 
 
-def _train_spm(out, train_file):
+def _train_spm(out, train_file, models=TRAINED_SPM):
     import sentencepiece as spm
     files = {}
-    for name, options, _ in TRAINED_SPM:
+    for name, options, _ in models:
         prefix = os.path.join(out, name)
         options = dict(dict(input_sentence_size=200000, shuffle_input_sentence=True, num_threads=2, minloglevel=2,
                             seed_sentencepiece_size=100000), **options)

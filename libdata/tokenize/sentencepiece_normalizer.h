@@ -1,0 +1,69 @@
+// SentencePiece's normalizer (normalizer.cc of sentencepiece >= 0.2), byte for byte: the text a
+// model's pieces are matched against.
+//
+// At each position the longest of these rules applies, tried in this order:
+// - a user-defined piece that starts here (the longest one) is kept as it is, never normalized;
+// - the longest rule of the precompiled charsmap that matches here (a Darts-clone double-array trie
+//   over UTF-8 keys; each value is the offset of a NUL-terminated replacement behind the trie);
+// - otherwise the character is kept.
+// Then: remove_extra_whitespaces drops spaces at the start, spaces that follow a replacement ending
+// in a space, and every trailing space (U+2581 when escaped, a literal one too); escape_whitespaces
+// writes each space as U+2581; add_dummy_prefix puts one space in front, or behind with
+// treat_whitespace_as_suffix.
+//
+// The charsmap is read where the model holds it; a malformed one is refused by unsupported() (the
+// caller falls back to libsentencepiece), and lookups stay inside it whatever its contents.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sentencepiece_model.h"
+
+namespace dlm::data::tok {
+
+class SentencePieceNormalizer {
+ public:
+  // Why `m`'s normalizer cannot be reproduced; nullopt when it can.
+  static std::optional<std::string> unsupported(const SentencePieceModel& m);
+  // What is wrong with `m`'s precompiled charsmap, if anything: sizes sentencepiece 0.2 refuses, or
+  // a trie step or a rule that would read outside the blob (libsentencepiece 0.1.97 does not check).
+  static std::optional<std::string> charsmap_error(const SentencePieceModel& m);
+  // `m` must be supported.
+  explicit SentencePieceNormalizer(const SentencePieceModel& m);
+  // Views into its own charsmap copy: neither copied nor moved.
+  SentencePieceNormalizer(const SentencePieceNormalizer&) = delete;
+  SentencePieceNormalizer& operator=(const SentencePieceNormalizer&) = delete;
+
+  // `text` must be valid UTF-8; `out` is replaced.
+  void normalize(std::string_view text, std::string& out) const;
+
+ private:
+  // The replacement for the start of `s` (non-empty) and how many bytes of `s` it consumes.
+  std::pair<std::string_view, std::size_t> prefix(std::string_view s) const;
+  // The length of the longest charsmap rule at the start of `s` (0: none); sets its value.
+  std::size_t charsmap_match(std::string_view s, std::uint32_t& value) const;
+  std::string_view replacement(std::uint32_t value) const;
+
+  std::string charsmap_;                // the model's precompiled_charsmap
+  const std::uint32_t* units_ = nullptr;  // the double array inside charsmap_ (aligned copy below)
+  std::vector<std::uint32_t> unit_store_;
+  std::string_view replacements_;       // NUL-separated replacements behind the trie
+  bool add_dummy_prefix_, remove_extra_, escape_, suffix_;
+  std::string_view space_;              // what a space becomes: U+2581 or " "
+  // Per ASCII byte that starts no user-defined piece and no rule with a second ASCII byte: its own
+  // result, which holds when ASCII or the end follows, or always where ascii_simple_.
+  std::array<std::string_view, 128> ascii_;
+  std::array<bool, 128> ascii_simple_{};  // no rule reaches past the byte
+  std::array<bool, 256> ascii_copy_{};    // kept as it is, and no space
+  std::array<bool, 256> ascii_space_{};   // becomes one space
+  bool ascii_copy(char c) const { return ascii_copy_[static_cast<unsigned char>(c)]; }
+  std::array<std::vector<std::string>, 256> user_;  // user-defined pieces by first byte, longest first
+};
+
+}  // namespace dlm::data::tok

@@ -1,0 +1,148 @@
+#include "sentencepiece_unigram.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+
+namespace dlm::data::tok {
+namespace {
+
+using Type = SentencePieceModel::PieceType;
+
+// ModelInterface's pieces_ map (matched against the text); the other types live in its reserved map.
+bool matched(Type t) { return t == Type::kNormal || t == Type::kUserDefined || t == Type::kUnused; }
+
+// sentencepiece's OneCharLen: the length a lead byte announces, 1 for a continuation byte.
+std::size_t one_char_len(unsigned char b) { return "\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
+
+// unigram_model.cc's kUnkPenalty and kScoreResetThreshold.
+constexpr float kUnkPenalty = 10.0f;
+constexpr float kScoreResetThreshold = 100000.0f;
+
+// The best path that ends at a byte position: its score, where its last node starts, and its id.
+struct Best {
+  float score;
+  std::int32_t start;
+  std::int32_t id;
+};
+
+}  // namespace
+
+std::optional<std::string> SentencePieceUnigram::unsupported(const SentencePieceModel& m) {
+  if (m.model_type != SentencePieceModel::ModelType::kUnigram)
+    return "a " + std::string(model_type_name(m.model_type)) + " model";
+  if (auto why = SentencePieceNormalizer::unsupported(m)) return why;
+  // Models sentencepiece 0.2 refuses to load are left to libsentencepiece too.
+  std::size_t unknown = 0, matchable = 0;
+  for (std::size_t i = 0; i < m.pieces.size(); ++i) {
+    const auto& p = m.pieces[i];
+    if (p.piece.empty() || p.piece.size() >= 8000) return "piece " + std::to_string(i) + " is empty or too long";
+    if (!std::isfinite(p.score)) return "piece " + std::to_string(i) + " has a score that is not finite";
+    unknown += p.type == Type::kUnknown;
+    matchable += matched(p.type);
+  }
+  if (unknown != 1) return std::to_string(unknown) + " unknown pieces";
+  if (m.pieces.size() > static_cast<std::size_t>(PieceTrie::kMaxValue)) return "more pieces than the trie holds";
+  if (matchable == 0) return "no piece to match";
+  return std::nullopt;
+}
+
+SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
+    : normalizer_(m), byte_fallback_(m.byte_fallback) {
+  float min_score = FLT_MAX;
+  for (const auto& p : m.pieces)
+    if (p.type == Type::kNormal) min_score = std::min(min_score, p.score);
+  unk_score_ = min_score - kUnkPenalty;
+
+  // sentencepiece refuses a model with a piece twice in one map; libsentencepiece loaded this one.
+  std::unordered_map<std::string_view, std::int32_t> pieces, reserved;
+  std::vector<PieceTrie::Key> keys;
+  for (std::size_t i = 0; i < m.pieces.size(); ++i) {
+    const auto& p = m.pieces[i];
+    const auto id = static_cast<std::int32_t>(i);
+    if (p.type == Type::kUnknown) unk_ = id;
+    if (!matched(p.type)) {
+      reserved.emplace(p.piece, id);
+    } else if (pieces.emplace(p.piece, id).second && p.type != Type::kUnused) {
+      // GetUserDefinedScore: 0.1 per byte past the first, computed in double and kept as a float.
+      const float score =
+          p.type == Type::kUserDefined ? static_cast<float>(0.1 * (static_cast<int>(p.piece.size()) - 1)) : p.score;
+      keys.push_back({p.piece, id, score});
+    }
+  }
+  trie_ = PieceTrie(std::move(keys));
+  // ModelInterface::PieceToId: the reserved map first, then the pieces, else unknown.
+  for (unsigned b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    const auto r = reserved.find(name);
+    const auto p = pieces.find(name);
+    byte_ids_[b] = r != reserved.end() ? r->second : p != pieces.end() ? p->second : unk_;
+  }
+}
+
+void SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+  thread_local std::string normalized;
+  normalizer_.normalize(text, normalized);
+  encode_normalized(normalized, out);
+  if (normalized.capacity() > (std::size_t{64} << 20)) std::string().swap(normalized);  // one huge document
+}
+
+void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const {
+  const std::size_t n = s.size();
+  if (n == 0) return;
+  thread_local std::vector<Best> best;
+  best.assign(n + 1, Best{0.0f, -1, -1});
+  const auto* text = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t frontier = 0;  // the furthest end any offer reached
+  for (std::size_t start = 0; start < n;) {
+    float here = best[start].score;
+    if (here < -kScoreResetThreshold || here > kScoreResetThreshold) {
+      for (std::size_t i = start; i <= frontier; ++i)
+        if (i == start || best[i].start >= 0) best[i].score -= here;
+      here = 0.0f;
+    }
+    const std::size_t mblen = std::min(one_char_len(text[start]), n - start);
+    bool covered = false;  // some piece is exactly the character at `start`
+    std::size_t last = 0;  // the end of the longest piece at `start`
+    // std::string ends with a NUL, on which every walk stops.
+    trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id) {
+      const std::size_t end = start + length;
+      last = end;
+      const float offer = trie_.weight(id) + here;
+      Best& b = best[end];
+      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), id};
+      covered = covered || length == mblen;
+    });
+    frontier = std::max(frontier, last);
+    if (!covered) {
+      frontier = std::max(frontier, start + mblen);
+      const float offer = unk_score_ + here;
+      Best& b = best[start + mblen];
+      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), unk_};
+    }
+    start += mblen;
+  }
+  // Back from the end; the ids go out reversed and are turned around at the end (a run of unknown
+  // nodes fuses the same read either way).
+  const std::size_t first = out.size();
+  bool prev_unk = false;
+  for (std::size_t end = n; end > 0;) {
+    const Best& b = best[end];
+    const auto start = static_cast<std::size_t>(b.start);
+    const bool unk = b.id == unk_;
+    if (unk && byte_fallback_) {
+      for (std::size_t k = end; k > start; --k) out.push_back(byte_ids_[text[k - 1]]);
+    } else if (!(unk && prev_unk)) {
+      out.push_back(b.id);
+    }
+    prev_unk = unk;
+    end = start;
+  }
+  std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  if (best.capacity() > (std::size_t{8} << 20)) std::vector<Best>().swap(best);
+}
+
+}  // namespace dlm::data::tok

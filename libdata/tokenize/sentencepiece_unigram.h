@@ -1,0 +1,54 @@
+// A SentencePiece unigram model encoded as sentencepiece 0.2.3 encodes it (EncodeAsIds), id for id.
+//
+// What sentencepiece 0.2.3 does (unigram_model.cc EncodeOptimized, sentencepiece_processor.cc
+// EncodeOptimized), and what this reproduces exactly:
+// - Normalize (sentencepiece_normalizer.h).
+// - Viterbi over byte positions of the normalized text, in float throughout. For each character
+//   start s, in order, every normal or user-defined piece that starts at s (shortest first) offers
+//   best[s] + score to its end e, where a user-defined piece of n bytes scores 0.1 * (n - 1). When
+//   no piece covers exactly the character at s, an unknown node of that one character offers
+//   best[s] + (min_score - 10), min_score being the lowest normal score. An offer replaces e's best
+//   when e has none yet or it is strictly greater, so the first offer wins ties: the earliest
+//   start, then the shortest piece. When best[s] leaves [-1e5, 1e5], best[s] is subtracted from
+//   every best at s and after that an offer reached (a rescale that moves float rounding, kept too).
+// - Unused pieces are never offered. Each unknown node becomes, with byte_fallback, the <0xXX>
+//   pieces of its bytes; without it, a run of unknown nodes becomes one unknown id.
+// The whole text is one lattice: best[] is rounded to float along the way, so a segmentation near a
+// tie depends on the score of all that precedes it, and no per-word result can be cached.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "piece_trie.h"
+#include "sentencepiece_model.h"
+#include "sentencepiece_normalizer.h"
+
+namespace dlm::data::tok {
+
+class SentencePieceUnigram {
+ public:
+  // Why this encoder cannot reproduce sentencepiece >= 0.2 on `m`; nullopt when it can.
+  static std::optional<std::string> unsupported(const SentencePieceModel& m);
+  // `m` must be supported.
+  explicit SentencePieceUnigram(const SentencePieceModel& m);
+
+  // Appends the ids of `text`, which must be valid UTF-8.
+  void encode(std::string_view text, std::vector<std::int32_t>& out) const;
+  // Appends the ids of already normalized text.
+  void encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const;
+
+ private:
+  SentencePieceNormalizer normalizer_;
+  PieceTrie trie_;
+  float unk_score_ = 0;
+  std::int32_t unk_ = 0;
+  bool byte_fallback_ = false;
+  std::array<std::int32_t, 256> byte_ids_{};
+};
+
+}  // namespace dlm::data::tok
