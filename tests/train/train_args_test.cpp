@@ -90,5 +90,37 @@ TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
   EXPECT_THROW(parse_train_args(3, argv.data()), boost::program_options::error);  // --seq-length missing
 }
 
+// Megatron's argparse: a repeated flag's last occurrence wins (a script's shape overridden by appended flags), for
+// switches, values and multi-word values alike; negative numbers are values.
+TEST(TrainArgs, TheLastOccurrenceOfARepeatedFlagWins) {
+  auto a = parse({"--num-layers", "28", "--bf16", "--adam-eps", "-1e-8", "--data-path", "1.0", "x", "0.5", "y",
+                  "--num-layers", "2", "--bf16", "--data-path", "z", "--lr-warmup-init", "-0.5", "--lr-warmup-init", "0"});
+  EXPECT_EQ(a.model.num_layers, 2);
+  EXPECT_TRUE(a.bf16);
+  EXPECT_EQ(a.trainer.adam.eps, -1e-8);
+  EXPECT_EQ(a.data_path, std::vector<std::string>{"z"});
+  EXPECT_EQ(a.trainer.lr.init_lr, 0.0);
+}
+
+TEST(TrainArgs, MegatronResumeFlags) {
+  auto a = parse({"--load", "ck", "--no-load-optim", "--exit-duration-in-mins", "1.5", "--exit-signal-handler",
+                  "--no-load-rng"});
+  EXPECT_TRUE(a.no_load_optim);
+  EXPECT_FALSE(a.finetune);
+  EXPECT_EQ(a.exit_duration_minutes, 1.5);
+  EXPECT_TRUE(parse({"--load", "ck", "--finetune"}).finetune);
+  EXPECT_EQ(error_of({"--finetune"}), "--finetune needs --load");
+  EXPECT_EQ(error_of({"--no-load-optim"}), "--no-load-optim needs --load");
+  EXPECT_NE(error_of({"--exit-duration-in-mins", "-1"}).find("--exit-duration-in-mins -1 must be positive"), std::string::npos);
+  EXPECT_NE(error_of({"--exit-duration-in-mins", "nan"}).find("--exit-duration-in-mins nan"), std::string::npos);
+  EXPECT_NE(error_of({"--normalization", "LayerNorm"}).find("--normalization LayerNorm: not supported"), std::string::npos);
+  EXPECT_NE(error_of({"--hidden-dropout", "0.1"}).find("--hidden-dropout 0.1: not supported"), std::string::npos);
+  EXPECT_NE(error_of({"--add-qkv-bias"}).find("--add-qkv-bias: not supported"), std::string::npos);
+  EXPECT_NE(error_of({"--swiglu", "yes"}).find("--swiglu takes no value"), std::string::npos);
+  EXPECT_EQ(error_of({"--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
+                      "--disable-bias-linear", "--attention-dropout", "0.0", "--hidden-dropout", "0"}),
+            "");
+}
+
 }  // namespace
 }  // namespace dlm::tools

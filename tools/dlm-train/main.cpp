@@ -1,8 +1,10 @@
 // dlm-train: trains a masked-diffusion (or AR) language model from dlm-preprocess/dlm-blend data.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -19,6 +21,16 @@ namespace {
 std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true); }
+
+// --exit-duration-in-mins: after that wall time since start the run stops as on a signal (the ranks agree on the
+// iteration, the checkpoint is saved, exit 0), as Megatron checks after each step.
+void stop_after(double minutes) {
+  if (minutes <= 0) return;
+  std::thread([minutes] {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::ratio<60>>(minutes));
+    g_stop.store(true);
+  }).detach();
+}
 
 }  // namespace
 
@@ -37,6 +49,9 @@ int main(int argc, char** argv) {
     fmt::print("{}", dlm::tools::train_usage());
     return 0;
   }
+  for (const auto& line : args.notices)
+    if (dlm::train::launch_info_from_environment().rank == 0) dlm::log::info("{}", line);
+  stop_after(args.exit_duration_minutes);
   if (args.dry_run) {
     try {
       fmt::print("{}", dlm::tools::dry_run_plan(args));
@@ -59,7 +74,10 @@ int main(int argc, char** argv) {
       dlm::train::run_on_stream(*parallel.device_data_parallel(), on_device->stream());
     dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel(),
                                 parallel.device_data_parallel());
-    if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
+    if (setup.resume && setup.resume->optimizer)
+      trainer.resume(setup.resume->progress, std::move(*setup.resume->optimizer));
+    else if (setup.resume)
+      trainer.resume(setup.resume->progress);
     // When and how checkpoints are saved: dlm/train/checkpoint_saver.h.
     dlm::train::SaveFn save;
     if (!args.save.empty())

@@ -20,6 +20,7 @@
 #include "dlm/common/log.h"
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
+#include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/device.h"
 #include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
@@ -132,6 +133,9 @@ struct Splits {
 void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Splits>& keep) {
   data::MegatronDataArgs d;
   d.data_path = args.data_path;
+  d.train_data_path = args.train_data_path;
+  d.valid_data_path = args.valid_data_path;
+  d.test_data_path = args.test_data_path;
   d.split = args.split;
   d.seq_length = static_cast<std::int32_t>(args.trainer.seq_length);
   d.train_iters = args.trainer.train_iters;
@@ -151,8 +155,10 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   if (args.trainer.eval_interval > 0) {
     auto& valid = keep->splits[1];
     if (!valid || valid->size() == 0)
-      fail(fmt::format("--eval-interval {} needs validation data, and --split {} leaves none", args.trainer.eval_interval,
-                       args.split));
+      fail(args.train_data_path.empty()
+               ? fmt::format("--eval-interval {} needs validation data, and --split {} leaves none",
+                             args.trainer.eval_interval, args.split)
+               : fmt::format("--eval-interval {} needs validation data: give --valid-data-path", args.trainer.eval_interval));
     setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
   }
   std::int64_t largest = -1;
@@ -166,6 +172,17 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   if (largest >= setup.config.vocab_size)
     fail(fmt::format("{}: the data holds token id {}, but the vocabulary has {} ids (--vocab-size or the tokenizer)",
                      where, largest, setup.config.vocab_size));
+}
+
+// Whether `dir` holds a dlm checkpoint (its tracker `latest`, or a checkpoint folder itself); a folder with Megatron's
+// tracker alone holds a Megatron checkpoint, which dlm-train does not read.
+bool has_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(dir) / "latest") || fs::exists(fs::path(dir) / "metadata.json")) return true;
+  if (fs::exists(fs::path(dir) / train::kMegatronTracker))
+    fail(fmt::format("--load {}: a Megatron checkpoint ({} without dlm's latest); dlm-train reads dlm's format: "
+                     "import it with dlm-ckpt first", dir, train::kMegatronTracker));
+  return false;
 }
 
 // What the sample sources and the model point into.
@@ -204,6 +221,14 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   // The checkpoint's config before the model: one that disagrees is reported before any allocation.
   if (!args.load.empty()) {
     if (!std::filesystem::exists(args.load)) fail(fmt::format("--load {}: no such folder", args.load));
+    if (!has_checkpoint(args.load)) {
+      // Megatron's rule, on which `--save D --load D` scripts rely: no tracker file, no checkpoint, a fresh run.
+      log::warning("--load {}: no checkpoint there (no {}); starting from scratch", args.load, "latest");
+      args.load.clear();
+      args.finetune = args.no_load_optim = false;
+    }
+  }
+  if (!args.load.empty()) {
     const ckpt::CheckpointReader reader(args.load);
     train::check_config_matches(setup.config, reader.metadata().config, reader.dir() + "/metadata.json");
   }
@@ -232,8 +257,14 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
                                             : train::load_train_checkpoint(args.load, params, t.adam);
     train::restore_weights(checkpoint, params);
     if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
-    setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};
-    log::info("resuming {} at iteration {}", checkpoint.dir, setup.resume->progress.iteration);
+    if (args.finetune) {
+      log::info("--finetune: weights of {}; iteration 0, fresh AdamW moments", checkpoint.dir);
+    } else {
+      setup.resume = ResumeState{checkpoint.progress, std::nullopt};
+      if (!args.no_load_optim) setup.resume->optimizer = std::move(checkpoint.optimizer);
+      log::info("resuming {} at iteration {}{}", checkpoint.dir, setup.resume->progress.iteration,
+                args.no_load_optim ? " (--no-load-optim: fresh AdamW moments)" : "");
+    }
   }
   std::int64_t parameters = 0;
   for (const auto& spec : ckpt::model_tensors(setup.config)) parameters += ckpt::element_count(spec.shape);
@@ -249,7 +280,9 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
 
 ckpt::ModelConfig resolve_model(TrainArgs& args) {
   TrainingSetup setup;
-  if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  // With --vocab-size or --model-config the shape needs no tokenizer (whose files may live on the cluster only).
+  if (!args.tokenizer.type.empty() && !args.vocab_size_given && args.model_config_file.empty())
+    setup.tokenizer = data::make_tokenizer(args.tokenizer);
   // The mask token changes no shape: a dry run needs none.
   auto& objective = args.trainer.objective;
   const auto kind = objective.kind;

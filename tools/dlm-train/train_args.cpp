@@ -7,6 +7,7 @@
 
 #include "cuda_flags.h"
 #include "dlm/common/error.h"
+#include "megatron_flags.h"
 #include "tokenizer_flags.h"
 
 namespace po = boost::program_options;
@@ -20,6 +21,9 @@ struct Raw {
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
+  std::string ckpt_format, non_persistent_type, non_persistent_dir, wandb_project, wandb_entity, wandb_run_id,
+      wandb_mode = "online";
+  std::int64_t non_persistent_interval = 0;
   bool untie = false, qk_layernorm = false, group_query_attention = false;
 };
 
@@ -98,6 +102,9 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   po::options_description data("data");
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
+      ("train-data-path", po::value(&a.train_data_path)->multitoken(), "[weight] prefix ... of the training split (--split then unused)")
+      ("valid-data-path", po::value(&a.valid_data_path)->multitoken(), "[weight] prefix ... of the validation split")
+      ("test-data-path", po::value(&a.test_data_path)->multitoken(), "[weight] prefix ... of the test split")
       ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
       ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached");
   add_tokenizer_flags(data, a.tokenizer);
@@ -107,15 +114,69 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("load", po::value(&a.load), "checkpoint folder to resume from")
       ("save-interval", po::value(&t.save_interval)->default_value(0), "save every N iterations")
       ("exit-interval", po::value(&t.exit_interval)->default_value(0), "save and exit at a multiple of N")
+      ("exit-duration-in-mins", po::value(&a.exit_duration_minutes)->default_value(0), "save and exit after the step that passes N minutes since start (0: never)")
+      ("no-load-optim", po::bool_switch(&a.no_load_optim), "--load the weights and the iteration, start the AdamW moments afresh")
+      ("finetune", po::bool_switch(&a.finetune), "--load the weights only: iteration 0, fresh AdamW moments")
+      ("ckpt-format", po::value(&r.ckpt_format), "torch | torch_dist | zarr | fsdp_dtensor: dlm writes its own format (HDF5) whichever is named, and says so at start-up")
+      ("non-persistent-save-interval", po::value(&r.non_persistent_interval), "accepted beyond --train-iters only (where it never fires): dlm has no non-persistent checkpoints")
+      ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global | local | in_memory (with --non-persistent-save-interval)")
+      ("non-persistent-global-ckpt-dir", po::value(&r.non_persistent_dir), "(with --non-persistent-save-interval)")
+      ("wandb-project", po::value(&r.wandb_project), "W&B: dlm prints the `wandb sync --sync-tensorboard` command for its TensorBoard events (needs --tensorboard-dir)")
+      ("wandb-entity", po::value(&r.wandb_entity), "W&B entity, in that command")
+      ("wandb-run-id", po::value(&r.wandb_run_id), "W&B run id, in that command")
+      ("wandb-mode", po::value(&r.wandb_mode)->default_value(r.wandb_mode), "online | offline | disabled (disabled: no command printed)")
       ("eval-interval", po::value(&t.eval_interval)->default_value(0), "validate every N iterations")
       ("eval-iters", po::value(&t.eval_iters)->default_value(t.eval_iters), "validation batches")
       ("log-interval", po::value(&t.log_interval)->default_value(t.log_interval), "iterations per log line")
       ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
-  po::options_description all("dlm-train: train a diffusion (or AR) language model from .bin/.idx data");
-  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io);
+  po::options_description as_is("Megatron flags that state what dlm does (another value fails, naming it)");
+  po::options_description no_effect("Megatron flags accepted with no effect in dlm (named in a start-up line)");
+  po::options_description refused("Megatron flags dlm refuses (the error says what to use instead)");
+  add_megatron_surface(as_is, no_effect, refused);
+  po::options_description all(
+      "dlm-train: train a diffusion (or AR) language model from .bin/.idx data.\n"
+      "A flag given twice: the last one wins (Megatron's argparse rule).");
+  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io).add(as_is).add(no_effect).add(refused);
   return all;
+}
+
+// The checkpoint-format, non-persistent and W&B flags: validated, and what they mean for dlm put in a start-up line.
+void megatron_checkpoint_and_logging(TrainArgs& a, const Raw& r) {
+  const auto one_of = [](const std::string& v, std::initializer_list<const char*> ok) {
+    for (const char* o : ok)
+      if (v == o) return true;
+    return false;
+  };
+  if (!r.ckpt_format.empty()) {
+    if (!one_of(r.ckpt_format, {"torch", "torch_dist", "zarr", "fsdp_dtensor"}))
+      fail(fmt::format("--ckpt-format {}: not torch, torch_dist, zarr or fsdp_dtensor", r.ckpt_format));
+    a.notices.push_back(fmt::format(
+        "--ckpt-format {}: checkpoints are dlm's own format (HDF5{}); `dlm-ckpt convert --from native --to hf "
+        "{} OUT` makes a Hugging Face copy",
+        r.ckpt_format, a.save.empty() ? "" : " under " + a.save, a.save.empty() ? "DIR" : a.save));
+  }
+  if (r.non_persistent_interval != 0 && r.non_persistent_interval <= a.trainer.train_iters)
+    fail(fmt::format("--non-persistent-save-interval {}: not supported: dlm has no non-persistent checkpoints "
+                     "(accepted only beyond --train-iters {}, where it never fires); use --save-interval",
+                     r.non_persistent_interval, a.trainer.train_iters));
+  if (r.non_persistent_interval < 0)
+    fail(fmt::format("--non-persistent-save-interval {} must be positive", r.non_persistent_interval));
+  if (!r.non_persistent_type.empty() && !one_of(r.non_persistent_type, {"global", "local", "in_memory"}))
+    fail(fmt::format("--non-persistent-ckpt-type {}: not global, local or in_memory", r.non_persistent_type));
+  if (!one_of(r.wandb_mode, {"online", "offline", "disabled"}))
+    fail(fmt::format("--wandb-mode {}: not online, offline or disabled", r.wandb_mode));
+  if (!r.wandb_project.empty() && r.wandb_mode != "disabled") {
+    if (a.trainer.tensorboard_dir.empty())
+      fail(fmt::format("--wandb-project {}: dlm reaches W&B through its TensorBoard events: give --tensorboard-dir",
+                       r.wandb_project));
+    a.notices.push_back(fmt::format(
+        "--wandb-project {}: dlm-train does not talk to W&B; sync its TensorBoard events with: wandb sync "
+        "--sync-tensorboard -p {}{}{} {}",
+        r.wandb_project, r.wandb_project, r.wandb_entity.empty() ? "" : " -e " + r.wandb_entity,
+        r.wandb_run_id.empty() ? "" : " --id " + r.wandb_run_id, a.trainer.tensorboard_dir));
+  }
 }
 
 }  // namespace
@@ -134,13 +195,17 @@ TrainArgs parse_train_args(int argc, char** argv) {
   Raw r;
   auto desc = describe(a, r);
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, desc), vm);
-  for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+  const std::vector<std::string> args = last_occurrence_wins(argc, argv);
+  po::store(po::command_line_parser(std::vector<std::string>(args.begin() + 1, args.end())).options(desc).run(), vm);
+  for (const auto& arg : args)
+    if (arg == "--help" || arg == "-h") {
       a.help = true;
       return a;
     }
   po::notify(vm);
+  check_megatron_surface(vm);
+  if (auto line = no_effect_notice(vm); !line.empty()) a.notices.push_back(std::move(line));
+  megatron_checkpoint_and_logging(a, r);
   auto& m = a.model;
   auto& t = a.trainer;
   m.tie_word_embeddings = !r.untie;
@@ -160,8 +225,10 @@ TrainArgs parse_train_args(int argc, char** argv) {
     fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
                      m.num_attention_heads));
   // --vocab-size is the tokenizer's (NullTokenizer, TikTokenizer) and the model's vocabulary.
+  // NullTokenizer's vocabulary is --vocab-size + 1 (its eod, the id one past), and Megatron sizes the model by it.
   if (a.tokenizer.vocab_size.value_or(0) > 0)
-    m.vocab_size = static_cast<std::int64_t>(*a.tokenizer.vocab_size), a.vocab_size_given = true;
+    m.vocab_size = static_cast<std::int64_t>(*a.tokenizer.vocab_size) + (a.tokenizer.type == "NullTokenizer" ? 1 : 0),
+    a.vocab_size_given = true;
   if (r.mask_token >= 0) t.objective.mask_token = r.mask_token;
   if (!r.schedule.empty() && r.schedule != "llada")
     fail(fmt::format("--difflm-mask-schedule: '{}' is not llada", r.schedule));
@@ -191,8 +258,16 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!(a.timeout_minutes > 0)) fail(fmt::format("--distributed-timeout-minutes {} must be positive", a.timeout_minutes));
   if (t.ddp_bucket_size < 1)
     fail(fmt::format("--ddp-bucket-size {} must be positive (gradient elements per bucket)", t.ddp_bucket_size));
-  if (a.data_path.empty() && !a.dry_run) fail("--data-path is required (a dlm-preprocess output prefix)");
+  const bool per_split = !a.train_data_path.empty() || !a.valid_data_path.empty() || !a.test_data_path.empty();
+  if (!a.data_path.empty() && per_split) fail("--data-path and --train-data-path/--valid-data-path/--test-data-path exclude each other");
+  if (per_split && a.train_data_path.empty() && !a.dry_run) fail("--valid-data-path/--test-data-path need --train-data-path");
+  if (a.data_path.empty() && !per_split && !a.dry_run)
+    fail("--data-path (or --train-data-path) is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
+  if (!(a.exit_duration_minutes >= 0))
+    fail(fmt::format("--exit-duration-in-mins {} must be positive (0: no limit)", a.exit_duration_minutes));
+  if ((a.finetune || a.no_load_optim) && a.load.empty())
+    fail(fmt::format("{} needs --load", a.finetune ? "--finetune" : "--no-load-optim"));
   return a;
 }
 

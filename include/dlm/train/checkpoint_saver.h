@@ -8,7 +8,9 @@
 // What (CheckpointSaver, the SaveFn dlm-train hands the trainer): the weights, the whole AdamW state, the
 // progress (iteration, consumed samples, optimizer steps) and the run's flags as metadata, in libckpt's native
 // format (train_checkpoint.h): written under a temporary name and committed atomically, so the tracker
-// ROOT/latest always names the newest complete checkpoint.
+// ROOT/latest always names the newest complete checkpoint. After each commit, world rank 0 also replaces
+// Megatron's tracker ROOT/latest_checkpointed_iteration.txt (the iteration in decimal, as Megatron writes it;
+// temp + fsync + rename) for the scripts that read it; it never names an iteration `latest` does not.
 //
 // Who: on one process it writes everything. Data-parallel replicas hold the same weights and (gathered) moments:
 // rank 0 writes and the others wait at a barrier for the commit, so no rank runs ahead of a save that may still
@@ -27,6 +29,9 @@
 #include "dlm/train/trainer.h"
 
 namespace dlm::train {
+
+// Megatron's tracker file, beside dlm's `latest`.
+inline constexpr const char* kMegatronTracker = "latest_checkpointed_iteration.txt";
 
 class SaveSchedule {
  public:

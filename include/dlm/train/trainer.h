@@ -191,6 +191,8 @@ class Trainer {
   // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
   // business); under the distributed optimizer each rank keeps its shard of the moments.
   void resume(const TrainProgress& progress, AdamW optimizer_state);
+  // The same without the optimizer's state: its moments start afresh (--no-load-optim).
+  void resume(const TrainProgress& progress) { progress_ = progress; }
   // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never).
   // Returns the stats of every iteration run (losses are what the resume test compares).
   std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr);

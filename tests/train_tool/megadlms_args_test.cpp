@@ -1,0 +1,152 @@
+// MegaDLMs' 1.7B launch arguments (data/megadlms_dlm_pretrain_1.7b.args, expanded from the script as bash does)
+// given to dlm-train verbatim: planned for 8 ranks by --dry-run, and, with a tiny shape and local paths appended
+// (the last occurrence of a flag wins, as in Megatron's argparse), trained for 20 iterations on the CPU. Then
+// the resume Megatron users rely on: --save D --load D on an empty folder, SIGTERM mid-run, the same command again.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "tool_fixture.h"
+
+namespace fs = std::filesystem;
+
+namespace dlm::test {
+namespace {
+
+const fs::path kArgsFile = fs::path(DLM_TRAIN_TOOL_DATA) / "megadlms_dlm_pretrain_1.7b.args";
+
+std::vector<std::string> megadlms_args() {
+  std::ifstream in(kArgsFile);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') out.push_back(line);
+  return out;
+}
+
+using MegaDlmsArgs = ToolTest;
+
+TEST_F(MegaDlmsArgs, TheStoredArraysAreTheScripts83Flags) {
+  const auto args = megadlms_args();
+  ASSERT_EQ(args.size(), 145u);
+  std::set<std::string> flags;
+  for (const auto& a : args)
+    if (a.rfind("--", 0) == 0) flags.insert(a);
+  EXPECT_EQ(flags.size(), 83u);
+  EXPECT_EQ(args.front(), "--seq-length");
+  EXPECT_EQ(args.back(), "no_mask");
+}
+
+TEST_F(MegaDlmsArgs, AcceptedVerbatimByADryRunForEightRanks) {
+  std::vector<std::string> argv = {kTrainTool, "--dry-run", "--world-size", "8"};
+  for (const auto& a : megadlms_args()) argv.push_back(a);
+  const auto r = run_keeping_stdout(argv, dir_ / "out");
+  const std::string out = read_all(dir_ / "out"), err = r.err;
+  ASSERT_EQ(r.exit_code, 0) << err;
+  EXPECT_NE(out.find("28 layers, hidden 2048, ffn 6144, 16 heads / 16 KV groups, vocabulary 50304 (padded): 1.733B"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("8 ranks = TP 1 x DP 8 x PP 1, distributed optimizer; micro-batch 4, global batch 256, sequence 2048"),
+            std::string::npos) << out;
+  // Nothing is silently ignored: the flags without effect are named, and so are the checkpoint format and W&B.
+  EXPECT_NE(err.find("accepted, no effect in dlm (see --help): --log-params-norm, --log-num-zeros-in-grad"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("--ckpt-format torch_dist: checkpoints are dlm's own format"), std::string::npos) << err;
+  EXPECT_NE(err.find("wandb sync --sync-tensorboard -p dlm --id dlm_training /ckpt/cache/difflm/logs/dlm_training/tensorboard"),
+            std::string::npos) << err;
+}
+
+TEST_F(MegaDlmsArgs, TheLastOccurrenceOfAFlagWins) {
+  std::vector<std::string> argv = {kTrainTool, "--dry-run", "--world-size", "8"};
+  for (const auto& a : megadlms_args()) argv.push_back(a);
+  for (const char* a : {"--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads",
+                        "4", "--bf16", "--train-data-path", "a", "b", "--train-data-path", "c"})
+    argv.push_back(a);
+  const auto r = run_keeping_stdout(argv, dir_ / "out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(read_all(dir_ / "out").find("2 layers, hidden 64, ffn 128, 4 heads"), std::string::npos)
+      << read_all(dir_ / "out");
+}
+
+// The script's arrays with a tiny model and local paths appended.
+std::vector<std::string> tiny_megadlms_run(const fs::path& dir, const std::string& prefix, const std::string& iters) {
+  std::vector<std::string> argv = {kTrainTool};
+  for (const auto& a : megadlms_args()) argv.push_back(a);
+  const std::string ckpt = (dir / "ckpt").string();
+  for (const std::string& a :
+       {"--num-layers", "2", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "4",
+        "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+        "--train-iters", iters.c_str(), "--lr-warmup-iters", "2", "--lr-decay-iters", iters.c_str(),
+        "--lr-wsd-decay-iters", "5", "--save-interval", "10", "--eval-interval", "10", "--eval-iters", "2",
+        "--log-interval", "1", "--lr", "0.003"})
+    argv.push_back(a);
+  for (const std::string& a :
+       {std::string("--train-data-path"), prefix, std::string("--valid-data-path"), prefix,
+        std::string("--data-cache-path"), (dir / "cache").string(), std::string("--tokenizer-type"),
+        std::string("NullTokenizer"), std::string("--save"), ckpt, std::string("--load"), ckpt,
+        std::string("--tensorboard-dir"), (dir / "tb").string(), std::string("--wandb-save-dir"), (dir / "wandb").string(),
+        std::string("--non-persistent-global-ckpt-dir"), (dir / "np").string(), std::string("--device"),
+        std::string("cpu"), std::string("--threads"), std::string("1"), std::string("--metrics-file"),
+        (dir / "metrics.jsonl").string()})
+    argv.push_back(a);
+  return argv;
+}
+
+TEST_F(MegaDlmsArgs, WithATinyShapeTrainTwentyIterationsOnTheCpu) {
+  const auto r = run(tiny_megadlms_run(dir_, prefix_, "20"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto l = losses(dir_ / "metrics.jsonl");
+  ASSERT_EQ(l.size(), 20u);
+  // Vocabulary 50289: the untrained loss is near ln(50304); 20 steps at lr 3e-3 bring it well down.
+  EXPECT_NEAR(std::stod(l.front()), std::log(50304.0), 1.5);
+  EXPECT_LT(std::stod(l.back()), std::stod(l.front()) - 1.0);
+  EXPECT_NE(r.err.find("no checkpoint there"), std::string::npos) << r.err;  // --load D of an empty D: fresh
+  EXPECT_EQ(read_all(dir_ / "ckpt" / "latest"), "iter_0000020\n");
+  EXPECT_EQ(read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt"), "20");
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt" / "iter_0000010" / "metadata.json"));
+  // The script's own guard: the tracker at TRAIN_ITERS means "done", so a relaunch trains nothing more.
+  const auto again = run(tiny_megadlms_run(dir_, prefix_, "20"));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("resuming"), std::string::npos) << again.err;
+  EXPECT_EQ(losses(dir_ / "metrics.jsonl").size(), 20u);
+}
+
+// --save D --load D on a folder that does not exist yet, SIGTERM once some iterations are logged, the very same
+// command again: the metrics file (appended to) holds the uninterrupted run's loss curve, and Megatron's tracker
+// the iteration of each save.
+TEST_F(MegaDlmsArgs, SigtermThenTheSameCommandContinuesTheLossCurve) {
+  const auto straight = dir_ / "straight.jsonl";
+  ASSERT_EQ(run(train_argv({"--train-iters", "400", "--metrics-file", straight.string()})).exit_code, 0);
+  const auto want = losses(straight);
+  ASSERT_EQ(want.size(), 400u);
+
+  const auto ckpt = (dir_ / "ckpt").string(), metrics = (dir_ / "metrics.jsonl").string();
+  const auto command = train_argv({"--train-iters", "400", "--save", ckpt, "--load", ckpt, "--exit-signal-handler",
+                                   "--save-interval", "1000", "--metrics-file", metrics});
+  const auto err = (dir_ / "err").string();
+  const pid_t pid = spawn(command, err);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (losses(metrics).size() < 20 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(pid, SIGTERM);
+  const auto first = wait_child(pid, err);
+  ASSERT_EQ(first.exit_code, 0) << first.err;  // a clean exit: the step finished, the checkpoint saved
+  const std::size_t stopped = losses(metrics).size();
+  ASSERT_GE(stopped, 20u);
+  ASSERT_LT(stopped, 400u) << "the run ended before the signal; nothing was tested";
+  EXPECT_EQ(read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt"), std::to_string(stopped));
+  EXPECT_NE(first.err.find(fmt::format("stopping at iteration {} (checkpoint saved)", stopped)), std::string::npos)
+      << first.err;
+
+  const auto second = run(command);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.err.find(fmt::format("at iteration {}", stopped)), std::string::npos) << second.err;
+  EXPECT_EQ(losses(metrics), want);
+  EXPECT_EQ(read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt"), "400");
+}
+
+}  // namespace
+}  // namespace dlm::test
