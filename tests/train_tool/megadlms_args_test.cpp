@@ -148,5 +148,57 @@ TEST_F(MegaDlmsArgs, SigtermThenTheSameCommandContinuesTheLossCurve) {
   EXPECT_EQ(read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt"), "400");
 }
 
+// --no-load-optim: the iteration and weights continue, the moments start afresh (the first resumed loss is the
+// straight run's, the next ones differ). --finetune: the weights only, from iteration 0.
+TEST_F(MegaDlmsArgs, NoLoadOptimAndFinetuneLoadWhatMegatronLoads) {
+  const auto straight = dir_ / "straight.jsonl";
+  ASSERT_EQ(run(train_argv({"--train-iters", "8", "--metrics-file", straight.string()})).exit_code, 0);
+  const auto want = losses(straight);
+  const auto ckpt = (dir_ / "ckpt").string();
+  ASSERT_EQ(run(train_argv({"--train-iters", "8", "--save", ckpt, "--exit-interval", "4"})).exit_code, 0);
+  EXPECT_EQ(read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt"), "4");
+
+  const auto fresh = dir_ / "fresh.jsonl";
+  auto r = run(train_argv({"--train-iters", "8", "--load", ckpt, "--no-load-optim", "--metrics-file", fresh.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("at iteration 4 (--no-load-optim: fresh AdamW moments)"), std::string::npos) << r.err;
+  const auto got = losses(fresh);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0], want[4]);
+  EXPECT_NE(got[1], want[5]);
+
+  const auto tuned = dir_ / "tuned.jsonl";
+  const auto out = (dir_ / "tuned").string();
+  r = run(train_argv({"--train-iters", "3", "--load", ckpt, "--finetune", "--save", out, "--metrics-file", tuned.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--finetune: weights of"), std::string::npos) << r.err;
+  const auto t = losses(tuned);
+  ASSERT_EQ(t.size(), 3u);                     // iterations 1..3 again
+  EXPECT_LT(std::stod(t[0]), std::stod(want[0]));  // on iteration 0's batch, with trained weights
+  EXPECT_EQ(read_all(dir_ / "tuned" / "latest_checkpointed_iteration.txt"), "3");
+}
+
+// --exit-duration-in-mins: the run stops after the step that passes the limit, saves, and exits 0.
+TEST_F(MegaDlmsArgs, ExitDurationSavesAndExitsCleanly) {
+  const auto ckpt = (dir_ / "ckpt").string();
+  const auto r = run(train_argv({"--train-iters", "1000000", "--save", ckpt, "--exit-duration-in-mins", "0.01"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string tracker = read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt");
+  ASSERT_FALSE(tracker.empty());
+  EXPECT_LT(std::stoll(tracker), 1000000);
+  EXPECT_NE(r.err.find("stopping at iteration " + tracker + " (checkpoint saved)"), std::string::npos) << r.err;
+}
+
+// A folder holding Megatron's tracker but no dlm checkpoint: one line naming it, not a fresh start over it.
+TEST_F(MegaDlmsArgs, AMegatronCheckpointFolderIsNamedNotOverwritten) {
+  fs::create_directories(dir_ / "mega");
+  std::ofstream(dir_ / "mega" / "latest_checkpointed_iteration.txt") << "1000";
+  const auto r = run(train_argv({"--train-iters", "2", "--load", (dir_ / "mega").string()}));
+  EXPECT_EQ(r.exit_code, 1);
+  const std::string line = last_error_line(r, "dlm-train");
+  EXPECT_NE(line.find("a Megatron checkpoint (latest_checkpointed_iteration.txt without dlm's latest)"),
+            std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace dlm::test
