@@ -10,17 +10,22 @@
 namespace dlm::tools {
 namespace {
 
-TrainArgs parse(std::vector<std::string> extra) {
-  std::vector<std::string> words = {"dlm-train", "--seq-length", "64", "--train-iters", "10", "--data-path", "d"};
+const std::vector<std::string> kBase = {"--seq-length", "64", "--train-iters", "10", "--data-path", "d"};
+// Without a length: the tests of --train-iters against --train-samples.
+const std::vector<std::string> kNoLength = {"--seq-length", "64", "--data-path", "d", "--global-batch-size", "8"};
+
+TrainArgs parse(std::vector<std::string> extra, const std::vector<std::string>& base = kBase) {
+  std::vector<std::string> words = {"dlm-train"};
+  words.insert(words.end(), base.begin(), base.end());
   words.insert(words.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
   return parse_train_args(static_cast<int>(argv.size()), argv.data());
 }
 
-std::string error_of(std::vector<std::string> extra) {
+std::string error_of(std::vector<std::string> extra, const std::vector<std::string>& base = kBase) {
   try {
-    parse(std::move(extra));
+    parse(std::move(extra), base);
   } catch (const Error& e) {
     return e.what();
   }
@@ -120,6 +125,46 @@ TEST(TrainArgs, MegatronResumeFlags) {
   EXPECT_EQ(error_of({"--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
                       "--disable-bias-linear", "--attention-dropout", "0.0", "--hidden-dropout", "0"}),
             "");
+}
+
+// Megatron's sample-based training: iterations = samples / global batch (rounded down), the schedule in samples
+// (decay defaults to --train-samples), --lr-warmup-fraction of the decay; each unit refuses the other's flags.
+TEST(TrainArgs, SampleBasedTrainingAndWarmupFraction) {
+  auto a = parse({"--train-samples", "803", "--lr-warmup-samples", "16", "--lr-decay-samples", "640",
+                                "--lr-decay-style", "WSD", "--lr-wsd-decay-samples", "80"}, kNoLength);
+  EXPECT_EQ(a.trainer.train_iters, 100);
+  EXPECT_EQ(a.train_samples, 803);
+  EXPECT_EQ(a.trainer.lr.warmup_iters, 2);
+  EXPECT_EQ(a.trainer.lr.decay_iters, 80);
+  EXPECT_EQ(a.trainer.lr.wsd_decay_iters, 10);
+  a = parse({"--train-samples", "800", "--lr-warmup-fraction", "0.1"}, kNoLength);
+  EXPECT_EQ(a.trainer.lr.decay_iters, 100);
+  EXPECT_EQ(a.trainer.lr.warmup_iters, 10);
+  a = parse({"--train-iters", "50", "--lr-decay-iters", "40", "--lr-warmup-fraction", "0.25"}, kNoLength);
+  EXPECT_EQ(a.trainer.lr.warmup_iters, 10);
+  EXPECT_FALSE(a.train_samples);
+
+  EXPECT_EQ(error_of({}, kNoLength), "give exactly one of --train-iters and --train-samples");
+  EXPECT_EQ(error_of({"--train-iters", "5", "--train-samples", "40"}, kNoLength),
+            "give exactly one of --train-iters and --train-samples");
+  EXPECT_EQ(error_of({"--train-samples", "800", "--lr-warmup-iters", "2"}, kNoLength),
+            "--lr-warmup-iters: training is given in samples (--train-samples), so is the schedule");
+  EXPECT_EQ(error_of({"--train-iters", "100", "--lr-decay-samples", "800"}, kNoLength),
+            "--lr-decay-samples: training is given in iterations (--train-iters), so is the schedule");
+  EXPECT_EQ(error_of({"--train-samples", "800", "--lr-warmup-samples", "12"}, kNoLength),
+            "--lr-warmup-samples 12: 12 samples is not a whole number of iterations of --global-batch-size 8 (dlm's "
+            "LR schedule changes at whole iterations)");
+  EXPECT_NE(error_of({"--train-samples", "803"}, kNoLength).find("--lr-decay-samples 803 (--train-samples): 803 samples"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-iters", "50", "--lr-warmup-fraction", "0.01"}, kNoLength).find("--lr-warmup-fraction 0.01: 4"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--train-iters", "50", "--lr-warmup-iters", "2", "--lr-warmup-fraction", "0.2"}, kNoLength),
+            "--lr-warmup-fraction and --lr-warmup-iters: give one");
+  EXPECT_NE(error_of({"--train-samples", "7"}, kNoLength).find("--train-samples 7 is less than one --global-batch-size 8"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-samples", "-8"}, kNoLength).find("--train-samples -8 must be positive"), std::string::npos);
+  EXPECT_NE(error_of({"--train-iters", "5", "--lr-warmup-fraction", "nan"}, kNoLength).find("--lr-warmup-fraction nan"),
+            std::string::npos);
 }
 
 }  // namespace

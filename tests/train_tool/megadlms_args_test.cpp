@@ -189,6 +189,33 @@ TEST_F(MegaDlmsArgs, ExitDurationSavesAndExitsCleanly) {
   EXPECT_NE(r.err.find("stopping at iteration " + tracker + " (checkpoint saved)"), std::string::npos) << r.err;
 }
 
+// --train-samples with the schedule in samples is the iteration-based run it names: the same losses and learning
+// rates, iteration by iteration; so is --lr-warmup-fraction.
+TEST_F(MegaDlmsArgs, SampleBasedScheduleIsTheIterationRunItNames) {
+  const auto iters = dir_ / "iters.jsonl", samples = dir_ / "samples.jsonl", fraction = dir_ / "fraction.jsonl";
+  auto r = run(train_argv({"--train-iters", "8", "--lr-warmup-iters", "2", "--lr-decay-iters", "6", "--min-lr", "1e-4",
+                           "--lr-decay-style", "cosine", "--metrics-file", iters.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(train_argv({"--train-samples", "32", "--lr-warmup-samples", "8", "--lr-decay-samples", "24", "--min-lr",
+                      "1e-4", "--lr-decay-style", "cosine", "--metrics-file", samples.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(train_argv({"--train-iters", "8", "--lr-warmup-fraction", "0.3", "--lr-decay-iters", "6", "--min-lr", "1e-4",
+                      "--lr-decay-style", "cosine", "--metrics-file", fraction.string()}));
+  EXPECT_EQ(r.exit_code, 2);  // 0.3 of 24 samples, in floating point as Megatron computes it, falls inside iteration 2
+  EXPECT_NE(last_error_line(r, "dlm-train").find("--lr-warmup-fraction 0.3: 7.199999999999999 samples"),
+            std::string::npos) << r.err;
+  r = run(train_argv({"--train-iters", "8", "--lr-warmup-fraction", "0.5", "--lr-decay-iters", "4", "--min-lr", "1e-4",
+                      "--lr-decay-style", "cosine", "--metrics-file", fraction.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lr = metric(iters, "lr");
+  ASSERT_EQ(lr.size(), 8u);
+  EXPECT_EQ(lr[0], "0");                       // the first update uses lr(0) = --lr-warmup-init
+  EXPECT_EQ(lr[7], "0.0001");                  // past the decay: --min-lr
+  EXPECT_EQ(metric(samples, "lr"), lr);
+  EXPECT_EQ(losses(samples), losses(iters));
+  EXPECT_EQ(metric(fraction, "lr")[2], "0.003");  // warmup 2 of decay 4: the peak at iteration 2
+}
+
 // A folder holding Megatron's tracker but no dlm checkpoint: one line naming it, not a fresh start over it.
 TEST_F(MegaDlmsArgs, AMegatronCheckpointFolderIsNamedNotOverwritten) {
   fs::create_directories(dir_ / "mega");

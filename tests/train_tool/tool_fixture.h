@@ -79,18 +79,20 @@ class ToolTest : public ::testing::Test {
     return run({"/bin/sh", "-c", command + " > '" + out.string() + "'"});
   }
 
-  // The "loss" field of each line of a metrics file, as written (shortest round-trip decimal).
-  static std::vector<std::string> losses(const std::filesystem::path& metrics) {
+  // The `name` field of each line of a metrics file that has one, as written (shortest round-trip decimal).
+  static std::vector<std::string> metric(const std::filesystem::path& metrics, const std::string& name) {
     std::vector<std::string> out;
     std::ifstream in(metrics);
+    const std::string key = "\"" + name + "\": ";
     for (std::string line; std::getline(in, line);) {
-      const auto at = line.find("\"loss\": ");
+      const auto at = line.find(key);
       if (at == std::string::npos) continue;
       const auto end = line.find_first_of(",}", at);
-      out.push_back(line.substr(at + 8, end - at - 8));
+      out.push_back(line.substr(at + key.size(), end - at - key.size()));
     }
     return out;
   }
+  static std::vector<std::string> losses(const std::filesystem::path& metrics) { return metric(metrics, "loss"); }
 
   std::filesystem::path dir_;
   std::string prefix_;

@@ -138,7 +138,9 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   d.test_data_path = args.test_data_path;
   d.split = args.split;
   d.seq_length = static_cast<std::int32_t>(args.trainer.seq_length);
-  d.train_iters = args.trainer.train_iters;
+  // Megatron sizes the training split by --train-samples when given (the last partial batch's samples included).
+  if (args.train_samples) d.train_samples = *args.train_samples;
+  else d.train_iters = args.trainer.train_iters;
   d.global_batch_size = args.trainer.global_batch_size;
   d.eval_iters = args.trainer.eval_iters;
   // Megatron sizes the validation split by its eval interval; without one, evaluate() never runs, and one

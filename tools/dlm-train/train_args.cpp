@@ -1,5 +1,6 @@
 #include "train_args.h"
 
+#include <cmath>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -24,6 +25,8 @@ struct Raw {
   std::string ckpt_format, non_persistent_type, non_persistent_dir, wandb_project, wandb_entity, wandb_run_id,
       wandb_mode = "online";
   std::int64_t non_persistent_interval = 0;
+  std::int64_t train_samples = 0, warmup_samples = 0, decay_samples = 0, wsd_decay_samples = 0;
+  double warmup_fraction = -1;
   bool untie = false, qk_layernorm = false, group_query_attention = false;
 };
 
@@ -61,7 +64,8 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("seq-length", po::value(&t.seq_length)->required(), "sequence length")
       ("micro-batch-size", po::value(&t.micro_batch_size)->default_value(t.micro_batch_size), "micro-batch")
       ("global-batch-size", po::value(&t.global_batch_size)->default_value(t.global_batch_size), "global batch (accumulated)")
-      ("train-iters", po::value(&t.train_iters)->required(), "iterations")
+      ("train-iters", po::value(&t.train_iters), "iterations (or --train-samples)")
+      ("train-samples", po::value(&r.train_samples), "samples to train on (Megatron: iterations = samples / --global-batch-size; the schedule then in samples)")
       ("lr", po::value(&t.lr.max_lr)->default_value(t.lr.max_lr), "peak learning rate")
       ("min-lr", po::value(&t.lr.min_lr)->default_value(t.lr.min_lr), "final learning rate")
       ("lr-warmup-iters", po::value(&t.lr.warmup_iters)->default_value(0), "warmup iterations")
@@ -70,6 +74,10 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("lr-decay-style", po::value(&r.lr_decay_style)->default_value(r.lr_decay_style), "constant | linear | cosine | inverse-square-root | WSD")
       ("lr-wsd-decay-style", po::value(&r.wsd_style)->default_value(r.wsd_style), "linear | cosine | exponential | minus_sqrt")
       ("lr-wsd-decay-iters", po::value(&t.lr.wsd_decay_iters)->default_value(0), "WSD tail iterations")
+      ("lr-warmup-samples", po::value(&r.warmup_samples), "warmup samples (with --train-samples)")
+      ("lr-decay-samples", po::value(&r.decay_samples), "decay samples (with --train-samples; default: --train-samples)")
+      ("lr-wsd-decay-samples", po::value(&r.wsd_decay_samples), "WSD tail samples (with --train-samples)")
+      ("lr-warmup-fraction", po::value(&r.warmup_fraction), "warmup as a fraction of the decay (instead of --lr-warmup-iters/-samples)")
       ("weight-decay", po::value(&t.adam.weight_decay)->default_value(t.adam.weight_decay), "AdamW decay (none on norms)")
       ("adam-beta1", po::value(&t.adam.beta1)->default_value(t.adam.beta1), "")
       ("adam-beta2", po::value(&t.adam.beta2)->default_value(t.adam.beta2), "")
@@ -142,6 +150,62 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   return all;
 }
 
+// Megatron's two ways to give the length and the LR schedule (training.py, get_optimizer_param_scheduler): in
+// iterations (--train-iters, --lr-*-iters) or in samples (--train-samples, --lr-*-samples; iterations = samples /
+// global batch, rounded down), with --lr-warmup-fraction of the decay in either. dlm's schedule computes in samples
+// too but steps its boundaries by whole iterations: a sample count that is not a multiple of the global batch is
+// refused, naming the flag, so that every accepted schedule is Megatron's to the bit.
+void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variables_map& vm) {
+  auto& t = a.trainer;
+  const std::int64_t g = t.global_batch_size;
+  if (g <= 0) fail(fmt::format("--global-batch-size {} must be positive", g));
+  const bool by_samples = vm.count("train-samples") > 0;
+  if (by_samples == (vm.count("train-iters") > 0)) fail("give exactly one of --train-iters and --train-samples");
+  const bool fraction = vm.count("lr-warmup-fraction") > 0;
+  if (fraction && !(r.warmup_fraction >= 0 && r.warmup_fraction < 1))
+    fail(fmt::format("--lr-warmup-fraction {} must be in [0, 1)", r.warmup_fraction));
+  const char* other = nullptr;  // a flag of the other unit, which Megatron refuses too
+  double decay, warmup, wsd;
+  if (by_samples) {
+    if (r.train_samples <= 0) fail(fmt::format("--train-samples {} must be positive", r.train_samples));
+    t.train_iters = r.train_samples / g;
+    if (t.train_iters == 0)
+      fail(fmt::format("--train-samples {} is less than one --global-batch-size {}", r.train_samples, g));
+    a.train_samples = r.train_samples;
+    for (const char* f : {"lr-decay-iters", "lr-warmup-iters", "lr-wsd-decay-iters"})
+      if (vm.count(f) && !vm[f].defaulted()) other = f;
+    decay = static_cast<double>(vm.count("lr-decay-samples") ? r.decay_samples : r.train_samples);
+    warmup = static_cast<double>(r.warmup_samples);
+    wsd = static_cast<double>(r.wsd_decay_samples);
+  } else {
+    for (const char* f : {"lr-decay-samples", "lr-warmup-samples", "lr-wsd-decay-samples"})
+      if (vm.count(f)) other = f;
+    decay = static_cast<double>((r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters) * g);
+    warmup = static_cast<double>(t.lr.warmup_iters * g);
+    wsd = static_cast<double>(t.lr.wsd_decay_iters * g);
+  }
+  if (other)
+    fail(fmt::format("--{}: training is given in {} (--{}), so is the schedule", other,
+                     by_samples ? "samples" : "iterations", by_samples ? "train-samples" : "train-iters"));
+  if (fraction) {
+    if (by_samples ? vm.count("lr-warmup-samples") > 0 : t.lr.warmup_iters != 0)
+      fail(fmt::format("--lr-warmup-fraction and --lr-warmup-{}: give one", by_samples ? "samples" : "iters"));
+    warmup = r.warmup_fraction * decay;
+  }
+  const auto iterations = [g](double samples, const std::string& what) {
+    if (samples != std::floor(samples) || static_cast<std::int64_t>(samples) % g != 0)
+      fail(fmt::format("{}: {} samples is not a whole number of iterations of --global-batch-size {} (dlm's LR "
+                       "schedule changes at whole iterations)", what, samples, g));
+    return static_cast<std::int64_t>(samples) / g;
+  };
+  // In iterations every count is a multiple of the batch: only a sample count or the fraction can be refused.
+  t.lr.decay_iters = iterations(decay, fmt::format("--lr-decay-samples {}{}", decay,
+                                                   vm.count("lr-decay-samples") ? "" : " (--train-samples)"));
+  t.lr.warmup_iters = iterations(warmup, fraction ? fmt::format("--lr-warmup-fraction {}", r.warmup_fraction)
+                                                  : fmt::format("--lr-warmup-samples {}", r.warmup_samples));
+  t.lr.wsd_decay_iters = iterations(wsd, fmt::format("--lr-wsd-decay-samples {}", r.wsd_decay_samples));
+}
+
 // The checkpoint-format, non-persistent and W&B flags: validated, and what they mean for dlm put in a start-up line.
 void megatron_checkpoint_and_logging(TrainArgs& a, const Raw& r) {
   const auto one_of = [](const std::string& v, std::initializer_list<const char*> ok) {
@@ -203,6 +267,7 @@ TrainArgs parse_train_args(int argc, char** argv) {
       return a;
     }
   po::notify(vm);
+  training_length_and_schedule(a, r, vm);
   check_megatron_surface(vm);
   if (auto line = no_effect_notice(vm); !line.empty()) a.notices.push_back(std::move(line));
   megatron_checkpoint_and_logging(a, r);
@@ -241,7 +306,6 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!diffusion && m.attention_mask != ckpt::AttentionMask::kCausal)
     fail("--model-running-mode vanilla trains next-token prediction: it needs --attention-mask-type causal");
   t.objective.seed = a.seed;
-  t.lr.decay_iters = r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters;
   t.lr.style = train::parse_lr_decay_style(r.lr_decay_style);
   t.on_non_finite = train::parse_non_finite_policy(r.on_nan);
   t.lr.wsd_style = train::parse_wsd_decay_style(r.wsd_style);

@@ -27,6 +27,7 @@ struct TrainArgs {
   bool no_load_optim = false;          // --no-load-optim: weights and progress from --load, fresh AdamW moments
   bool finetune = false;               // --finetune: weights only from --load, iteration 0, fresh moments
   double exit_duration_minutes = 0;    // --exit-duration-in-mins (0: none): stop and save after this wall time
+  std::optional<std::int64_t> train_samples;  // --train-samples (trainer.train_iters is then samples / global batch)
   std::uint64_t seed = 1234;           // --seed
   bool vocab_size_given = false;       // --vocab-size was set (else: the tokenizer's, or the model config's)
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
