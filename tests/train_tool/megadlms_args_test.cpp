@@ -178,6 +178,18 @@ TEST_F(MegaDlmsArgs, NoLoadOptimAndFinetuneLoadWhatMegatronLoads) {
   EXPECT_EQ(read_all(dir_ / "tuned" / "latest_checkpointed_iteration.txt"), "3");
 }
 
+// MegaDLMs' --checkpoint-steps: checkpoints after the listed iterations, besides the interval and the last one.
+TEST_F(MegaDlmsArgs, CheckpointStepsSaveAfterTheListedIterations) {
+  const auto ckpt = dir_ / "ckpt";
+  const auto r = run(train_argv({"--train-iters", "8", "--save", ckpt.string(), "--checkpoint-steps", "2,5,"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> saved;
+  for (const auto& e : fs::directory_iterator(ckpt))
+    if (e.path().filename().string().rfind("iter_", 0) == 0) saved.push_back(e.path().filename().string());
+  std::sort(saved.begin(), saved.end());
+  EXPECT_EQ(saved, (std::vector<std::string>{"iter_0000002", "iter_0000005", "iter_0000008"}));
+}
+
 // --exit-duration-in-mins: the run stops after the step that passes the limit, saves, and exits 0.
 TEST_F(MegaDlmsArgs, ExitDurationSavesAndExitsCleanly) {
   const auto ckpt = (dir_ / "ckpt").string();

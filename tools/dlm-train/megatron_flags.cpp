@@ -129,7 +129,6 @@ const FlagNote kRefused[] = {
     {"profile", "use --cuda-profile (the step's phases) or nsys"},
     {"profile-step-start", "use --cuda-profile (the step's phases) or nsys"},
     {"profile-step-end", "use --cuda-profile (the step's phases) or nsys"},
-    {"checkpoint-steps", "use --save-interval"},
     {"use-dist-ckpt", "dlm writes its own checkpoint format (--ckpt-format is accepted and says where)"},
     {"tp-comm-overlap", "dlm overlaps no tensor-parallel communication with GEMMs"},
 };

@@ -1,6 +1,7 @@
 #include "train_args.h"
 
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -27,6 +28,7 @@ struct Raw {
   std::int64_t non_persistent_interval = 0;
   std::int64_t train_samples = 0, warmup_samples = 0, decay_samples = 0, wsd_decay_samples = 0;
   double warmup_fraction = -1;
+  std::string checkpoint_steps;
   bool untie = false, qk_layernorm = false, group_query_attention = false;
 };
 
@@ -122,6 +124,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("load", po::value(&a.load), "checkpoint folder to resume from")
       ("save-interval", po::value(&t.save_interval)->default_value(0), "save every N iterations")
       ("exit-interval", po::value(&t.exit_interval)->default_value(0), "save and exit at a multiple of N")
+      ("checkpoint-steps", po::value(&r.checkpoint_steps), "MegaDLMs: also save after these iterations (comma-separated, e.g. 100,200)")
       ("exit-duration-in-mins", po::value(&a.exit_duration_minutes)->default_value(0), "save and exit after the step that passes N minutes since start (0: never)")
       ("no-load-optim", po::bool_switch(&a.no_load_optim), "--load the weights and the iteration, start the AdamW moments afresh")
       ("finetune", po::bool_switch(&a.finetune), "--load the weights only: iteration 0, fresh AdamW moments")
@@ -204,6 +207,30 @@ void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variable
   t.lr.warmup_iters = iterations(warmup, fraction ? fmt::format("--lr-warmup-fraction {}", r.warmup_fraction)
                                                   : fmt::format("--lr-warmup-samples {}", r.warmup_samples));
   t.lr.wsd_decay_iters = iterations(wsd, fmt::format("--lr-wsd-decay-samples {}", r.wsd_decay_samples));
+}
+
+// MegaDLMs' --checkpoint-steps "100,200": the iterations after which to save (MegaDLMs itself ignores a list it cannot
+// read, and saves before it counts the step, so its checkpoint named N holds N + 1 iterations; dlm refuses the
+// former and saves after the named iteration).
+std::set<std::int64_t> checkpoint_steps(const std::string& list, std::int64_t train_iters) {
+  std::set<std::int64_t> steps;
+  for (std::size_t at = 0; at < list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string word = list.substr(at, comma - at);
+    at = comma + 1;
+    if (word.empty()) continue;
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != word.size() || v < 1 || v > train_iters)
+      fail(fmt::format("--checkpoint-steps {}: '{}' is not an iteration in [1, --train-iters {}]", list, word,
+                       train_iters));
+    steps.insert(v);
+  }
+  return steps;
 }
 
 // The checkpoint-format, non-persistent and W&B flags: validated, and what they mean for dlm put in a start-up line.
@@ -328,6 +355,8 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (a.data_path.empty() && !per_split && !a.dry_run)
     fail("--data-path (or --train-data-path) is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
+  t.checkpoint_steps = checkpoint_steps(r.checkpoint_steps, t.train_iters);
+  if (a.save.empty() && !t.checkpoint_steps.empty()) fail("--checkpoint-steps needs --save");
   if (!(a.exit_duration_minutes >= 0))
     fail(fmt::format("--exit-duration-in-mins {} must be positive (0: no limit)", a.exit_duration_minutes));
   if ((a.finetune || a.no_load_optim) && a.load.empty())

@@ -1,6 +1,7 @@
 // When a training run saves a checkpoint, what it writes and which ranks write it: the save policy, in one place.
 //
 // When (SaveSchedule, which Trainer::run asks after every iteration): after each --save-interval-th iteration;
+// after each iteration listed by --checkpoint-steps;
 // after the iteration on which the ranks agreed to stop (SIGINT/SIGTERM on any rank, --exit-interval); after the
 // last iteration (--train-iters); and, before the run fails on a non-finite loss or gradient norm, the weights
 // from before that step (the last good state), unless that iteration was saved already.
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "dlm/ckpt/model_config.h"
@@ -35,12 +37,13 @@ inline constexpr const char* kMegatronTracker = "latest_checkpointed_iteration.t
 
 class SaveSchedule {
  public:
-  // --save-interval (0: no periodic saves) and --train-iters.
-  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters)
-      : interval_(save_interval), train_iters_(train_iters) {}
+  // --save-interval (0: no periodic saves), --train-iters and --checkpoint-steps (iterations after which to save).
+  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters, std::set<std::int64_t> steps = {})
+      : interval_(save_interval), train_iters_(train_iters), steps_(std::move(steps)) {}
   // After `iteration` iterations (1-based), `stopping` when the ranks agreed to stop after it.
   bool due(std::int64_t iteration, bool stopping) const {
-    return (interval_ > 0 && iteration % interval_ == 0) || stopping || iteration == train_iters_;
+    return (interval_ > 0 && iteration % interval_ == 0) || stopping || iteration == train_iters_ ||
+           steps_.count(iteration) > 0;
   }
   // Before failing on a non-finite step taken after `iteration` iterations: its weights are still those of
   // `iteration`.
@@ -49,6 +52,7 @@ class SaveSchedule {
 
  private:
   std::int64_t interval_, train_iters_;
+  std::set<std::int64_t> steps_;
   std::int64_t last_saved_ = -1;
 };
 

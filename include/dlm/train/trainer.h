@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -146,6 +147,7 @@ struct TrainerOptions {
   std::optional<std::int32_t> eod_token;  // with eod_mask_loss: loss_mask 0 where the label is eod
   bool eod_mask_loss = false;          // --eod-mask-loss
   std::int64_t exit_interval = 0;      // --exit-interval: stop (after saving) at a multiple of it
+  std::set<std::int64_t> checkpoint_steps;  // --checkpoint-steps: also save after these iterations
   AdamWOptions adam;
   LrScheduleOptions lr;
   ObjectiveOptions objective;
