@@ -121,7 +121,8 @@ TEST(TrainArgs, MegatronResumeFlags) {
   EXPECT_NE(error_of({"--normalization", "LayerNorm"}).find("--normalization LayerNorm: not supported"), std::string::npos);
   EXPECT_NE(error_of({"--hidden-dropout", "0.1"}).find("--hidden-dropout 0.1: not supported"), std::string::npos);
   EXPECT_NE(error_of({"--add-qkv-bias"}).find("--add-qkv-bias: not supported"), std::string::npos);
-  EXPECT_NE(error_of({"--swiglu", "yes"}).find("--swiglu takes no value"), std::string::npos);
+  EXPECT_EQ(error_of({"--swiglu", "yes"}), "'yes' after --swiglu: not a value --swiglu takes");
+  EXPECT_EQ(error_of({"--lr", "0.1", "0.2"}), "'0.2' after --lr: not a value --lr takes");
   EXPECT_EQ(error_of({"--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
                       "--disable-bias-linear", "--attention-dropout", "0.0", "--hidden-dropout", "0"}),
             "");

@@ -77,10 +77,12 @@ const AsIs kAsIs[] = {
     {"no-mmap-bin-files", nullptr, nullptr, "dlm maps .bin files (read-only); the result is the same"},
 };
 
-// A flag and a line about it: why it changes nothing, or what dlm offers instead.
+// A flag and a line about it: why it changes nothing, or what dlm offers instead. `value`: what --help shows for
+// its value (nullptr: a switch).
 struct FlagNote {
   const char* flag;
   const char* text;
+  const char* value = nullptr;
 };
 
 // Accepted, and changes nothing in dlm today: each is named in one start-up line.
@@ -92,20 +94,20 @@ const FlagNote kNoEffect[] = {
     {"log-timers-to-tensorboard", "timers are not written to TensorBoard yet"},
     {"log-memory-to-tensorboard", "memory is not written to TensorBoard yet"},
     {"log-validation-ppl-to-tensorboard", "validation perplexity is not written to TensorBoard yet (the log line has it)"},
-    {"distributed-backend", "dlm's groups are MPI/NCCL (or staged), chosen by the backend"},
-    {"wandb-exp-name", "the run is named by --wandb-run-id in the `wandb sync` line printed at start-up"},
-    {"wandb-save-dir", "dlm writes no W&B folder: `wandb sync` reads the TensorBoard events"},
-    {"wandb-tags", "not passed to W&B"},
-    {"wandb-notes", "not passed to W&B"},
-    {"wandb-resume", "`wandb sync --id` adds to the run of that id"},
+    {"distributed-backend", "dlm's groups are MPI/NCCL (or staged), chosen by the backend", "NAME"},
+    {"wandb-exp-name", "the run is named by --wandb-run-id in the `wandb sync` line printed at start-up", "NAME"},
+    {"wandb-save-dir", "dlm writes no W&B folder: `wandb sync` reads the TensorBoard events", "DIR"},
+    {"wandb-tags", "not passed to W&B", "TAG"},
+    {"wandb-notes", "not passed to W&B", "TEXT"},
+    {"wandb-resume", "`wandb sync --id` adds to the run of that id", "MODE"},
 };
 
 // Refused: dlm does not do what the flag asks; the line says what it offers instead.
 const FlagNote kRefused[] = {
     {"fp16", "dlm trains in bf16 (--bf16) or fp32"},
-    {"fp8-format", "dlm has no FP8 training; use --bf16"},
-    {"fp8-amax-history-len", "dlm has no FP8 training; use --bf16"},
-    {"fp8-amax-compute-algo", "dlm has no FP8 training; use --bf16"},
+    {"fp8-format", "dlm has no FP8 training; use --bf16", "FORMAT"},
+    {"fp8-amax-history-len", "dlm has no FP8 training; use --bf16", "N"},
+    {"fp8-amax-compute-algo", "dlm has no FP8 training; use --bf16", "ALGO"},
     {"fp8-param-gather", "dlm has no FP8 training; use --bf16"},
     {"add-qkv-bias", "dlm's attention has no biases (Megatron's --disable-bias-linear model)"},
     {"add-bias-linear", "dlm's linear layers have no biases"},
@@ -117,25 +119,30 @@ const FlagNote kRefused[] = {
      "(or --model-config)"},
     {"no-save-optim", "dlm's checkpoints keep the AdamW moments; `dlm-ckpt convert --to hf` writes weights only"},
     {"async-save", "dlm saves synchronously (crash-safe, `latest` committed last)"},
-    {"step-batch-size-schedule", "dlm trains with a fixed --global-batch-size"},
-    {"rampup-batch-size", "dlm trains with a fixed --global-batch-size"},
-    {"decoupled-lr", "one learning rate for every parameter (--lr, --min-lr)"},
-    {"decoupled-min-lr", "one learning rate for every parameter (--lr, --min-lr)"},
+    {"step-batch-size-schedule", "dlm trains with a fixed --global-batch-size", "SCHEDULE"},
+    {"rampup-batch-size", "dlm trains with a fixed --global-batch-size", "START INCREMENT SAMPLES"},
+    {"decoupled-lr", "one learning rate for every parameter (--lr, --min-lr)", "LR"},
+    {"decoupled-min-lr", "one learning rate for every parameter (--lr, --min-lr)", "LR"},
     {"calculate-per-token-loss", "dlm averages the loss over each micro-batch as Megatron does without the flag"},
     {"grad-reduce-in-bf16", "dlm reduces gradients in fp32"},
     {"accumulate-allreduce-grads-in-fp32", "dlm accumulates and reduces gradients in fp32 always; drop the flag"},
     {"use-precision-aware-optimizer", "dlm keeps fp32 master weights and moments always; drop the flag"},
     {"mock-data", "give --data-path (dlm-preprocess writes .bin/.idx from JSONL)"},
     {"profile", "use --cuda-profile (the step's phases) or nsys"},
-    {"profile-step-start", "use --cuda-profile (the step's phases) or nsys"},
-    {"profile-step-end", "use --cuda-profile (the step's phases) or nsys"},
+    {"profile-step-start", "use --cuda-profile (the step's phases) or nsys", "N"},
+    {"profile-step-end", "use --cuda-profile (the step's phases) or nsys", "N"},
     {"use-dist-ckpt", "dlm writes its own checkpoint format (--ckpt-format is accepted and says where)"},
     {"tp-comm-overlap", "dlm overlaps no tensor-parallel communication with GEMMs"},
 };
 
 using Values = std::vector<std::string>;
 
-po::typed_value<Values>* any_tokens() { return po::value<Values>()->multitoken()->zero_tokens(); }
+// A switch takes no words; a flag with a value takes any number (so that a refused one is named with what followed
+// it), shown in --help by `value_name`.
+po::typed_value<Values>* words(const char* value_name) {
+  if (!value_name) return po::value<Values>()->zero_tokens();
+  return po::value<Values>()->multitoken()->zero_tokens()->value_name(value_name);
+}
 
 std::string given(const std::string& flag, const Values& v) {
   std::string s = "--" + flag;
@@ -147,11 +154,9 @@ std::string given(const std::string& flag, const Values& v) {
 
 void add_megatron_surface(po::options_description& as_is, po::options_description& no_effect,
                           po::options_description& refused) {
-  for (const AsIs& f : kAsIs)
-    as_is.add_options()(f.flag, any_tokens(),
-                        (f.value ? fmt::format("{}: {}", f.value, f.dlm) : std::string(f.dlm)).c_str());
-  for (const FlagNote& f : kNoEffect) no_effect.add_options()(f.flag, any_tokens(), f.text);
-  for (const FlagNote& f : kRefused) refused.add_options()(f.flag, any_tokens(), f.text);
+  for (const AsIs& f : kAsIs) as_is.add_options()(f.flag, words(f.value), f.dlm);
+  for (const FlagNote& f : kNoEffect) no_effect.add_options()(f.flag, words(f.value), f.text);
+  for (const FlagNote& f : kRefused) refused.add_options()(f.flag, words(f.value), f.text);
 }
 
 void check_megatron_surface(const po::variables_map& vm) {
@@ -160,7 +165,6 @@ void check_megatron_surface(const po::variables_map& vm) {
   for (const AsIs& f : kAsIs) {
     if (!vm.count(f.flag)) continue;
     const auto& v = vm[f.flag].as<Values>();
-    if (!f.value && !v.empty()) fail(fmt::format("{}: --{} takes no value ({})", given(f.flag, v), f.flag, f.dlm));
     if (f.value && (v.size() != 1 || !f.accepts(v[0])))
       fail(fmt::format("{}: not supported: {} (accepted: {})", given(f.flag, v), f.dlm, f.value));
   }

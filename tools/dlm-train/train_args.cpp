@@ -1,6 +1,8 @@
 #include "train_args.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -287,7 +289,17 @@ TrainArgs parse_train_args(int argc, char** argv) {
   auto desc = describe(a, r);
   po::variables_map vm;
   const std::vector<std::string> args = last_occurrence_wins(argc, argv);
-  po::store(po::command_line_parser(std::vector<std::string>(args.begin() + 1, args.end())).options(desc).run(), vm);
+  const std::vector<std::string> words(args.begin() + 1, args.end());
+  const po::parsed_options parsed = po::command_line_parser(words).options(desc).run();
+  // Boost drops a word that no flag takes; Megatron's argparse refuses it, and so does dlm-train.
+  if (const auto stray = po::collect_unrecognized(parsed.options, po::include_positional); !stray.empty()) {
+    const auto at = std::find(words.begin(), words.end(), stray.front());
+    const auto flag = std::find_if(std::make_reverse_iterator(at), words.rend(),
+                                   [](const std::string& w) { return w.rfind("-", 0) == 0; });
+    fail(flag == words.rend() ? fmt::format("'{}' is not a flag", stray.front())
+                              : fmt::format("'{}' after {}: not a value {} takes", stray.front(), *flag, *flag));
+  }
+  po::store(parsed, vm);
   for (const auto& arg : args)
     if (arg == "--help" || arg == "-h") {
       a.help = true;
