@@ -107,6 +107,16 @@ TEST(TrainArgs, TheLastOccurrenceOfARepeatedFlagWins) {
   EXPECT_EQ(a.trainer.lr.init_lr, 0.0);
 }
 
+// Megatron's default global batch is micro-batch x data-parallel size (was 1, which no micro-batch above 1 or
+// data-parallel run could use).
+TEST(TrainArgs, GlobalBatchDefaultsToOneMicroBatchPerDataParallelRank) {
+  EXPECT_EQ(parse({"--micro-batch-size", "4"}).trainer.global_batch_size, 4);
+  EXPECT_EQ(parse({"--micro-batch-size", "4", "--world-size", "8", "--tensor-model-parallel-size", "2"})
+                .trainer.global_batch_size, 16);
+  EXPECT_EQ(parse({"--micro-batch-size", "4", "--global-batch-size", "64"}).trainer.global_batch_size, 64);
+  EXPECT_EQ(parse({"--micro-batch-size", "4", "--world-size", "8"}).trainer.lr.global_batch_size, 32);
+}
+
 TEST(TrainArgs, MegatronResumeFlags) {
   auto a = parse({"--load", "ck", "--no-load-optim", "--exit-duration-in-mins", "1.5", "--exit-signal-handler",
                   "--no-load-rng"});

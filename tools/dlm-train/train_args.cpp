@@ -11,6 +11,7 @@
 
 #include "cuda_flags.h"
 #include "dlm/common/error.h"
+#include "dlm/train/parallel.h"
 #include "megatron_flags.h"
 #include "tokenizer_flags.h"
 
@@ -67,7 +68,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   training.add_options()
       ("seq-length", po::value(&t.seq_length)->required(), "sequence length")
       ("micro-batch-size", po::value(&t.micro_batch_size)->default_value(t.micro_batch_size), "micro-batch")
-      ("global-batch-size", po::value(&t.global_batch_size)->default_value(t.global_batch_size), "global batch (accumulated)")
+      ("global-batch-size", po::value(&t.global_batch_size)->default_value(t.global_batch_size, "micro x DP"), "global batch (accumulated); Megatron's default: one micro-batch per data-parallel rank")
       ("train-iters", po::value(&t.train_iters), "iterations (or --train-samples)")
       ("train-samples", po::value(&r.train_samples), "samples to train on (Megatron: iterations = samples / --global-batch-size; the schedule then in samples)")
       ("lr", po::value(&t.lr.max_lr)->default_value(t.lr.max_lr), "peak learning rate")
@@ -162,6 +163,13 @@ po::options_description describe(TrainArgs& a, Raw& r) {
 // refused, naming the flag, so that every accepted schedule is Megatron's to the bit.
 void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variables_map& vm) {
   auto& t = a.trainer;
+  // Megatron's default global batch: one micro-batch per data-parallel rank (the ranks the launcher started, or
+  // --world-size for a dry run, over TP x PP).
+  if (vm["global-batch-size"].defaulted()) {
+    const int world = a.world_size > 0 ? a.world_size : train::launch_info_from_environment().world_size;
+    const int model = a.tensor_parallel * a.pipeline_parallel;
+    t.global_batch_size = t.micro_batch_size * (model > 0 && world % model == 0 ? world / model : 1);
+  }
   const std::int64_t g = t.global_batch_size;
   if (g <= 0) fail(fmt::format("--global-batch-size {} must be positive", g));
   const bool by_samples = vm.count("train-samples") > 0;
