@@ -126,6 +126,7 @@ TEST(TrainArgs, MegatronResumeFlags) {
   EXPECT_TRUE(parse({"--load", "ck", "--finetune"}).finetune);
   EXPECT_EQ(error_of({"--finetune"}), "--finetune needs --load");
   EXPECT_EQ(error_of({"--no-load-optim"}), "--no-load-optim needs --load");
+  EXPECT_EQ(error_of({"--use-checkpoint-args"}), "--use-checkpoint-args needs --load");
   EXPECT_NE(error_of({"--exit-duration-in-mins", "-1"}).find("--exit-duration-in-mins -1 must be positive"), std::string::npos);
   EXPECT_NE(error_of({"--exit-duration-in-mins", "nan"}).find("--exit-duration-in-mins nan"), std::string::npos);
   EXPECT_NE(error_of({"--normalization", "LayerNorm"}).find("--normalization LayerNorm: not supported"), std::string::npos);

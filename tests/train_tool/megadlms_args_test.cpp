@@ -190,6 +190,25 @@ TEST_F(MegaDlmsArgs, CheckpointStepsSaveAfterTheListedIterations) {
   EXPECT_EQ(saved, (std::vector<std::string>{"iter_0000002", "iter_0000005", "iter_0000008"}));
 }
 
+// --use-checkpoint-args: a relaunch whose shape flags disagree with the checkpoint takes the checkpoint's shape and
+// continues the run (without the flag the same command is refused naming the difference).
+TEST_F(MegaDlmsArgs, UseCheckpointArgsTakesTheCheckpointsShape) {
+  const auto straight = dir_ / "straight.jsonl";
+  ASSERT_EQ(run(train_argv({"--train-iters", "8", "--metrics-file", straight.string()})).exit_code, 0);
+  const auto ckpt = (dir_ / "ckpt").string();
+  ASSERT_EQ(run(train_argv({"--train-iters", "8", "--save", ckpt, "--exit-interval", "4"})).exit_code, 0);
+  const auto other_shape = train_argv({"--train-iters", "8", "--load", ckpt, "--ffn-hidden-size", "96",
+                                       "--num-layers", "3", "--metrics-file", (dir_ / "resumed.jsonl").string()});
+  EXPECT_NE(last_error_line(run(other_shape), "dlm-train").find("the checkpoint has"), std::string::npos);
+  auto with_flag = other_shape;
+  with_flag.push_back("--use-checkpoint-args");
+  const auto r = run(with_flag);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--use-checkpoint-args: the model's shape from"), std::string::npos) << r.err;
+  const auto want = losses(straight);
+  EXPECT_EQ(losses(dir_ / "resumed.jsonl"), std::vector<std::string>(want.begin() + 4, want.end()));
+}
+
 // --exit-duration-in-mins: the run stops after the step that passes the limit, saves, and exits 0.
 TEST_F(MegaDlmsArgs, ExitDurationSavesAndExitsCleanly) {
   const auto ckpt = (dir_ / "ckpt").string();

@@ -114,9 +114,6 @@ const FlagNote kRefused[] = {
     {"apply-layernorm-1p", "dlm's RMSNorm multiplies by its weight (no 1 + weight)"},
     {"apply-query-key-layer-scaling", "dlm scales attention scores by 1/sqrt(head dim) only"},
     {"squared-relu", "dlm's MLP is SwiGLU (--swiglu)"},
-    {"use-checkpoint-args",
-     "dlm checks a checkpoint's model against the flags and names the first field that differs; pass the shape "
-     "(or --model-config)"},
     {"no-save-optim", "dlm's checkpoints keep the AdamW moments; `dlm-ckpt convert --to hf` writes weights only"},
     {"async-save", "dlm saves synchronously (crash-safe, `latest` committed last)"},
     {"step-batch-size-schedule", "dlm trains with a fixed --global-batch-size", "SCHEDULE"},

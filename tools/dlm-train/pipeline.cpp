@@ -187,6 +187,20 @@ bool has_checkpoint(const std::string& dir) {
   return false;
 }
 
+// --use-checkpoint-args: the model's shape is the --load checkpoint's, whatever the shape flags say (Megatron's
+// rule: the checkpoint's arguments override the command line's); the objective's flags still decide the attention.
+// Without a checkpoint there (a fresh --save D --load D run) the flags' shape stands.
+void adopt_checkpoint_shape(TrainArgs& args) {
+  if (!std::filesystem::exists(args.load) || !has_checkpoint(args.load)) return;
+  const ckpt::CheckpointReader reader(args.load);
+  const ckpt::AttentionMask mask = args.model.attention_mask;
+  args.model = reader.metadata().config;
+  args.model.attention_mask = mask;
+  args.model_config_file.clear();
+  args.vocab_size_given = true;
+  log::info("--use-checkpoint-args: the model's shape from {}/metadata.json", reader.dir());
+}
+
 // What the sample sources and the model point into.
 struct ModelOwner {
   std::shared_ptr<void> model;  // make_training_model's backend and model
@@ -198,6 +212,7 @@ struct ModelOwner {
 TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, train::DeviceGroups* device_groups) {
   TrainingSetup setup;
   if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  if (args.use_checkpoint_args) adopt_checkpoint_shape(args);
   resolve_model_config(args, setup);
   auto& t = args.trainer;
   if (t.eod_mask_loss) {

@@ -131,6 +131,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("exit-duration-in-mins", po::value(&a.exit_duration_minutes)->default_value(0), "save and exit after the step that passes N minutes since start (0: never)")
       ("no-load-optim", po::bool_switch(&a.no_load_optim), "--load the weights and the iteration, start the AdamW moments afresh")
       ("finetune", po::bool_switch(&a.finetune), "--load the weights only: iteration 0, fresh AdamW moments")
+      ("use-checkpoint-args", po::bool_switch(&a.use_checkpoint_args), "the model's shape from the --load checkpoint, over the shape flags (none there: the flags')")
       ("ckpt-format", po::value(&r.ckpt_format), "torch | torch_dist | zarr | fsdp_dtensor: dlm writes its own format (HDF5) whichever is named, and says so at start-up")
       ("non-persistent-save-interval", po::value(&r.non_persistent_interval), "accepted beyond --train-iters only (where it never fires): dlm has no non-persistent checkpoints")
       ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global | local | in_memory (with --non-persistent-save-interval)")
@@ -379,8 +380,8 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (a.save.empty() && !t.checkpoint_steps.empty()) fail("--checkpoint-steps needs --save");
   if (!(a.exit_duration_minutes >= 0))
     fail(fmt::format("--exit-duration-in-mins {} must be positive (0: no limit)", a.exit_duration_minutes));
-  if ((a.finetune || a.no_load_optim) && a.load.empty())
-    fail(fmt::format("{} needs --load", a.finetune ? "--finetune" : "--no-load-optim"));
+  if ((a.finetune || a.no_load_optim || a.use_checkpoint_args) && a.load.empty())
+    fail(fmt::format("{} needs --load", a.finetune ? "--finetune" : a.no_load_optim ? "--no-load-optim" : "--use-checkpoint-args"));
   return a;
 }
 
