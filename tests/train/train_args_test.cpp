@@ -174,6 +174,8 @@ TEST(TrainArgs, SampleBasedTrainingAndWarmupFraction) {
             "--lr-warmup-fraction and --lr-warmup-iters: give one");
   EXPECT_NE(error_of({"--train-samples", "7"}, kNoLength).find("--train-samples 7 is less than one --global-batch-size 8"),
             std::string::npos);
+  EXPECT_EQ(error_of({"--train-samples", "800", "--lr-decay-samples", "-8"}, kNoLength),
+            "--lr-decay-samples -8: must not be negative");
   EXPECT_NE(error_of({"--train-samples", "-8"}, kNoLength).find("--train-samples -8 must be positive"), std::string::npos);
   EXPECT_NE(error_of({"--train-iters", "5", "--lr-warmup-fraction", "nan"}, kNoLength).find("--lr-warmup-fraction nan"),
             std::string::npos);

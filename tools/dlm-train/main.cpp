@@ -32,6 +32,11 @@ void stop_after(double minutes) {
   }).detach();
 }
 
+// The start-up lines of the Megatron flags (train_args.h: TrainArgs::notices), once per job.
+void print_notices(const dlm::tools::TrainArgs& args) {
+  for (const auto& line : args.notices) dlm::log::info("{}", line);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,11 +54,9 @@ int main(int argc, char** argv) {
     fmt::print("{}", dlm::tools::train_usage());
     return 0;
   }
-  for (const auto& line : args.notices)
-    if (dlm::train::launch_info_from_environment().rank == 0) dlm::log::info("{}", line);
-  stop_after(args.exit_duration_minutes);
   if (args.dry_run) {
     try {
+      print_notices(args);
       fmt::print("{}", dlm::tools::dry_run_plan(args));
       return 0;
     } catch (const std::exception& e) {
@@ -64,6 +67,8 @@ int main(int argc, char** argv) {
   dlm::tools::ParallelRun parallel;
   try {
     parallel = dlm::tools::start_parallel(args, &argc, &argv);
+    if (parallel.launch.rank == 0) print_notices(args);
+    stop_after(args.exit_duration_minutes);
     // Everything that can be wrong is found here, before a parameter is allocated.
     dlm::tools::TrainingSetup setup = dlm::tools::prepare_on_every_rank(args, parallel);
     std::signal(SIGINT, on_signal);

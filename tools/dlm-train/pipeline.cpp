@@ -240,7 +240,7 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     if (!std::filesystem::exists(args.load)) fail(fmt::format("--load {}: no such folder", args.load));
     if (!has_checkpoint(args.load)) {
       // Megatron's rule, on which `--save D --load D` scripts rely: no tracker file, no checkpoint, a fresh run.
-      log::warning("--load {}: no checkpoint there (no {}); starting from scratch", args.load, "latest");
+      log::warning("--load {}: no checkpoint there (no latest); starting from scratch", args.load);
       args.load.clear();
       args.finetune = args.no_load_optim = false;
     }

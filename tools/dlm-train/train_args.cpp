@@ -207,6 +207,7 @@ void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variable
     warmup = r.warmup_fraction * decay;
   }
   const auto iterations = [g](double samples, const std::string& what) {
+    if (!(samples >= 0)) fail(fmt::format("{}: must not be negative", what));
     if (samples != std::floor(samples) || static_cast<std::int64_t>(samples) % g != 0)
       fail(fmt::format("{}: {} samples is not a whole number of iterations of --global-batch-size {} (dlm's LR "
                        "schedule changes at whole iterations)", what, samples, g));
