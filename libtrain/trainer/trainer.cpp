@@ -151,7 +151,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
   if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
   // When to save: checkpoint_saver.h.
-  SaveSchedule schedule(options_.save_interval, options_.train_iters);
+  SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps);
   const auto save_now = [&] {
     if (!save) return;
     step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });

@@ -10,17 +10,22 @@
 namespace dlm::tools {
 namespace {
 
-TrainArgs parse(std::vector<std::string> extra) {
-  std::vector<std::string> words = {"dlm-train", "--seq-length", "64", "--train-iters", "10", "--data-path", "d"};
+const std::vector<std::string> kBase = {"--seq-length", "64", "--train-iters", "10", "--data-path", "d"};
+// Without a length: the tests of --train-iters against --train-samples.
+const std::vector<std::string> kNoLength = {"--seq-length", "64", "--data-path", "d", "--global-batch-size", "8"};
+
+TrainArgs parse(std::vector<std::string> extra, const std::vector<std::string>& base = kBase) {
+  std::vector<std::string> words = {"dlm-train"};
+  words.insert(words.end(), base.begin(), base.end());
   words.insert(words.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
   return parse_train_args(static_cast<int>(argv.size()), argv.data());
 }
 
-std::string error_of(std::vector<std::string> extra) {
+std::string error_of(std::vector<std::string> extra, const std::vector<std::string>& base = kBase) {
   try {
-    parse(std::move(extra));
+    parse(std::move(extra), base);
   } catch (const Error& e) {
     return e.what();
   } catch (const boost::program_options::error& e) {  // the ranges of flag_checks.h
@@ -96,6 +101,92 @@ TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
   EXPECT_THROW(parse_train_args(3, argv.data()), boost::program_options::error);  // --seq-length missing
+}
+
+// Megatron's argparse: a repeated flag's last occurrence wins (a script's shape overridden by appended flags), for
+// switches, values and multi-word values alike; negative numbers are values.
+TEST(TrainArgs, TheLastOccurrenceOfARepeatedFlagWins) {
+  auto a = parse({"--num-layers", "28", "--bf16", "--adam-eps", "2e-8", "--data-path", "1.0", "x", "0.5", "y",
+                  "--num-layers", "2", "--bf16", "--data-path", "z", "--lr-warmup-init", "-0.5", "--lr-warmup-init", "0"});
+  EXPECT_EQ(a.model.num_layers, 2);
+  EXPECT_TRUE(a.bf16);
+  EXPECT_EQ(a.trainer.adam.eps, 2e-8);
+  EXPECT_EQ(a.data_path, std::vector<std::string>{"z"});
+  EXPECT_EQ(a.trainer.lr.init_lr, 0.0);
+}
+
+// Megatron's default global batch is micro-batch x data-parallel size (was 1, which no micro-batch above 1 or
+// data-parallel run could use).
+TEST(TrainArgs, GlobalBatchDefaultsToOneMicroBatchPerDataParallelRank) {
+  EXPECT_EQ(parse({"--micro-batch-size", "4"}).trainer.global_batch_size, 4);
+  EXPECT_EQ(parse({"--micro-batch-size", "4", "--world-size", "8", "--tensor-model-parallel-size", "2"})
+                .trainer.global_batch_size, 16);
+  EXPECT_EQ(parse({"--micro-batch-size", "4", "--global-batch-size", "64"}).trainer.global_batch_size, 64);
+  EXPECT_EQ(parse({"--micro-batch-size", "4", "--world-size", "8"}).trainer.lr.global_batch_size, 32);
+}
+
+TEST(TrainArgs, MegatronResumeFlags) {
+  auto a = parse({"--load", "ck", "--no-load-optim", "--exit-duration-in-mins", "1.5", "--exit-signal-handler",
+                  "--no-load-rng"});
+  EXPECT_TRUE(a.no_load_optim);
+  EXPECT_FALSE(a.finetune);
+  EXPECT_EQ(a.exit_duration_minutes, 1.5);
+  EXPECT_TRUE(parse({"--load", "ck", "--finetune"}).finetune);
+  EXPECT_EQ(error_of({"--finetune"}), "--finetune needs --load");
+  EXPECT_EQ(error_of({"--no-load-optim"}), "--no-load-optim needs --load");
+  EXPECT_EQ(error_of({"--use-checkpoint-args"}), "--use-checkpoint-args needs --load");
+  EXPECT_NE(error_of({"--exit-duration-in-mins", "-1"}).find("--exit-duration-in-mins -1 must be positive"), std::string::npos);
+  EXPECT_NE(error_of({"--exit-duration-in-mins", "nan"}).find("--exit-duration-in-mins nan"), std::string::npos);
+  EXPECT_NE(error_of({"--normalization", "LayerNorm"}).find("--normalization LayerNorm: not supported"), std::string::npos);
+  EXPECT_NE(error_of({"--hidden-dropout", "0.1"}).find("--hidden-dropout 0.1: not supported"), std::string::npos);
+  EXPECT_NE(error_of({"--add-qkv-bias"}).find("--add-qkv-bias: not supported"), std::string::npos);
+  EXPECT_EQ(error_of({"--swiglu", "yes"}), "'yes' after --swiglu: not a value --swiglu takes");
+  EXPECT_EQ(error_of({"--lr", "0.1", "0.2"}), "'0.2' after --lr: not a value --lr takes");
+  EXPECT_EQ(error_of({"--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
+                      "--disable-bias-linear", "--attention-dropout", "0.0", "--hidden-dropout", "0"}),
+            "");
+}
+
+// Megatron's sample-based training: iterations = samples / global batch (rounded down), the schedule in samples
+// (decay defaults to --train-samples), --lr-warmup-fraction of the decay; each unit refuses the other's flags.
+TEST(TrainArgs, SampleBasedTrainingAndWarmupFraction) {
+  auto a = parse({"--train-samples", "803", "--lr-warmup-samples", "16", "--lr-decay-samples", "640",
+                                "--lr-decay-style", "WSD", "--lr-wsd-decay-samples", "80"}, kNoLength);
+  EXPECT_EQ(a.trainer.train_iters, 100);
+  EXPECT_EQ(a.train_samples, 803);
+  EXPECT_EQ(a.trainer.lr.warmup_iters, 2);
+  EXPECT_EQ(a.trainer.lr.decay_iters, 80);
+  EXPECT_EQ(a.trainer.lr.wsd_decay_iters, 10);
+  a = parse({"--train-samples", "800", "--lr-warmup-fraction", "0.1"}, kNoLength);
+  EXPECT_EQ(a.trainer.lr.decay_iters, 100);
+  EXPECT_EQ(a.trainer.lr.warmup_iters, 10);
+  a = parse({"--train-iters", "50", "--lr-decay-iters", "40", "--lr-warmup-fraction", "0.25"}, kNoLength);
+  EXPECT_EQ(a.trainer.lr.warmup_iters, 10);
+  EXPECT_FALSE(a.train_samples);
+
+  EXPECT_EQ(error_of({}, kNoLength), "give exactly one of --train-iters and --train-samples");
+  EXPECT_EQ(error_of({"--train-iters", "5", "--train-samples", "40"}, kNoLength),
+            "give exactly one of --train-iters and --train-samples");
+  EXPECT_EQ(error_of({"--train-samples", "800", "--lr-warmup-iters", "2"}, kNoLength),
+            "--lr-warmup-iters: training is given in samples (--train-samples), so is the schedule");
+  EXPECT_EQ(error_of({"--train-iters", "100", "--lr-decay-samples", "800"}, kNoLength),
+            "--lr-decay-samples: training is given in iterations (--train-iters), so is the schedule");
+  EXPECT_EQ(error_of({"--train-samples", "800", "--lr-warmup-samples", "12"}, kNoLength),
+            "--lr-warmup-samples 12: 12 samples is not a whole number of iterations of --global-batch-size 8 (dlm's "
+            "LR schedule changes at whole iterations)");
+  EXPECT_NE(error_of({"--train-samples", "803"}, kNoLength).find("--lr-decay-samples 803 (--train-samples): 803 samples"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-iters", "50", "--lr-warmup-fraction", "0.01"}, kNoLength).find("--lr-warmup-fraction 0.01: 4"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--train-iters", "50", "--lr-warmup-iters", "2", "--lr-warmup-fraction", "0.2"}, kNoLength),
+            "--lr-warmup-fraction and --lr-warmup-iters: give one");
+  EXPECT_NE(error_of({"--train-samples", "7"}, kNoLength).find("--train-samples 7 is less than one --global-batch-size 8"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--train-samples", "800", "--lr-decay-samples", "-8"}, kNoLength),
+            "--lr-decay-samples -8: must not be negative");
+  EXPECT_NE(error_of({"--train-samples", "-8"}, kNoLength).find("--train-samples -8 must be positive"), std::string::npos);
+  EXPECT_NE(error_of({"--train-iters", "5", "--lr-warmup-fraction", "nan"}, kNoLength).find("--lr-warmup-fraction nan"),
+            std::string::npos);
 }
 
 }  // namespace

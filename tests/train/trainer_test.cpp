@@ -228,6 +228,11 @@ TEST(SaveSchedule, SavesAtIntervalsOnStopsAndAtTheEnd) {
     if (schedule.due(i, i == 5)) due.push_back(i);
   EXPECT_EQ(due, (std::vector<std::int64_t>{3, 5, 6, 9, 10}));
   EXPECT_FALSE(SaveSchedule(0, 10).due(3, false));
+  const SaveSchedule steps(0, 10, {2, 7});  // --checkpoint-steps 2,7
+  EXPECT_TRUE(steps.due(2, false));
+  EXPECT_TRUE(steps.due(7, false));
+  EXPECT_FALSE(steps.due(3, false));
+  EXPECT_TRUE(steps.due(10, false));
   EXPECT_TRUE(schedule.due_before_failing(6));
   schedule.saved(6);
   EXPECT_FALSE(schedule.due_before_failing(6));

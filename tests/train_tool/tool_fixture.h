@@ -57,8 +57,8 @@ class ToolTest : public ::testing::Test {
                                   "199", "--data-path", prefix_, "--split", "90,10,0", "--data-cache-path",
                                   (dir_ / "cache").string(), "--threads", "1", "--log-interval", "1", "--seed", "7",
                                   "--device", "cpu"};
-    // A flag of `extra` replaces the default's value (Megatron's argparse lets the last one win; the
-    // tool refuses repeats).
+    // A flag of `extra` replaces the default's value (the tool, as Megatron's argparse, would let the last
+    // occurrence win too; replacing keeps the command lines short to read in a failure).
     for (std::size_t i = 0; i < extra.size(); ++i) {
       const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
       auto at = std::find(a.begin() + 1, a.end(), extra[i]);
@@ -72,19 +72,27 @@ class ToolTest : public ::testing::Test {
     return a;
   }
   ChildResult run(const std::vector<std::string>& argv) const { return dlm::test::run(argv, (dir_ / "err").string()); }
+  // The same with stdout kept in `out` (through /bin/sh; the words are single-quoted).
+  ChildResult run_keeping_stdout(const std::vector<std::string>& argv, const std::filesystem::path& out) const {
+    std::string command = "exec";
+    for (const auto& a : argv) command += " '" + a + "'";
+    return run({"/bin/sh", "-c", command + " > '" + out.string() + "'"});
+  }
 
-  // The "loss" field of each line of a metrics file, as written (shortest round-trip decimal).
-  static std::vector<std::string> losses(const std::filesystem::path& metrics) {
+  // The `name` field of each line of a metrics file that has one, as written (shortest round-trip decimal).
+  static std::vector<std::string> metric(const std::filesystem::path& metrics, const std::string& name) {
     std::vector<std::string> out;
     std::ifstream in(metrics);
+    const std::string key = "\"" + name + "\": ";
     for (std::string line; std::getline(in, line);) {
-      const auto at = line.find("\"loss\": ");
+      const auto at = line.find(key);
       if (at == std::string::npos) continue;
       const auto end = line.find_first_of(",}", at);
-      out.push_back(line.substr(at + 8, end - at - 8));
+      out.push_back(line.substr(at + key.size(), end - at - key.size()));
     }
     return out;
   }
+  static std::vector<std::string> losses(const std::filesystem::path& metrics) { return metric(metrics, "loss"); }
 
   std::filesystem::path dir_;
   std::string prefix_;

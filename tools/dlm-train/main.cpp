@@ -1,8 +1,10 @@
 // dlm-train: trains a masked-diffusion (or AR) language model from dlm-preprocess/dlm-blend data.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -19,6 +21,21 @@ namespace {
 std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true); }
+
+// --exit-duration-in-mins: after that wall time since start the run stops as on a signal (the ranks agree on the
+// iteration, the checkpoint is saved, exit 0), as Megatron checks after each step.
+void stop_after(double minutes) {
+  if (minutes <= 0) return;
+  std::thread([minutes] {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::ratio<60>>(minutes));
+    g_stop.store(true);
+  }).detach();
+}
+
+// The start-up lines of the Megatron flags (train_args.h: TrainArgs::notices), once per job.
+void print_notices(const dlm::tools::TrainArgs& args) {
+  for (const auto& line : args.notices) dlm::log::info("{}", line);
+}
 
 }  // namespace
 
@@ -39,6 +56,7 @@ int main(int argc, char** argv) {
   }
   if (args.dry_run) {
     try {
+      print_notices(args);
       fmt::print("{}", dlm::tools::dry_run_plan(args));
       return 0;
     } catch (const std::exception& e) {
@@ -49,6 +67,8 @@ int main(int argc, char** argv) {
   dlm::tools::ParallelRun parallel;
   try {
     parallel = dlm::tools::start_parallel(args, &argc, &argv);
+    if (parallel.launch.rank == 0) print_notices(args);
+    stop_after(args.exit_duration_minutes);
     // Everything that can be wrong is found here, before a parameter is allocated.
     dlm::tools::TrainingSetup setup = dlm::tools::prepare_on_every_rank(args, parallel);
     std::signal(SIGINT, on_signal);
@@ -59,7 +79,10 @@ int main(int argc, char** argv) {
       dlm::train::run_on_stream(*parallel.device_data_parallel(), on_device->stream());
     dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel(),
                                 parallel.device_data_parallel());
-    if (setup.resume) trainer.resume(setup.resume->progress, std::move(setup.resume->optimizer));
+    if (setup.resume && setup.resume->optimizer)
+      trainer.resume(setup.resume->progress, std::move(*setup.resume->optimizer));
+    else if (setup.resume)
+      trainer.resume(setup.resume->progress);
     // When and how checkpoints are saved: dlm/train/checkpoint_saver.h.
     dlm::train::SaveFn save;
     if (!args.save.empty())

@@ -1,5 +1,7 @@
 #include "parallel_run.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -15,6 +17,12 @@ namespace dlm::tools {
 ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   ParallelRun run;
   run.launch = train::launch_info_from_environment();
+  // torchrun (torch.distributed.run) exports RANK/WORLD_SIZE/LOCAL_RANK and a rendezvous at MASTER_ADDR:MASTER_PORT,
+  // which dlm does not join yet: left alone, each process would train alone and write the same --save folder.
+  if (const char* size = std::getenv("WORLD_SIZE"); run.launch.launcher == "none" && size && std::atoi(size) > 1)
+    fail(fmt::format("WORLD_SIZE={} (torchrun): dlm-train takes its ranks from mpirun or srun, not yet from torchrun's "
+                     "rendezvous; launch `mpirun -np {} dlm-train ...` instead",
+                     size, size));
   if (args.world_size > 0 && args.world_size != run.launch.world_size)
     fail(fmt::format("--world-size {}: the launcher ({}) started {} ranks", args.world_size, run.launch.launcher,
                      run.launch.world_size));

@@ -19,6 +19,7 @@
 #include "dlm/common/log.h"
 #include "dlm/data/blend_args.h"
 #include "dlm/data/sample_reader.h"
+#include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/device.h"
 #include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
@@ -104,9 +105,14 @@ struct Splits {
 void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Splits>& keep) {
   data::MegatronDataArgs d;
   d.data_path = args.data_path;
+  d.train_data_path = args.train_data_path;
+  d.valid_data_path = args.valid_data_path;
+  d.test_data_path = args.test_data_path;
   d.split = args.split;
   d.seq_length = static_cast<std::int32_t>(args.trainer.seq_length);
-  d.train_iters = args.trainer.train_iters;
+  // Megatron sizes the training split by --train-samples when given (the last partial batch's samples included).
+  if (args.train_samples) d.train_samples = *args.train_samples;
+  else d.train_iters = args.trainer.train_iters;
   d.global_batch_size = args.trainer.global_batch_size;
   d.eval_iters = args.trainer.eval_iters;
   // Megatron sizes the validation split by its eval interval; without one, evaluate() never runs, and one
@@ -123,8 +129,10 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   if (args.trainer.eval_interval > 0) {
     auto& valid = keep->splits[1];
     if (!valid || valid->size() == 0)
-      fail(fmt::format("--eval-interval {} needs validation data, and --split {} leaves none", args.trainer.eval_interval,
-                       args.split));
+      fail(args.train_data_path.empty()
+               ? fmt::format("--eval-interval {} needs validation data, and --split {} leaves none",
+                             args.trainer.eval_interval, args.split)
+               : fmt::format("--eval-interval {} needs validation data: give --valid-data-path", args.trainer.eval_interval));
     setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
   }
   std::int64_t largest = -1;
@@ -145,6 +153,31 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
                      where, largest, setup.config.vocab_size));
 }
 
+// Whether `dir` holds a dlm checkpoint (its tracker `latest`, or a checkpoint folder itself); a folder with Megatron's
+// tracker alone holds a Megatron checkpoint, which dlm-train does not read.
+bool has_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(dir) / "latest") || fs::exists(fs::path(dir) / "metadata.json")) return true;
+  if (fs::exists(fs::path(dir) / train::kMegatronTracker))
+    fail(fmt::format("--load {}: a Megatron checkpoint ({} without dlm's latest); dlm-train reads dlm's format: "
+                     "import it with dlm-ckpt first", dir, train::kMegatronTracker));
+  return false;
+}
+
+// --use-checkpoint-args: the model's shape is the --load checkpoint's, whatever the shape flags say (Megatron's
+// rule: the checkpoint's arguments override the command line's); the objective's flags still decide the attention.
+// Without a checkpoint there (a fresh --save D --load D run) the flags' shape stands.
+void adopt_checkpoint_shape(TrainArgs& args) {
+  if (!std::filesystem::exists(args.load) || !has_checkpoint(args.load)) return;
+  const ckpt::CheckpointReader reader(args.load);
+  const ckpt::AttentionMask mask = args.model.attention_mask;
+  args.model = reader.metadata().config;
+  args.model.attention_mask = mask;
+  args.model_config_file.clear();
+  args.vocab_size_given = true;
+  log::info("--use-checkpoint-args: the model's shape from {}/metadata.json", reader.dir());
+}
+
 // What the sample sources and the model point into.
 struct ModelOwner {
   std::shared_ptr<void> model;  // make_training_model's backend and model
@@ -156,6 +189,7 @@ struct ModelOwner {
 TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, train::DeviceGroups* device_groups) {
   TrainingSetup setup;
   if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  if (args.use_checkpoint_args) adopt_checkpoint_shape(args);
   resolve_model_config(args, setup);
   auto& t = args.trainer;
   if (t.eod_mask_loss) {
@@ -181,17 +215,21 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   auto owner = std::make_shared<ModelOwner>();
   open_data(args, setup, owner->splits);
 
-  // --save D --load D on a first run (D missing, or without a checkpoint) starts fresh, as Megatron's
-  // resume-or-start idiom expects; a --load elsewhere that holds nothing stays an error (a typo).
-  if (!args.load.empty() && !args.save.empty() && !std::filesystem::exists(std::filesystem::path(args.load) / "latest") &&
-      !std::filesystem::exists(std::filesystem::path(args.load) / "metadata.json") &&
-      std::filesystem::weakly_canonical(args.load) == std::filesystem::weakly_canonical(args.save)) {
-    log::info("--load {}: no checkpoint yet; starting from iteration 0 (the folder is also --save)", args.load);
-    args.load.clear();
-  }
-  // The checkpoint's config before the model: one that disagrees is reported before any allocation.
+  // Megatron's rule, on which `--save D --load D` scripts rely: a --load folder without a checkpoint (no tracker)
+  // is a fresh run, and so is a --load that does not exist yet when it is also --save (the first run of such a
+  // script); a --load elsewhere that does not exist stays an error (a typo).
   if (!args.load.empty()) {
-    if (!std::filesystem::exists(args.load)) fail(fmt::format("--load {}: no such folder", args.load));
+    const bool missing = !std::filesystem::exists(args.load);
+    if (missing && (args.save.empty() || std::filesystem::weakly_canonical(args.load) !=
+                                             std::filesystem::weakly_canonical(args.save)))
+      fail(fmt::format("--load {}: no such folder", args.load));
+    if (missing || !has_checkpoint(args.load)) {
+      log::warning("--load {}: no checkpoint there (no latest); starting from scratch", args.load);
+      args.load.clear();
+      args.finetune = args.no_load_optim = false;
+    }
+  }
+  if (!args.load.empty()) {
     const ckpt::CheckpointReader reader(args.load);
     ckpt::ModelConfig stored = reader.metadata().config;
     const ckpt::TrainingState& state = reader.metadata().state;
@@ -231,8 +269,14 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
                                             : train::load_train_checkpoint(args.load, params, t.adam);
     train::restore_weights(checkpoint, params);
     if (auto* on_device = setup.model->device_training()) on_device->commit_parameters();
-    setup.resume = ResumeState{checkpoint.progress, std::move(checkpoint.optimizer)};
-    log::info("resuming {} at iteration {}", checkpoint.dir, setup.resume->progress.iteration);
+    if (args.finetune) {
+      log::info("--finetune: weights of {}; iteration 0, fresh AdamW moments", checkpoint.dir);
+    } else {
+      setup.resume = ResumeState{checkpoint.progress, std::nullopt};
+      if (!args.no_load_optim) setup.resume->optimizer = std::move(checkpoint.optimizer);
+      log::info("resuming {} at iteration {}{}", checkpoint.dir, setup.resume->progress.iteration,
+                args.no_load_optim ? " (--no-load-optim: fresh AdamW moments)" : "");
+    }
   }
   std::int64_t parameters = 0;
   for (const auto& spec : ckpt::model_tensors(setup.config)) parameters += ckpt::element_count(spec.shape);
@@ -248,7 +292,9 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
 
 ckpt::ModelConfig resolve_model(TrainArgs& args) {
   TrainingSetup setup;
-  if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  // With --vocab-size or --model-config the shape needs no tokenizer (whose files may live on the cluster only).
+  if (!args.tokenizer.type.empty() && !args.vocab_size_given && args.model_config_file.empty())
+    setup.tokenizer = data::make_tokenizer(args.tokenizer);
   // The mask token changes no shape: a dry run needs none.
   auto& objective = args.trainer.objective;
   const auto kind = objective.kind;

@@ -20,7 +20,7 @@ namespace dlm::tools {
 
 struct ResumeState {
   train::TrainProgress progress;
-  train::AdamW optimizer{{}};
+  std::optional<train::AdamW> optimizer;  // none with --no-load-optim: the moments start afresh
 };
 
 struct TrainingSetup {

@@ -1,6 +1,10 @@
 #include "train_args.h"
 
+#include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -8,6 +12,8 @@
 
 #include "cuda_flags.h"
 #include "dlm/common/error.h"
+#include "dlm/train/parallel.h"
+#include "megatron_flags.h"
 #include "tokenizer_flags.h"
 #include "dlm/common/thread_pool.h"
 #include "flag_checks.h"
@@ -23,6 +29,12 @@ struct Raw {
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
+  std::string ckpt_format, non_persistent_type, non_persistent_dir, wandb_project, wandb_entity, wandb_run_id,
+      wandb_mode = "online";
+  std::int64_t non_persistent_interval = 0;
+  std::int64_t train_samples = 0, warmup_samples = 0, decay_samples = 0, wsd_decay_samples = 0;
+  double warmup_fraction = -1;
+  std::string checkpoint_steps;
   bool untie = false, qk_layernorm = false, group_query_attention = false;
 };
 
@@ -59,8 +71,9 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   training.add_options()
       ("seq-length", po::value(&t.seq_length)->required(), "sequence length")
       ("micro-batch-size", po::value(&t.micro_batch_size)->default_value(t.micro_batch_size), "micro-batch")
-      ("global-batch-size", po::value(&t.global_batch_size)->default_value(t.global_batch_size), "global batch (accumulated)")
-      ("train-iters", po::value(&t.train_iters)->required(), "iterations")
+      ("global-batch-size", po::value(&t.global_batch_size)->default_value(t.global_batch_size, "micro x DP"), "global batch (accumulated); Megatron's default: one micro-batch per data-parallel rank")
+      ("train-iters", po::value(&t.train_iters), "iterations (or --train-samples)")
+      ("train-samples", po::value(&r.train_samples), "samples to train on (Megatron: iterations = samples / --global-batch-size; the schedule then in samples)")
       ("lr", po::value(&t.lr.max_lr)->default_value(t.lr.max_lr), "peak learning rate")
       ("min-lr", po::value(&t.lr.min_lr)->default_value(t.lr.min_lr), "final learning rate")
       ("lr-warmup-iters", po::value(&t.lr.warmup_iters)->default_value(0), "warmup iterations")
@@ -69,6 +82,10 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("lr-decay-style", po::value(&r.lr_decay_style)->default_value(r.lr_decay_style), "constant | linear | cosine | inverse-square-root | WSD")
       ("lr-wsd-decay-style", po::value(&r.wsd_style)->default_value(r.wsd_style), "linear | cosine | exponential | minus_sqrt")
       ("lr-wsd-decay-iters", po::value(&t.lr.wsd_decay_iters)->default_value(0), "WSD tail iterations")
+      ("lr-warmup-samples", po::value(&r.warmup_samples), "warmup samples (with --train-samples)")
+      ("lr-decay-samples", po::value(&r.decay_samples), "decay samples (with --train-samples; default: --train-samples)")
+      ("lr-wsd-decay-samples", po::value(&r.wsd_decay_samples), "WSD tail samples (with --train-samples)")
+      ("lr-warmup-fraction", po::value(&r.warmup_fraction), "warmup as a fraction of the decay (instead of --lr-warmup-iters/-samples)")
       ("weight-decay", po::value(&t.adam.weight_decay)->default_value(t.adam.weight_decay), "AdamW decay (none on norms)")
       ("adam-beta1", po::value(&t.adam.beta1)->default_value(t.adam.beta1), "")
       ("adam-beta2", po::value(&t.adam.beta2)->default_value(t.adam.beta2), "")
@@ -101,6 +118,9 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   po::options_description data("data");
   data.add_options()
       ("data-path", po::value(&a.data_path)->multitoken(), "[weight] prefix ... (dlm-preprocess output)")
+      ("train-data-path", po::value(&a.train_data_path)->multitoken(), "[weight] prefix ... of the training split (--split then unused)")
+      ("valid-data-path", po::value(&a.valid_data_path)->multitoken(), "[weight] prefix ... of the validation split")
+      ("test-data-path", po::value(&a.test_data_path)->multitoken(), "[weight] prefix ... of the test split")
       ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
       ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached");
   add_tokenizer_flags(data, a.tokenizer);
@@ -110,14 +130,33 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("load", po::value(&a.load), "checkpoint folder to resume from")
       ("save-interval", po::value(&t.save_interval)->default_value(0), "save every N iterations")
       ("exit-interval", po::value(&t.exit_interval)->default_value(0), "save and exit at a multiple of N")
+      ("checkpoint-steps", po::value(&r.checkpoint_steps), "MegaDLMs: also save after these iterations (comma-separated, e.g. 100,200)")
+      ("exit-duration-in-mins", po::value(&a.exit_duration_minutes)->default_value(0), "save and exit after the step that passes N minutes since start (0: never)")
+      ("no-load-optim", po::bool_switch(&a.no_load_optim), "--load the weights and the iteration, start the AdamW moments afresh")
+      ("finetune", po::bool_switch(&a.finetune), "--load the weights only: iteration 0, fresh AdamW moments")
+      ("use-checkpoint-args", po::bool_switch(&a.use_checkpoint_args), "the model's shape from the --load checkpoint, over the shape flags (none there: the flags')")
+      ("ckpt-format", po::value(&r.ckpt_format), "torch | torch_dist | zarr | fsdp_dtensor: dlm writes its own format (HDF5) whichever is named, and says so at start-up")
+      ("non-persistent-save-interval", po::value(&r.non_persistent_interval), "accepted beyond --train-iters only (where it never fires): dlm has no non-persistent checkpoints")
+      ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global | local | in_memory (with --non-persistent-save-interval)")
+      ("non-persistent-global-ckpt-dir", po::value(&r.non_persistent_dir), "(with --non-persistent-save-interval)")
+      ("wandb-project", po::value(&r.wandb_project), "W&B: dlm prints the `wandb sync --sync-tensorboard` command for its TensorBoard events (needs --tensorboard-dir)")
+      ("wandb-entity", po::value(&r.wandb_entity), "W&B entity, in that command")
+      ("wandb-run-id", po::value(&r.wandb_run_id), "W&B run id, in that command")
+      ("wandb-mode", po::value(&r.wandb_mode)->default_value(r.wandb_mode), "online | offline | disabled (disabled: no command printed)")
       ("eval-interval", po::value(&t.eval_interval)->default_value(0), "validate every N iterations")
       ("eval-iters", po::value(&t.eval_iters)->default_value(t.eval_iters), "validation batches")
       ("log-interval", po::value(&t.log_interval)->default_value(t.log_interval), "iterations per log line")
       ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
-  po::options_description all("dlm-train: train a diffusion (or AR) language model from .bin/.idx data");
-  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io);
+  po::options_description as_is("Megatron flags that state what dlm does (another value fails, naming it)");
+  po::options_description no_effect("Megatron flags accepted with no effect in dlm (named in a start-up line)");
+  po::options_description refused("Megatron flags dlm refuses (the error says what to use instead)");
+  add_megatron_surface(as_is, no_effect, refused);
+  po::options_description all(
+      "dlm-train: train a diffusion (or AR) language model from .bin/.idx data.\n"
+      "A flag given twice: the last one wins (Megatron's argparse rule).");
+  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io).add(as_is).add(no_effect).add(refused);
   return all;
 }
 
@@ -170,6 +209,137 @@ void check_ranges(const TrainArgs& a, const Raw& r, const po::variables_map& vm)
   in_range("log-interval", t.log_interval, 1, kBig);
 }
 
+// Megatron's two ways to give the length and the LR schedule (training.py, get_optimizer_param_scheduler): in
+// iterations (--train-iters, --lr-*-iters) or in samples (--train-samples, --lr-*-samples; iterations = samples /
+// global batch, rounded down), with --lr-warmup-fraction of the decay in either. dlm's schedule computes in samples
+// too but steps its boundaries by whole iterations: a sample count that is not a multiple of the global batch is
+// refused, naming the flag, so that every accepted schedule is Megatron's to the bit.
+void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variables_map& vm) {
+  auto& t = a.trainer;
+  in_range("micro-batch-size", t.micro_batch_size, 1, 1 << 20);  // before it sizes the default global batch
+  // Megatron's default global batch: one micro-batch per data-parallel rank (the ranks the launcher started, or
+  // --world-size for a dry run, over TP x PP).
+  if (vm["global-batch-size"].defaulted()) {
+    const int world = a.world_size > 0 ? a.world_size : train::launch_info_from_environment().world_size;
+    const int model = a.tensor_parallel * a.pipeline_parallel;
+    t.global_batch_size = t.micro_batch_size * (model > 0 && world % model == 0 ? world / model : 1);
+  }
+  const std::int64_t g = t.global_batch_size;
+  if (g <= 0) fail(fmt::format("--global-batch-size {} must be positive", g));
+  const bool by_samples = vm.count("train-samples") > 0;
+  if (by_samples == (vm.count("train-iters") > 0)) fail("give exactly one of --train-iters and --train-samples");
+  const bool fraction = vm.count("lr-warmup-fraction") > 0;
+  if (fraction && !(r.warmup_fraction >= 0 && r.warmup_fraction < 1))
+    fail(fmt::format("--lr-warmup-fraction {} must be in [0, 1)", r.warmup_fraction));
+  const char* other = nullptr;  // a flag of the other unit, which Megatron refuses too
+  double decay, warmup, wsd;
+  if (by_samples) {
+    if (r.train_samples <= 0) fail(fmt::format("--train-samples {} must be positive", r.train_samples));
+    t.train_iters = r.train_samples / g;
+    if (t.train_iters == 0)
+      fail(fmt::format("--train-samples {} is less than one --global-batch-size {}", r.train_samples, g));
+    a.train_samples = r.train_samples;
+    for (const char* f : {"lr-decay-iters", "lr-warmup-iters", "lr-wsd-decay-iters"})
+      if (vm.count(f) && !vm[f].defaulted()) other = f;
+    decay = static_cast<double>(vm.count("lr-decay-samples") ? r.decay_samples : r.train_samples);
+    warmup = static_cast<double>(r.warmup_samples);
+    wsd = static_cast<double>(r.wsd_decay_samples);
+  } else {
+    constexpr std::int64_t kBig = std::int64_t{1} << 40;
+    in_range("train-iters", t.train_iters, 1, kBig);
+    in_range("lr-warmup-iters", t.lr.warmup_iters, 0, kBig);
+    in_range("lr-decay-iters", r.lr_decay_iters, 0, kBig);
+    in_range("lr-wsd-decay-iters", t.lr.wsd_decay_iters, 0, kBig);
+    for (const char* f : {"lr-decay-samples", "lr-warmup-samples", "lr-wsd-decay-samples"})
+      if (vm.count(f)) other = f;
+    decay = static_cast<double>((r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters) * g);
+    warmup = static_cast<double>(t.lr.warmup_iters * g);
+    wsd = static_cast<double>(t.lr.wsd_decay_iters * g);
+  }
+  if (other)
+    fail(fmt::format("--{}: training is given in {} (--{}), so is the schedule", other,
+                     by_samples ? "samples" : "iterations", by_samples ? "train-samples" : "train-iters"));
+  if (fraction) {
+    if (by_samples ? vm.count("lr-warmup-samples") > 0 : t.lr.warmup_iters != 0)
+      fail(fmt::format("--lr-warmup-fraction and --lr-warmup-{}: give one", by_samples ? "samples" : "iters"));
+    warmup = r.warmup_fraction * decay;
+  }
+  const auto iterations = [g](double samples, const std::string& what) {
+    if (!(samples >= 0)) fail(fmt::format("{}: must not be negative", what));
+    if (samples != std::floor(samples) || static_cast<std::int64_t>(samples) % g != 0)
+      fail(fmt::format("{}: {} samples is not a whole number of iterations of --global-batch-size {} (dlm's LR "
+                       "schedule changes at whole iterations)", what, samples, g));
+    return static_cast<std::int64_t>(samples) / g;
+  };
+  // In iterations every count is a multiple of the batch: only a sample count or the fraction can be refused.
+  t.lr.decay_iters = iterations(decay, fmt::format("--lr-decay-samples {}{}", decay,
+                                                   vm.count("lr-decay-samples") ? "" : " (--train-samples)"));
+  t.lr.warmup_iters = iterations(warmup, fraction ? fmt::format("--lr-warmup-fraction {}", r.warmup_fraction)
+                                                  : fmt::format("--lr-warmup-samples {}", r.warmup_samples));
+  t.lr.wsd_decay_iters = iterations(wsd, fmt::format("--lr-wsd-decay-samples {}", r.wsd_decay_samples));
+}
+
+// MegaDLMs' --checkpoint-steps "100,200": the iterations after which to save (MegaDLMs itself ignores a list it cannot
+// read, and saves before it counts the step, so its checkpoint named N holds N + 1 iterations; dlm refuses the
+// former and saves after the named iteration).
+std::set<std::int64_t> checkpoint_steps(const std::string& list, std::int64_t train_iters) {
+  std::set<std::int64_t> steps;
+  for (std::size_t at = 0; at < list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string word = list.substr(at, comma - at);
+    at = comma + 1;
+    if (word.empty()) continue;
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != word.size() || v < 1 || v > train_iters)
+      fail(fmt::format("--checkpoint-steps {}: '{}' is not an iteration in [1, --train-iters {}]", list, word,
+                       train_iters));
+    steps.insert(v);
+  }
+  return steps;
+}
+
+// The checkpoint-format, non-persistent and W&B flags: validated, and what they mean for dlm put in a start-up line.
+void megatron_checkpoint_and_logging(TrainArgs& a, const Raw& r) {
+  const auto one_of = [](const std::string& v, std::initializer_list<const char*> ok) {
+    for (const char* o : ok)
+      if (v == o) return true;
+    return false;
+  };
+  if (!r.ckpt_format.empty()) {
+    if (!one_of(r.ckpt_format, {"torch", "torch_dist", "zarr", "fsdp_dtensor"}))
+      fail(fmt::format("--ckpt-format {}: not torch, torch_dist, zarr or fsdp_dtensor", r.ckpt_format));
+    a.notices.push_back(fmt::format(
+        "--ckpt-format {}: checkpoints are dlm's own format (HDF5{}); `dlm-ckpt convert --from native --to hf "
+        "{} OUT` makes a Hugging Face copy",
+        r.ckpt_format, a.save.empty() ? "" : " under " + a.save, a.save.empty() ? "DIR" : a.save));
+  }
+  if (r.non_persistent_interval != 0 && r.non_persistent_interval <= a.trainer.train_iters)
+    fail(fmt::format("--non-persistent-save-interval {}: not supported: dlm has no non-persistent checkpoints "
+                     "(accepted only beyond --train-iters {}, where it never fires); use --save-interval",
+                     r.non_persistent_interval, a.trainer.train_iters));
+  if (r.non_persistent_interval < 0)
+    fail(fmt::format("--non-persistent-save-interval {} must be positive", r.non_persistent_interval));
+  if (!r.non_persistent_type.empty() && !one_of(r.non_persistent_type, {"global", "local", "in_memory"}))
+    fail(fmt::format("--non-persistent-ckpt-type {}: not global, local or in_memory", r.non_persistent_type));
+  if (!one_of(r.wandb_mode, {"online", "offline", "disabled"}))
+    fail(fmt::format("--wandb-mode {}: not online, offline or disabled", r.wandb_mode));
+  if (!r.wandb_project.empty() && r.wandb_mode != "disabled") {
+    if (a.trainer.tensorboard_dir.empty())
+      fail(fmt::format("--wandb-project {}: dlm reaches W&B through its TensorBoard events: give --tensorboard-dir",
+                       r.wandb_project));
+    a.notices.push_back(fmt::format(
+        "--wandb-project {}: dlm-train does not talk to W&B; sync its TensorBoard events with: wandb sync "
+        "--sync-tensorboard -p {}{}{} {}",
+        r.wandb_project, r.wandb_project, r.wandb_entity.empty() ? "" : " -e " + r.wandb_entity,
+        r.wandb_run_id.empty() ? "" : " --id " + r.wandb_run_id, a.trainer.tensorboard_dir));
+  }
+}
+
 }  // namespace
 
 std::string train_usage() {
@@ -186,14 +356,29 @@ TrainArgs parse_train_args(int argc, char** argv) {
   Raw r;
   auto desc = describe(a, r);
   po::variables_map vm;
-  po::store(checked(po::command_line_parser(argc, argv).options(desc).run()), vm);
-  for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+  const std::vector<std::string> args = last_occurrence_wins(argc, argv);
+  const std::vector<std::string> words(args.begin() + 1, args.end());
+  const po::parsed_options parsed = checked(po::command_line_parser(words).options(desc).run());
+  // Boost drops a word that no flag takes; Megatron's argparse refuses it, and so does dlm-train.
+  if (const auto stray = po::collect_unrecognized(parsed.options, po::include_positional); !stray.empty()) {
+    const auto at = std::find(words.begin(), words.end(), stray.front());
+    const auto flag = std::find_if(std::make_reverse_iterator(at), words.rend(),
+                                   [](const std::string& w) { return w.rfind("-", 0) == 0; });
+    fail(flag == words.rend() ? fmt::format("'{}' is not a flag", stray.front())
+                              : fmt::format("'{}' after {}: not a value {} takes", stray.front(), *flag, *flag));
+  }
+  po::store(parsed, vm);
+  for (const auto& arg : args)
+    if (arg == "--help" || arg == "-h") {
       a.help = true;
       return a;
     }
   po::notify(vm);
+  training_length_and_schedule(a, r, vm);
   check_ranges(a, r, vm);
+  check_megatron_surface(vm);
+  if (auto line = no_effect_notice(vm); !line.empty()) a.notices.push_back(std::move(line));
+  megatron_checkpoint_and_logging(a, r);
   auto& m = a.model;
   auto& t = a.trainer;
   m.tie_word_embeddings = !r.untie;
@@ -213,8 +398,10 @@ TrainArgs parse_train_args(int argc, char** argv) {
     fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
                      m.num_attention_heads));
   // --vocab-size is the tokenizer's (NullTokenizer, TikTokenizer) and the model's vocabulary.
+  // NullTokenizer's vocabulary is --vocab-size + 1 (its eod, the id one past), and Megatron sizes the model by it.
   if (a.tokenizer.vocab_size.value_or(0) > 0)
-    m.vocab_size = static_cast<std::int64_t>(*a.tokenizer.vocab_size), a.vocab_size_given = true;
+    m.vocab_size = static_cast<std::int64_t>(*a.tokenizer.vocab_size) + (a.tokenizer.type == "NullTokenizer" ? 1 : 0),
+    a.vocab_size_given = true;
   if (r.mask_token >= 0) t.objective.mask_token = r.mask_token;
   if (!r.schedule.empty() && r.schedule != "llada")
     fail(fmt::format("--difflm-mask-schedule: '{}' is not llada", r.schedule));
@@ -227,7 +414,6 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!diffusion && m.attention_mask != ckpt::AttentionMask::kCausal)
     fail("--model-running-mode vanilla trains next-token prediction: it needs --attention-mask-type causal");
   t.objective.seed = a.seed;
-  t.lr.decay_iters = r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters;
   t.lr.style = train::parse_lr_decay_style(r.lr_decay_style);
   t.on_non_finite = train::parse_non_finite_policy(r.on_nan);
   t.lr.wsd_style = train::parse_wsd_decay_style(r.wsd_style);
@@ -244,8 +430,18 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!(a.timeout_minutes > 0)) fail(fmt::format("--distributed-timeout-minutes {} must be positive", a.timeout_minutes));
   if (t.ddp_bucket_size < 1)
     fail(fmt::format("--ddp-bucket-size {} must be positive (gradient elements per bucket)", t.ddp_bucket_size));
-  if (a.data_path.empty() && !a.dry_run) fail("--data-path is required (a dlm-preprocess output prefix)");
+  const bool per_split = !a.train_data_path.empty() || !a.valid_data_path.empty() || !a.test_data_path.empty();
+  if (!a.data_path.empty() && per_split) fail("--data-path and --train-data-path/--valid-data-path/--test-data-path exclude each other");
+  if (per_split && a.train_data_path.empty() && !a.dry_run) fail("--valid-data-path/--test-data-path need --train-data-path");
+  if (a.data_path.empty() && !per_split && !a.dry_run)
+    fail("--data-path (or --train-data-path) is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
+  t.checkpoint_steps = checkpoint_steps(r.checkpoint_steps, t.train_iters);
+  if (a.save.empty() && !t.checkpoint_steps.empty()) fail("--checkpoint-steps needs --save");
+  if (!(a.exit_duration_minutes >= 0))
+    fail(fmt::format("--exit-duration-in-mins {} must be positive (0: no limit)", a.exit_duration_minutes));
+  if ((a.finetune || a.no_load_optim || a.use_checkpoint_args) && a.load.empty())
+    fail(fmt::format("{} needs --load", a.finetune ? "--finetune" : a.no_load_optim ? "--no-load-optim" : "--use-checkpoint-args"));
   return a;
 }
 

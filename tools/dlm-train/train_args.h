@@ -19,10 +19,16 @@ struct TrainArgs {
   std::string model_config_file;   // --model-config: dlm JSON or a Hugging Face config.json
   train::TrainerOptions trainer;
   std::vector<std::string> data_path;  // --data-path [weight] prefix ...
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // --train-data-path ... (per split)
   std::string split = "969,30,1";      // --split
   std::string data_cache_path;         // --data-cache-path
   data::TokenizerOptions tokenizer;
   std::string save, load;              // --save, --load
+  bool no_load_optim = false;          // --no-load-optim: weights and progress from --load, fresh AdamW moments
+  bool finetune = false;               // --finetune: weights only from --load, iteration 0, fresh moments
+  bool use_checkpoint_args = false;    // --use-checkpoint-args: the model's shape from the --load checkpoint
+  double exit_duration_minutes = 0;    // --exit-duration-in-mins (0: none): stop and save after this wall time
+  std::optional<std::int64_t> train_samples;  // --train-samples (trainer.train_iters is then samples / global batch)
   std::uint64_t seed = 1234;           // --seed
   bool vocab_size_given = false;       // --vocab-size was set (else: the tokenizer's, or the model config's)
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
@@ -41,6 +47,9 @@ struct TrainArgs {
   bool dry_run = false;                // --dry-run: print each rank's memory and traffic, allocate nothing
   int world_size = 0;                  // --world-size: the ranks a dry run plans for (0: the launcher's)
   bool help = false;
+  // Lines for the log at start-up: Megatron flags that change nothing in dlm, where checkpoints go
+  // (--ckpt-format), the `wandb sync` command for --wandb-project.
+  std::vector<std::string> notices;
 };
 
 // Parses argv; throws boost::program_options::error for usage errors and dlm::Error for values that

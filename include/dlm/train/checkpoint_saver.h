@@ -1,6 +1,7 @@
 // When a training run saves a checkpoint, what it writes and which ranks write it: the save policy, in one place.
 //
 // When (SaveSchedule, which Trainer::run asks after every iteration): after each --save-interval-th iteration;
+// after each iteration listed by --checkpoint-steps;
 // after the iteration on which the ranks agreed to stop (SIGINT/SIGTERM on any rank, --exit-interval); after the
 // last iteration (--train-iters); and, before the run fails on a non-finite loss or gradient norm, the weights
 // from before that step (the last good state), unless that iteration was saved already.
@@ -8,7 +9,9 @@
 // What (CheckpointSaver, the SaveFn dlm-train hands the trainer): the weights, the whole AdamW state, the
 // progress (iteration, consumed samples, optimizer steps) and the run's flags as metadata, in libckpt's native
 // format (train_checkpoint.h): written under a temporary name and committed atomically, so the tracker
-// ROOT/latest always names the newest complete checkpoint.
+// ROOT/latest always names the newest complete checkpoint. After each commit, world rank 0 also replaces
+// Megatron's tracker ROOT/latest_checkpointed_iteration.txt (the iteration in decimal, as Megatron writes it;
+// temp + fsync + rename) for the scripts that read it; it never names an iteration `latest` does not.
 //
 // Who: on one process it writes everything. Data-parallel replicas hold the same weights and (gathered) moments:
 // rank 0 writes and the others wait at a barrier for the commit, so no rank runs ahead of a save that may still
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "dlm/ckpt/model_config.h"
@@ -28,14 +32,18 @@
 
 namespace dlm::train {
 
+// Megatron's tracker file, beside dlm's `latest`.
+inline constexpr const char* kMegatronTracker = "latest_checkpointed_iteration.txt";
+
 class SaveSchedule {
  public:
-  // --save-interval (0: no periodic saves) and --train-iters.
-  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters)
-      : interval_(save_interval), train_iters_(train_iters) {}
+  // --save-interval (0: no periodic saves), --train-iters and --checkpoint-steps (iterations after which to save).
+  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters, std::set<std::int64_t> steps = {})
+      : interval_(save_interval), train_iters_(train_iters), steps_(std::move(steps)) {}
   // After `iteration` iterations (1-based), `stopping` when the ranks agreed to stop after it.
   bool due(std::int64_t iteration, bool stopping) const {
-    return (interval_ > 0 && iteration % interval_ == 0) || stopping || iteration == train_iters_;
+    return (interval_ > 0 && iteration % interval_ == 0) || stopping || iteration == train_iters_ ||
+           steps_.count(iteration) > 0;
   }
   // Before failing on a non-finite step taken after `iteration` iterations: its weights are still those of
   // `iteration`.
@@ -44,6 +52,7 @@ class SaveSchedule {
 
  private:
   std::int64_t interval_, train_iters_;
+  std::set<std::int64_t> steps_;
   std::int64_t last_saved_ = -1;
 };
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -146,6 +147,7 @@ struct TrainerOptions {
   std::optional<std::int32_t> eod_token;  // with eod_mask_loss: loss_mask 0 where the label is eod
   bool eod_mask_loss = false;          // --eod-mask-loss
   std::int64_t exit_interval = 0;      // --exit-interval: stop (after saving) at a multiple of it
+  std::set<std::int64_t> checkpoint_steps;  // --checkpoint-steps: also save after these iterations
   AdamWOptions adam;
   LrScheduleOptions lr;
   ObjectiveOptions objective;
@@ -191,6 +193,8 @@ class Trainer {
   // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
   // business); under the distributed optimizer each rank keeps its shard of the moments.
   void resume(const TrainProgress& progress, AdamW optimizer_state);
+  // The same without the optimizer's state: its moments start afresh (--no-load-optim).
+  void resume(const TrainProgress& progress) { progress_ = progress; }
   // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never).
   // Returns the stats of every iteration run (losses are what the resume test compares).
   std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr);
