@@ -18,7 +18,7 @@ PieceTrie::PieceTrie(Keys keys) {
   // Nodes without children step into a block where no slot is taken.
   const auto leaves = static_cast<std::uint32_t>(nodes_.size());
   for (std::size_t i = 1; i < nodes_.size(); ++i)
-    if (nodes_[i].tail != kFree && (nodes_[i].base & kBaseMask) == 0) nodes_[i].base |= leaves;
+    if (nodes_[i].tail != kFree && nodes_[i].base == 0) nodes_[i].base = leaves;
   nodes_.resize(nodes_.size() + 257);
   skip_ = {};
   base_used_ = {};
@@ -76,8 +76,7 @@ void PieceTrie::build(const Keys& keys) {
     auto [lo, hi, depth, node] = stack.back();
     stack.pop_back();
     if (keys[lo].text.size() == depth) {
-      nodes_[node].base |= kKeyBit;
-      nodes_[node].tail = (nodes_[node].tail & kLabelMask) | static_cast<std::uint32_t>(keys[lo].value) << 9;
+      nodes_[node].tail = (nodes_[node].tail & kLabelMask) | static_cast<std::uint32_t>(keys[lo].value) << 9 | kKeyBit;
       weights_[static_cast<std::size_t>(keys[lo].value)] = keys[lo].weight;
       ++lo;
     }
@@ -93,7 +92,7 @@ void PieceTrie::build(const Keys& keys) {
     }
     starts.push_back(hi);
     const std::uint32_t base = place(labels);
-    nodes_[node].base |= base;
+    nodes_[node].base = base;
     for (const unsigned char c : labels) nodes_[base + c].tail = c;
     for (std::size_t k = 0; k < labels.size(); ++k) stack.push_back({starts[k], starts[k + 1], depth + 1, base + labels[k]});
   }

@@ -20,7 +20,7 @@ class PieceTrie {
  public:
   struct Key {
     std::string text;
-    std::int32_t value;  // 0 <= value < 2^23
+    std::int32_t value;  // 0 <= value < 2^22
     float weight;
     bool operator<(const Key& o) const { return text < o.text; }
   };
@@ -28,29 +28,30 @@ class PieceTrie {
   explicit PieceTrie(std::vector<Key> keys);
   PieceTrie() = default;
 
-  static constexpr std::int32_t kMaxValue = (1 << 23) - 1;
+  static constexpr std::int32_t kMaxValue = (1 << 22) - 1;
 
   // Calls on_key(length, value) for each key that is a prefix of `text`, shortest first. `text` must
   // end with a NUL byte (no key holds one), where the walk stops at the latest.
   template <class OnKey>
   void prefixes(const unsigned char* text, OnKey&& on_key) const {
-    std::uint32_t base = nodes_[0].base & kBaseMask;
+    std::uint32_t base = nodes_[0].base;
     for (std::size_t length = 1;; ++length) {
       const unsigned c = text[length - 1];
       const Slot s = nodes_[base + c];
       if ((s.tail & kLabelMask) != c) return;
-      if ((s.base & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>(s.tail >> 9));
-      base = s.base & kBaseMask;
+      if ((s.tail & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>((s.tail >> 9) & kMaxValue));
+      base = s.base;
     }
   }
   float weight(std::int32_t value) const { return weights_[static_cast<std::size_t>(value)]; }
 
  private:
-  static constexpr std::uint32_t kKeyBit = 0x80000000u, kBaseMask = 0x7FFFFFFFu;
+  static constexpr std::uint32_t kKeyBit = 0x80000000u;
   static constexpr std::uint32_t kLabelMask = 0x1FFu, kFree = 0x1FFu;  // no byte is 0x1FF
   struct Slot {
-    std::uint32_t base = 0;     // bit 31: a key ends here
-    std::uint32_t tail = kFree;  // bits 0-8: the byte that leads here; bits 9-31: the key's value
+    // The base alone, so that a step's next slot is one add away from the slot read.
+    std::uint32_t base = 0;
+    std::uint32_t tail = kFree;  // bits 0-8: the byte that leads here; 9-30: the key's value; 31: a key ends here
   };
   using Keys = std::vector<Key>;
   void build(const Keys& keys);

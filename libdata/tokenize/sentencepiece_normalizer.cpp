@@ -78,14 +78,18 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     replacements_ = std::string_view(charsmap_).substr(4 + std::size_t{bytes});
   }
   for (const auto& p : m.pieces)
-    if (p.type == Type::kUserDefined) user_[static_cast<unsigned char>(p.piece[0])].push_back(p.piece);
+    if (p.type == Type::kUserDefined) {
+      user_[static_cast<unsigned char>(p.piece[0])].push_back(p.piece);
+      user_first_[static_cast<unsigned char>(p.piece[0])] = true;
+    }
   for (auto& list : user_) {
     std::sort(list.begin(), list.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     list.erase(std::unique(list.begin(), list.end()), list.end());
   }
   // An ASCII byte's own rule (or the byte itself) is all that applies when its trie node has no
   // child (ascii_simple_), or no ASCII child and an ASCII byte or the end follows (ascii_copy_,
-  // ascii_space_): NFKC's rules for a letter and a combining mark start with the letter.
+  // ascii_space_): NFKC's rules for a letter and a combining mark start with the letter. Where a
+  // user-defined piece starts with the byte, that holds only where none of them starts (user_at).
   static const std::string kAscii = [] {
     std::string a(128, '\0');
     for (unsigned c = 0; c < 128; ++c) a[c] = static_cast<char>(c);
@@ -98,7 +102,6 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     return false;
   };
   for (unsigned c = 0; c < 128; ++c) {
-    if (!user_[c].empty()) continue;
     std::string_view result = std::string_view(kAscii).substr(c, 1);
     bool any_child = false, ascii_child = false;
     if (units_ != nullptr) {
@@ -118,6 +121,12 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     ascii_copy_[c] = c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c;
     ascii_space_[c] = result == " ";
   }
+}
+
+std::size_t SentencePieceNormalizer::user_at(std::string_view s) const {
+  for (const auto& u : user_[static_cast<unsigned char>(s[0])])
+    if (s.size() >= u.size() && s.compare(0, u.size(), u) == 0) return u.size();
+  return 0;
 }
 
 std::string_view SentencePieceNormalizer::replacement(std::uint32_t value) const {
@@ -148,9 +157,8 @@ std::size_t SentencePieceNormalizer::charsmap_match(std::string_view s, std::uin
 
 std::pair<std::string_view, std::size_t> SentencePieceNormalizer::prefix(std::string_view s) const {
   const auto b = static_cast<unsigned char>(s[0]);
+  if (const std::size_t len = user_first_[b] ? user_at(s) : 0; len != 0) return {s.substr(0, len), len};
   if (b < 0x80 && ascii_simple_[b]) return {ascii_[b], 1};
-  for (const auto& u : user_[b])
-    if (s.size() >= u.size() && s.compare(0, u.size(), u) == 0) return {s.substr(0, u.size()), u.size()};
   std::uint32_t value = 0;
   if (const std::size_t len = charsmap_match(s, value); len != 0) return {replacement(value), len};
   // Valid UTF-8 in, so the character is whole.
@@ -174,14 +182,17 @@ void SentencePieceNormalizer::normalize(std::string_view text, std::string& out)
     // A run of ASCII bytes that stay as they are and are no space, each followed by ASCII or the end.
     auto ascii_next = [&](std::size_t k) { return k + 1 == text.size() || static_cast<unsigned char>(text[k + 1]) < 0x80; };
     std::size_t j = i;
-    while (j < text.size() && ascii_copy(text[j]) && ascii_next(j)) ++j;
+    auto user_here = [&](std::size_t k) {
+      return user_first_[static_cast<unsigned char>(text[k])] && user_at(text.substr(k)) != 0;
+    };
+    while (j < text.size() && ascii_copy(text[j]) && ascii_next(j) && !user_here(j)) ++j;
     if (j > i) {
       out.append(text.data() + i, j - i);
       prev_space = false;
       i = j;
       continue;
     }
-    if (ascii_space_[static_cast<unsigned char>(text[i])] && ascii_next(i)) {  // a replacement " "
+    if (ascii_space_[static_cast<unsigned char>(text[i])] && ascii_next(i) && !user_here(i)) {  // a replacement " "
       if (!prev_space) out += space_;
       prev_space = remove_extra_;
       ++i;

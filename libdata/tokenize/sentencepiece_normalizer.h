@@ -56,14 +56,17 @@ class SentencePieceNormalizer {
   std::string_view replacements_;       // NUL-separated replacements behind the trie
   bool add_dummy_prefix_, remove_extra_, escape_, suffix_;
   std::string_view space_;              // what a space becomes: U+2581 or " "
-  // Per ASCII byte that starts no user-defined piece and no rule with a second ASCII byte: its own
-  // result, which holds when ASCII or the end follows, or always where ascii_simple_.
+  // Per ASCII byte that starts no rule with a second ASCII byte: its own result, which holds when
+  // ASCII or the end follows, or always where ascii_simple_ (where no user-defined piece starts).
   std::array<std::string_view, 128> ascii_;
   std::array<bool, 128> ascii_simple_{};  // no rule reaches past the byte
   std::array<bool, 256> ascii_copy_{};    // kept as it is, and no space
   std::array<bool, 256> ascii_space_{};   // becomes one space
   bool ascii_copy(char c) const { return ascii_copy_[static_cast<unsigned char>(c)]; }
   std::array<std::vector<std::string>, 256> user_;  // user-defined pieces by first byte, longest first
+  std::array<bool, 256> user_first_{};              // some user-defined piece starts with the byte
+  // The length of the longest user-defined piece at the start of `s` (non-empty); 0: none.
+  std::size_t user_at(std::string_view s) const;
 };
 
 }  // namespace dlm::data::tok
