@@ -10,8 +10,9 @@
 
 namespace dlm::ckpt {
 
-enum class CheckpointKind { kNative, kHuggingFace };
-// kHuggingFace when the folder has config.json, kNative when it has metadata.json or `latest`.
+enum class CheckpointKind { kNative, kHuggingFace, kMegatron };
+// kHuggingFace when the folder has config.json, kNative when it has metadata.json or `latest`,
+// kMegatron for a Megatron legacy root or iteration folder (megatron.h).
 CheckpointKind detect_kind(const std::string& path);
 
 struct ConvertOptions {
@@ -21,6 +22,8 @@ struct ConvertOptions {
   int make_vocab_size_divisible_by = 128;       // HF input
   std::string tokenizer_dir{};                  // HF output: where tokenizer files come from ("" = the input's)
 };
+// Megatron input (megatron.h) is merged to the whole model, then written like HF input, with its training
+// state (iteration, consumed samples, args).
 // native -> native reshards rank by rank (each target rank reads only its hyperslabs and writes its own
 // file); HF input goes through the whole model. Native output keeps the input's training state, and
 // tokenizer files travel in the checkpoint folder's tokenizer/ subfolder.
@@ -42,5 +45,9 @@ Report validate_checkpoint(const std::string& path);
 Report compare_checkpoints(const std::string& a, const std::string& b, double rtol, double atol);
 // Tensors, sizes, layout, training state.
 std::string inspect_checkpoint(const std::string& path);
+
+// The Megatron branches of validate_checkpoint and inspect_checkpoint.
+void validate_megatron(const std::string& path, Report& r);
+std::string inspect_megatron(const std::string& path);
 
 }  // namespace dlm::ckpt
