@@ -215,12 +215,10 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
       fail_at(dir, fmt::format("tensor '{}' merges to [{}], the args' model needs [{}]", spec.name, fmt::join(it->second.shape, ", "),
                                fmt::join(spec.shape, ", ")));
   }
-  if (out.tensors.size() != model_tensors(out.config).size())
-    for (const auto& [name, t] : out.tensors) {
-      const auto specs = model_tensors(out.config);
-      if (std::none_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.name == name; }))
-        fail_at(dir, fmt::format("Megatron tensor '{}' has no place in dlm's model", name));
-    }
+  std::set<std::string> known;
+  for (const TensorSpec& spec : model_tensors(out.config)) known.insert(spec.name);
+  for (const auto& entry : out.tensors)
+    if (!known.count(entry.first)) fail_at(dir, fmt::format("Megatron tensor '{}' has no place in dlm's model", entry.first));
   return out;
 }
 

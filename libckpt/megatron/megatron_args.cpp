@@ -1,6 +1,7 @@
 // Megatron's argparse.Namespace -> ModelConfig (megatron/training/arguments.py's names) and JSON.
 #include "megatron_args.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -104,9 +105,13 @@ ModelConfig model_config_from_megatron_args(const PickleValue& args, int tp, con
   return c;
 }
 
-nlohmann::json pickle_to_json(const PickleValue& v, int depth) {
+namespace {
+
+nlohmann::json to_json(const PickleValue& v, int depth, std::size_t& budget) {
   using nlohmann::json;
   if (depth > 32) return "<nested too deep>";
+  if (budget == 0) return "<truncated>";
+  budget -= std::min(budget, 1 + v.s.size());
   switch (v.kind) {
     case Kind::kNone: return nullptr;
     case Kind::kBool: return v.b;
@@ -117,21 +122,28 @@ nlohmann::json pickle_to_json(const PickleValue& v, int depth) {
     case Kind::kList:
     case Kind::kTuple: {
       json out = json::array();
-      for (const PickleValue* x : v.items) out.push_back(pickle_to_json(*x, depth + 1));
+      for (const PickleValue* x : v.items) out.push_back(to_json(*x, depth + 1, budget));
       return out;
     }
     case Kind::kDict: {
       json out = json::object();
       for (const auto& [k, x] : v.entries)
-        out[k->is(Kind::kString) ? k->s : pickle_to_json(*k, depth + 1).dump(-1, ' ', false, json::error_handler_t::replace)] = pickle_to_json(*x, depth + 1);
+        out[k->is(Kind::kString) ? k->s : to_json(*k, depth + 1, budget).dump(-1, ' ', false, json::error_handler_t::replace)] = to_json(*x, depth + 1, budget);
       return out;
     }
     case Kind::kGlobal: return v.s;
     case Kind::kStorage: return fmt::format("<storage {}>", v.s);
     case Kind::kTensor: return fmt::format("<tensor {} [{}]>", torch_dtype_name(v.dtype), fmt::join(v.shape, ", "));
-    case Kind::kObject: return fmt::format("{}{}", v.s, v.args ? pickle_to_json(*v.args, depth + 1).dump(-1, ' ', false, json::error_handler_t::replace) : "");
+    case Kind::kObject: return fmt::format("{}{}", v.s, v.args ? to_json(*v.args, depth + 1, budget).dump(-1, ' ', false, json::error_handler_t::replace) : "");
   }
   return nullptr;
+}
+
+}  // namespace
+
+nlohmann::json pickle_to_json(const PickleValue& v) {
+  std::size_t budget = std::size_t{1} << 20;
+  return to_json(v, 0, budget);
 }
 
 }  // namespace dlm::ckpt::detail

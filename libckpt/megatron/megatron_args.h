@@ -16,7 +16,9 @@ namespace dlm::ckpt::detail {
 ModelConfig model_config_from_megatron_args(const PickleValue& args, int tp, const std::string& file);
 
 // A pickled value as JSON: tensors become "<tensor float32 [4, 6]>", globals and objects their names.
-nlohmann::json pickle_to_json(const PickleValue& v, int depth = 0);
+// At most 1 Mi values-plus-string-bytes are written (values shared through the memo count each time
+// they appear), so a pickle of nested shared lists cannot make it exponential; the rest is "<truncated>".
+nlohmann::json pickle_to_json(const PickleValue& v);
 
 // args.<key> as an integer, when it is one.
 bool megatron_int_arg(const PickleValue& args, const char* key, std::int64_t& out);

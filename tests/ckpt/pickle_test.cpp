@@ -8,6 +8,7 @@
 #include "dlm/ckpt/pickle.h"
 #include "dlm/ckpt/torch_file.h"
 #include "dlm/common/error.h"
+#include "../../libckpt/megatron/megatron_args.h"
 #include "test_util.h"
 
 namespace dlm::ckpt {
@@ -148,6 +149,17 @@ TEST(TorchFile, CorruptedStorageFailsItsChecksum) {
   std::ofstream(cut, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size() / 2));
   const std::string cut_msg = error_of([&] { TorchFile{cut}; });
   EXPECT_NE(cut_msg.find("not a zip archive"), std::string::npos) << cut_msg;
+}
+
+// Nested tuples that share one value through the memo: 2^40 leaves if walked naively.
+TEST(Unpickler, SharedValuesStayLinear) {
+  std::vector<std::uint8_t> b = {0x80, 2, ']', 'q', 0, '0'};
+  for (int k = 0; k < 40; ++k) b.insert(b.end(), {'h', 0, 'h', 0, 0x86, 'q', 0, '0'});
+  b.insert(b.end(), {'h', 0, '.'});
+  const Pickle p = unpickle(b, "laughs.pkl");
+  const std::string text = detail::pickle_to_json(p.root()).dump();
+  EXPECT_LT(text.size(), std::size_t{64} << 20);
+  EXPECT_NE(text.find("<truncated>"), std::string::npos);
 }
 
 }  // namespace
