@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 CheckpointKind detect_kind(const std::string& path) {
   if (fs::exists(fs::path(path) / "config.json")) return CheckpointKind::kHuggingFace;
   if (fs::exists(fs::path(path) / "metadata.json") || fs::exists(fs::path(path) / "latest")) return CheckpointKind::kNative;
-  if (is_megatron_legacy(path)) return CheckpointKind::kMegatron;
+  if (is_megatron_legacy(path) || is_megatron_torch_dist(path)) return CheckpointKind::kMegatron;
   fail_at(path, "neither a Hugging Face folder (config.json) nor a dlm checkpoint (metadata.json or latest)");
 }
 
@@ -22,7 +22,7 @@ HfModel load_any(const std::string& path, int divisible_by) {
   const CheckpointKind kind = detect_kind(path);
   if (kind == CheckpointKind::kHuggingFace) return load_hf_folder(path, divisible_by);
   if (kind == CheckpointKind::kMegatron) {
-    MegatronCheckpoint m = load_megatron_legacy(path);
+    MegatronCheckpoint m = load_megatron(path);
     return {m.config, std::move(m.tensors)};
   }
   CheckpointReader r(path);
@@ -31,7 +31,7 @@ HfModel load_any(const std::string& path, int divisible_by) {
 
 std::string convert_checkpoint(const std::string& input, const std::string& output, const ConvertOptions& o) {
   if (o.from == CheckpointKind::kMegatron) {
-    MegatronCheckpoint m = load_megatron_legacy(input);
+    MegatronCheckpoint m = load_megatron(input);
     if (o.to == CheckpointKind::kHuggingFace) {
       export_hf_folder(output, m.config, m.tensors, {.dtype = o.dtype, .tokenizer_dir = o.tokenizer_dir});
       return output;

@@ -40,7 +40,9 @@ bool parse_rank_dir(const std::string& name, int& tp, int& pp) {
   return false;
 }
 
-std::string iteration_dir(const std::string& path) {
+}  // namespace
+
+std::string detail::megatron_iteration_dir(const std::string& path) {
   const fs::path tracker = fs::path(path) / kTracker;
   if (!fs::exists(tracker)) return path;
   std::string text = read_text_file(tracker.string());
@@ -57,8 +59,7 @@ std::string iteration_dir(const std::string& path) {
   return (fs::path(path) / fmt::format("iter_{:07d}", it)).string();
 }
 
-// A local tensor name of stage `pp` -> dlm's global name ("" for entries that are not weights).
-std::string dlm_name(const std::string& local, int layer_offset, const std::string& file) {
+std::string detail::megatron_to_dlm_name(const std::string& local, int layer_offset, const std::string& file) {
   if (local == "_metadata" || local.ends_with("._extra_state") || local.ends_with(".inv_freq")) return "";
   std::string name = local;
   const std::string layers = "decoder.layers.";
@@ -77,6 +78,8 @@ std::string dlm_name(const std::string& local, int layer_offset, const std::stri
   }
   return name;
 }
+
+namespace {
 
 int layer_count(const PickleValue& model) {
   std::set<std::string> layers;
@@ -131,6 +134,20 @@ Tensor merge_tp(const std::string& name, std::vector<Tensor> shards, const std::
 
 }  // namespace
 
+void detail::check_megatron_tensors(const TensorSet& tensors, const ModelConfig& config, const std::string& where) {
+  std::set<std::string> known;
+  for (const TensorSpec& spec : model_tensors(config)) {
+    known.insert(spec.name);
+    auto it = tensors.find(spec.name);
+    if (it == tensors.end()) fail_at(where, fmt::format("Megatron checkpoint has no tensor for '{}'", spec.name));
+    if (it->second.shape != spec.shape)
+      fail_at(where, fmt::format("tensor '{}' merges to [{}], the args' model needs [{}]", spec.name, fmt::join(it->second.shape, ", "),
+                                 fmt::join(spec.shape, ", ")));
+  }
+  for (const auto& entry : tensors)
+    if (!known.count(entry.first)) fail_at(where, fmt::format("Megatron tensor '{}' has no place in dlm's model", entry.first));
+}
+
 bool is_megatron_legacy(const std::string& path) {
   if (fs::exists(fs::path(path) / kTracker)) return true;
   std::error_code ec;
@@ -142,7 +159,7 @@ bool is_megatron_legacy(const std::string& path) {
 }
 
 MegatronCheckpoint load_megatron_legacy(const std::string& path) {
-  const std::string dir = iteration_dir(path);
+  const std::string dir = detail::megatron_iteration_dir(path);
   if (!fs::is_directory(dir)) fail_at(dir, "Megatron iteration folder is missing");
   std::map<std::pair<int, int>, std::string> rank_files;  // (pp, tp) -> file
   int tp = 0, pp = 0;
@@ -187,7 +204,7 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
       stage_layers = layers;
       for (const auto& [k, v] : model->entries) {
         if (!k->is(Kind::kString)) fail_at(file, "model state dict has a key that is not a string");
-        const std::string name = dlm_name(k->s, layer_offset, file);
+        const std::string name = detail::megatron_to_dlm_name(k->s, layer_offset, file);
         if (name.empty() || v->is(Kind::kNone)) continue;
         if (out.config.tie_word_embeddings && name == "output_layer.weight") continue;  // the last stage's copy
         if (!v->is(Kind::kTensor)) fail_at(file, fmt::format("model entry '{}' is not a tensor", k->s));
@@ -208,17 +225,7 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
     merged.name = name;
     out.tensors[name] = std::move(merged);
   }
-  for (const TensorSpec& spec : model_tensors(out.config)) {
-    auto it = out.tensors.find(spec.name);
-    if (it == out.tensors.end()) fail_at(dir, fmt::format("Megatron checkpoint has no tensor for '{}'", spec.name));
-    if (it->second.shape != spec.shape)
-      fail_at(dir, fmt::format("tensor '{}' merges to [{}], the args' model needs [{}]", spec.name, fmt::join(it->second.shape, ", "),
-                               fmt::join(spec.shape, ", ")));
-  }
-  std::set<std::string> known;
-  for (const TensorSpec& spec : model_tensors(out.config)) known.insert(spec.name);
-  for (const auto& entry : out.tensors)
-    if (!known.count(entry.first)) fail_at(dir, fmt::format("Megatron tensor '{}' has no place in dlm's model", entry.first));
+  detail::check_megatron_tensors(out.tensors, out.config, dir);
   return out;
 }
 

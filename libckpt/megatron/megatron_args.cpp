@@ -127,8 +127,12 @@ nlohmann::json to_json(const PickleValue& v, int depth, std::size_t& budget) {
     }
     case Kind::kDict: {
       json out = json::object();
-      for (const auto& [k, x] : v.entries)
-        out[k->is(Kind::kString) ? k->s : to_json(*k, depth + 1, budget).dump(-1, ' ', false, json::error_handler_t::replace)] = to_json(*x, depth + 1, budget);
+      for (const auto& [k, x] : v.entries) {
+        budget -= std::min(budget, k->s.size());  // keys are written too
+        // Non-string keys are named, not rendered: a rendered key is escaped again at each level.
+        const std::string key = k->is(Kind::kString) ? k->s : k->is(Kind::kInt) ? std::to_string(k->i) : "<key>";
+        out[key] = to_json(*x, depth + 1, budget);
+      }
       return out;
     }
     case Kind::kGlobal: return v.s;

@@ -9,8 +9,8 @@
 namespace dlm::ckpt {
 
 void validate_megatron(const std::string& path, Report& r) {
-  const MegatronCheckpoint m = load_megatron_legacy(path);
-  r.lines.push_back(fmt::format("Megatron legacy checkpoint {}: iteration {}, TP {} PP {}, {} layers", path, m.state.iteration,
+  const MegatronCheckpoint m = load_megatron(path);
+  r.lines.push_back(fmt::format("Megatron checkpoint {}: iteration {}, TP {} PP {}, {} layers", path, m.state.iteration,
                                 m.layout.tp, m.layout.pp, m.config.num_layers));
   std::int64_t non_finite = 0;
   for (const auto& [name, t] : m.tensors) {
@@ -24,8 +24,8 @@ void validate_megatron(const std::string& path, Report& r) {
 }
 
 std::string inspect_megatron(const std::string& path) {
-  const MegatronCheckpoint m = load_megatron_legacy(path);
-  std::string out = fmt::format("Megatron legacy checkpoint {}\nmodel: {}\n", path, model_config_to_json(m.config));
+  const MegatronCheckpoint m = load_megatron(path);
+  std::string out = fmt::format("Megatron checkpoint {}\nmodel: {}\n", path, model_config_to_json(m.config));
   out += fmt::format("layout: tp {} pp {}, layers per stage [{}]\n", m.layout.tp, m.layout.pp, fmt::join(m.layout.layers_per_stage, ", "));
   out += fmt::format("training: iteration {}, consumed samples {}\n", m.state.iteration, m.state.consumed_samples);
   std::int64_t total = 0;

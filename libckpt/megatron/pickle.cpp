@@ -90,7 +90,10 @@ const std::unordered_map<std::string, Known>& known_globals() {
                           "torch.distributed.checkpoint.metadata.TensorProperties",
                           "torch.distributed.checkpoint.metadata.MetadataIndex",
                           "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
-                          "torch.distributed.checkpoint.filesystem._StorageInfo"})
+                          "torch.distributed.checkpoint.filesystem._StorageInfo",
+                          "torch.distributed.checkpoint.planner.SavePlan", "torch.distributed.checkpoint.planner.WriteItem",
+                          "torch.distributed.checkpoint.planner.WriteItemType",
+                          "torch.distributed.checkpoint.planner.TensorWriteData", "torch.serialization._get_layout"})
       t[c] = {Role::kObject};
     return t;
   }();

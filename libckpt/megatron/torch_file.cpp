@@ -35,9 +35,10 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
 
 }  // namespace
 
-StoredZip::StoredZip(const std::string& path) : file_(path) {
-  const std::uint8_t* d = file_.data();
-  const std::uint64_t n = file_.size();
+StoredZip::StoredZip(std::span<const std::uint8_t> bytes, std::string name) : bytes_(bytes), name_(std::move(name)) {
+  const std::string& path = name_;
+  const std::uint8_t* d = bytes_.data();
+  const std::uint64_t n = bytes_.size();
   auto bad = [&](std::uint64_t at, const std::string& what) -> void { fail_at_offset(path, at, what); };
   // End of central directory: the last "PK\5\6" within 22 + 65535 bytes of the end.
   std::uint64_t eocd = n;
@@ -99,7 +100,7 @@ StoredZip::StoredZip(const std::string& path) : file_(path) {
 std::span<const std::uint8_t> StoredZip::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail_at(path(), fmt::format("zip entry '{}' is missing", name));
-  const std::span<const std::uint8_t> bytes(file_.data() + it->second.offset, it->second.size);
+  const std::span<const std::uint8_t> bytes(bytes_.data() + it->second.offset, it->second.size);
   if (crc32(bytes) != it->second.crc) fail_at_offset(path(), it->second.offset, fmt::format("zip entry '{}' fails its CRC-32 check (corrupted)", name));
   return bytes;
 }
@@ -110,7 +111,12 @@ std::vector<std::string> StoredZip::names() const {
   return out;
 }
 
-TorchFile::TorchFile(const std::string& path) : zip_(path) {
+TorchFile::TorchFile(const std::string& path) : file_(path), zip_(file_.bytes(), path) { open(); }
+
+TorchFile::TorchFile(std::span<const std::uint8_t> bytes, const std::string& name) : zip_(bytes, name) { open(); }
+
+void TorchFile::open() {
+  const std::string& path = zip_.path();
   for (const std::string& name : zip_.names())
     if (name.ends_with("/data.pkl") && name.find('/') == name.size() - 9) prefix_ = name.substr(0, name.size() - 8);
   if (prefix_.empty()) fail_at(path, "zip archive has no <name>/data.pkl entry (not a torch.save file)");

@@ -162,5 +162,12 @@ TEST(Unpickler, SharedValuesStayLinear) {
   EXPECT_NE(text.find("<truncated>"), std::string::npos);
 }
 
+// The fuzzer's find: dicts keyed by dicts were rendered as JSON keys, escaped again at every level.
+TEST(Unpickler, NonStringKeysStayShort) {
+  const auto bytes = read_bytes(kDir + "crash_nested_keys.pkl");
+  const Pickle p = unpickle(bytes, "crash_nested_keys.pkl");
+  EXPECT_LT(detail::pickle_to_json(p.root()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size(), std::size_t{1} << 20);
+}
+
 }  // namespace
 }  // namespace dlm::ckpt

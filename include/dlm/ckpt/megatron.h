@@ -1,4 +1,4 @@
-// Megatron-LM checkpoints, read into dlm's global tensors (model_config.h) and training state.
+// Megatron-LM checkpoints, both formats, read into dlm's global tensors (model_config.h) and training state.
 //
 // The legacy format (--ckpt-format torch), one torch.save file per model-parallel rank:
 //   ROOT/latest_checkpointed_iteration.txt   "42" or "release"
@@ -40,5 +40,19 @@ bool is_megatron_legacy(const std::string& path);
 // Reads every rank file of the iteration `path` names (a root through latest_checkpointed_iteration.txt,
 // or an iter_XXXXXXX / release folder).
 MegatronCheckpoint load_megatron_legacy(const std::string& path);
+
+// The torch_dist format (--ckpt-format torch_dist, megatron.core.dist_checkpointing), one folder per
+// iteration written by every rank together:
+//   ITER/common.pt        torch.save of the non-sharded state: args, iteration, checkpoint_version, ...
+//   ITER/.metadata        torch.distributed.checkpoint Metadata (pickle): every global tensor's size and
+//                         chunks, and for each chunk (file, offset, length)
+//   ITER/__R_N.distcp     the chunks, each a torch.save archive of one tensor
+// Global tensors are model space already: layers stacked along a leading dimension
+// (decoder.layers.<name> is [num_layers, ...]), SwiGLU's fc1 [gate ; up] over all ranks, TE's norm
+// names. Optimizer entries and `_extra_state` are skipped.
+bool is_megatron_torch_dist(const std::string& path);
+MegatronCheckpoint load_megatron_torch_dist(const std::string& path);
+// Either format, by what `path` holds.
+MegatronCheckpoint load_megatron(const std::string& path);
 
 }  // namespace dlm::ckpt

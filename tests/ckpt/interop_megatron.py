@@ -1,4 +1,5 @@
-"""Megatron legacy checkpoints -> dlm native, checked against megatron-core 0.16's own models on the CPU.
+"""Megatron checkpoints (legacy and torch_dist) -> dlm native, checked against megatron-core 0.16's own
+models on the CPU.
 
 For each layout (TP1 PP1 with QK layernorm, TP2 PP2 without, TP2 PP1 tied), megatron-core's GPTModel
 (local layer spec, RMSNorm, SwiGLU, RoPE, GQA) is built in tp*pp gloo processes and each rank saves its
@@ -7,9 +8,11 @@ model_optim_rng.pt exactly as megatron/training/checkpointing.py does (args Name
 megatron` writes a native checkpoint; every tensor of its model.h5 must equal the global tensor built
 here in numpy from torch.load of the rank files (Megatron's layout: QKV and vocabulary rows by rank,
 row-parallel columns, SwiGLU [gate_r; up_r] per rank), and the iteration, consumed samples and args must
-travel. For TP2 PP1 the merged weights, loaded into a TP1 megatron model, must give the TP2 model's logits.
+travel. The same model saved by megatron-core's torch_dist writer (dist_checkpointing.save of its
+sharded_state_dict, args and iteration in common.pt) must convert to the same tensors. For TP2 PP1 the
+merged weights, loaded into a TP1 megatron model, must give the TP2 model's logits.
 
-usage: interop_megatron_legacy.py DLM_CKPT"""
+usage: interop_megatron.py DLM_CKPT"""
 import argparse
 import json
 import os
@@ -99,6 +102,19 @@ def save_rank(rank, world, tp, pp, qk, tied, root, port):
     if rank == 0:
         with open(f"{root}/latest_checkpointed_iteration.txt", "w") as f:
             f.write(str(ITERATION))
+    # The same model through megatron-core's own torch_dist writer (CPU stand-ins for its GPU calls).
+    from megatron.core import dist_checkpointing
+    import megatron.core.dist_checkpointing.strategies.filesystem_async as fs_async
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.current_device = lambda: "cpu"
+    fs_async._process_memory = lambda: 0  # needs psutil
+    sharded = model.sharded_state_dict()
+    sharded.update(args=args, iteration=ITERATION, checkpoint_version=3.0)
+    os.makedirs(f"{root}_dist/iter_{ITERATION:07d}", exist_ok=True)
+    dist_checkpointing.save(sharded, f"{root}_dist/iter_{ITERATION:07d}")
+    if rank == 0:
+        with open(f"{root}_dist/latest_checkpointed_iteration.txt", "w") as f:
+            f.write(str(ITERATION))
     if pp == 1:
         out = logits(model)  # [b, s, vocab / tp]
         gathered = [torch.empty_like(out) for _ in range(tp)]
@@ -164,11 +180,12 @@ def check_logits(root, tied, qk, expected):
 
 def case(tp, pp, qk, tied):
     tag = f"TP{tp} PP{pp} qk_layernorm={qk} tied={tied}"
-    base = workdir("megatron_legacy")
+    base = workdir("megatron")
     try:
         root, out = f"{base}/megatron", f"{base}/dlm"
         mp.spawn(save_rank, args=(tp * pp, tp, pp, qk, tied, root, free_port()), nprocs=tp * pp)
         run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", root, out])
+        run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{root}_dist", f"{out}_dist"])
         meta = json.load(open(f"{out}/iter_{ITERATION:07d}/metadata.json"))
         c.check(meta["training"]["iteration"] == ITERATION, f"{tag}: iteration {meta['training']['iteration']}")
         c.check(meta["training"]["consumed_samples"] == CONSUMED, f"{tag}: consumed samples {meta['training']['consumed_samples']}")
@@ -182,9 +199,28 @@ def case(tp, pp, qk, tied):
             for name in sorted(names & set(expected)):
                 got = h5["model"][name][()]
                 c.check(got.shape == expected[name].shape and np.array_equal(got, expected[name]), f"{tag}: {name} differs")
+        with h5py.File(f"{out}_dist/iter_{ITERATION:07d}/model.h5", "r") as h5:
+            names = set(h5["model"].keys())
+            c.check(names == set(expected), f"{tag} torch_dist: tensor names differ: {sorted(names ^ set(expected))}")
+            for name in sorted(names & set(expected)):
+                c.check(np.array_equal(h5["model"][name][()], expected[name]), f"{tag} torch_dist: {name} differs")
+        meta = json.load(open(f"{out}_dist/iter_{ITERATION:07d}/metadata.json"))
+        c.check(meta["training"]["iteration"] == ITERATION and meta["training"]["consumed_samples"] == CONSUMED,
+                f"{tag} torch_dist: iteration and consumed samples")
         if pp == 1:
             check_logits(root, tied, qk, expected)
         print(f"{tag}: {len(expected)} tensors compared")
+        if tp * pp == 1:  # a corrupted and a truncated .distcp: one-line errors, nothing written
+            distcp = f"{root}_dist/iter_{ITERATION:07d}/__0_0.distcp"
+            data = bytearray(open(distcp, "rb").read())
+            at = len(data) // 3  # inside a tensor's stored bytes (the embedding and output layer fill most of the file)
+            for what, damaged in (("flipped", data[:at] + bytes([data[at] ^ 0x20]) + data[at + 1:]), ("truncated", data[:len(data) // 2])):
+                open(distcp, "wb").write(damaged)
+                p = run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{root}_dist", f"{base}/bad"], check=False)
+                err = p.stderr.strip()
+                c.check(p.returncode == 1 and err.count("\n") == 0 and "distcp" in err and not os.path.exists(f"{base}/bad/latest"),
+                        f"{tag}: {what} .distcp gives a one-line error: rc {p.returncode}: {err}")
+                print(f"{what} .distcp: {err}")
         bad = run([DLM_CKPT, "validate", root], check=False)
         c.check(bad.returncode == 0 and "OK" in bad.stdout, f"{tag}: dlm-ckpt validate of the Megatron folder: {bad.stdout}")
     finally:
