@@ -18,14 +18,15 @@
 
 namespace dlm::ckpt {
 
-// The stored entries of a zip archive, by name (ZIP64 included).
+// The stored entries of a zip archive held in memory (a mapped file or a slice of one), by name
+// (ZIP64 included). `name` names the archive in errors.
 class StoredZip {
  public:
-  explicit StoredZip(const std::string& path);
+  StoredZip(std::span<const std::uint8_t> bytes, std::string name);
   // The entry's bytes (CRC-checked); throws dlm::Error naming the archive and entry when absent.
   std::span<const std::uint8_t> entry(const std::string& name) const;
   bool has(const std::string& name) const { return entries_.count(name) != 0; }
-  const std::string& path() const { return file_.path(); }
+  const std::string& path() const { return name_; }
   std::vector<std::string> names() const;
 
  private:
@@ -33,19 +34,24 @@ class StoredZip {
     std::uint64_t offset = 0, size = 0;
     std::uint32_t crc = 0;
   };
-  MappedFile file_;
+  std::span<const std::uint8_t> bytes_;
+  std::string name_;
   std::map<std::string, Entry> entries_;
 };
 
 class TorchFile {
  public:
   explicit TorchFile(const std::string& path);
+  // An archive inside other bytes (a torch.distributed.checkpoint .distcp item); `bytes` must outlive it.
+  TorchFile(std::span<const std::uint8_t> bytes, const std::string& name);
   const PickleValue& root() const { return pickle_.root(); }
   const std::string& path() const { return zip_.path(); }
   // A kTensor value of this file's pickle, copied out as a contiguous fp32 tensor (floating dtypes only).
   Tensor tensor(const PickleValue& t, std::string name = "") const;
 
  private:
+  void open();
+  MappedFile file_;
   StoredZip zip_;
   std::string prefix_;  // "<name>/"
   Pickle pickle_;
