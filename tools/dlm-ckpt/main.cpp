@@ -24,7 +24,7 @@ constexpr const char* kUsage = R"(usage:
   dlm-ckpt validate DIR [--against DIR2 [--rtol R] [--atol A]]
   dlm-ckpt inspect DIR
 IN/OUT of a native checkpoint: its root (with `latest`) or an iter_XXXXXXX folder; OUT is a root.
-IN of a Megatron legacy checkpoint: its root (latest_checkpointed_iteration.txt) or an iter_XXXXXXX folder.
+IN of a Megatron checkpoint (legacy or torch_dist): its root (latest_checkpointed_iteration.txt) or an iter_XXXXXXX folder.
 )";
 
 struct UsageError : std::runtime_error {
