@@ -127,7 +127,9 @@ void validate_hf(const std::string& path, Report& r) {
 Report validate_checkpoint(const std::string& path) {
   Report r;
   try {
-    if (detect_kind(path) == CheckpointKind::kHuggingFace) validate_hf(path, r);
+    const CheckpointKind kind = detect_kind(path);
+    if (kind == CheckpointKind::kHuggingFace) validate_hf(path, r);
+    else if (kind == CheckpointKind::kMegatron) validate_megatron(path, r);
     else validate_native(path, r);
   } catch (const Error& e) {
     r.errors.push_back(e.what());
@@ -168,6 +170,7 @@ Report compare_checkpoints(const std::string& a, const std::string& b, double rt
 std::string inspect_checkpoint(const std::string& path) {
   std::string out;
   auto line = [&](const std::string& s) { out += s + "\n"; };
+  if (detect_kind(path) == CheckpointKind::kMegatron) return inspect_megatron(path);
   if (detect_kind(path) == CheckpointKind::kHuggingFace) {
     const HfModel m = load_hf_folder(path);
     const SafetensorsFolder st(path);

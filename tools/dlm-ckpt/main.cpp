@@ -1,5 +1,5 @@
 // dlm-ckpt: convert, validate and inspect checkpoints (native dlm and Hugging Face).
-//   dlm-ckpt convert --from native|hf --to native|hf [--tp N] [--pp N] [--dtype bf16|fp32] [--num-shards N] IN OUT
+//   dlm-ckpt convert --from native|hf|megatron --to native|hf [--tp N] [--pp N] [--dtype bf16|fp32] [--num-shards N] IN OUT
 //   dlm-ckpt validate DIR [--against DIR2 --rtol R --atol A]
 //   dlm-ckpt inspect DIR
 #include <cstdio>
@@ -21,12 +21,13 @@ using namespace dlm::ckpt;
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  dlm-ckpt convert --from native|hf --to native|hf [--tp N] [--pp N] [--layers-per-stage A,B,..]
+  dlm-ckpt convert --from native|hf|megatron --to native|hf [--tp N] [--pp N] [--layers-per-stage A,B,..]
                    [--dtype bf16|fp32|fp16] [--num-shards N | --max-shard-size 5GB] [--tokenizer DIR]
                    [--make-vocab-size-divisible-by N] IN OUT
   dlm-ckpt validate DIR [--against DIR2 [--rtol R] [--atol A]]
   dlm-ckpt inspect DIR
 IN/OUT of a native checkpoint: its root (with `latest`) or an iter_XXXXXXX folder; OUT is a root.
+IN of a Megatron checkpoint (legacy or torch_dist): its root (latest_checkpointed_iteration.txt) or an iter_XXXXXXX folder.
 )";
 
 struct UsageError : std::runtime_error {
@@ -36,7 +37,8 @@ struct UsageError : std::runtime_error {
 CheckpointKind kind_of(const std::string& s, const char* flag) {
   if (s == "native") return CheckpointKind::kNative;
   if (s == "hf") return CheckpointKind::kHuggingFace;
-  throw UsageError(fmt::format("{} must be native or hf, got '{}'", flag, s));
+  if (s == "megatron" && std::string_view(flag) == "--from") return CheckpointKind::kMegatron;
+  throw UsageError(fmt::format("{} must be {}, got '{}'", flag, std::string_view(flag) == "--from" ? "native, hf or megatron" : "native or hf", s));
 }
 
 // OUT inside IN, IN inside OUT, or the same folder: the conversion would write into what it reads.
@@ -61,7 +63,7 @@ int print_report(const Report& r) {
 
 int run(int argc, char** argv) {
   po::options_description opts("options");
-  opts.add_options()("help,h", "this help")("from", po::value<std::string>(), "input kind: native | hf")(
+  opts.add_options()("help,h", "this help")("from", po::value<std::string>(), "input kind: native | hf | megatron")(
       "to", po::value<std::string>(), "output kind: native | hf")("tp", po::value<int>()->default_value(1), "tensor-parallel size")(
       "pp", po::value<int>()->default_value(1), "pipeline-parallel size")(
       "layers-per-stage", po::value<std::string>(), "uneven pipeline stages, e.g. 5,6,6,5")(

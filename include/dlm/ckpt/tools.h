@@ -13,8 +13,9 @@
 
 namespace dlm::ckpt {
 
-enum class CheckpointKind { kNative, kHuggingFace };
-// kHuggingFace when the folder has config.json, kNative when it has metadata.json or `latest`.
+enum class CheckpointKind { kNative, kHuggingFace, kMegatron };
+// kHuggingFace when the folder has config.json, kNative when it has metadata.json or `latest`,
+// kMegatron for a Megatron legacy root or iteration folder (megatron.h).
 CheckpointKind detect_kind(const std::string& path);
 
 struct ConvertOptions {
@@ -28,6 +29,8 @@ struct ConvertOptions {
 };
 // "5GB" (10^9), "500MiB" (2^20), "123" bytes; K/M/G/T with B or iB. False when it is none of these.
 bool parse_byte_size(std::string_view text, std::uint64_t& bytes);
+// Megatron input (megatron.h) is merged to the whole model, then written like HF input, with its training
+// state (iteration, consumed samples, args).
 // native -> native reshards rank by rank (each target rank reads only its hyperslabs and writes its own
 // file); HF input goes through the whole model. Native output keeps the input's training state, and
 // tokenizer files travel in the checkpoint folder's tokenizer/ subfolder.
@@ -53,5 +56,9 @@ void refuse_non_finite(const TensorSet& tensors, const std::string& where);
 Report compare_checkpoints(const std::string& a, const std::string& b, double rtol, double atol);
 // Tensors, sizes, layout, training state.
 std::string inspect_checkpoint(const std::string& path);
+
+// The Megatron branches of validate_checkpoint and inspect_checkpoint.
+void validate_megatron(const std::string& path, Report& r);
+std::string inspect_megatron(const std::string& path);
 
 }  // namespace dlm::ckpt

@@ -1,0 +1,161 @@
+// Megatron's torch_dist checkpoints (megatron.h): torch.distributed.checkpoint's .metadata pickle says
+// where each chunk of each global tensor lies; each chunk is a torch.save archive inside a .distcp file.
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "dlm/ckpt/megatron.h"
+#include "dlm/ckpt/torch_file.h"
+#include "dlm/common/error.h"
+#include "dlm/common/mapped_file.h"
+#include "megatron_args.h"
+
+namespace dlm::ckpt {
+
+namespace fs = std::filesystem;
+using Kind = PickleValue::Kind;
+
+namespace {
+
+// A dataclass field of a pickled object (its BUILD state is the instance __dict__).
+const PickleValue& field(const PickleValue& obj, const char* name, const std::string& file) {
+  const PickleValue* v = obj.is(Kind::kObject) && obj.state ? obj.state->get(name) : nullptr;
+  if (!v) fail_at(file, fmt::format("{} has no field '{}'", obj.is(Kind::kObject) ? obj.s : "value", name));
+  return *v;
+}
+
+std::vector<std::int64_t> int_tuple(const PickleValue& v, const std::string& file) {
+  if (!v.is(Kind::kTuple) && !v.is(Kind::kList)) fail_at(file, "expected a tuple of integers");
+  std::vector<std::int64_t> out;
+  for (const PickleValue* x : v.items) {
+    if (!x->is(Kind::kInt) || x->i < 0) fail_at(file, "expected a tuple of non-negative integers");
+    out.push_back(x->i);
+  }
+  return out;
+}
+
+struct Where {
+  std::string file;
+  std::uint64_t offset = 0, length = 0;
+};
+
+// Copies `chunk` (shape `sizes`) into `global` at `offsets`, row by row of the last dimension.
+void place(Tensor& global, const Tensor& chunk, const std::vector<std::int64_t>& offsets, const std::string& where) {
+  const std::size_t rank = global.shape.size();
+  if (chunk.shape.size() != rank || offsets.size() != rank) fail_at(where, "chunk rank differs from its tensor's");
+  for (std::size_t d = 0; d < rank; ++d)
+    if (offsets[d] + chunk.shape[d] > global.shape[d]) fail_at(where, "chunk lies outside its tensor");
+  if (chunk.numel() == 0) return;
+  const std::int64_t row = rank ? chunk.shape[rank - 1] : 1;
+  std::vector<std::int64_t> index(rank, 0);
+  for (std::int64_t at = 0; at < chunk.numel(); at += row) {
+    std::int64_t dst = 0;
+    for (std::size_t d = 0; d < rank; ++d) dst = dst * global.shape[d] + offsets[d] + index[d];
+    std::copy(chunk.f32().begin() + at, chunk.f32().begin() + at + row, global.f32().begin() + dst);
+    for (std::size_t d = rank >= 1 ? rank - 1 : 0; d-- > 0;) {
+      if (++index[d] < chunk.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+bool is_megatron_torch_dist(const std::string& path) {
+  const fs::path dir = detail::megatron_iteration_dir(path);
+  return fs::exists(dir / ".metadata") && fs::exists(dir / "common.pt");
+}
+
+MegatronCheckpoint load_megatron_torch_dist(const std::string& path) {
+  const std::string dir = detail::megatron_iteration_dir(path);
+  MegatronCheckpoint out;
+  const std::string common_path = (fs::path(dir) / "common.pt").string();
+  const TorchFile common(common_path);
+  const PickleValue* args = common.root().get("args");
+  if (!args) fail_at(common_path, "no 'args'");
+  std::int64_t tp = 1, pp = 1;
+  detail::megatron_int_arg(*args, "tensor_model_parallel_size", tp);
+  detail::megatron_int_arg(*args, "pipeline_model_parallel_size", pp);
+  out.layout.tp = static_cast<int>(tp), out.layout.pp = static_cast<int>(pp);
+  out.config = detail::model_config_from_megatron_args(*args, static_cast<int>(tp), common_path);
+  const PickleValue* it = common.root().get("iteration");
+  out.state.iteration = it && it->is(Kind::kInt) ? it->i : 0;
+  detail::megatron_int_arg(*args, "consumed_train_samples", out.state.consumed_samples);
+  out.state.args_json = nlohmann::json{{"source", fmt::format("megatron torch_dist {}", fs::path(dir).filename().string())},
+                                       {"megatron_args", detail::pickle_to_json(*args)}}
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+
+  const std::string meta_path = (fs::path(dir) / ".metadata").string();
+  const MappedFile meta_file(meta_path);
+  const Pickle meta = unpickle(meta_file.bytes(), meta_path);
+  if (!meta.root().is(Kind::kObject) || meta.root().s != "torch.distributed.checkpoint.metadata.Metadata")
+    fail_at(meta_path, "not a torch.distributed.checkpoint Metadata");
+  // (fqn, chunk offsets) -> where its bytes lie.
+  std::map<std::pair<std::string, std::vector<std::int64_t>>, Where> storage;
+  const PickleValue& storage_data = field(meta.root(), "storage_data", meta_path);
+  for (const auto& [k, v] : storage_data.entries) {
+    const PickleValue& fqn = field(*k, "fqn", meta_path);
+    const PickleValue* offset = k->is(Kind::kObject) && k->state ? k->state->get("offset") : nullptr;  // absent: None
+    const PickleValue& file = field(*v, "relative_path", meta_path);
+    const PickleValue& at = field(*v, "offset", meta_path);
+    const PickleValue& length = field(*v, "length", meta_path);
+    if (!fqn.is(Kind::kString) || !file.is(Kind::kString) || !at.is(Kind::kInt) || !length.is(Kind::kInt) || at.i < 0 || length.i < 0)
+      fail_at(meta_path, "storage entry with a bad name, file, offset or length");
+    if (file.s.find('/') != std::string::npos || file.s.starts_with(".")) fail_at(meta_path, fmt::format("storage file '{}' is not a plain name", file.s));
+    storage[{fqn.s, !offset || offset->is(Kind::kNone) ? std::vector<std::int64_t>{} : int_tuple(*offset, meta_path)}] =
+        {file.s, static_cast<std::uint64_t>(at.i), static_cast<std::uint64_t>(length.i)};
+  }
+
+  std::map<std::string, std::unique_ptr<MappedFile>> files;
+  const PickleValue& tensors = field(meta.root(), "state_dict_metadata", meta_path);
+  for (const auto& [k, v] : tensors.entries) {
+    if (!k->is(Kind::kString)) fail_at(meta_path, "state_dict_metadata key is not a string");
+    const std::string& fqn = k->s;
+    if (!v->is(Kind::kObject) || v->s != "torch.distributed.checkpoint.metadata.TensorStorageMetadata") continue;  // bytes
+    if (fqn.starts_with("optimizer.") || fqn.find("._extra_state") != std::string::npos) continue;
+    Tensor global = Tensor::zeros(fqn, int_tuple(field(*v, "size", meta_path), meta_path));
+    for (const PickleValue* chunk : field(*v, "chunks", meta_path).items) {
+      const auto offsets = int_tuple(field(*chunk, "offsets", meta_path), meta_path);
+      auto s = storage.find({fqn, offsets});
+      if (s == storage.end()) fail_at(meta_path, fmt::format("no storage entry for a chunk of '{}'", fqn));
+      auto& mapped = files[s->second.file];
+      if (!mapped) mapped = std::make_unique<MappedFile>((fs::path(dir) / s->second.file).string());
+      const Where& w = s->second;
+      if (w.offset > mapped->size() || w.length > mapped->size() - w.offset)
+        fail_at_offset(mapped->path(), w.offset, fmt::format("chunk of '{}' runs past the end of the file", fqn));
+      const std::string name = fmt::format("{}@{}", mapped->path(), w.offset);
+      const TorchFile item(mapped->bytes().subspan(w.offset, w.length), name);
+      const Tensor t = item.tensor(item.root(), fqn);
+      if (t.shape != int_tuple(field(*chunk, "sizes", meta_path), meta_path)) fail_at(name, fmt::format("chunk of '{}' has the wrong shape", fqn));
+      place(global, t, offsets, name);
+    }
+    // Layers are stacked along a leading dimension: decoder.layers.<rest> is [num_layers, ...].
+    const std::string layers = "decoder.layers.";
+    if (fqn.starts_with(layers) && !std::isdigit(static_cast<unsigned char>(fqn[layers.size()]))) {
+      const std::int64_t n = global.shape.empty() ? 0 : global.shape[0];
+      const std::vector<std::int64_t> shape(global.shape.begin() + 1, global.shape.end());
+      const std::int64_t per = element_count(shape);
+      for (std::int64_t l = 0; l < n; ++l) {
+        const std::string name = detail::megatron_to_dlm_name(fmt::format("{}{}.{}", layers, l, fqn.substr(layers.size())), 0, meta_path);
+        Tensor one = Tensor::zeros(name, shape);
+        std::copy(global.f32().begin() + l * per, global.f32().begin() + (l + 1) * per, one.f32().begin());
+        out.tensors[name] = std::move(one);
+      }
+      continue;
+    }
+    const std::string name = detail::megatron_to_dlm_name(fqn, 0, meta_path);
+    if (name.empty() || (out.config.tie_word_embeddings && name == "output_layer.weight")) continue;
+    global.name = name;
+    out.tensors[name] = std::move(global);
+  }
+  detail::check_megatron_tensors(out.tensors, out.config, dir);
+  return out;
+}
+
+MegatronCheckpoint load_megatron(const std::string& path) {
+  return is_megatron_torch_dist(path) ? load_megatron_torch_dist(path) : load_megatron_legacy(path);
+}
+
+}  // namespace dlm::ckpt
