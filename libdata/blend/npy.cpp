@@ -3,6 +3,8 @@
 
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 
@@ -23,6 +25,19 @@ const TypeInfo& info(NpyType type) {
   for (const auto& t : kTypes)
     if (t.type == type) return t;
   fail("npy: unknown type");
+}
+
+// A header field as an error message shows it: bytes outside printable ASCII as \xNN (a damaged
+// header must not break the message's one line), at most 48 of them.
+std::string shown(std::string_view field) {
+  std::string out;
+  for (std::size_t i = 0; i < field.size() && i < 48; ++i) {
+    const auto c = static_cast<unsigned char>(field[i]);
+    if (c < 0x20 || c >= 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out.push_back(static_cast<char>(c));
+  }
+  if (field.size() > 48) out += "...";
+  return out;
 }
 
 // The value following "'key':" in a numpy header dict, up to the next top-level ',' or '}'.
@@ -120,29 +135,29 @@ NpyArray NpyArray::load(const std::string& path) {
       known = true;
     }
   }
-  if (!known) fail_at_offset(path, header_at, "npy dtype " + std::string(descr) + " is not a little-endian integer");
+  if (!known) fail_at_offset(path, header_at, "npy dtype " + shown(descr) + " is not a little-endian integer");
   if (header_value(path, header, "fortran_order") != "False")
     fail_at_offset(path, header_at, "npy array is in Fortran order, expected C order");
   const auto shape = header_value(path, header, "shape");
   a.shape_.clear();
   if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')')
-    fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " is not a tuple");
+    fail_at_offset(path, header_at, "npy shape " + shown(shape) + " is not a tuple");
   std::size_t value = 0;
   bool digits = false;
   for (std::size_t i = 1; i + 1 < shape.size(); ++i) {
     const char c = shape[i];
     if (c >= '0' && c <= '9') {
       if (value > (std::size_t{1} << 48))
-        fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " has a dimension beyond 2^48");
+        fail_at_offset(path, header_at, "npy shape " + shown(shape) + " has a dimension beyond 2^48");
       value = value * 10 + static_cast<std::size_t>(c - '0');
       digits = true;
     } else if (c == ',') {
-      if (!digits) fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " is malformed");
+      if (!digits) fail_at_offset(path, header_at, "npy shape " + shown(shape) + " is malformed");
       a.shape_.push_back(value);
       value = 0;
       digits = false;
     } else if (c != ' ' && c != 'L') {
-      fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " is malformed");
+      fail_at_offset(path, header_at, "npy shape " + shown(shape) + " is malformed");
     }
   }
   if (digits) a.shape_.push_back(value);
@@ -153,7 +168,7 @@ NpyArray NpyArray::load(const std::string& path) {
   std::size_t elements = 1;
   for (const std::size_t d : a.shape_) {
     if (d != 0 && elements > (std::size_t{1} << 56) / d)
-      fail_at_offset(path, header_at, "npy shape " + std::string(shape) + " has more elements than any file holds");
+      fail_at_offset(path, header_at, "npy shape " + shown(shape) + " has more elements than any file holds");
     elements *= d;
   }
   // Elements are read in place from the mapping (page-aligned): numpy pads its header so that the data
@@ -165,7 +180,7 @@ NpyArray NpyArray::load(const std::string& path) {
   const std::size_t expect = data_at + a.size_bytes();
   if (bytes.size() != expect)
     fail_at_offset(path, bytes.size() < expect ? bytes.size() : expect,
-                   "npy data is " + std::to_string(bytes.size() - data_at) + " bytes, shape " + std::string(shape) +
+                   "npy data is " + std::to_string(bytes.size() - data_at) + " bytes, shape " + shown(shape) +
                        " needs " + std::to_string(a.size_bytes()) + " (truncated or corrupt)");
   a.data_ = bytes.data() + data_at;
   return a;

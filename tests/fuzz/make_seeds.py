@@ -116,7 +116,29 @@ def train_args():
     put("train_args", "help", "--help")
 
 
-for f in (sentencepiece,) if sys.argv[1:] == ['sentencepiece'] else (jsonl, gpt2, tiktoken, sentencepiece, indexed, npy, safetensors_index, model_config, train_args):
+def blend_cache():
+    # Edits of the pristine cache blend_cache_fuzz builds (its header lists the ops and file numbers).
+    def edit(op, f, *rest):
+        return bytes([op, f]) + b"".join(rest)
+    u16 = lambda v: struct.pack("<H", v)
+    seeds = {
+        "reuse": b"\0", "reuse-no-rebuild": b"\1", "reuse-reset-masks": b"\2",
+        "sample-index-row": b"\0" + edit(0, 8, u16(136), b"\4", struct.pack("<i", 5)),
+        "shuffle-swap": b"\0" + edit(0, 9, u16(128), b"\x08", struct.pack("<II", 1, 0)),
+        "document-index-of-test": b"\0" + edit(3, 7, b"\2"),
+        "description-x": b"\1" + edit(2, 6, u16(1), b"x"),
+        "blend-truncated": b"\0" + edit(1, 35, u16(130)),
+        "blend-dataset-index": b"\0" + edit(0, 35, u16(128), b"\2", struct.pack("<h", 1)),
+        "blend-header": b"\0" + edit(0, 36, u16(20), b"\2", b"i2"),
+        "checksums-line": b"\0" + edit(0, 5, u16(20), b"\4", b"0000"),
+    }
+    for name, data in seeds.items():
+        put("blend_cache", name, data)
+
+
+ALL = (jsonl, gpt2, tiktoken, sentencepiece, indexed, npy, safetensors_index, model_config, train_args, blend_cache)
+# Arguments name the corpora to regenerate (e.g. `make_seeds.py blend_cache`); none: every one.
+for f in [g for g in ALL if g.__name__ in sys.argv[1:]] or ALL:
     try:
         f()
     except Exception as e:  # one missing peer must not stop the others
