@@ -43,6 +43,21 @@ void narrow_into(std::span<const std::int32_t> tokens, std::vector<std::uint8_t>
   }
 }
 
+// Calls f with a value of the C++ type that stores `dtype`'s elements (f's argument says the type, not a value).
+template <typename F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kUInt8: return f(std::uint8_t{});
+    case DType::kInt8: return f(std::int8_t{});
+    case DType::kInt16: return f(std::int16_t{});
+    case DType::kUInt16: return f(std::uint16_t{});
+    case DType::kInt32: return f(std::int32_t{});
+    case DType::kInt64: return f(std::int64_t{});
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+  }
+}
+
 }  // namespace
 
 std::size_t dtype_size(DType dtype) {
@@ -101,16 +116,7 @@ void widen_tokens(DType dtype, const std::uint8_t* src, std::size_t count, std::
       }
     }
   };
-  switch (dtype) {
-    case DType::kUInt8: widen(std::uint8_t{}); return;
-    case DType::kInt8: widen(std::int8_t{}); return;
-    case DType::kInt16: widen(std::int16_t{}); return;
-    case DType::kUInt16: widen(std::uint16_t{}); return;
-    case DType::kInt32: widen(std::int32_t{}); return;
-    case DType::kInt64: widen(std::int64_t{}); return;
-    case DType::kFloat32: widen(float{}); return;
-    case DType::kFloat64: widen(double{}); return;
-  }
+  with_element_type(dtype, widen);
 }
 
 // ---------------------------------------------------------------------------------------------- writer
@@ -326,16 +332,7 @@ TokenRange token_range(const IndexedDataset& dataset) {
       if (i == 0 || id > range.max) range.max = id;
     }
   };
-  switch (dataset.dtype()) {
-    case DType::kUInt8: scan(std::uint8_t{}); break;
-    case DType::kInt8: scan(std::int8_t{}); break;
-    case DType::kInt16: scan(std::int16_t{}); break;
-    case DType::kUInt16: scan(std::uint16_t{}); break;
-    case DType::kInt32: scan(std::int32_t{}); break;
-    case DType::kInt64: scan(std::int64_t{}); break;
-    case DType::kFloat32: scan(float{}); break;
-    case DType::kFloat64: scan(double{}); break;
-  }
+  with_element_type(dataset.dtype(), scan);
   return range;
 }
 

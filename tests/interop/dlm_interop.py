@@ -1,6 +1,7 @@
 """Shared helpers for dlm's interop tests (run by CTest with the .venv interpreter).
 
 Exit code 77 tells CTest the test was skipped (a peer is missing)."""
+import argparse
 import importlib
 import os
 import subprocess
@@ -32,6 +33,14 @@ def run(cmd, check=True, **kw):
 
 def workdir(name):
     return tempfile.mkdtemp(prefix=f"dlm_{name}_")
+
+
+def tool_and_size_args(default_mb=2.0):
+    """The command line of an interop script that runs one dlm tool over MB megabytes of text: `TOOL [--mb MB]`."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tool")
+    ap.add_argument("--mb", type=float, default=default_mb)
+    return ap.parse_args()
 
 
 class Checks:

@@ -12,7 +12,6 @@ scripts), /usr/share/i18n locale sources, the tokenizer corpus of tok_assets, ad
 and bytes that are not UTF-8 (compared with the ids of their U+FFFD repair).
 Every document must get the reference's ids (no known differences), dlm must say it took the native
 unigram encoder, and decoding must equal the reference's decode."""
-import argparse
 import gettext
 import glob
 import json
@@ -24,7 +23,7 @@ import unicodedata
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
 sys.path.insert(0, os.path.dirname(__file__))
-from dlm_interop import Checks, require, run, workdir  # noqa: E402
+from dlm_interop import Checks, require, run, tool_and_size_args, workdir  # noqa: E402
 
 require("sentencepiece")
 import tok_assets  # noqa: E402
@@ -96,10 +95,7 @@ def adversarial_documents():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("tool")
-    ap.add_argument("--mb", type=float, default=2.0)
-    args = ap.parse_args()
+    args = tool_and_size_args()
     import sentencepiece as spm
 
     c = Checks()

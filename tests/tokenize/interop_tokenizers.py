@@ -7,7 +7,6 @@ must get exactly the reference's ids; documents that the reference decodes back 
 decode back with dlm too; invalid UTF-8 must give the ids the reference gives for
 bytes.decode("utf-8", "replace"). megatron-core's own tokenizer classes are checked on a sample to
 tie each reference call to what Megatron's tokenize() does, and for vocab_size and eod."""
-import argparse
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
 sys.path.insert(0, os.path.dirname(__file__))
-from dlm_interop import Checks, require, run, workdir  # noqa: E402
+from dlm_interop import Checks, require, run, tool_and_size_args, workdir  # noqa: E402
 
 require("tokenizers", "tiktoken", "sentencepiece", "transformers", "megatron.core")
 import tok_assets  # noqa: E402
@@ -85,10 +84,7 @@ def cases(files):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("tool")
-    ap.add_argument("--mb", type=float, default=2.0)
-    args = ap.parse_args()
+    args = tool_and_size_args()
     c = Checks()
     tmp = workdir("tokenize")
     t0 = time.time()
