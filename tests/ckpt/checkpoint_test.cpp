@@ -178,7 +178,7 @@ TEST(Checkpoint, MetadataChecks) {
   EXPECT_NE(with("\"tp\": 2", "\"tp\": \"2\"").find("metadata.json: field 'tp'"), std::string::npos);
   EXPECT_NE(with("rank_tp01_pp00.h5", "../x.h5").find("must be a rank .h5 file"), std::string::npos);
   EXPECT_NE(with("\"format\": \"dlm-checkpoint\"", "\"format\": 3").find("format"), std::string::npos);
-  // Issue 28 case 14: a negative count and a tensor listed twice (--load then failed late with "sample
+  // a negative count and a tensor listed twice (--load then failed late with "sample
   // 18446744073709551584 is past the split").
   EXPECT_EQ(with("\"iteration\": 0", "\"iteration\": -1"), "metadata.json: training: 'iteration' is -1, expected a count >= 0");
   EXPECT_EQ(with("\"consumed_samples\": 0", "\"consumed_samples\": -32"),
@@ -188,7 +188,7 @@ TEST(Checkpoint, MetadataChecks) {
   EXPECT_NE(error_of([&] { metadata_from_json(twice.dump(), "metadata.json"); }).find("is listed twice"), std::string::npos);
 }
 
-// Issue 28 case 15: a `latest` longer than any folder name is one line, not the filesystem's exception.
+// a `latest` longer than any folder name is one line, not the filesystem's exception.
 TEST(Checkpoint, HugeLatestIsOneLine) {
   const auto dir = test::fresh_dir("ck");
   dlm::write_file_atomically((dir / "latest").string(), std::string(5000, 'x'));

@@ -34,7 +34,7 @@ TEST(Error, PlainMessage) {
   }
 }
 
-// Issue 28 case 15: no exception's what() reaches a user raw.
+// no exception's what() reaches a user raw.
 TEST(Error, UserMessageOfAnyException) {
   EXPECT_EQ(dlm::user_message(std::bad_alloc()), "out of memory; no output written");
   const std::filesystem::filesystem_error fs("filesystem error: cannot stat", "/x/" + std::string(300, 'y'),

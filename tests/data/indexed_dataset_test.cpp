@@ -184,7 +184,7 @@ TEST_F(IndexedDatasetTest, BinShorterThanIndex) {
                 ".idx ends at byte 12, the file has 11 bytes");
 }
 
-// Issue 28 case 3: every reader opens through the constructor, so a crafted index is refused there (inspect
+// every reader opens through the constructor, so a crafted index is refused there (inspect
 // and dlm-blend sample used to read before the .bin mapping; dlm-blend build and dlm-train accepted it).
 TEST_F(IndexedDatasetTest, PointerPastEndOfBin) {
   write_sample(prefix("s"), DType::kUInt16);
@@ -222,7 +222,7 @@ TEST_F(IndexedDatasetTest, CraftedIndexIsRefusedWhenOpened) {
   EXPECT_EQ(open_error(), idx + ": offset 114: 3 unexpected trailing bytes");
 }
 
-// Issue 28 case 4: a .bin that is not exactly what its .idx describes (trailing bytes, or a .bin rewritten
+// a .bin that is not exactly what its .idx describes (trailing bytes, or a .bin rewritten
 // under an older .idx) is refused by every reader, validate included.
 TEST_F(IndexedDatasetTest, BinLongerThanItsIndexOrAStalePairIsRefused) {
   write_sample(prefix("s"), DType::kUInt16);
@@ -242,7 +242,7 @@ TEST_F(IndexedDatasetTest, BinLongerThanItsIndexOrAStalePairIsRefused) {
   EXPECT_NE(error_of([&] { IndexedDataset ds(prefix("s")); }).find(".bin: 14 bytes, but"), std::string::npos);
 }
 
-// Issue 28 case 5: negative ids in a signed .bin are refused by validate and by every read.
+// negative ids in a signed .bin are refused by validate and by every read.
 TEST_F(IndexedDatasetTest, NegativeTokenIdsAreRefused) {
   IndexedDatasetWriter w(prefix("s"), DType::kInt32);
   std::vector<int32_t> a{1, -7, 3};

@@ -1,4 +1,4 @@
-// Issue 28's checkpoint cases against the real tools: FIFOs named like checkpoint files (they used to block
+// The hardened checkpoint cases against the real tools: FIFOs named like checkpoint files (they used to block
 // dlm-ckpt and dlm-generate forever), a conversion into its own input, and the symlink rule (files of a
 // checkpoint may be symlinks to anywhere, as the Hugging Face cache is; names in an index or metadata.json
 // may not leave the folder).

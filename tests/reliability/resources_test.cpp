@@ -42,19 +42,8 @@ const std::string kPreprocess = DLM_PREPROCESS_TOOL;
 const std::string kBlend = DLM_BLEND_TOOL;
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// Under ASan/TSan (CI's sanitizer runs) the tools reserve terabytes of shadow address space and carry
-// redzones, so RSS bounds and RLIMIT_AS say nothing there: those checks are for plain builds.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+// Under ASan/TSan RSS bounds and RLIMIT_AS say nothing (sanitized.h): those checks are for plain builds.
+using dlm::test::kSanitized;
 
 bool big() {
   const char* v = std::getenv("DLM_RESOURCES_BIG");

@@ -158,7 +158,7 @@ TEST(Tokenizer, MalformedTokenizerJson) {
             std::string::npos);
 }
 
-// Issue 28 case 8: ids are dense from 0 (as len(tokenizer) counts them and Megatron sizes the embedding and
+// ids are dense from 0 (as len(tokenizer) counts them and Megatron sizes the embedding and
 // the .bin dtype from it): an id past the file's entries is refused before anything is sized by it (an id of
 // 1e8 used to allocate gigabytes), a hole is refused, and the dense vocabulary gives Megatron's uint16.
 TEST(Tokenizer, TokenIdsMustBeDense) {
