@@ -1,4 +1,4 @@
-// Issue 28's data cases against the real tools: a crafted .idx, negative ids and an invalid merge input are
+// The hardened data cases against the real tools: a crafted .idx, negative ids and an invalid merge input are
 // one-line errors (exit 1, no signal) from every reader, and leave no output behind.
 #include <fcntl.h>
 #include <sys/file.h>

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "../common/sanitized.h"
 #include "dlm/common/error.h"
 #include "dlm/data/indexed_dataset.h"
 #include "dlm/data/jsonl.h"

@@ -91,7 +91,7 @@ TEST(TrainArgs, InvalidConfigsFailBeforeAnything) {
   EXPECT_NE(error_of({"--save-interval", "5"}).find("--save"), std::string::npos);
   EXPECT_NE(error_of({"--ddp-bucket-size", "0"}).find("--ddp-bucket-size 0: expected 1 to"), std::string::npos);
   EXPECT_NE(error_of({"--ddp-bucket-size", "-5"}).find("--ddp-bucket-size -5: expected 1 to"), std::string::npos);
-  // Issue 28 cases 15, 18, 20: each a usage error naming its flag.
+  // Each a usage error naming its flag.
   EXPECT_EQ(error_of({"--micro-batch-size", "0"}), "--micro-batch-size 0: expected 1 to 1048576");
   EXPECT_EQ(error_of({"--mask-token", "-5"}), "--mask-token -5: expected 0 to 2147483647");
   EXPECT_EQ(error_of({"--lr", "nan"}), "--lr nan: expected a finite number");
