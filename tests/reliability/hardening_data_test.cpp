@@ -53,9 +53,11 @@ std::vector<std::string> train_argv(const std::string& prefix, const fs::path& d
 std::vector<std::string> blend_argv(const std::string& command, const std::string& prefix, const fs::path& dir) {
   std::vector<std::string> a{kBlend, command};
   if (command == "sample") a.push_back("0");
-  for (const std::string s : {"--data-path", prefix.c_str(), "--split", "100,0,0", "--seq-length", "16", "--train-samples",
-                              "10", "--global-batch-size", "2", "--data-cache-path", (dir / "cache").c_str()})
-    a.push_back(s);
+  // std::strings, not c_str() pointers: a pointer into the temporary path would dangle inside the loop.
+  const std::vector<std::string> flags{"--data-path", prefix, "--split", "100,0,0", "--seq-length", "16",
+                                       "--train-samples", "10", "--global-batch-size", "2", "--data-cache-path",
+                                       (dir / "cache").string()};
+  a.insert(a.end(), flags.begin(), flags.end());
   return a;
 }
 
