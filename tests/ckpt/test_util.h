@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dlm/ckpt/hf.h"
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/tensor.h"
 
@@ -65,5 +66,17 @@ inline TensorSet random_model(const ModelConfig& c, std::uint32_t seed) {
   }
   return s;
 }
+
+// A test with a fresh folder holding a small model exported as Hugging Face files, dir_ / "hf".
+class SmallHfFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fresh_dir("hf_folder");
+    config_ = small_config();
+    export_hf_folder((dir_ / "hf").string(), config_, random_model(config_, 7));
+  }
+  std::filesystem::path dir_;
+  ModelConfig config_;
+};
 
 }  // namespace dlm::ckpt::test

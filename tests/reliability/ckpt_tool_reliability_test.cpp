@@ -29,16 +29,7 @@ bool one_line_error(const dlm::test::ChildResult& r) {
   return r.exit_code == 1 && r.err.starts_with("dlm-ckpt: ") && std::count(r.err.begin(), r.err.end(), '\n') == 1;
 }
 
-class CkptTool : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = test::fresh_dir("tool");
-    config_ = test::small_config();
-    export_hf_folder((dir_ / "hf").string(), config_, test::random_model(config_, 7));
-  }
-  fs::path dir_;
-  ModelConfig config_;
-};
+using CkptTool = test::SmallHfFolderTest;
 
 TEST_F(CkptTool, SigkillDuringConvertLeavesNoLatestOrAValidCheckpoint) {
   const std::vector<std::string> argv{kTool, "convert", "--from", "hf", "--to", "native", "--tp", "2",

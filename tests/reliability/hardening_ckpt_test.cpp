@@ -42,16 +42,7 @@ std::vector<std::string> generate_argv(const fs::path& load) {
           "--tokenizer-model", "none", "--prompt", "1 2 3", "--max-new-tokens", "2", "--threads", "1", "--device", "cpu"};
 }
 
-class CkptHardening : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = test::fresh_dir("ckpt_hardening");
-    config_ = test::small_config();
-    export_hf_folder((dir_ / "hf").string(), config_, test::random_model(config_, 7));
-  }
-  fs::path dir_;
-  ModelConfig config_;
-};
+using CkptHardening = test::SmallHfFolderTest;
 
 // Case 7.
 TEST_F(CkptHardening, FifoNamedLikeACheckpointFileIsRefusedNotWaitedOn) {
