@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -45,6 +47,15 @@ Tensor Tensor::reshape(std::vector<std::int64_t> shape) const {
   if (product(shape) != numel())
     fail(fmt::format("tensor: cannot reshape {} elements to {} elements", numel(), product(shape)));
   return Tensor(buffer_, std::move(shape), dtype_, offset_);
+}
+
+Tensor Tensor::rows(std::int64_t first, std::int64_t count) const {
+  if (shape_.empty() || first < 0 || count < 0 || first + count > shape_[0])
+    fail(fmt::format("tensor: rows [{}, {}) outside {} rows", first, first + count, shape_.empty() ? 0 : shape_[0]));
+  std::vector<std::int64_t> shape = shape_;
+  shape[0] = count;
+  const auto row_bytes = static_cast<std::size_t>(numel() / std::max<std::int64_t>(shape_[0], 1)) * dtype_size(dtype_);
+  return Tensor(buffer_, std::move(shape), dtype_, offset_ + static_cast<std::size_t>(first) * row_bytes);
 }
 
 void* Tensor::data() const {

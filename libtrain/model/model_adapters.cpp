@@ -76,22 +76,46 @@ std::unique_ptr<TrainableModel> make_trainable_model(Model& model) {
   return std::make_unique<TrainableTransformer>(model);
 }
 
+namespace {
+
+// The model's input for a sampler's batch: its ids, position ids, key padding, the config's attention.
+ModelInput sampling_input(const Model& model, const SequenceBatch& batch) {
+  ModelInput in;
+  in.batch = batch.rows;
+  in.seq = batch.len;
+  in.ids = batch.ids;
+  in.positions = batch.position_ids;
+  in.key_valid = batch.attention;
+  in.attention = model.default_attention();
+  return in;
+}
+
+// Logits to the host, the padded vocabulary's columns -inf.
+void host_logits(const Model& model, const Tensor& out, std::vector<float>& logits) {
+  const std::int64_t vocab = model.config().vocab_size, width = model.config().padded_vocab_size();
+  logits.resize(static_cast<std::size_t>(out.numel()));
+  model.backend().copy_to_host(out, logits);
+  for (std::int64_t r = 0; r < out.numel() / width; ++r)
+    for (std::int64_t j = vocab; j < width; ++j) logits[r * width + j] = -std::numeric_limits<float>::infinity();
+}
+
+}  // namespace
+
 LogitsFn make_logits_fn(Model& model) {
   return [&model](const SequenceBatch& batch, std::vector<float>& logits) {
-    ModelInput in;
-    in.batch = batch.rows;
-    in.seq = batch.len;
-    in.ids = batch.ids;
-    in.positions = batch.position_ids;
-    in.key_valid = batch.attention;
-    in.attention = model.default_attention();
-    const Tensor& out = model.forward(in);
-    const std::int64_t vocab = model.config().vocab_size, width = model.config().padded_vocab_size();
-    logits.resize(static_cast<std::size_t>(out.numel()));
-    model.backend().copy_to_host(out, logits);
-    for (std::int64_t r = 0; r < batch.rows * batch.len; ++r)
-      for (std::int64_t j = vocab; j < width; ++j) logits[r * width + j] = -std::numeric_limits<float>::infinity();
+    host_logits(model, model.forward(sampling_input(model, batch)), logits);
   };
+}
+
+CachedLogitsModel make_cached_logits_model(Model& model) {
+  CachedLogitsModel m;
+  m.full = [&model](const SequenceBatch& batch, std::vector<float>& logits) {
+    host_logits(model, model.forward_storing_kv(sampling_input(model, batch)), logits);
+  };
+  m.window = [&model](const SequenceBatch& batch, std::int64_t first, std::int64_t end, std::vector<float>& logits) {
+    host_logits(model, model.forward_window(sampling_input(model, batch), first, end), logits);
+  };
+  return m;
 }
 
 }  // namespace dlm::train

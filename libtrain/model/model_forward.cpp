@@ -101,7 +101,9 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
   slots_[static_cast<std::size_t>(slot_)] = acts_;
 }
 
-const Tensor& Model::forward(const ModelInput& in) {
+const Tensor& Model::forward(const ModelInput& in) { return forward_pass(in, false, -1); }
+
+const Tensor& Model::forward_pass(const ModelInput& in, bool store, std::int64_t window_first) {
   check_input(in);
   allocate_activations(in.batch, in.seq);
   Activations& a = *acts_;
@@ -156,8 +158,15 @@ const Tensor& Model::forward(const ModelInput& in) {
     }
     be.rope_forward(q, a.positions, c.rotary_base, A.q_rope);
     be.rope_forward(k, a.positions, c.rotary_base, A.k_rope);
-    be.attention_forward(A.q_rope.reshape({B, L, heads, d}), A.k_rope.reshape({B, L, g, d}), A.v.reshape({B, L, g, d}),
-                         in.attention, key_valid, A.attn.reshape({B, L, heads, d}), A.lse);
+    if (store) store_kv(l, A.k_rope, A.v);
+    if (window_first >= 0) {
+      const KvStore& kv = window_kv(l, A.k_rope, A.v, window_first);
+      be.attention_forward(A.q_rope.reshape({B, L, heads, d}), kv.k_all, kv.v_all, in.attention,
+                           kv.has_key_valid ? kv.key_valid : no_mask, A.attn.reshape({B, L, heads, d}), A.lse);
+    } else {
+      be.attention_forward(A.q_rope.reshape({B, L, heads, d}), A.k_rope.reshape({B, L, g, d}),
+                           A.v.reshape({B, L, g, d}), in.attention, key_valid, A.attn.reshape({B, L, heads, d}), A.lse);
+    }
     const Tensor& proj_out = shard_.sequence_parallel ? a.partial : A.h;
     be.linear_forward(A.attn, params_[P.proj].value, proj_out);
     row_output(proj_out, A.h);

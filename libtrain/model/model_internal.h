@@ -34,4 +34,13 @@ struct Model::Activations {
   Tensor dx, dtmp, dxn, dxn_full, dfull, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
 };
 
+// The keys and values forward_storing_kv() kept, per layer [batch, seq, groups, head_dim], and the
+// scratch a window's attention reads: the stored ones with the window's columns written over.
+struct Model::KvStore {
+  std::int64_t batch = 0, seq = 0;
+  std::vector<Tensor> k, v;
+  Tensor k_all, v_all, key_valid;
+  bool has_key_valid = false;
+};
+
 }  // namespace dlm::train

@@ -1,6 +1,7 @@
 // MegaDLMs'/LLaDA's reverse process (the math is in include/dlm/train/sampler.h).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -13,6 +14,13 @@ namespace dlm::train {
 
 using detail::kGumbel;
 using detail::kRandomConfidence;
+
+KvCache parse_kv_cache(const std::string& name) {
+  if (name == "none") return KvCache::kNone;
+  if (name == "prefix") return KvCache::kPrefix;
+  if (name == "dual") return KvCache::kDual;
+  fail(fmt::format("--kv-cache: '{}' is not none, prefix or dual", name));
+}
 
 Remasking parse_remasking(const std::string& name) {
   if (name == "low_confidence") return Remasking::kLowConfidence;
@@ -39,17 +47,31 @@ void validate(const DiffusionSamplingOptions& o) {
   if (o.cfg_scale < 0) fail(fmt::format("--cfg-scale: {} is negative", o.cfg_scale));
   if (!(o.confidence_threshold >= 0 && o.confidence_threshold < 1))
     fail(fmt::format("--threshold: {} is not in [0, 1)", o.confidence_threshold));
+  if (o.cache_refresh < 0) fail(fmt::format("--cache-refresh: {} is negative", o.cache_refresh));
 }
 
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// The logits of x; with guidance, those of x and of x with its prompt masked, combined.
-void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vector<std::uint8_t>& is_prompt,
+// What a step's model call filled: logits of the columns [lo, hi) of each row ([rows, hi - lo, vocab]), or
+// (greedy) the argmax and its probability per column ([rows, len], those of [lo, hi) read).
+struct StepOutput {
+  std::int64_t lo = 0, hi = 0;
+  bool greedy = false;
+  std::vector<float> logits;
+  std::vector<std::int32_t> tokens;
+  std::vector<float> confidence;
+};
+// Runs the model for step `step` of the block [begin, end) on x.
+using StepFn = std::function<void(const SequenceBatch& x, std::int64_t begin, std::int64_t end, std::int64_t step,
+                                  StepOutput& out)>;
+
+// The logits of `x` from `run`; with guidance, those of x and of x with its prompt masked, combined.
+void guided_logits(const LogitsFn& run, const SequenceBatch& x, const std::vector<std::uint8_t>& is_prompt,
                    const DiffusionSamplingOptions& o, std::vector<float>& logits) {
   if (o.cfg_scale <= 0) {
-    model(x, logits);
+    run(x, logits);
     return;
   }
   SequenceBatch both = x;
@@ -61,7 +83,7 @@ void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vec
   for (std::size_t i = 0; i < n; ++i)
     if (is_prompt[i]) both.ids[n + i] = o.mask_token;
   std::vector<float> all;
-  model(both, all);
+  run(both, all);
   const std::size_t half = all.size() / 2;
   logits.resize(half);
   const auto w = static_cast<float>(o.cfg_scale);
@@ -73,28 +95,32 @@ void guided_logits(const LogitsFn& model, const SequenceBatch& x, const std::vec
   }
 }
 
-}  // namespace
+// The first column a step can change: `begin`, or an earlier one still masked (a prompt may hold masks).
+std::int64_t first_open_column(const SequenceBatch& x, std::int32_t mask, std::int64_t begin) {
+  std::int64_t first = begin;
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    for (std::int64_t j = 0; j < first; ++j) {
+      const auto i = static_cast<std::size_t>(r * x.len + j);
+      if (x.ids[i] == mask && x.attention[i]) {
+        first = j;
+        break;
+      }
+    }
+  return first;
+}
 
-std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
-                                                          std::span<const std::vector<std::int32_t>> prompts,
-                                                          const DiffusionSamplingOptions& o,
-                                                          std::int64_t* model_calls, const GreedyFn& greedy) {
-  validate(o);
+// The reverse process of sampler.h around `step_fn`, which gives each step's logits.
+std::vector<std::vector<std::int32_t>> reverse_process(const StepFn& step_fn, std::int64_t vocab,
+                                                       std::span<const std::vector<std::int32_t>> prompts,
+                                                       const DiffusionSamplingOptions& o, std::int64_t* model_calls) {
   SequenceBatch x = detail::left_padded(prompts, o.gen_length, o.mask_token, o.pad_token);
   const std::int64_t rows = x.rows, len = x.len, prompt_len = len - o.gen_length;
-  std::vector<std::uint8_t> is_prompt(x.ids.size(), 0);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t j = 0; j < prompt_len; ++j)
-      is_prompt[static_cast<std::size_t>(r * len + j)] = x.attention[static_cast<std::size_t>(r * len + j)];
   const CounterRng rng(o.seed);
   const std::int64_t blocks = o.gen_length / o.block_length, steps = o.steps / blocks;
-  std::vector<float> logits;
+  StepOutput m;
   std::uint64_t step_serial = 0;
   std::int64_t calls = 0;
   const bool parallel = o.confidence_threshold > 0;
-  const bool fast = greedy && o.temperature == 0 && o.cfg_scale <= 0;
-  std::vector<std::int32_t> greedy_tokens;
-  std::vector<float> greedy_confidence;
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t begin = prompt_len + block * o.block_length, end = begin + o.block_length;
     std::vector<std::vector<std::int64_t>> counts;
@@ -112,42 +138,30 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
           for (std::int64_t j = begin; j < end && !any; ++j) any = x.ids[static_cast<std::size_t>(r * len + j)] == o.mask_token;
         if (!any) break;
       }
-      if (fast) {
-        // The columns a step can change: the block, and before it any column still masked (a prompt may
-        // hold masks). One window per block keeps the model's shapes (and the GPU's graphs) per block.
-        std::int64_t first = begin;
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t j = 0; j < first; ++j) {
-            const auto i = static_cast<std::size_t>(r * len + j);
-            if (x.ids[i] == o.mask_token && x.attention[i]) {
-              first = j;
-              break;
-            }
-          }
-        greedy(x, first, end, greedy_tokens, greedy_confidence);
-      }
-      else guided_logits(model, x, is_prompt, o, logits);
+      step_fn(x, begin, end, step, m);
       ++calls;
-      if (fast && (greedy_tokens.size() != x.ids.size() || greedy_confidence.size() != x.ids.size()))
-        fail(fmt::format("sampler: the model returned {} greedy tokens, expected {} x {}", greedy_tokens.size(), rows, len));
-      if (!fast && logits.size() != static_cast<std::size_t>(rows * len * vocab))
-        fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", logits.size(), rows, len, vocab));
-      if (!fast) detail::require_no_nan(logits);
+      const std::int64_t width = m.hi - m.lo;
+      if (m.greedy && (m.tokens.size() != x.ids.size() || m.confidence.size() != x.ids.size()))
+        fail(fmt::format("sampler: the model returned {} greedy tokens, expected {} x {}", m.tokens.size(), rows, len));
+      if (!m.greedy && m.logits.size() != static_cast<std::size_t>(rows * width * vocab))
+        fail(fmt::format("sampler: the model returned {} logits, expected {} x {} x {}", m.logits.size(), rows, width, vocab));
+      if (!m.greedy) detail::require_no_nan(m.logits);
       std::vector<std::int32_t> x0(x.ids.size());
       std::vector<double> confidence(x.ids.size(), kNegInf);
       for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t j = 0; j < end; ++j) {
+        for (std::int64_t j = m.lo; j < std::min(end, m.hi); ++j) {
           const auto i = static_cast<std::size_t>(r * len + j);
           if (x.ids[i] != o.mask_token || !x.attention[i]) continue;
           const std::uint64_t draw = (step_serial * static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(r)) *
                                          static_cast<std::uint64_t>(len) + static_cast<std::uint64_t>(j);
-          if (fast) {
-            x0[i] = greedy_tokens[i];
-            confidence[i] = o.remasking == Remasking::kLowConfidence ? greedy_confidence[i]
+          if (m.greedy) {
+            x0[i] = m.tokens[i];
+            confidence[i] = o.remasking == Remasking::kLowConfidence ? m.confidence[i]
                                                                      : rng.uniform(kRandomConfidence, draw, 0);
             continue;
           }
-          std::span<const float> row(logits.data() + i * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
+          const auto at = static_cast<std::size_t>(r * width + j - m.lo) * static_cast<std::size_t>(vocab);
+          std::span<const float> row(m.logits.data() + at, static_cast<std::size_t>(vocab));
           std::vector<double> l(row.begin(), row.end());
           detail::top_p_filter(l, o.top_p);
           x0[i] = detail::gumbel_argmax(l, o.temperature, rng, kGumbel, draw);
@@ -178,6 +192,69 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
       out[static_cast<std::size_t>(r)].push_back(id);
     }
   return out;
+}
+
+// Columns the prompt holds (prompt tokens, not padding): guidance masks them.
+std::vector<std::uint8_t> prompt_columns(std::span<const std::vector<std::int32_t>> prompts,
+                                         const DiffusionSamplingOptions& o) {
+  const SequenceBatch x = detail::left_padded(prompts, o.gen_length, o.mask_token, o.pad_token);
+  const std::int64_t prompt_len = x.len - o.gen_length;
+  std::vector<std::uint8_t> is_prompt(x.ids.size(), 0);
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    for (std::int64_t j = 0; j < prompt_len; ++j)
+      is_prompt[static_cast<std::size_t>(r * x.len + j)] = x.attention[static_cast<std::size_t>(r * x.len + j)];
+  return is_prompt;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model, std::int64_t vocab,
+                                                          std::span<const std::vector<std::int32_t>> prompts,
+                                                          const DiffusionSamplingOptions& o,
+                                                          std::int64_t* model_calls, const GreedyFn& greedy) {
+  validate(o);
+  if (o.kv_cache != KvCache::kNone) fail("--kv-cache: this model keeps no keys and values (diffusion_generate_cached)");
+  const std::vector<std::uint8_t> is_prompt = prompt_columns(prompts, o);
+  const bool fast = greedy && o.temperature == 0 && o.cfg_scale <= 0;
+  const StepFn step = [&](const SequenceBatch& x, std::int64_t begin, std::int64_t end, std::int64_t, StepOutput& m) {
+    m.greedy = fast;
+    if (fast) {
+      // One window per block keeps the model's shapes (and the GPU's graphs) per block.
+      m.lo = first_open_column(x, o.mask_token, begin);
+      m.hi = end;
+      greedy(x, m.lo, end, m.tokens, m.confidence);
+      return;
+    }
+    m.lo = 0;
+    m.hi = x.len;
+    guided_logits(model, x, is_prompt, o, m.logits);
+  };
+  return reverse_process(step, vocab, prompts, o, model_calls);
+}
+
+std::vector<std::vector<std::int32_t>> diffusion_generate_cached(const CachedLogitsModel& model, std::int64_t vocab,
+                                                                 std::span<const std::vector<std::int32_t>> prompts,
+                                                                 const DiffusionSamplingOptions& o,
+                                                                 std::int64_t* model_calls) {
+  validate(o);
+  if (o.kv_cache == KvCache::kNone) fail("diffusion_generate_cached: --kv-cache is none (use diffusion_generate)");
+  if (!model.full || !model.window) fail("diffusion_generate_cached: the model has no cached forward");
+  const std::vector<std::uint8_t> is_prompt = prompt_columns(prompts, o);
+  const StepFn step = [&](const SequenceBatch& x, std::int64_t begin, std::int64_t end, std::int64_t t, StepOutput& m) {
+    m.greedy = false;
+    const bool refresh = o.cache_refresh > 0 ? t % o.cache_refresh == 0 : t == 0;
+    if (refresh) {
+      m.lo = 0;
+      m.hi = x.len;
+      guided_logits(model.full, x, is_prompt, o, m.logits);
+      return;
+    }
+    m.lo = first_open_column(x, o.mask_token, begin);
+    m.hi = o.kv_cache == KvCache::kDual ? end : x.len;
+    const LogitsFn window = [&](const SequenceBatch& b, std::vector<float>& l) { model.window(b, m.lo, m.hi, l); };
+    guided_logits(window, x, is_prompt, o, m.logits);
+  };
+  return reverse_process(step, vocab, prompts, o, model_calls);
 }
 
 }  // namespace dlm::train

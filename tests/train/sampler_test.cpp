@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "dlm/common/error.h"
 #include "dlm/train/sampler.h"
@@ -97,6 +100,98 @@ TEST(DiffusionSampler, GreedyPathReadsOnlyTheWindowItAsksFor) {
   EXPECT_EQ(diffusion_generate(toy_model, kVocab, plain, o, nullptr, greedy), diffusion_generate(toy_model, kVocab, plain, o));
   const std::vector<std::pair<std::int64_t, std::int64_t>> blocks = {{3, 7}, {3, 7}, {7, 11}, {7, 11}};
   EXPECT_EQ(windows, blocks);
+}
+
+// A model with the block KV cache that records its calls: "full" or "window [first, end)", and the ids of
+// the block [begin, begin + 4) each full call saw. Its logits are the toy's (they depend on positions
+// only), so every schedule decodes the same tokens.
+struct RecordingCache {
+  std::vector<std::string> calls;
+  std::vector<std::vector<std::int32_t>> full_ids;  // row 0's ids at each full call
+  CachedLogitsModel model() {
+    CachedLogitsModel m;
+    m.full = [this](const SequenceBatch& b, std::vector<float>& l) {
+      calls.push_back("full");
+      full_ids.emplace_back(b.ids.begin(), b.ids.begin() + b.len);
+      toy_model(b, l);
+    };
+    m.window = [this](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::vector<float>& l) {
+      calls.push_back(fmt::format("window [{}, {})", first, end));
+      std::vector<float> all;
+      toy_model(b, all);
+      l.clear();
+      for (std::int64_t r = 0; r < b.rows; ++r)
+        l.insert(l.end(), all.begin() + (r * b.len + first) * kVocab, all.begin() + (r * b.len + end) * kVocab);
+    };
+    return m;
+  }
+};
+
+// Blocks [3, 7) and [7, 11) of a sequence of 11: each block starts with a full forward that sees the
+// previous block decoded (no key or value is kept across a block boundary); prefix windows run to the end,
+// dual windows to the block's end; --cache-refresh R adds a full forward every R steps of a block.
+TEST(DiffusionSampler, CacheRefreshesAtEveryBlockStartAndEveryRSteps) {
+  DiffusionSamplingOptions o = two_blocks_of_four();
+  o.steps = 8;  // four steps per block
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3}, {4}};
+  const auto exact = diffusion_generate(toy_model, kVocab, prompts, o);
+  struct Want {
+    KvCache mode;
+    std::int64_t refresh;
+    std::vector<std::string> calls;
+  };
+  const std::vector<Want> cases = {
+      {KvCache::kPrefix, 0, {"full", "window [3, 11)", "window [3, 11)", "window [3, 11)",  //
+                             "full", "window [7, 11)", "window [7, 11)", "window [7, 11)"}},
+      {KvCache::kDual, 0, {"full", "window [3, 7)", "window [3, 7)", "window [3, 7)",  //
+                           "full", "window [7, 11)", "window [7, 11)", "window [7, 11)"}},
+      {KvCache::kDual, 2, {"full", "window [3, 7)", "full", "window [3, 7)",  //
+                           "full", "window [7, 11)", "full", "window [7, 11)"}},
+      {KvCache::kPrefix, 1, std::vector<std::string>(8, "full")},
+  };
+  for (const auto& want : cases) {
+    RecordingCache rec;
+    o.kv_cache = want.mode;
+    o.cache_refresh = want.refresh;
+    std::int64_t calls = 0;
+    EXPECT_EQ(diffusion_generate_cached(rec.model(), kVocab, prompts, o, &calls), exact);
+    EXPECT_EQ(rec.calls, want.calls);
+    EXPECT_EQ(calls, 8);
+    // The full call opening block 1 (the first full call after step 3) sees block 0 without a mask.
+    const std::size_t opening = want.refresh == 0 ? 1 : want.refresh == 2 ? 2 : 4;
+    ASSERT_GT(rec.full_ids.size(), opening);
+    for (std::int64_t j = 3; j < 7; ++j) EXPECT_NE(rec.full_ids[opening][static_cast<std::size_t>(j)], kMask);
+    for (std::int64_t j = 7; j < 11; ++j) EXPECT_EQ(rec.full_ids[opening][static_cast<std::size_t>(j)], kMask);
+  }
+}
+
+// A masked prompt column can still be unmasked, as in the exact sampler: windows start at it while it is
+// masked. Parallel decoding ends a block early, and the next block still opens with a full forward.
+TEST(DiffusionSampler, CachedWindowsReachBackToMaskedPromptColumns) {
+  DiffusionSamplingOptions o = two_blocks_of_four(), exact = o;
+  o.kv_cache = KvCache::kDual;
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, kMask, 3}, {4}};
+  RecordingCache rec;
+  EXPECT_EQ(diffusion_generate_cached(rec.model(), kVocab, prompts, o), diffusion_generate(toy_model, kVocab, prompts, exact));
+  EXPECT_EQ(rec.calls, (std::vector<std::string>{"full", "window [1, 7)", "full", "window [1, 11)"}));
+  o.confidence_threshold = exact.confidence_threshold = 0.6;
+  rec.calls.clear();
+  EXPECT_EQ(diffusion_generate_cached(rec.model(), kVocab, prompts, o), diffusion_generate(toy_model, kVocab, prompts, exact));
+  EXPECT_EQ(rec.calls.front(), "full");
+  EXPECT_EQ(std::count(rec.calls.begin(), rec.calls.end(), "full"), 2);
+}
+
+TEST(DiffusionSampler, KvCacheOptionsAreChecked) {
+  DiffusionSamplingOptions o = two_blocks_of_four();
+  const std::vector<std::vector<std::int32_t>> prompts = {{1}};
+  RecordingCache rec;
+  EXPECT_THROW(diffusion_generate_cached(rec.model(), kVocab, prompts, o), Error);  // kv_cache none
+  o.kv_cache = KvCache::kPrefix;
+  EXPECT_THROW(diffusion_generate(toy_model, kVocab, prompts, o), Error);  // no cache behind a LogitsFn
+  o.cache_refresh = -1;
+  EXPECT_THROW(validate(o), Error);
+  EXPECT_EQ(parse_kv_cache("dual"), KvCache::kDual);
+  EXPECT_THROW(parse_kv_cache("suffix"), Error);
 }
 
 TEST(DiffusionSampler, StopsAtEosAndIsDeterministicPerSeed) {

@@ -48,6 +48,8 @@ class Tensor {
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
   // The same memory under another shape of the same element count (dlm::Error otherwise).
   Tensor reshape(std::vector<std::int64_t> shape) const;
+  // Rows [first, first + count) of dim 0, the same memory (dlm::Error outside the tensor).
+  Tensor rows(std::int64_t first, std::int64_t count) const;
   // The backend's address of the first element (host or device): for backends only.
   void* data() const;
 
@@ -86,6 +88,8 @@ class Backend {
   virtual void zero(const Tensor& t) = 0;
   // y += x (same numel).
   virtual void add(const Tensor& y, const Tensor& x) = 0;
+  // dst = src, bit for bit (same dtype and numel).
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
 
   // ---- ops (one file each in a backend, forward beside backward) ----
   // Embedding: out[n] = table[ids[n]].  ids [N] i32, table [V, H], out [N, H].
@@ -124,6 +128,8 @@ class Backend {
   // q, out [B, L, H, D]; k, v [B, L, G, D]. kCausal: key j visible to query i iff j <= i.
   // key_valid [B, L] u8 (optional, undefined = all valid): keys with 0 are never attended (left
   // padding). A query that sees no key outputs 0 (lse = -inf) and gets no gradient.
+  // The bidirectional forward also takes fewer queries than keys: q, out [B, Lq, H, D], lse [B, H, Lq]
+  // over k, v [B, Lk, G, D], key_valid [B, Lk] (a sampler's window of positions over cached keys).
   // Backward: dP = dout v^T, dS = P (dP - rowsum(dout * out)), dq = dS k / sqrt(D),
   //   dk = dS^T q / sqrt(D), dv = P^T dout (all written; summed over the heads of a group).
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, AttentionKind kind,

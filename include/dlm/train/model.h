@@ -144,6 +144,19 @@ class Model {
   const Tensor& forward(const ModelInput& input);
   // Pipelines keep several micro-batches in flight: each slot holds one's activations (slot 0 by default).
   void use_slot(int slot);
+
+  // Sampling with a block KV cache (Fast-dLLM; the samplers' CachedLogitsModel in sampler.h):
+  // forward_storing_kv() is forward() that also keeps every layer's keys (after QK-norm and RoPE) and
+  // values of every position. forward_window() then runs only the columns [first, end) of each row
+  // through the embedding, the layers and the head: their queries attend to their own keys and values,
+  // computed now, and at every other column to the stored ones (the input's ids there are not read; its
+  // positions and key_valid are). Returns the window's logits [batch * (end - first), padded vocabulary].
+  // Right after forward_storing_kv() of the same input, the window's logits equal the full forward's rows.
+  // A window call leaves the store as it was. Whole model only (no tensor or pipeline parallelism), the
+  // config's bidirectional attention, the stored batch's shape; a dlm::Error otherwise. The window runs in
+  // activation slot 1, so slot 0 keeps the full forward's shape.
+  const Tensor& forward_storing_kv(const ModelInput& input);
+  const Tensor& forward_window(const ModelInput& input, std::int64_t first, std::int64_t end);
   // Per-token cross-entropy of the last forward's logits against labels [batch * seq] (label < 0:
   // ignored, 0). Host values.
   std::vector<float> cross_entropy(std::span<const std::int32_t> labels);
@@ -166,7 +179,16 @@ class Model {
  private:
   struct Layer;
   struct Activations;
+  struct KvStore;
   void allocate_activations(std::int64_t batch, std::int64_t seq);
+  // forward() over input's rows; `store`: keep each layer's keys and values in kv_; window_first >= 0:
+  // input is a window of kv_'s rows at that column, attending to kv_'s keys and values with its own
+  // written over its columns.
+  const Tensor& forward_pass(const ModelInput& input, bool store, std::int64_t window_first);
+  // forward_pass's steps (model_kv_cache.cpp): layer l's keys and values into kv_; kv_'s scratch with
+  // the window's keys and values written over columns [first, first + window) of each row.
+  void store_kv(std::size_t l, const Tensor& k, const Tensor& v);
+  const KvStore& window_kv(std::size_t l, const Tensor& k, const Tensor& v, std::int64_t first);
   void allocate_gradients();
   void backward_layers();
   // Tensor-parallel plumbing (model_tensor_parallel.cpp).
@@ -195,6 +217,7 @@ class Model {
   int embedding_ = -1, final_norm_ = -1, output_ = -1;  // indices into params_ (-1: not on this chunk)
   std::int64_t vocab_begin_ = 0;  // first padded-vocabulary row of this rank's embedding/output shard
   std::vector<std::shared_ptr<Activations>> slots_;
+  std::shared_ptr<KvStore> kv_;  // forward_storing_kv()'s keys and values
   std::shared_ptr<Activations> acts_;
   int slot_ = 0;
   std::function<void(std::size_t)> gradient_hook_;

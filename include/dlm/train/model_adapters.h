@@ -20,6 +20,9 @@ std::unique_ptr<TrainableModel> make_trainable_model(Model& model);
 // batch's position ids and its attention row as key padding; padded vocabulary columns are -inf, so
 // they never win a sample. The model must outlive the function.
 LogitsFn make_logits_fn(Model& model);
+// The same logits from Model::forward_storing_kv (full) and Model::forward_window (window), for
+// diffusion_generate_cached. The model must outlive the functions.
+CachedLogitsModel make_cached_logits_model(Model& model);
 
 // What the adapters of a Model and of a ParallelModel (model_parallel.h) share:
 // the model's input for a micro-batch (its mask kind and position ids; no key padding);

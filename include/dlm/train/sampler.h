@@ -15,6 +15,22 @@
 //   Opt-in (Fast-dLLM's parallel decoding): with confidence_threshold > 0 a step unmasks every masked
 //   position of the block whose confidence exceeds the threshold (the most confident one at least),
 //   and a block ends when it has no mask left, so steps are spent only where the model is unsure.
+// Opt-in (Fast-dLLM's block KV cache; kv_cache prefix or dual, diffusion_generate_cached): a step reuses
+//   the keys and values the model computed at the block's last refresh for the columns it does not
+//   recompute. In block [s, e), step t (t = 0, 1, ... within the block; R = cache_refresh):
+//     t % R == 0 (R = 0: t == 0 only): refresh: logits = f(x) over every column, as the exact sampler's
+//       step, and every layer's K, V of every column stored;
+//     otherwise a window step: only columns [w, hi) run through the layers, w = s (or the first column
+//       before s still masked, as the exact sampler may unmask it), hi = len (prefix) or e (dual);
+//       at layer l their queries attend to K_l[c] = K_l(x)[c] computed now for c in [w, hi) and to the
+//       stored K_l[c] for every other column (V alike). Prefix: the prompt and the earlier blocks come from
+//       the store, the block and the masked suffix are recomputed; dual: the suffix comes from the store
+//       too, so a step costs ~K rows instead of len. Only [w, hi)'s logits exist: other columns are not
+//       eligible in that step (after the block they never are).
+//   The approximation: a stored column's K_l (l > 0) was computed while the block held the masks of the
+//   refresh step; it is refreshed at every block's first step, so nothing is carried over a block
+//   boundary, where a whole block just turned from masks into tokens. With R = 1 every step refreshes
+//   and the tokens are the exact sampler's. The random draws are addressed as in the exact sampler.
 // AR: the next token of each row from its last position's logits: greedy at T = 0, else logits / T,
 //   top-k, top-p, Gumbel-max draw; a row stops at eos.
 // Random numbers come from a counter-based stream keyed by the seed (philox.h): one seed, one output.
@@ -48,6 +64,22 @@ using GreedyFn = std::function<void(const SequenceBatch& batch, std::int64_t fir
 enum class Remasking { kLowConfidence, kRandom };
 Remasking parse_remasking(const std::string& name);  // "low_confidence" | "random"
 
+// The block KV cache (see the top): none (the exact sampler), prefix or dual.
+enum class KvCache { kNone, kPrefix, kDual };
+KvCache parse_kv_cache(const std::string& name);  // "none" | "prefix" | "dual"
+
+// A model that keeps its keys and values between calls (Model::forward_storing_kv / forward_window):
+//   full(batch, logits): LogitsFn's logits; also stores every layer's K, V of every column of the batch;
+//   window(batch, first, end, logits): logits [rows, end - first, vocab] of the columns [first, end) of
+//     each row, run from the batch's ids there, attending at every other column to the K, V the last
+//     full() stored (a batch of the same shape and padding; its ids outside the window are not read).
+using WindowLogitsFn = std::function<void(const SequenceBatch& batch, std::int64_t first, std::int64_t end,
+                                          std::vector<float>& logits)>;
+struct CachedLogitsModel {
+  LogitsFn full;
+  WindowLogitsFn window;
+};
+
 struct DiffusionSamplingOptions {
   std::int64_t gen_length = 256;    // --max-new-tokens
   std::int64_t steps = 256;         // --sample-steps
@@ -61,6 +93,8 @@ struct DiffusionSamplingOptions {
   std::int32_t pad_token = 0;       // fills left padding (never attended)
   std::uint64_t seed = 0;
   double confidence_threshold = 0;  // --threshold: > 0 turns on parallel decoding (Fast-dLLM)
+  KvCache kv_cache = KvCache::kNone;  // --kv-cache (diffusion_generate_cached)
+  std::int64_t cache_refresh = 0;     // --cache-refresh R: a full step every R steps of a block; 0: its first only
 };
 
 struct ArSamplingOptions {
@@ -84,6 +118,12 @@ std::vector<std::vector<std::int32_t>> diffusion_generate(const LogitsFn& model,
                                                           const DiffusionSamplingOptions& options,
                                                           std::int64_t* model_calls = nullptr,
                                                           const GreedyFn& greedy = nullptr);
+// The same with the block KV cache (options.kv_cache prefix or dual; a dlm::Error for none). Temperature,
+// top-p, remasking, guidance (both halves of the doubled batch cached) and parallel decoding as above.
+std::vector<std::vector<std::int32_t>> diffusion_generate_cached(const CachedLogitsModel& model, std::int64_t vocab,
+                                                                 std::span<const std::vector<std::int32_t>> prompts,
+                                                                 const DiffusionSamplingOptions& options,
+                                                                 std::int64_t* model_calls = nullptr);
 std::vector<std::vector<std::int32_t>> ar_generate(const LogitsFn& model, std::int64_t vocab,
                                                    std::span<const std::vector<std::int32_t>> prompts,
                                                    const ArSamplingOptions& options);

@@ -151,6 +151,12 @@ void CpuBackend::add(const Tensor& y, const Tensor& x) {
   });
 }
 
+void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+  expect_dtype(dst, src.dtype());
+  expect_numel("copy", "source", src, dst.numel());
+  if (dst.bytes()) std::memcpy(dst.data(), src.data(), dst.bytes());
+}
+
 }  // namespace dlm::train::cpu
 
 namespace dlm::train {

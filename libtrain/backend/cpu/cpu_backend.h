@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
   std::span<float> host_f32(const Tensor& t) override;
   void zero(const Tensor& t) override;
   void add(const Tensor& y, const Tensor& x) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
 
   void embedding_forward(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
