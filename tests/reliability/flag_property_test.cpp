@@ -75,9 +75,9 @@ std::vector<Tool> tools() {
       {"dlm-generate", DLM_GENERATE_TOOL, {},
        {"--load", "missing", "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--tokenizer-model", "none",
         "--prompt", "1 2"},
-       {"load", "tokenizer-type", "tokenizer-model", "prompt", "mode", "remasking", "device"},
+       {"load", "tokenizer-type", "tokenizer-model", "prompt", "mode", "remasking", "device", "kv-cache"},
        {"cfg-scale=0", "threshold=0", "temperature=0", "top-k=0", "mask-token=0", "seed=0", "seed=4000000000",
-        "threads=0"}},
+        "threads=0", "cache-refresh=0"}},
   };
   for (Tool& tool : list) {
     tool.names.insert(kTokenizerNames.begin(), kTokenizerNames.end());

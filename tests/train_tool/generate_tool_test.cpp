@@ -53,6 +53,30 @@ TEST_F(GenerateTool, AutoregressiveModeAndRandomRemaskingRun) {
   EXPECT_EQ(rnd.rfind("5", 0), 0u) << rnd;
 }
 
+// --kv-cache with a full forward every step is the exact sampler; with the default refresh (each block's
+// start) it decodes every block from the cached windows. Two prompts of different lengths in one batch.
+TEST_F(GenerateTool, KvCacheRefreshedEveryStepIsTheExactSampler) {
+  const std::vector<std::string> flags = {"--prompt", "5 12 19", "--prompt", "7", "--max-new-tokens", "16",
+                                          "--sample-steps", "16", "--inference-block-size", "8", "--temperature",
+                                          "1", "--seed", "3", "--no-eos-stop"};
+  const std::string exact = generate(ckpt_, flags);
+  for (const char* mode : {"prefix", "dual"}) {
+    auto cached = flags;
+    cached.insert(cached.end(), {"--kv-cache", mode, "--cache-refresh", "1"});
+    EXPECT_EQ(generate(ckpt_, cached), exact) << mode;
+    cached.back() = "0";
+    const std::string approximate = generate(ckpt_, cached);
+    EXPECT_EQ(approximate.rfind("5 12 19", 0), 0u) << approximate;
+    EXPECT_EQ(std::count(approximate.begin(), approximate.end(), '\n'), 2) << approximate;
+  }
+  int code = 0;
+  auto bad = flags;
+  bad.insert(bad.end(), {"--kv-cache", "suffix"});
+  generate(ckpt_, bad, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(read_all(dir_ / "gen.err").find("--kv-cache suffix: expected none, prefix or dual"), std::string::npos);
+}
+
 TEST_F(GenerateTool, AMissingCheckpointIsOneLine) {
   const auto r = run({kGenerateTool, "--load", (dir_ / "nothing").string(), "--tokenizer-type", "NullTokenizer",
                       "--tokenizer-model", "none", "--vocab-size", "200", "--prompt", "1 2"});

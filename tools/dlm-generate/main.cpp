@@ -11,6 +11,7 @@
 #include "dlm/common/error.h"
 #include "cuda_flags.h"
 #include "dlm/common/thread_pool.h"
+#include "dlm/train/device.h"
 #include "flag_checks.h"
 #include "generation_model.h"
 #include "tokenizer_flags.h"
@@ -19,7 +20,7 @@ namespace po = boost::program_options;
 using namespace dlm;
 
 int main(int argc, char** argv) {
-  std::string checkpoint, mode, remasking = "low_confidence", device;
+  std::string checkpoint, mode, remasking = "low_confidence", device, kv_cache = "none";
   std::vector<std::string> prompts;
   data::TokenizerOptions tok;
   train::DiffusionSamplingOptions d;
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
       ("remasking", po::value(&remasking)->default_value(remasking), "low_confidence | random")
       ("cfg-scale", po::value(&d.cfg_scale)->default_value(0.0), "classifier-free guidance w")
       ("threshold", po::value(&d.confidence_threshold)->default_value(0.0), "parallel decoding above this confidence")
+      ("kv-cache", po::value(&kv_cache)->default_value(kv_cache), "none | prefix | dual: block KV cache (CPU; docs/generation.md)")
+      ("cache-refresh", po::value(&d.cache_refresh)->default_value(0), "with --kv-cache: a full forward every N steps of a block (0: at its start only)")
       ("temperature", po::value(&temperature)->default_value(temperature), "0: greedy")
       ("top-k", po::value(&top_k)->default_value(0), "AR only; 0 disables")
       ("top-p", po::value(&top_p)->default_value(1.0), "nucleus; 1 disables")
@@ -70,6 +73,19 @@ int main(int argc, char** argv) {
     if (tok.vocab_size) in_range("vocab-size", *tok.vocab_size, 1, std::size_t{1} << 31);
     in_range("cfg-scale", d.cfg_scale, 0, 1e6);
     in_range("threshold", d.confidence_threshold, 0, 1);
+    in_range("cache-refresh", d.cache_refresh, 0, 1 << 20);
+    if (kv_cache != "none" && kv_cache != "prefix" && kv_cache != "dual")
+      throw po::error(fmt::format("--kv-cache {}: expected none, prefix or dual", kv_cache));
+    if (kv_cache != "none") {
+      train::Device where = train::Device::kCpu;
+      try {
+        where = train::resolve_device(device);
+      } catch (const Error& e) {
+        throw po::error(e.what());
+      }
+      if (where == train::Device::kCuda)
+        throw po::error(fmt::format("--kv-cache {}: the GPU sampler keeps no keys and values yet; use --device cpu", kv_cache));
+    }
     in_range("temperature", temperature, 0, 1e6);
     in_range("top-k", top_k, 0, std::int64_t{1} << 31);
     if (!(top_p > 0 && top_p <= 1)) throw po::error(fmt::format("--top-p {}: expected a value in (0, 1]", top_p));
@@ -109,7 +125,10 @@ int main(int argc, char** argv) {
       d.eos = eos;
       d.pad_token = special.pad.value_or(0);
       d.seed = seed;
-      out = train::diffusion_generate(model.logits, model.vocab, ids, d, nullptr, model.greedy);
+      d.kv_cache = train::parse_kv_cache(kv_cache);
+      out = d.kv_cache == train::KvCache::kNone
+                ? train::diffusion_generate(model.logits, model.vocab, ids, d, nullptr, model.greedy)
+                : train::diffusion_generate_cached(model.cached, model.vocab, ids, d);
     } else {
       ar.max_new_tokens = max_new;
       ar.temperature = temperature;
