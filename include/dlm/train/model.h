@@ -151,7 +151,8 @@ class Model {
   // through the embedding, the layers and the head: their queries attend to their own keys and values,
   // computed now, and at every other column to the stored ones (the input's ids there are not read; its
   // positions and key_valid are). Returns the window's logits [batch * (end - first), padded vocabulary].
-  // Right after forward_storing_kv() of the same input, the window's logits equal the full forward's rows.
+  // Right after forward_storing_kv() of the same input, the window's logits are the full forward's rows
+  // (the same math; a backend's GEMM may sum in another order for another row count).
   // A window call leaves the store as it was. Whole model only (no tensor or pipeline parallelism), the
   // config's bidirectional attention, the stored batch's shape; a dlm::Error otherwise. The window runs in
   // activation slot 1, so slot 0 keeps the full forward's shape.
