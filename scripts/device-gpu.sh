@@ -4,7 +4,8 @@
 # usage: scripts/device-gpu.sh [CARRIED_DIR=build-cuda/devcarry] [CONFIGS=350m,qwen3-1.7b] [WHAT=tests,bench]
 # WHAT: any of tests, tools (dlm-train / dlm-generate --device cuda against the CPU), profile, dlmonly (dlm's
 # benchmark without PyTorch), bench (beside PyTorch), accum (beside PyTorch, ACCUMULATE=8 micro-batches per
-# optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone),
+# optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone), kvcache (sampling beside
+# PyTorch's exact sampler and its Fast-dLLM block KV cache, prefix and dual, thresholds 0 and 0.9),
 # BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
@@ -96,4 +97,9 @@ fi
 if [[ $WHAT == *sample* && $WHAT != *dlmsample* ]]; then
   echo "== sampling"
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" 2>&1 | tee "$OUT/sample.log" | grep -vE "^\s*$" | tail -30
+fi
+if [[ $WHAT == *kvcache* ]]; then
+  echo "== sampling with the block KV cache (PyTorch's generate_cached; dlm's GPU sampler has none yet)"
+  $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes none,prefix,dual \
+    --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
 fi

@@ -10,10 +10,12 @@ FLOPs per token (PaLM's rule): 6 x parameters other than the input embedding, pl
 12 x layers x seq x heads x head_dim (bidirectional: every query sees every key); MFU against 989 TFLOP/s.
 
 The sampler is MegaDLMs' generate (the same as LLaDA's): no cache, greedy x0, low-confidence remasking with
-its float64 softmax, per-row top-k, blocks left to right.
+its float64 softmax, per-row top-k, blocks left to right; with --kv-cache prefix|dual (and/or --threshold) it is
+generate_cached, Fast-dLLM's block KV cache and parallel decoding written the same way (dlm's --kv-cache).
 
 usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --accumulate 8 --no-compile]
-       torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --steps 256 --block 32]
+       torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --sample-steps 256 --block 32
+                              --kv-cache none|prefix|dual --cache-refresh N --threshold T --tokens]
 Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads.
 """
 import argparse
@@ -78,6 +80,12 @@ class Block(torch.nn.Module):
         self.fc2 = torch.nn.Linear(c["ffn"], d, bias=False)
 
     def forward(self, x, cos, sin):
+        return self.forward_kv(x, cos, sin)[0]
+
+    def forward_kv(self, x, cos, sin, before=None, after=None):
+        """The layer, and its keys (after QK-norm and RoPE) and values [B, S, G, D]. With the block cache
+        (generate_cached), x holds a window of columns whose queries also attend to the stored keys/values of
+        the columns before (`before`) and after (`after`) it: (k, v) pairs, or None."""
         b, s, _ = x.shape
         per = self.h // self.g
         qkv = self.qkv(F.rms_norm(x, (x.shape[-1],), self.ln1, 1e-6)).view(b, s, self.g, per + 2, self.hd)
@@ -87,11 +95,13 @@ class Block(torch.nn.Module):
             q = F.rms_norm(q, (self.hd,), self.qn, 1e-6)
             k = F.rms_norm(k, (self.hd,), self.kn, 1e-6)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        keys = torch.cat([t for t in (before and before[0], k, after and after[0]) if t is not None], dim=1)
+        values = torch.cat([t for t in (before and before[1], v, after and after[1]) if t is not None], dim=1)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
                                            is_causal=self.causal, enable_gqa=self.g != self.h)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, self.h * self.hd))
         gate, up = self.fc1(F.rms_norm(x, (x.shape[-1],), self.ln2, 1e-6)).chunk(2, dim=-1)
-        return x + self.fc2(F.silu(gate) * up)
+        return x + self.fc2(F.silu(gate) * up), k, v
 
 
 class Model(torch.nn.Module):
@@ -112,6 +122,15 @@ class Model(torch.nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6))
+
+    def forward_kv(self, ids, cos, sin, before=None, after=None):
+        """Logits of ids (a window of columns at RoPE tables cos, sin) and every layer's (k, v); before/after:
+        per layer the stored (k, v) of the columns around the window (Block.forward_kv), or None."""
+        x, kv = self.emb(ids), []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer.forward_kv(x, cos, sin, before and before[i], after and after[i])
+            kv.append((k, v))
+        return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6)), kv
 
 
 def diffusion_loss(model, tokens, mask_id):
@@ -201,26 +220,95 @@ def generate(model, prompt, gen, steps, block, mask_id):
     return x
 
 
+@torch.no_grad()
+def generate_cached(fwd, prompt, gen, steps, block, mask_id, head_dim, mode, refresh=0, threshold=0.0):
+    """generate with Fast-dLLM's block KV cache (dlm's --kv-cache, docs/generation.md) and its parallel decoding.
+
+    fwd: Model.forward_kv (compiled or not). In block [lo, hi), step i: a full forward when i % refresh == 0
+    (refresh 0: i == 0 only), which stores every layer's keys and values; otherwise only the window
+    [lo, L) (prefix) or [lo, hi) (dual) runs, attending to the stored keys/values around it. mode "none": a
+    full forward every step. threshold > 0: every masked position above it is unmasked (the most confident
+    at least) until the block has none. The prompt holds no mask. Returns x and the number of forwards."""
+    b = prompt.shape[0]
+    x = torch.cat([prompt, torch.full((b, gen), mask_id, dtype=prompt.dtype, device=prompt.device)], dim=1)
+    length, p_len, blocks = x.shape[1], prompt.shape[1], gen // block
+    cos, sin = rope_tables(length, head_dim, 10000.0, x.device)
+    per_block, calls, kv = steps // blocks, 0, None
+    rows = torch.arange(b, device=x.device)
+    for blk in range(blocks):
+        lo, hi = p_len + blk * block, p_len + (blk + 1) * block
+        end = hi if mode == "dual" else length
+        n = (x[:, lo:hi] == mask_id).sum(dim=1, keepdim=True)
+        counts = (n // per_block).repeat(1, per_block)
+        counts += torch.arange(per_block, device=x.device)[None, :] < (n % per_block)
+        i = 0
+        while (i < per_block) if threshold <= 0 else bool((x[:, lo:hi] == mask_id).any()):
+            if mode == "none" or i == 0 or (refresh > 0 and i % refresh == 0):
+                logits, kv = fwd(x, cos, sin)
+                first = 0
+            else:
+                before = [(k[:, :lo], v[:, :lo]) for k, v in kv]
+                after = [(k[:, end:], v[:, end:]) for k, v in kv] if end < length else None
+                logits, _ = fwd(x[:, lo:end], cos[lo:end], sin[lo:end], before, after)
+                first = lo
+            calls += 1
+            cols = x[:, first:hi]
+            logits = logits[:, : hi - first]
+            is_mask = cols == mask_id
+            x0 = logits.argmax(dim=-1)
+            conf = torch.gather(torch.softmax(logits.double(), dim=-1), -1, x0[..., None]).squeeze(-1)
+            conf = torch.where(is_mask, conf, torch.full_like(conf, -math.inf))
+            if threshold > 0:
+                transfer = is_mask & (conf > threshold)
+                best = conf.argmax(dim=1)
+                transfer[rows, best] |= is_mask[rows, best]
+            else:
+                transfer = torch.zeros_like(is_mask)
+                for r in range(b):
+                    _, idx = torch.topk(conf[r], k=int(counts[r, i]))
+                    transfer[r, idx] = True
+            x[:, first:hi] = torch.where(transfer, x0, cols)
+            i += 1
+    return x, calls
+
+
 def sample(args):
     c = dict(CONFIGS[args.config])
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     model = Model(c).to(dev).to(torch.bfloat16).eval()
-    fwd = torch.compile(model) if args.compile else model
     prompt = torch.randint(0, c["vocab"] - 1, (args.batch, args.prompt), device=dev)
-    # Warm-up / compile at the timed run's shapes (prompt + gen columns), one step per block: a warm-up at
-    # another length left torch.compile recompiling inside the timed region.
-    generate(fwd, prompt, args.gen, args.gen // args.block, args.block, c["vocab"] - 1)
+    mask_id, calls = c["vocab"] - 1, args.sample_steps
+    if args.kv_cache == "none" and args.threshold <= 0:
+        fwd = torch.compile(model) if args.compile else model
+        run = lambda steps: generate(fwd, prompt, args.gen, steps, args.block, mask_id)  # noqa: E731
+    else:
+        if args.compile:
+            # A window's shape changes with its block (prefix) and the stored keys' split with every block.
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        fwd = torch.compile(model.forward_kv) if args.compile else model.forward_kv
+
+        def run(steps):
+            nonlocal calls
+            x, calls = generate_cached(fwd, prompt, args.gen, steps, args.block, mask_id, c["head_dim"],
+                                       args.kv_cache, args.cache_refresh, args.threshold)
+            return x
+    # Warm-up / compile at the timed run's shapes (prompt + gen columns), two steps per block (a full forward and
+    # a window under the cache): a warm-up at another length left torch.compile recompiling inside the timed region.
+    run(2 * (args.gen // args.block))
     if dev == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    x = generate(fwd, prompt, args.gen, args.sample_steps, args.block, c["vocab"] - 1)
+    x = run(args.sample_steps)
     if dev == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     out = dict(peer="torch", mode="sample", config=args.config, batch=args.batch, compile=args.compile,
-               prompt=args.prompt, gen=args.gen, steps=args.sample_steps, block=args.block, seconds=dt,
+               prompt=args.prompt, gen=args.gen, steps=args.sample_steps, block=args.block, kv_cache=args.kv_cache,
+               cache_refresh=args.cache_refresh, threshold=args.threshold, forwards=calls, seconds=dt,
                tokens_per_s=args.batch * args.gen / dt, first=int(x[0, args.prompt]))
+    if args.tokens:
+        out["tokens"] = x[:, args.prompt:].tolist()
     print(json.dumps(out), flush=True)
 
 
@@ -238,6 +326,11 @@ def main():
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--sample-steps", type=int, default=256)
     ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--kv-cache", choices=["none", "prefix", "dual"], default="none",
+                    help="sample: Fast-dLLM's block KV cache (generate_cached); none with --threshold 0 is generate")
+    ap.add_argument("--cache-refresh", type=int, default=0, help="sample: a full forward every N steps of a block")
+    ap.add_argument("--threshold", type=float, default=0.0, help="sample: parallel decoding above this confidence")
+    ap.add_argument("--tokens", action="store_true", help="sample: print the generated tokens too")
     args = ap.parse_args()
     if args.mode == "sample" and args.batch == 0:
         args.batch = 1
