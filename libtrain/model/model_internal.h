@@ -35,7 +35,8 @@ struct Model::Activations {
 };
 
 // The keys and values forward_storing_kv() kept, per layer [batch, seq, groups, head_dim], and the
-// scratch a window's attention reads: the stored ones with the window's columns written over.
+// scratch a window's attention reads: the stored ones with the window's columns written over, masked by
+// the window's key padding.
 struct Model::KvStore {
   std::int64_t batch = 0, seq = 0;
   std::vector<Tensor> k, v;

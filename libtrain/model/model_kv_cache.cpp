@@ -38,8 +38,6 @@ const Tensor& Model::forward_storing_kv(const ModelInput& in) {
     kv->key_valid = backend_.alloc({in.batch, in.seq}, DType::kU8);
     kv_ = std::move(kv);
   }
-  kv_->has_key_valid = !in.key_valid.empty();
-  if (kv_->has_key_valid) backend_.copy_from_host(kv_->key_valid, in.key_valid);
   return forward_pass(in, true, -1);
 }
 
@@ -53,9 +51,9 @@ const Tensor& Model::forward_window(const ModelInput& in, std::int64_t first, st
     fail("model: the sampling KV cache is for bidirectional attention (a diffusion model)");
   if (first < 0 || first >= end || end > in.seq)
     fail(fmt::format("model: window columns [{}, {}) outside a sequence of {}", first, end, in.seq));
-  // The stored key padding is this input's (the samplers never change it): the window reads it from kv_.
-  if (kv_->has_key_valid != !in.key_valid.empty())
-    fail("model: a window's key padding differs from the stored forward's");
+  // The window's keys are masked by this input's key padding (the samplers keep the stored forward's).
+  kv_->has_key_valid = !in.key_valid.empty();
+  if (kv_->has_key_valid) backend_.copy_from_host(kv_->key_valid, in.key_valid);
   const std::int64_t B = in.batch, L = in.seq, W = end - first;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(B * W)), positions(ids.size());
   for (std::int64_t b = 0; b < B; ++b)

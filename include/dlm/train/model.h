@@ -150,7 +150,7 @@ class Model {
   // values of every position. forward_window() then runs only the columns [first, end) of each row
   // through the embedding, the layers and the head: their queries attend to their own keys and values,
   // computed now, and at every other column to the stored ones (the input's ids there are not read; its
-  // positions and key_valid are). Returns the window's logits [batch * (end - first), padded vocabulary].
+  // positions are, and its key_valid masks the keys). Returns the window's logits [batch * (end - first), padded vocabulary].
   // Right after forward_storing_kv() of the same input, the window's logits are the full forward's rows
   // (the same math; a backend's GEMM may sum in another order for another row count).
   // A window call leaves the store as it was. Whole model only (no tensor or pipeline parallelism), the
