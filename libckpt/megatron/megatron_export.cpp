@@ -122,8 +122,11 @@ std::vector<std::pair<std::string, Arg>> megatron_args(const ModelConfig& c, con
       {"rotary_percent", 1.0}, {"init_method_std", c.init_method_std}, {"num_experts", nullptr},
       {"params_dtype", Global{"torch", "float32"}}, {"fp16", false}, {"bf16", false},
       {"attention_mask_type", std::string(c.attention_mask == AttentionMask::kBidirectional ? "no_mask" : "causal")},
-      {"consumed_train_samples", state.consumed_samples}, {"consumed_valid_samples", I{0}},
-      {"ckpt_format", std::string("torch_dist")}};
+      {"consumed_train_samples", state.consumed_samples}, {"skipped_train_samples", I{0}}, {"consumed_valid_samples", I{0}},
+      {"world_size", I{o.tp} * o.pp}, {"data_parallel_size", I{1}}, {"ckpt_format", std::string("torch_dist")},
+      // megatron/training's load_checkpoint then loads neither optimizer nor RNG state (none is written),
+      // as with checkpoints Megatron's own converter writes.
+      {"no_save_optim", true}, {"no_save_rng", true}};
   if (c.mask_token_id) a.emplace_back("mask_token_id", I{*c.mask_token_id});
   return a;
 }

@@ -120,6 +120,7 @@ def case_hf(base, tied=False, tps=(1, 2)):
     c.check(common["iteration"] == 0 and common["checkpoint_version"] == 3.0, "HF: common.pt iteration/version")
     c.check(common["args"].tensor_model_parallel_size == 2 and common["args"].padded_vocab_size == 512
             and common["args"].make_vocab_size_divisible_by == 64, f"HF: args TP/padding {vars(common['args'])}")
+    c.check(common["args"].no_save_optim and common["args"].no_save_rng, "HF: args tell load_checkpoint there is no optimizer or RNG state")
     with h5py.File(f"{base}/native/iter_0000000/model.h5", "r") as h5:
         expected = {k: h5["model"][k][()] for k in h5["model"].keys()}
     c.check(("output_layer.weight" in expected) != tied, "HF: the output layer exists unless tied")
