@@ -3,6 +3,7 @@
 // FileSystemWriter), from one process.
 #include "dlm/ckpt/megatron_export.h"
 
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -158,6 +159,55 @@ void write_archive_file(const std::string& path, std::string_view pkl, std::stri
   f.commit();
 }
 
+// The model's tensors as megatron-core's sharded state: layers stacked (one chunk per layer), the
+// vocabulary rows padded to `padded`. Chunks point into `tensors` (or the re-padded copies).
+struct ShardedModel {
+  std::vector<ShardedTensor> tensors;
+  std::deque<Tensor> repadded;
+};
+
+ShardedModel shard_model(const ModelConfig& c, const TensorSet& tensors, std::int64_t padded, const std::string& root) {
+  auto refuse = [&root](bool bad, const std::string& what) {
+    if (bad) fail_at(root, what);
+  };
+  ShardedModel out;
+  std::vector<ShardedTensor>& sharded = out.tensors;
+  std::map<std::string, std::size_t> stacks;  // decoder.layers.<rest> -> index into sharded
+  for (const TensorSpec& spec : model_tensors(c)) {
+    auto it = tensors.find(spec.name);
+    refuse(it == tensors.end(), fmt::format("no tensor '{}' for the model", spec.name));
+    const Tensor* t = &it->second;
+    refuse(t->shape != spec.shape || t->dtype != TensorDType::kFloat32,
+           fmt::format("tensor '{}' is [{}], the model needs fp32 [{}]", spec.name, fmt::join(t->shape, ", "), fmt::join(spec.shape, ", ")));
+    const std::string layers = "decoder.layers.";
+    if (!spec.name.starts_with(layers)) {
+      if (spec.shape.size() == 2 && spec.shape[0] != padded) {  // vocabulary rows
+        Tensor rows = Tensor::zeros(spec.name, {padded, spec.shape[1]});
+        const std::size_t keep = static_cast<std::size_t>(std::min(padded, spec.shape[0]) * spec.shape[1]);
+        std::copy(t->f32().begin(), t->f32().begin() + keep, rows.f32().begin());
+        out.repadded.push_back(std::move(rows));
+        t = &out.repadded.back();
+      }
+      sharded.push_back({spec.name, t->shape, {{std::vector<std::int64_t>(t->shape.size(), 0), t->shape, t->bytes}}});
+      continue;
+    }
+    const std::size_t dot = spec.name.find('.', layers.size());
+    const std::int64_t layer = std::stoll(spec.name.substr(layers.size(), dot - layers.size()));
+    const std::string fqn = layers + spec.name.substr(dot + 1);
+    auto [at, fresh] = stacks.try_emplace(fqn, sharded.size());
+    std::vector<std::int64_t> size = {c.num_layers}, offsets = {layer}, sizes = {1};
+    size.insert(size.end(), spec.shape.begin(), spec.shape.end());
+    offsets.resize(size.size(), 0);
+    sizes.insert(sizes.end(), spec.shape.begin(), spec.shape.end());
+    if (fresh) sharded.push_back({fqn, size, {}});
+    sharded[at->second].chunks.push_back({offsets, sizes, t->bytes});
+  }
+  std::set<std::string> known;
+  for (const TensorSpec& spec : model_tensors(c)) known.insert(spec.name);
+  for (const auto& entry : tensors) refuse(!known.count(entry.first), fmt::format("tensor '{}' has no place in a Megatron GPT model", entry.first));
+  return out;
+}
+
 }  // namespace
 
 std::string save_megatron_torch_dist(const std::string& root, const ModelConfig& config, const TensorSet& tensors,
@@ -179,42 +229,8 @@ std::string save_megatron_torch_dist(const std::string& root, const ModelConfig&
   const std::int64_t step = divisible_by * o.tp;
   const std::int64_t padded = (c.vocab_size + step - 1) / step * step;
 
-  std::vector<Tensor> repadded;  // vocabulary tensors whose rows change; kept alive until written
-  repadded.reserve(2);
-  std::vector<ShardedTensor> sharded;
-  std::map<std::string, std::size_t> stacks;  // decoder.layers.<rest> -> index into sharded
-  for (const TensorSpec& spec : model_tensors(c)) {
-    auto it = tensors.find(spec.name);
-    refuse(it == tensors.end(), fmt::format("no tensor '{}' for the model", spec.name));
-    const Tensor* t = &it->second;
-    refuse(t->shape != spec.shape || t->dtype != TensorDType::kFloat32,
-           fmt::format("tensor '{}' is [{}], the model needs fp32 [{}]", spec.name, fmt::join(t->shape, ", "), fmt::join(spec.shape, ", ")));
-    const std::string layers = "decoder.layers.";
-    if (!spec.name.starts_with(layers)) {
-      if (spec.shape.size() == 2 && spec.shape[0] != padded) {  // vocabulary rows
-        Tensor rows = Tensor::zeros(spec.name, {padded, spec.shape[1]});
-        const std::size_t keep = static_cast<std::size_t>(std::min(padded, spec.shape[0]) * spec.shape[1]);
-        std::copy(t->f32().begin(), t->f32().begin() + keep, rows.f32().begin());
-        repadded.push_back(std::move(rows));
-        t = &repadded.back();
-      }
-      sharded.push_back({spec.name, t->shape, {{std::vector<std::int64_t>(t->shape.size(), 0), t->shape, t->bytes}}});
-      continue;
-    }
-    const std::size_t dot = spec.name.find('.', layers.size());
-    const std::int64_t layer = std::stoll(spec.name.substr(layers.size(), dot - layers.size()));
-    const std::string fqn = layers + spec.name.substr(dot + 1);
-    auto [at, fresh] = stacks.try_emplace(fqn, sharded.size());
-    std::vector<std::int64_t> size = {c.num_layers}, offsets = {layer}, sizes = {1};
-    size.insert(size.end(), spec.shape.begin(), spec.shape.end());
-    offsets.resize(size.size(), 0);
-    sizes.insert(sizes.end(), spec.shape.begin(), spec.shape.end());
-    if (fresh) sharded.push_back({fqn, size, {}});
-    sharded[at->second].chunks.push_back({offsets, sizes, t->bytes});
-  }
-  std::set<std::string> known;
-  for (const TensorSpec& spec : model_tensors(c)) known.insert(spec.name);
-  for (const auto& entry : tensors) refuse(!known.count(entry.first), fmt::format("tensor '{}' has no place in a Megatron GPT model", entry.first));
+  const ShardedModel model = shard_model(c, tensors, padded, root);
+  const std::vector<ShardedTensor>& sharded = model.tensors;
   std::vector<std::string> objects;
   for (int l = 0; l < c.num_layers; ++l)
     for (const char* m : kExtraState) objects.push_back(fmt::format("decoder.layers.{}._extra_state/shard_{}_{}", m, l, c.num_layers));
