@@ -11,6 +11,7 @@
 #include "dlm/ckpt/megatron_export.h"
 #include "dlm/ckpt/pickle.h"
 #include "dlm/ckpt/torch_file.h"
+#include "dlm/ckpt/tools.h"
 #include "dlm/ckpt/torch_writer.h"
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
@@ -117,6 +118,20 @@ TEST(MegatronExport, ReadsBackAsTheSameModel) {
     ASSERT_EQ(m.tensors.size(), tensors.size());
     for (const auto& [name, t] : tensors) EXPECT_EQ(m.tensors.at(name).bytes, t.bytes) << name;
   }
+}
+
+TEST(MegatronExport, ConvertCarriesANativeCheckpointsTrainingState) {
+  const auto dir = fresh_dir("native");
+  const ModelConfig c = small_config();
+  const TensorSet tensors = random_model(c, 8);
+  save_checkpoint((dir / "native").string(), c, {.tp = 2, .pp = 1}, {tensors, {}, {}}, {.iteration = 7, .consumed_samples = 99});
+  ConvertOptions o;
+  o.from = CheckpointKind::kNative, o.to = CheckpointKind::kMegatron, o.megatron = {.tp = 2, .pp = 1};
+  EXPECT_EQ(convert_checkpoint((dir / "native").string(), (dir / "meg").string(), o), (dir / "meg" / "iter_0000007").string());
+  const MegatronCheckpoint m = load_megatron((dir / "meg").string());
+  EXPECT_EQ(m.state.iteration, 7);
+  EXPECT_EQ(m.state.consumed_samples, 99);
+  for (const auto& [name, t] : tensors) EXPECT_EQ(m.tensors.at(name).bytes, t.bytes) << name;
 }
 
 TEST(MegatronExport, PadsTheVocabularyForTheTargetTp) {
