@@ -1,4 +1,4 @@
-// dlm-ckpt: convert, validate and inspect checkpoints (native dlm and Hugging Face).
+// dlm-ckpt: convert, validate and inspect checkpoints (native dlm, Hugging Face, Megatron).
 //   dlm-ckpt convert --from native|hf|megatron --to native|hf [--tp N] [--pp N] [--dtype bf16|fp32] [--num-shards N] IN OUT
 //   dlm-ckpt convert --from native|hf|megatron --to megatron [--target-tensor-parallel-size N] [--target-pipeline-parallel-size N] IN OUT
 //   dlm-ckpt validate DIR [--against DIR2 --rtol R --atol A]

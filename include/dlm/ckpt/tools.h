@@ -1,4 +1,4 @@
-// What dlm-ckpt does, as library calls: convert between native and Hugging Face checkpoints (and
+// What dlm-ckpt does, as library calls: convert between native, Hugging Face and Megatron checkpoints (and
 // between parallel layouts), validate one, compare two, describe one.
 #pragma once
 
