@@ -18,6 +18,21 @@ HfExportOptions hf_export_options(const ConvertOptions& o, const std::string& to
   return {.dtype = o.dtype, .tokenizer_dir = tokenizer_dir, .max_shard_bytes = o.max_shard_bytes, .num_shards = o.num_shards};
 }
 
+// Megatron output from the whole model of any input, with its training state where it has one.
+std::string export_megatron(const std::string& input, const std::string& output, const ConvertOptions& o) {
+  MegatronCheckpoint m;
+  if (o.from == CheckpointKind::kMegatron) m = load_megatron(input);
+  else if (o.from == CheckpointKind::kHuggingFace) {
+    HfModel h = load_hf_folder(input, o.make_vocab_size_divisible_by);
+    m.config = std::move(h.config), m.tensors = std::move(h.tensors);
+  } else {
+    CheckpointReader r(input);
+    m.config = r.metadata().config, m.state = r.metadata().state, m.tensors = r.read_global(false).params;
+  }
+  refuse_non_finite(m.tensors, input);
+  return save_megatron_torch_dist(output, m.config, m.tensors, m.state, o.megatron);
+}
+
 }  // namespace
 
 bool parse_byte_size(std::string_view text, std::uint64_t& bytes) {
@@ -57,6 +72,7 @@ HfModel load_any(const std::string& path, int divisible_by) {
 }
 
 std::string convert_checkpoint(const std::string& input, const std::string& output, const ConvertOptions& o) {
+  if (o.to == CheckpointKind::kMegatron) return export_megatron(input, output, o);
   if (o.from == CheckpointKind::kMegatron) {
     MegatronCheckpoint m = load_megatron(input);
     if (o.to == CheckpointKind::kHuggingFace) {

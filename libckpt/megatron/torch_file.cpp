@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "crc32.h"
 #include "dlm/common/error.h"
 
 namespace dlm::ckpt {
@@ -16,21 +17,6 @@ std::uint64_t le(const std::uint8_t* p, int n) {
   std::uint64_t v = 0;
   for (int k = 0; k < n; ++k) v |= std::uint64_t{p[k]} << (8 * k);
   return v;
-}
-
-std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
-  static const std::array<std::uint32_t, 256> table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  std::uint32_t c = 0xFFFFFFFFu;
-  for (std::uint8_t b : bytes) c = table[(c ^ b) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
 }
 
 }  // namespace
@@ -101,7 +87,7 @@ std::span<const std::uint8_t> StoredZip::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail_at(path(), fmt::format("zip entry '{}' is missing", name));
   const std::span<const std::uint8_t> bytes(bytes_.data() + it->second.offset, it->second.size);
-  if (crc32(bytes) != it->second.crc) fail_at_offset(path(), it->second.offset, fmt::format("zip entry '{}' fails its CRC-32 check (corrupted)", name));
+  if (detail::crc32(bytes) != it->second.crc) fail_at_offset(path(), it->second.offset, fmt::format("zip entry '{}' fails its CRC-32 check (corrupted)", name));
   return bytes;
 }
 

@@ -1,5 +1,6 @@
-// dlm-ckpt: convert, validate and inspect checkpoints (native dlm and Hugging Face).
+// dlm-ckpt: convert, validate and inspect checkpoints (native dlm, Hugging Face, Megatron).
 //   dlm-ckpt convert --from native|hf|megatron --to native|hf [--tp N] [--pp N] [--dtype bf16|fp32] [--num-shards N] IN OUT
+//   dlm-ckpt convert --from native|hf|megatron --to megatron [--target-tensor-parallel-size N] [--target-pipeline-parallel-size N] IN OUT
 //   dlm-ckpt validate DIR [--against DIR2 --rtol R --atol A]
 //   dlm-ckpt inspect DIR
 #include <cstdio>
@@ -24,6 +25,8 @@ constexpr const char* kUsage = R"(usage:
   dlm-ckpt convert --from native|hf|megatron --to native|hf [--tp N] [--pp N] [--layers-per-stage A,B,..]
                    [--dtype bf16|fp32|fp16] [--num-shards N | --max-shard-size 5GB] [--tokenizer DIR]
                    [--make-vocab-size-divisible-by N] IN OUT
+  dlm-ckpt convert --from native|hf|megatron --to megatron [--target-tensor-parallel-size N]
+                   [--target-pipeline-parallel-size N] IN OUT    (Megatron torch_dist, any TP/PP loads it)
   dlm-ckpt validate DIR [--against DIR2 [--rtol R] [--atol A]]
   dlm-ckpt inspect DIR
 IN/OUT of a native checkpoint: its root (with `latest`) or an iter_XXXXXXX folder; OUT is a root.
@@ -37,8 +40,8 @@ struct UsageError : std::runtime_error {
 CheckpointKind kind_of(const std::string& s, const char* flag) {
   if (s == "native") return CheckpointKind::kNative;
   if (s == "hf") return CheckpointKind::kHuggingFace;
-  if (s == "megatron" && std::string_view(flag) == "--from") return CheckpointKind::kMegatron;
-  throw UsageError(fmt::format("{} must be {}, got '{}'", flag, std::string_view(flag) == "--from" ? "native, hf or megatron" : "native or hf", s));
+  if (s == "megatron") return CheckpointKind::kMegatron;
+  throw UsageError(fmt::format("{} must be native, hf or megatron, got '{}'", flag, s));
 }
 
 // OUT inside IN, IN inside OUT, or the same folder: the conversion would write into what it reads.
@@ -64,9 +67,11 @@ int print_report(const Report& r) {
 int run(int argc, char** argv) {
   po::options_description opts("options");
   opts.add_options()("help,h", "this help")("from", po::value<std::string>(), "input kind: native | hf | megatron")(
-      "to", po::value<std::string>(), "output kind: native | hf")("tp", po::value<int>()->default_value(1), "tensor-parallel size")(
+      "to", po::value<std::string>(), "output kind: native | hf | megatron")("tp", po::value<int>()->default_value(1), "tensor-parallel size")(
       "pp", po::value<int>()->default_value(1), "pipeline-parallel size")(
       "layers-per-stage", po::value<std::string>(), "uneven pipeline stages, e.g. 5,6,6,5")(
+      "target-tensor-parallel-size", po::value<int>()->default_value(1), "Megatron output: the TP it records (vocabulary padding)")(
+      "target-pipeline-parallel-size", po::value<int>()->default_value(1), "Megatron output: the PP it records")(
       "dtype", po::value<std::string>()->default_value("bf16"), "HF output dtype: bf16 | fp32 | fp16")(
       "num-shards", po::value<int>(), "HF output: at most N safetensors shards, even sizes")(
       "max-shard-size", po::value<std::string>()->default_value("5GiB"), "HF output: shard cap (5GB, 500MiB, bytes)")(
@@ -84,6 +89,8 @@ int run(int argc, char** argv) {
     po::notify(vm);
     dlm::tools::in_range("tp", vm["tp"].as<int>(), 1, 1 << 16);
     dlm::tools::in_range("pp", vm["pp"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("target-tensor-parallel-size", vm["target-tensor-parallel-size"].as<int>(), 1, 1 << 16);
+    dlm::tools::in_range("target-pipeline-parallel-size", vm["target-pipeline-parallel-size"].as<int>(), 1, 1 << 16);
     dlm::tools::in_range("make-vocab-size-divisible-by", vm["make-vocab-size-divisible-by"].as<int>(), 1, 1 << 16);
     dlm::tools::in_range("rtol", vm["rtol"].as<double>(), 0, 1e30);
     dlm::tools::in_range("atol", vm["atol"].as<double>(), 0, 1e30);
@@ -106,6 +113,9 @@ int run(int argc, char** argv) {
     o.to = kind_of(vm["to"].as<std::string>(), "--to");
     o.layout.tp = vm["tp"].as<int>();
     o.layout.pp = vm["pp"].as<int>();
+    if (o.to != CheckpointKind::kMegatron && (!vm["target-tensor-parallel-size"].defaulted() || !vm["target-pipeline-parallel-size"].defaulted()))
+      throw UsageError("--target-tensor-parallel-size and --target-pipeline-parallel-size are for --to megatron (use --tp/--pp for native output)");
+    o.megatron = {.tp = vm["target-tensor-parallel-size"].as<int>(), .pp = vm["target-pipeline-parallel-size"].as<int>()};
     if (vm.count("layers-per-stage")) {
       std::string s = vm["layers-per-stage"].as<std::string>();
       for (std::size_t at = 0; at <= s.size();) {

@@ -1,4 +1,4 @@
-// What dlm-ckpt does, as library calls: convert between native and Hugging Face checkpoints (and
+// What dlm-ckpt does, as library calls: convert between native, Hugging Face and Megatron checkpoints (and
 // between parallel layouts), validate one, compare two, describe one.
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "dlm/ckpt/checkpoint.h"
 #include "dlm/ckpt/hf.h"
+#include "dlm/ckpt/megatron_export.h"
 
 namespace dlm::ckpt {
 
@@ -26,9 +27,12 @@ struct ConvertOptions {
   std::string tokenizer_dir{};                  // HF output: where tokenizer files come from ("" = the input's)
   std::uint64_t max_shard_bytes = 5ull << 30;   // HF output: shard cap (HfExportOptions)
   int num_shards = 0;                           // HF output: > 0 overrides max_shard_bytes
+  MegatronExportOptions megatron{};             // Megatron output: target TP/PP (megatron_export.h)
 };
 // "5GB" (10^9), "500MiB" (2^20), "123" bytes; K/M/G/T with B or iB. False when it is none of these.
 bool parse_byte_size(std::string_view text, std::uint64_t& bytes);
+// Megatron output (megatron_export.h) is written from the whole model of any input, with the native
+// input's training state (iteration, consumed samples) or the Megatron input's.
 // Megatron input (megatron.h) is merged to the whole model, then written like HF input, with its training
 // state (iteration, consumed samples, args).
 // native -> native reshards rank by rank (each target rank reads only its hyperslabs and writes its own
