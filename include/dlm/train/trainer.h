@@ -29,6 +29,7 @@
 #include "dlm/train/lr_schedule.h"
 #include "dlm/train/objective.h"
 #include "dlm/train/optimizer.h"
+#include "dlm/train/training_monitor.h"
 
 namespace dlm::train {
 
@@ -153,6 +154,7 @@ struct TrainerOptions {
   ObjectiveOptions objective;
   std::string tensorboard_dir;         // --tensorboard-dir ("" = none)
   std::string metrics_path;            // --metrics-file ("" = none): JSONL
+  MonitorOptions monitor;              // Megatron's log line, TensorBoard tags, progress.txt (training_monitor.h)
   NonFinitePolicy on_non_finite = NonFinitePolicy::kStop;  // --on-nan
   std::int64_t max_skipped_steps = 10; // --on-nan skip: stop once this many steps were skipped in a row
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer: AdamW moments sharded over DP
@@ -216,6 +218,8 @@ class Trainer {
  private:
   // The step's loss; the update is applied only when the loss and the gradient norm are finite.
   double train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied);
+  // --log-params-norm: the L2 norm of the weights over the whole model (collective over the model's ranks).
+  double params_norm();
   TrainerOptions options_;
   TrainableModel& model_;
   const SampleSource& train_;
