@@ -197,6 +197,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     report.consumed_samples = progress_.consumed_samples;
     report.loss = s.loss;
     report.lr = lr;
+    report.megatron_lr = schedule_.at(s.iteration);
     report.grad_norm = s.grad_norm;
     report.seconds = s.seconds;
     report.skipped = s.skipped;

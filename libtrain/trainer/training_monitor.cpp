@@ -72,7 +72,7 @@ void TrainingMonitor::iteration(const IterationReport& r) {
   if (tb_ && r.iteration % options_.tensorboard_log_interval == 0) {
     Scalars s;
     const std::int64_t it = r.iteration, samples = r.consumed_samples;
-    with_samples(s, it, samples, "learning-rate", r.lr);
+    with_samples(s, it, samples, "learning-rate", r.megatron_lr);
     with_samples(s, it, samples, "batch-size", static_cast<double>(global_batch_size_));
     with_samples(s, it, samples, "lm loss", r.loss);
     with_samples(s, it, samples, "loss-scale", 1.0);
@@ -104,7 +104,7 @@ void TrainingMonitor::write_log_line(const IterationReport& r, bool closes_inter
   l.ms_per_iteration = per_iteration * 1000.0;
   const double tflops = options_.flops_per_iteration / (per_iteration * 1e12 * options_.world_size);
   if (options_.log_throughput) l.tflops_per_gpu = tflops;
-  l.learning_rate = r.lr;
+  l.learning_rate = r.megatron_lr;
   l.lm_loss = applied_loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, applied_));
   l.grad_norm = r.grad_norm;
   l.num_zeros = r.num_zeros;

@@ -46,7 +46,9 @@ struct MonitorOptions {
 // One iteration as the trainer saw it.
 struct IterationReport {
   std::int64_t iteration = 0, consumed_samples = 0;
-  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double loss = 0, grad_norm = 0, seconds = 0;
+  double lr = 0;            // the rate this iteration's update used (the JSONL file's "lr")
+  double megatron_lr = 0;   // the rate after the scheduler's step, lr(iteration): what Megatron logs as "learning rate"
   bool skipped = false;
   std::optional<double> params_norm;
   std::optional<std::int64_t> num_zeros;
