@@ -49,19 +49,19 @@ std::string apply_monitoring_flags(const MonitoringFlags& f, const std::string& 
     fail(fmt::format("--wandb-mode {}: not online, offline or disabled", f.wandb_mode));
   if (f.wandb_project.empty() || f.wandb_mode == "disabled") return "";
   std::string wandb_dir = f.wandb_save_dir;
-  if (wandb_dir.empty()) {
-    if (save.empty())
-      fail(fmt::format("--wandb-project {}: dlm writes W&B's TensorBoard events under --wandb-save-dir (or "
-                       "<--save>/wandb): give one of them", f.wandb_project));
-    wandb_dir = (std::filesystem::path(save) / "wandb").string();
+  if (wandb_dir.empty() && !save.empty()) wandb_dir = (std::filesystem::path(save) / "wandb").string();
+  if (t.tensorboard_dir.empty()) {
+    if (wandb_dir.empty())
+      fail(fmt::format("--wandb-project {}: dlm writes TensorBoard events for W&B into a folder: give --wandb-save-dir, "
+                       "--save or --tensorboard-dir", f.wandb_project));
+    t.tensorboard_dir = (std::filesystem::path(wandb_dir) / "tensorboard").string();
   }
-  if (t.tensorboard_dir.empty()) t.tensorboard_dir = (std::filesystem::path(wandb_dir) / "tensorboard").string();
   const std::string& id = f.wandb_run_id.empty() ? f.wandb_exp_name : f.wandb_run_id;
   notices.push_back(fmt::format(
       "--wandb-project {}: dlm-train does not link W&B; it writes TensorBoard events to {}, which this command "
-      "uploads: WANDB_DIR={} wandb sync --sync-tensorboard -p {}{}{} {}",
-      f.wandb_project, t.tensorboard_dir, wandb_dir, f.wandb_project, f.wandb_entity.empty() ? "" : " -e " + f.wandb_entity,
-      id.empty() ? "" : " --id " + id, t.tensorboard_dir));
+      "uploads: {}wandb sync --sync-tensorboard -p {}{}{} {}",
+      f.wandb_project, t.tensorboard_dir, wandb_dir.empty() ? "" : "WANDB_DIR=" + wandb_dir + " ", f.wandb_project,
+      f.wandb_entity.empty() ? "" : " -e " + f.wandb_entity, id.empty() ? "" : " --id " + id, t.tensorboard_dir));
   return wandb_dir;
 }
 

@@ -6,7 +6,7 @@
 // W&B: dlm-train does not link W&B. --wandb-project makes the run write TensorBoard events (into --tensorboard-dir,
 // or <wandb dir>/tensorboard without it; the wandb dir is --wandb-save-dir, else <--save>/wandb as Megatron's) and
 // prints one start-up line with the command that uploads them:
-//   WANDB_DIR=<wandb dir> wandb sync --sync-tensorboard -p <project> [-e <entity>] [--id <run id>] <tensorboard dir>
+//   [WANDB_DIR=<wandb dir>] wandb sync --sync-tensorboard -p <project> [-e <entity>] [--id <run id>] <tensorboard dir>
 // The run id is --wandb-run-id (MegaDLMs), else --wandb-exp-name (`wandb sync` names no run otherwise).
 // --wandb-mode disabled (MegaDLMs) turns all of it off.
 #pragma once
