@@ -25,9 +25,11 @@ void with_samples(Scalars& out, std::int64_t iteration, std::int64_t samples, co
   out[samples][tag + " vs samples"] = v;
 }
 
-void print_stdout(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+// Beside dlm's other log lines on stderr (Megatron prints on stdout; launch scripts log both streams), without
+// dlm's "[time level]" prefix so that the line is Megatron's.
+void print_log(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -111,7 +113,7 @@ void TrainingMonitor::write_log_line(const IterationReport& r, bool closes_inter
   l.params_norm = r.params_norm;
   l.skipped_iterations = skipped_;
   l.nan_iterations = nan_;
-  print_stdout(megatron_iteration_line(l, std::chrono::system_clock::now()) + "\n");
+  print_log(megatron_iteration_line(l, std::chrono::system_clock::now()) + "\n");
   if (tb_ && options_.log_timers_to_tensorboard && r.iteration != first_iteration_) {
     std::map<std::string, double> timers = {{"iteration-time", per_iteration}};
     if (options_.log_throughput) timers["throughput"] = tflops;
@@ -137,7 +139,7 @@ void TrainingMonitor::write_log_line(const IterationReport& r, bool closes_inter
 
 void TrainingMonitor::validation(std::int64_t iteration, std::int64_t consumed_samples, double loss) {
   if (!reporting_) return;
-  print_stdout(megatron_validation_block(iteration, loss));
+  print_log(megatron_validation_block(iteration, loss));
   if (jsonl_) jsonl_->write(iteration, {{"valid_loss", loss}});
   if (!tb_) return;
   Scalars s;

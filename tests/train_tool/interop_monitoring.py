@@ -4,7 +4,7 @@ monitoring flag (--log-throughput, --log-params-norm, --log-num-zeros-in-grad, -
 --tensorboard-log-interval, --tensorboard-queue-size, --wandb-project/-exp-name/-save-dir/-entity). Its
 TensorBoard events are read by the `tensorboard` package's own EventAccumulator: every scalar tag that Megatron's
 training.py writes for those flags is there, at the right steps, with the values of the JSONL metrics file, the
-LR schedule (Megatron's OptimizerParamScheduler formula, recomputed here) and Megatron's FLOP count. The stdout
+LR schedule (Megatron's OptimizerParamScheduler formula, recomputed here) and Megatron's FLOP count. The log
 lines match Megatron's iteration line and validation block; progress.txt has Megatron's lines.
 
 usage: interop_monitoring.py DLM_TRAIN"""
@@ -149,15 +149,15 @@ try:
         c.check(close(S["throughput"][i], megatron_flops() / (t * 1e12), 1e-5), f"throughput at {i} = FLOPs / time")
     c.check(sorted(S["lm loss validation"]) == [5, 10], "validation steps")
 
-    # ---- stdout: Megatron's lines -------------------------------------------------------------------------------
+    # ---- stderr: Megatron's lines -------------------------------------------------------------------------------
     line = re.compile(
         r"^ \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\] iteration +(\d+)/ +10 \| consumed samples: +(\d+) \| "
         r"elapsed time per iteration \(ms\): [\d.]+ \| throughput per GPU \(TFLOP/s/GPU\): [\d.]+ \| "
         r"learning rate: (\d\.\d{6}E[-+]\d\d) \| global batch size: +4 \| lm loss: (\d\.\d{6}E[-+]\d\d) \| "
         r"loss scale: 1\.0 \| grad norm: [\d.]+ \| num zeros: \d+ \| params norm: [\d.]+ \| "
         r"number of skipped iterations: +0 \| number of nan iterations: +0 \|$")
-    lines = [m for m in (line.match(x) for x in p.stdout.splitlines()) if m]
-    c.check([int(m.group(1)) for m in lines] == [1, 5, 10], f"iteration lines 1, 5, 10 in\n{p.stdout}")
+    lines = [m for m in (line.match(x) for x in p.stderr.splitlines()) if m]
+    c.check([int(m.group(1)) for m in lines] == [1, 5, 10], f"iteration lines 1, 5, 10 in\n{p.stderr}")
     for m in lines:
         it = int(m.group(1))
         c.check(int(m.group(2)) == it * GBS, f"consumed samples at {it}")
@@ -168,7 +168,7 @@ try:
         v = valid_rows[it]
         mid = f" validation loss at iteration {it} | lm loss value: {v:.6E} | lm loss PPL: {math.exp(min(20, v)):.6E} | "
         block = "-" * (len(mid) + 1) + "\n" + mid + "\n" + "-" * (len(mid) + 1) + "\n"
-        c.check(block in p.stdout, f"validation block at {it}: {mid!r}")
+        c.check(block in p.stderr, f"validation block at {it}: {mid!r}")
 
     # ---- progress.txt ------------------------------------------------------------------------------------------
     progress = open(os.path.join(save, "progress.txt")).read().splitlines()

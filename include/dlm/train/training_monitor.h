@@ -1,7 +1,8 @@
 // What the trainer reports and where, as Megatron-LM reports it (megatron/training/training.py, training_log and
 // evaluate_and_print_results, at Megatron-LM d98e8a64), so that Megatron users' dashboards and log parsers work:
-//   - the text log (megatron_log.h) on stdout: the iteration line every --log-interval iterations, after the job's
-//     first iteration (without closing the interval, as Megatron) and after the last; the validation block;
+//   - the text log (megatron_log.h) on stderr beside dlm's other log lines (Megatron prints it on stdout): the
+//     iteration line every --log-interval iterations, after the job's first iteration (without closing the
+//     interval, as Megatron) and after the last; the validation block;
 //   - TensorBoard scalars under Megatron's tags, every --tensorboard-log-interval iterations, each also "<tag> vs
 //     samples" with the consumed samples as its step: learning-rate, batch-size, lm loss (the iteration's),
 //     loss-scale (1.0), grad-norm, num-zeros (--log-num-zeros-in-grad), params-norm (--log-params-norm),
