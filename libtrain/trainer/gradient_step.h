@@ -48,7 +48,9 @@ class GradientStep {
   virtual std::size_t overlapped_buckets() const = 0;
   // --log-num-zeros-in-grad: the zeros in the last step's summed gradients over the whole model (Megatron's
   // count_zeros_fp32: replicas of other model-parallel ranks' tensors not counted); collective over the model and,
-  // sharded, the data-parallel group. Empty where the gradients are not on the host (the device arrangement).
+  // sharded, the data-parallel group. Only where counts_zeros(): the host arrangements (the device one keeps its
+  // gradients on the GPU, where nothing counts them).
+  virtual bool counts_zeros() const { return false; }
   virtual std::optional<std::int64_t> zeros_in_gradients() { return std::nullopt; }
 };
 
