@@ -301,7 +301,7 @@ std::set<std::int64_t> checkpoint_steps(const std::string& list, std::int64_t tr
   return steps;
 }
 
-// The checkpoint-format, non-persistent and monitoring (W&B) flags: validated, and what they mean for dlm put in a start-up line.
+// The checkpoint-format, non-persistent and W&B flags: validated, and what they mean for dlm put in a start-up line.
 void megatron_checkpoint_and_logging(TrainArgs& a, const Raw& r) {
   const auto one_of = [](const std::string& v, std::initializer_list<const char*> ok) {
     for (const char* o : ok)
