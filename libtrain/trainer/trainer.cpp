@@ -11,6 +11,7 @@
 #include "dlm/common/log.h"
 #include "dlm/train/batch_plan.h"
 #include "dlm/train/checkpoint_saver.h"
+#include "dlm/train/host_memory.h"
 #include "gradient_step.h"
 
 namespace dlm::train {
@@ -136,6 +137,14 @@ double Trainer::params_norm() {
   return std::sqrt(sum_sq);
 }
 
+MemoryReport Trainer::memory_report() {
+  if (DeviceTraining* device = model_.device_training())
+    if (auto m = device->device_memory()) return *m;
+  const HostMemory h = host_memory();
+  return {static_cast<double>(h.resident_bytes), static_cast<double>(h.malloc_bytes),
+          static_cast<double>(h.peak_resident_bytes)};
+}
+
 double Trainer::evaluate() {
   if (!valid_ || options_.eval_iters <= 0) return std::nan("");
   ObjectiveOptions objective = options_.objective;
@@ -210,6 +219,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       if (options_.monitor.log_params_norm) report.params_norm = params_norm();
       if (options_.monitor.log_num_zeros_in_grad) report.num_zeros = step_->zeros_in_gradients();
     }
+    if (monitor.wants_memory(s.iteration)) report.memory = memory_report();
     monitor.iteration(report);
     if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && valid_)
       monitor.validation(s.iteration, progress_.consumed_samples, evaluate());

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
-#include "dlm/train/host_memory.h"
 #include "dlm/train/megatron_log.h"
 #include "dlm/train/metrics.h"
 #include "dlm/train/progress_log.h"
@@ -59,6 +58,10 @@ bool TrainingMonitor::wants_norms(std::int64_t iteration) const {
   return log_line_due(iteration) || (tensorboard_ && iteration % options_.tensorboard_log_interval == 0);
 }
 
+bool TrainingMonitor::wants_memory(std::int64_t iteration) const {
+  return reporting_ && tb_ && options_.log_memory_to_tensorboard && iteration % options_.tensorboard_log_interval == 0;
+}
+
 void TrainingMonitor::iteration(const IterationReport& r) {
   seconds_ += r.seconds;
   loss_sum_ += r.loss;
@@ -81,11 +84,10 @@ void TrainingMonitor::iteration(const IterationReport& r) {
     with_samples(s, it, samples, "grad-norm", r.grad_norm);
     if (r.num_zeros) with_samples(s, it, samples, "num-zeros", static_cast<double>(*r.num_zeros));
     if (r.params_norm) with_samples(s, it, samples, "params-norm", *r.params_norm);
-    if (options_.log_memory_to_tensorboard) {
-      const HostMemory m = host_memory();
-      s[it]["mem-reserved-bytes"] = static_cast<double>(m.resident_bytes);
-      s[it]["mem-allocated-bytes"] = static_cast<double>(m.malloc_bytes);
-      s[it]["mem-max-allocated-bytes"] = static_cast<double>(m.peak_resident_bytes);
+    if (r.memory) {
+      s[it]["mem-reserved-bytes"] = r.memory->reserved_bytes;
+      s[it]["mem-allocated-bytes"] = r.memory->allocated_bytes;
+      s[it]["mem-max-allocated-bytes"] = r.memory->max_allocated_bytes;
     }
     for (const auto& [step, scalars] : s) tb_->add_scalars(step, scalars);
   }

@@ -20,7 +20,7 @@ void add_monitoring_flags(po::options_description& d, train::TrainerOptions& t, 
       ("log-num-zeros-in-grad", po::bool_switch(&m.log_num_zeros_in_grad), "the zeros of the summed gradient in the log line and TensorBoard (CPU backend; on the GPU a start-up warning says it is not counted)")
       ("log-progress", po::bool_switch(&f.log_progress), "append Megatron's progress.txt in --save (job start, each checkpoint: throughput, FLOPs, tokens)")
       ("log-timers-to-tensorboard", po::bool_switch(&m.log_timers_to_tensorboard), "iteration-time (and throughput with --log-throughput) to TensorBoard")
-      ("log-memory-to-tensorboard", po::bool_switch(&m.log_memory_to_tensorboard), "the process's HOST memory to TensorBoard under Megatron's mem-* tags (resident, malloc'd, peak resident; not GPU memory)")
+      ("log-memory-to-tensorboard", po::bool_switch(&m.log_memory_to_tensorboard), "memory to TensorBoard under Megatron's mem-* tags: on the GPU the device's memory in use and the model's allocation; on the CPU backend the process's host memory (resident, malloc'd, peak resident)")
       ("log-validation-ppl-to-tensorboard", po::bool_switch(&m.log_validation_ppl_to_tensorboard), "validation perplexity to TensorBoard")
       ("tensorboard-log-interval", po::value(&m.tensorboard_log_interval)->default_value(m.tensorboard_log_interval), "iterations between TensorBoard scalars")
       ("tensorboard-queue-size", po::value(&m.tensorboard_queue_size)->default_value(m.tensorboard_queue_size), "TensorBoard events held before a write (also written at each log line)")

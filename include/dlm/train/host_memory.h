@@ -1,5 +1,5 @@
-// The process's memory as --log-memory-to-tensorboard reports it on the host (Linux /proc/self/status and glibc's
-// malloc statistics), under Megatron's tag names (which name torch.cuda.memory_stats() counters on a GPU):
+// The process's host memory (Linux /proc/self/status and glibc's malloc statistics), as --log-memory-to-tensorboard
+// reports it for a model trained on the CPU (training_monitor.h's MemoryReport):
 //   mem-reserved-bytes       resident set (VmRSS): the memory the process holds
 //   mem-allocated-bytes      bytes in use by malloc (mallinfo2: uordblks + hblkhd)
 //   mem-max-allocated-bytes  peak resident set (VmHWM)

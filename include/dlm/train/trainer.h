@@ -79,6 +79,8 @@ class DeviceTraining {
   // With CudaOptions::profile: the time of each phase of the steps so far, a table for a person to read
   // (CudaModel::profile_report); "" without profiling.
   virtual std::string profile_report() { return {}; }
+  // --log-memory-to-tensorboard: the GPU's memory (empty where not known: the host's is reported instead).
+  virtual std::optional<MemoryReport> device_memory() { return std::nullopt; }
 };
 
 // What the trainer needs of a model; the model behind it (and its backend) stays out of sight.
@@ -220,6 +222,8 @@ class Trainer {
   double train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied);
   // --log-params-norm: the L2 norm of the weights over the whole model (collective over the model's ranks).
   double params_norm();
+  // --log-memory-to-tensorboard: the GPU's memory where the model reports it, else the host's.
+  MemoryReport memory_report();
   TrainerOptions options_;
   TrainableModel& model_;
   const SampleSource& train_;

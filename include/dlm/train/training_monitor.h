@@ -6,8 +6,8 @@
 //   - TensorBoard scalars under Megatron's tags, every --tensorboard-log-interval iterations, each also "<tag> vs
 //     samples" with the consumed samples as its step: learning-rate, batch-size, lm loss (the iteration's),
 //     loss-scale (1.0), grad-norm, num-zeros (--log-num-zeros-in-grad), params-norm (--log-params-norm),
-//     mem-reserved-bytes / mem-allocated-bytes / mem-max-allocated-bytes (--log-memory-to-tensorboard; host memory,
-//     host_memory.h); at each log line iteration-time (s, --log-timers-to-tensorboard) and throughput (TFLOP/s/GPU,
+//     mem-reserved-bytes / mem-allocated-bytes / mem-max-allocated-bytes (--log-memory-to-tensorboard: the GPU's
+//     or the host's, MemoryReport); at each log line iteration-time (s, --log-timers-to-tensorboard) and throughput (TFLOP/s/GPU,
 //     with --log-throughput too); at validation "lm loss validation" (+ " ppl" with
 //     --log-validation-ppl-to-tensorboard);
 //   - the JSONL metrics file (dlm's own keys) at each log line that closes an interval, and after validation;
@@ -34,7 +34,7 @@ struct MonitorOptions {
   bool log_params_norm = false;                    // --log-params-norm
   bool log_num_zeros_in_grad = false;              // --log-num-zeros-in-grad
   bool log_timers_to_tensorboard = false;          // --log-timers-to-tensorboard: iteration-time, throughput
-  bool log_memory_to_tensorboard = false;          // --log-memory-to-tensorboard: host memory
+  bool log_memory_to_tensorboard = false;          // --log-memory-to-tensorboard: the GPU's (or host) memory
   bool log_validation_ppl_to_tensorboard = false;  // --log-validation-ppl-to-tensorboard
   std::int64_t tensorboard_log_interval = 1;       // --tensorboard-log-interval
   std::int64_t tensorboard_queue_size = 1000;      // --tensorboard-queue-size: events held before a write
@@ -42,6 +42,15 @@ struct MonitorOptions {
   std::string job_id;                              // progress.txt's "Job ID" (Megatron: SLURM_JOB_ID)
   int world_size = 1;                              // ranks of the job: throughput is per GPU
   double flops_per_iteration = 0;                  // flops.h; 0 = unknown (no throughput)
+};
+
+// Memory under Megatron's three tags (mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes; they name
+// torch.cuda.memory_stats() counters there). On the GPU backend: the device's memory in use by every process and
+// context (cudaMemGetInfo: total - free), the bytes the model allocated, and the same again as the peak (dlm
+// allocates its device memory once, at start-up). On the host (host_memory.h): resident set, bytes in use by
+// malloc, peak resident set.
+struct MemoryReport {
+  double reserved_bytes = 0, allocated_bytes = 0, max_allocated_bytes = 0;
 };
 
 // One iteration as the trainer saw it.
@@ -53,6 +62,7 @@ struct IterationReport {
   bool skipped = false;
   std::optional<double> params_norm;
   std::optional<std::int64_t> num_zeros;
+  std::optional<MemoryReport> memory;  // where wants_memory()
 };
 
 class TrainingMonitor {
@@ -64,6 +74,8 @@ class TrainingMonitor {
 
   // Whether iteration `iteration` needs the parameters' norm or the gradient's zeros (the same on every rank).
   bool wants_norms(std::int64_t iteration) const;
+  // Whether this rank writes memory scalars at `iteration` (--log-memory-to-tensorboard).
+  bool wants_memory(std::int64_t iteration) const;
   void iteration(const IterationReport& r);
   void validation(std::int64_t iteration, std::int64_t consumed_samples, double loss);
   // After a checkpoint of `iteration` was committed.
