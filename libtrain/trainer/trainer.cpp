@@ -215,7 +215,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     report.grad_norm = s.grad_norm;
     report.seconds = s.seconds;
     report.skipped = s.skipped;
-    if (monitor.wants_norms(s.iteration)) {
+    if (monitor.wants_norms(s.iteration, model_.device_training() != nullptr)) {
       if (options_.monitor.log_params_norm) report.params_norm = params_norm();
       if (options_.monitor.log_num_zeros_in_grad) report.num_zeros = step_->zeros_in_gradients();
     }

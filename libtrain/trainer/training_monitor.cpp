@@ -53,9 +53,9 @@ bool TrainingMonitor::log_line_due(std::int64_t iteration) const {
   return iteration % log_interval_ == 0 || iteration == train_iters_ || iteration == first_iteration_;
 }
 
-bool TrainingMonitor::wants_norms(std::int64_t iteration) const {
+bool TrainingMonitor::wants_norms(std::int64_t iteration, bool costly) const {
   if (!options_.log_params_norm && !options_.log_num_zeros_in_grad) return false;
-  return log_line_due(iteration) || (tensorboard_ && iteration % options_.tensorboard_log_interval == 0);
+  return log_line_due(iteration) || (!costly && tensorboard_ && iteration % options_.tensorboard_log_interval == 0);
 }
 
 bool TrainingMonitor::wants_memory(std::int64_t iteration) const {

@@ -72,8 +72,10 @@ class TrainingMonitor {
   TrainingMonitor(const TrainerOptions& options, bool reporting, std::int64_t start_iteration);
   ~TrainingMonitor();
 
-  // Whether iteration `iteration` needs the parameters' norm or the gradient's zeros (the same on every rank).
-  bool wants_norms(std::int64_t iteration) const;
+  // Whether iteration `iteration` needs the parameters' norm or the gradient's zeros (the same on every rank):
+  // at log lines and TensorBoard iterations; at log lines only when `costly` (a model on the GPU, whose weights
+  // are copied to the host to be measured).
+  bool wants_norms(std::int64_t iteration, bool costly) const;
   // Whether this rank writes memory scalars at `iteration` (--log-memory-to-tensorboard).
   bool wants_memory(std::int64_t iteration) const;
   void iteration(const IterationReport& r);
