@@ -19,6 +19,14 @@ double squared_norm(std::span<const ParamRef> params) {
   return sum_sq;
 }
 
+double zeros_in(std::span<const ParamRef> params) {
+  double zeros = 0;
+  for (const auto& p : params)
+    if (p.in_grad_norm)
+      for (float g : p.grad) zeros += g == 0.0f ? 1 : 0;
+  return zeros;
+}
+
 void scale_gradients(std::span<const ParamRef> params, double max_norm, double norm) {
   const double coeff = clip_coefficient(max_norm, norm);
   if (coeff >= 1.0) return;

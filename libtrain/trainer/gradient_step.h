@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "dlm/train/communicator.h"
@@ -45,6 +46,12 @@ class GradientStep {
   virtual void load_optimizer_state(AdamW state) = 0;
   // Of the last step's gradient buckets, those whose reduction started before the backward pass ended.
   virtual std::size_t overlapped_buckets() const = 0;
+  // --log-num-zeros-in-grad: the zeros in the last step's summed gradients over the whole model (Megatron's
+  // count_zeros_fp32: replicas of other model-parallel ranks' tensors not counted); collective over the model and,
+  // sharded, the data-parallel group. Only where counts_zeros(): the host arrangements (the device one keeps its
+  // gradients on the GPU, where nothing counts them).
+  virtual bool counts_zeros() const { return false; }
+  virtual std::optional<std::int64_t> zeros_in_gradients() { return std::nullopt; }
 };
 
 // The arrangement for `model` and the groups: device when the model has DeviceTraining, sharded host with
@@ -64,6 +71,8 @@ std::unique_ptr<GradientStep> make_device_step(const TrainerOptions& options, Tr
 // The squared L2 norm of the gradients this rank counts (replicas of other model-parallel ranks' tensors are
 // not counted: Megatron's param_is_not_tensor_parallel_duplicate and shared-embedding rules).
 double squared_norm(std::span<const ParamRef> params);
+// The zero entries of the gradients this rank counts (the same rule as squared_norm).
+double zeros_in(std::span<const ParamRef> params);
 // Megatron's clipping (optimizer.h) by a global norm computed beforehand.
 void scale_gradients(std::span<const ParamRef> params, double max_norm, double norm);
 

@@ -60,6 +60,12 @@ void HostStep::load_optimizer_state(AdamW state) { optimizer_ = std::move(state)
 
 std::size_t HostStep::overlapped_buckets() const { return overlapping() ? buffer_->buckets_started_early() : 0; }
 
+std::optional<std::int64_t> HostStep::zeros_in_gradients() {
+  double zeros = zeros_in(model_.parameters());
+  model_.sum_over_model(std::span<double>(&zeros, 1));
+  return static_cast<std::int64_t>(zeros);
+}
+
 std::unique_ptr<GradientStep> make_host_step(const TrainerOptions& options, TrainableModel& model,
                                              Communicator* data_parallel) {
   const bool buffered = data_parallel && data_parallel->size() > 1;

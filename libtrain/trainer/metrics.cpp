@@ -71,7 +71,8 @@ std::uint32_t crc32c(const void* data, std::size_t size) {
   return ~c;
 }
 
-TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
+TensorBoardWriter::TensorBoardWriter(const std::string& dir, std::int64_t max_queue) : max_queue_(max_queue) {
+  if (max_queue < 1) fail(fmt::format("--tensorboard-queue-size: {} must be positive", max_queue));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail_at(dir, fmt::format("cannot create the TensorBoard folder: {}", ec.message()));
@@ -84,10 +85,16 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::string e = event_header(t, 0);
   length_delimited(e, 3, "brain.Event:2");
   write_record(e);
+  flush();
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
-  if (file_) std::fclose(file_);
+  if (!file_) return;
+  try {
+    flush();
+  } catch (const std::exception&) {  // a destructor cannot report it; the events were a log
+  }
+  std::fclose(file_);
 }
 
 void TensorBoardWriter::add_scalars(std::int64_t step, const std::map<std::string, double>& scalars) {
@@ -112,8 +119,16 @@ void TensorBoardWriter::write_record(std::string_view data) {
   fixed(frame, length_crc);
   frame.append(data);
   fixed(frame, masked_crc(data));
-  if (std::fwrite(frame.data(), 1, frame.size(), file_) != frame.size() || std::fflush(file_) != 0)
+  queue_ += frame;
+  if (++pending_ >= max_queue_) flush();
+}
+
+void TensorBoardWriter::flush() {
+  if (queue_.empty()) return;
+  if (std::fwrite(queue_.data(), 1, queue_.size(), file_) != queue_.size() || std::fflush(file_) != 0)
     fail_errno(path_, "write", errno);
+  queue_.clear();
+  pending_ = 0;
 }
 
 JsonlMetrics::JsonlMetrics(const std::string& path) : path_(path) {

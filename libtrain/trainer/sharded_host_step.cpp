@@ -33,6 +33,14 @@ class ShardedHostStep final : public HostStep {
     use(buffer_->gather_optimizer(optimizer_, model_.parameters(), *dp_));
   }
 
+  // Each rank's reduced range, summed over the group.
+  std::optional<std::int64_t> zeros_in_gradients() override {
+    double zeros = zeros_in(buffer_->shard_params(model_.parameters()));
+    dp_->all_reduce(std::span<double>(&zeros, 1));
+    model_.sum_over_model(std::span<double>(&zeros, 1));
+    return static_cast<std::int64_t>(zeros);
+  }
+
   // Each rank keeps its shard of the whole state.
   void load_optimizer_state(AdamW state) override {
     optimizer_ = buffer_->shard_optimizer(state, model_.parameters());

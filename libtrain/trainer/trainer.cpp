@@ -11,7 +11,7 @@
 #include "dlm/common/log.h"
 #include "dlm/train/batch_plan.h"
 #include "dlm/train/checkpoint_saver.h"
-#include "dlm/train/metrics.h"
+#include "dlm/train/host_memory.h"
 #include "gradient_step.h"
 
 namespace dlm::train {
@@ -31,11 +31,6 @@ void check_options(const TrainerOptions& o) {
   if (o.eod_mask_loss && !o.eod_token) fail("--eod-mask-loss needs a tokenizer with an eod token");
   if (o.objective.kind != ObjectiveKind::kAutoregressive && o.objective.mask_token < 0)
     fail("the diffusion objective needs --mask-token (or a tokenizer with <|mask_token|>)");
-}
-
-std::string eta(double seconds) {
-  auto s = static_cast<std::int64_t>(seconds);
-  return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
 }
 
 }  // namespace
@@ -58,6 +53,14 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
   step_ = make_gradient_step(options_, model_, dp_, device_data_parallel);
+  // A launch script written for Megatron passes the flag on any device: where the gradients stay on the GPU it is
+  // named once and the count left out of the line, rather than stopping the run.
+  if (options_.monitor.log_num_zeros_in_grad && !step_->counts_zeros()) {
+    options_.monitor.log_num_zeros_in_grad = false;
+    if (dp_rank_ == 0 && model_.reports())
+      log::warning("--log-num-zeros-in-grad: the GPU backend does not count the gradient's zeros; the log line has no "
+                   "num zeros (--device cpu counts them)");
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -125,6 +128,23 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
   return loss;
 }
 
+double Trainer::params_norm() {
+  double sum_sq = 0;
+  for (const auto& p : model_.parameters())
+    if (p.in_grad_norm)
+      for (float v : p.value) sum_sq += static_cast<double>(v) * v;
+  model_.sum_over_model(std::span<double>(&sum_sq, 1));
+  return std::sqrt(sum_sq);
+}
+
+MemoryReport Trainer::memory_report() {
+  if (DeviceTraining* device = model_.device_training())
+    if (auto m = device->device_memory()) return *m;
+  const HostMemory h = host_memory();
+  return {static_cast<double>(h.resident_bytes), static_cast<double>(h.malloc_bytes),
+          static_cast<double>(h.peak_resident_bytes)};
+}
+
 double Trainer::evaluate() {
   if (!valid_ || options_.eval_iters <= 0) return std::nan("");
   ObjectiveOptions objective = options_.objective;
@@ -144,24 +164,20 @@ double Trainer::evaluate() {
 }
 
 std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop) {
-  std::optional<TensorBoardWriter> tb;
-  std::optional<JsonlMetrics> jsonl;
   // One replica reports: the losses and norms are the group's on every rank.
   const bool reporting = (!dp_ || dp_->rank() == 0) && model_.reports();
-  if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
-  if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
+  TrainingMonitor monitor(options_, reporting, progress_.iteration);
   // When to save: checkpoint_saver.h.
   SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps);
   const auto save_now = [&] {
     if (!save) return;
     step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
     schedule.saved(progress_.iteration);
+    monitor.saved(progress_.iteration, progress_.consumed_samples);
   };
   std::vector<IterationStats> stats;
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
-  const auto start = std::chrono::steady_clock::now();
-  double window_seconds = 0, window_loss = 0;
-  std::int64_t window = 0, skipped_in_a_row = 0;
+  std::int64_t skipped_in_a_row = 0;
   while (progress_.iteration < options_.train_iters) {
     const std::int64_t i = progress_.iteration;
     // Megatron steps its scheduler after the update: the update of iteration i + 1 uses lr(i).
@@ -190,32 +206,23 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     stats.push_back(s);
     progress_.iteration = i + 1;
     progress_.consumed_samples += options_.global_batch_size;
-    window_seconds += s.seconds;
-    window_loss += s.loss;
-    ++window;
-    if (reporting && (s.iteration % options_.log_interval == 0 || s.iteration == options_.train_iters)) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double per_iteration = elapsed / static_cast<double>(stats.size());
-      const double tps = tokens_per_iteration * static_cast<double>(window) / window_seconds;
-      log::info("iteration {:>7}/{} | loss {:.6f} | lr {:.4e} | grad norm {:.4f} | tokens/s {:.0f} | ETA {}",
-                s.iteration, options_.train_iters, window_loss / static_cast<double>(window), lr, s.grad_norm, tps,
-                eta(per_iteration * static_cast<double>(options_.train_iters - s.iteration)));
-      std::map<std::string, double> values = {{"loss", window_loss / static_cast<double>(window)}, {"lr", lr},
-                                              {"grad_norm", s.grad_norm}, {"tokens_per_second", tps},
-                                              {"consumed_samples", static_cast<double>(progress_.consumed_samples)}};
-      if (jsonl) jsonl->write(s.iteration, values);
-      if (tb)
-        tb->add_scalars(s.iteration, {{"train/loss", values["loss"]}, {"train/lr", lr}, {"train/grad_norm", s.grad_norm},
-                                      {"train/tokens_per_second", tps}});
-      window = 0;
-      window_seconds = window_loss = 0;
+    IterationReport report;
+    report.iteration = s.iteration;
+    report.consumed_samples = progress_.consumed_samples;
+    report.loss = s.loss;
+    report.lr = lr;
+    report.megatron_lr = schedule_.at(s.iteration);
+    report.grad_norm = s.grad_norm;
+    report.seconds = s.seconds;
+    report.skipped = s.skipped;
+    if (monitor.wants_norms(s.iteration, model_.device_training() != nullptr)) {
+      if (options_.monitor.log_params_norm) report.params_norm = params_norm();
+      if (options_.monitor.log_num_zeros_in_grad) report.num_zeros = step_->zeros_in_gradients();
     }
-    if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && valid_) {
-      const double v = evaluate();
-      if (reporting) log::info("validation at iteration {} | loss {:.6f} | ppl {:.3f}", s.iteration, v, std::exp(v));
-      if (jsonl) jsonl->write(s.iteration, {{"valid_loss", v}});
-      if (tb) tb->add_scalars(s.iteration, {{"valid/loss", v}});
-    }
+    if (monitor.wants_memory(s.iteration)) report.memory = memory_report();
+    monitor.iteration(report);
+    if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && valid_)
+      monitor.validation(s.iteration, progress_.consumed_samples, evaluate());
     bool stopping = (stop && stop->load()) ||
                     (options_.exit_interval > 0 && s.iteration % options_.exit_interval == 0);
     if (dp_ && dp_->size() > 1) {

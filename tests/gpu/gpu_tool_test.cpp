@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "dlm/train/device.h"
 #include "tool_fixture.h"
@@ -64,6 +65,46 @@ TEST_F(GpuTool, LossesFollowTheCpuRun) {
   }
   std::printf("[gpu tool] 12 iterations: worst relative loss difference GPU vs CPU %.3g (first %.6f / %.6f, last %.6f / %.6f)\n",
               worst, want.front(), got.front(), want.back(), got.back());
+}
+
+// Megatron's monitoring on the GPU: --log-memory-to-tensorboard writes the device's memory (in use by every context,
+// and the model's allocation: at least its fp32 weights, gradients and two moments), --log-params-norm the CPU run's
+// norm within bf16 noise, and --log-num-zeros-in-grad is named once as not counted there (the line has no count).
+TEST_F(GpuTool, MonitoringFlagsReportTheDevice) {
+  const auto cpu = dir_ / "cpu.jsonl", gpu = dir_ / "gpu.jsonl", tb = dir_ / "tb";
+  const std::vector<std::string> flags = {"--train-iters", "4", "--log-params-norm", "--log-num-zeros-in-grad",
+                                          "--log-memory-to-tensorboard", "--tensorboard-dir", tb.string(),
+                                          "--metrics-file"};
+  auto f = flags;
+  f.push_back(cpu.string());
+  auto r = run(argv_on("cpu", f));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  fs::remove_all(tb);
+  f.back() = gpu.string();
+  r = run(argv_on("cuda", f));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--log-num-zeros-in-grad: the GPU backend does not count"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(" num zeros: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" params norm: "), std::string::npos) << r.err;
+  const auto want = numbers(metric(cpu, "params_norm")), got = numbers(metric(gpu, "params_norm"));
+  ASSERT_EQ(got.size(), 4u);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-2 * want[i]) << "iteration " << i + 1;
+  // The last value of a tag in the event file: the float after "\x0a <length> <tag> \x15" (Value.simple_value).
+  std::string events;
+  for (const auto& e : fs::directory_iterator(tb)) events = read_all(e.path());
+  const auto last = [&](const std::string& tag) {
+    const std::string key = std::string("\x0a") + static_cast<char>(tag.size()) + tag + "\x15";
+    const auto at = events.rfind(key);
+    float v = -1;
+    if (at != std::string::npos) std::memcpy(&v, events.data() + at + key.size(), sizeof(v));
+    return static_cast<double>(v);
+  };
+  const double in_use = last("mem-reserved-bytes"), allocated = last("mem-allocated-bytes");
+  EXPECT_GT(allocated, 16.0 * 200 * 64) << "the embedding's fp32 weights, gradient and moments at least";
+  EXPECT_GE(in_use, allocated);
+  EXPECT_EQ(last("mem-max-allocated-bytes"), allocated);
+  std::printf("[gpu tool] memory: device in use %.0f MiB, the model's allocation %.1f MiB\n", in_use / 1048576,
+              allocated / 1048576);
 }
 
 // --recompute-granularity full on the GPU: each layer keeps its input and reruns its forward in the backward,

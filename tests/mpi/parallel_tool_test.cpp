@@ -296,5 +296,31 @@ TEST_F(ParallelTool, DryRunNeedsNoDataAndPrintsEveryStage) {
   EXPECT_NE(out.find("    1        8-15     2-3         45376"), std::string::npos) << out;
 }
 
+// --log-params-norm and --log-num-zeros-in-grad count the whole model once, whatever the layout: the distributed
+// optimizer's ranges summed over DP, TP's replicated norms and the pipeline's stages summed over the model's ranks.
+TEST_F(ParallelTool, ParamsNormAndGradientZerosAreTheWholeModelsUnderEveryLayout) {
+  const auto single = dir_ / "single.jsonl";
+  std::vector<std::string> flags = {"--train-iters", "4", "--global-batch-size", "8", "--log-params-norm",
+                                    "--log-num-zeros-in-grad", "--metrics-file", single.string()};
+  auto r = run(train_argv(flags));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto norms = numbers(metric(single, "params_norm")), zeros = numbers(metric(single, "num_zeros"));
+  ASSERT_EQ(norms.size(), 4u);
+  ASSERT_GT(zeros.back(), 0);  // the embedding rows of ids no batch holds get no gradient
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--use-distributed-optimizer"}, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto out = dir_ / ("layout" + std::to_string(k) + ".jsonl");
+    auto f = flags;
+    f.back() = out.string();
+    f.insert(f.end(), layouts[k].begin(), layouts[k].end());
+    r = run(mpi(train_argv(f)));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    SCOPED_TRACE(layouts[k].front());
+    expect_close(numbers(metric(out, "params_norm")), norms);
+    EXPECT_EQ(numbers(metric(out, "num_zeros")), zeros);
+  }
+}
+
 }  // namespace
 }  // namespace dlm::test

@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -217,6 +219,46 @@ TEST(Trainer, WritesJsonlAndTensorBoard) {
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   EXPECT_EQ(files, 1);
+}
+
+// Every TensorBoard tag Megatron writes for the monitoring flags, by name in the event file (the interop test reads
+// the values with tensorboard's own reader); --tensorboard-log-interval 2 writes the per-iteration tags at even
+// iterations only (the "vs samples" twins at 4 samples an iteration).
+TEST(Trainer, WritesMegatronsTensorBoardTags) {
+  SyntheticSource train(1000), valid(100);
+  TableModel m;
+  auto o = options(10);
+  const std::string dir = ::testing::TempDir() + "/dlm_trainer_megatron_tags";
+  std::filesystem::remove_all(dir);
+  o.tensorboard_dir = dir;
+  o.eval_interval = 5;
+  o.monitor.log_throughput = o.monitor.log_params_norm = o.monitor.log_num_zeros_in_grad = true;
+  o.monitor.log_timers_to_tensorboard = o.monitor.log_memory_to_tensorboard = true;
+  o.monitor.log_validation_ppl_to_tensorboard = true;
+  o.monitor.tensorboard_log_interval = 2;
+  o.monitor.flops_per_iteration = 1e9;
+  Trainer(o, m, train, &valid).run(nullptr);
+  std::string events;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    events.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const char* tag : {"learning-rate", "batch-size", "lm loss", "loss-scale", "grad-norm", "num-zeros", "params-norm"}) {
+    // A Value's tag is field 1, length-delimited: 0x0a, its length, the bytes.
+    const std::string plain = std::string("\x0a") + static_cast<char>(std::strlen(tag)) + tag;
+    const std::string samples = std::string(tag) + " vs samples";
+    EXPECT_NE(events.find(plain), std::string::npos) << tag;
+    EXPECT_NE(events.find(std::string("\x0a") + static_cast<char>(samples.size()) + samples), std::string::npos) << samples;
+  }
+  for (const char* tag : {"mem-reserved-bytes", "mem-allocated-bytes", "mem-max-allocated-bytes", "iteration-time",
+                          "throughput", "lm loss validation", "lm loss validation vs samples", "lm loss validation ppl",
+                          "lm loss validation ppl vs samples"})
+    EXPECT_NE(events.find(std::string("\x0a") + static_cast<char>(std::strlen(tag)) + tag), std::string::npos) << tag;
+  // The per-iteration tags every other iteration: five "grad-norm" values in ten iterations.
+  std::size_t grad_norms = 0;
+  for (std::size_t at = 0; (at = events.find("\x0a\x09grad-norm\x15", at)) != std::string::npos; ++at) ++grad_norms;
+  EXPECT_EQ(grad_norms, 5u);
+  EXPECT_EQ(events.find("train/loss"), std::string::npos);  // dlm's own tags gave way to Megatron's
 }
 
 // Saves after every --save-interval-th iteration, on the agreed stop and after the last one; before failing on a

@@ -52,10 +52,11 @@ TEST_F(MegaDlmsArgs, AcceptedVerbatimByADryRunForEightRanks) {
   EXPECT_NE(out.find("8 ranks = TP 1 x DP 8 x PP 1, distributed optimizer; micro-batch 4, global batch 256, sequence 2048"),
             std::string::npos) << out;
   // Nothing is silently ignored: the flags without effect are named, and so are the checkpoint format and W&B.
-  EXPECT_NE(err.find("accepted, no effect in dlm (see --help): --log-params-norm, --log-num-zeros-in-grad"),
+  EXPECT_NE(err.find("accepted, no effect in dlm (see --help): --wandb-tags, --wandb-notes, --wandb-resume\n"),
             std::string::npos) << err;
   EXPECT_NE(err.find("--ckpt-format torch_dist: checkpoints are dlm's own format"), std::string::npos) << err;
-  EXPECT_NE(err.find("wandb sync --sync-tensorboard -p dlm --id dlm_training /ckpt/cache/difflm/logs/dlm_training/tensorboard"),
+  EXPECT_NE(err.find("WANDB_DIR=/ckpt/cache/difflm/logs/dlm_training/wandb wandb sync --sync-tensorboard -p dlm --id "
+                     "dlm_training /ckpt/cache/difflm/logs/dlm_training/tensorboard"),
             std::string::npos) << err;
 }
 
@@ -107,6 +108,11 @@ TEST_F(MegaDlmsArgs, WithATinyShapeTrainTwentyIterationsOnTheCpu) {
   EXPECT_EQ(read_all(dir_ / "ckpt" / "latest"), "iter_0000020\n");
   EXPECT_EQ(read_all(dir_ / "ckpt" / "latest_checkpointed_iteration.txt"), "20");
   EXPECT_TRUE(fs::exists(dir_ / "ckpt" / "iter_0000010" / "metadata.json"));
+  // The script's --log-progress: Megatron's progress.txt in --save, a start and the two checkpoints.
+  const std::string progress = read_all(dir_ / "ckpt" / "progress.txt");
+  EXPECT_EQ(std::count(progress.begin(), progress.end(), '\n'), 3) << progress;
+  EXPECT_NE(progress.find("\t# GPUs: 1\tStarting job\n"), std::string::npos) << progress;
+  EXPECT_NE(progress.find("\tSaved checkpoint\tIteration: 20\tJob throughput: "), std::string::npos) << progress;
   // The script's own guard: the tracker at TRAIN_ITERS means "done", so a relaunch trains nothing more.
   const auto again = run(tiny_megadlms_run(dir_, prefix_, "20"));
   ASSERT_EQ(again.exit_code, 0) << again.err;

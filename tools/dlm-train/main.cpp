@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <boost/program_options.hpp>
@@ -12,6 +13,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/train/checkpoint_saver.h"
+#include "monitoring_flags.h"
 #include "parallel_run.h"
 #include "pipeline.h"
 #include "train_args.h"
@@ -71,6 +73,8 @@ int main(int argc, char** argv) {
     stop_after(args.exit_duration_minutes);
     // Everything that can be wrong is found here, before a parameter is allocated.
     dlm::tools::TrainingSetup setup = dlm::tools::prepare_on_every_rank(args, parallel);
+    dlm::tools::set_job_shape(setup.config, parallel.launch.world_size, args.trainer);
+    if (!args.wandb_dir.empty() && parallel.launch.rank == 0) std::filesystem::create_directories(args.wandb_dir);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     dlm::log::info("unigram entropy of the training labels: {:.4f} nats (the loss of a model that ignores its input)",

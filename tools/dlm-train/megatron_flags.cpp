@@ -87,16 +87,7 @@ struct FlagNote {
 
 // Accepted, and changes nothing in dlm today: each is named in one start-up line.
 const FlagNote kNoEffect[] = {
-    {"log-params-norm", "the parameters' norm is not logged yet"},
-    {"log-num-zeros-in-grad", "zeros in the gradient are not counted yet"},
-    {"log-throughput", "the log line has tokens/s; TFLOP/s per GPU is not logged yet"},
-    {"log-progress", "progress.txt is not written yet"},
-    {"log-timers-to-tensorboard", "timers are not written to TensorBoard yet"},
-    {"log-memory-to-tensorboard", "memory is not written to TensorBoard yet"},
-    {"log-validation-ppl-to-tensorboard", "validation perplexity is not written to TensorBoard yet (the log line has it)"},
     {"distributed-backend", "dlm's groups are MPI/NCCL (or staged), chosen by the backend", "NAME"},
-    {"wandb-exp-name", "the run is named by --wandb-run-id in the `wandb sync` line printed at start-up", "NAME"},
-    {"wandb-save-dir", "dlm writes no W&B folder: `wandb sync` reads the TensorBoard events", "DIR"},
     {"wandb-tags", "not passed to W&B", "TAG"},
     {"wandb-notes", "not passed to W&B", "TEXT"},
     {"wandb-resume", "`wandb sync --id` adds to the run of that id", "MODE"},

@@ -14,6 +14,7 @@
 #include "dlm/common/error.h"
 #include "dlm/train/parallel.h"
 #include "megatron_flags.h"
+#include "monitoring_flags.h"
 #include "tokenizer_flags.h"
 #include "dlm/common/thread_pool.h"
 #include "flag_checks.h"
@@ -29,8 +30,8 @@ struct Raw {
   std::string lr_decay_style = "linear", wsd_style = "exponential", mode = "difflm-noshift", schedule = "",
               attention = "";
   std::int32_t mask_token = -1;
-  std::string ckpt_format, non_persistent_type, non_persistent_dir, wandb_project, wandb_entity, wandb_run_id,
-      wandb_mode = "online";
+  std::string ckpt_format, non_persistent_type, non_persistent_dir;
+  MonitoringFlags monitoring;
   std::int64_t non_persistent_interval = 0;
   std::int64_t train_samples = 0, warmup_samples = 0, decay_samples = 0, wsd_decay_samples = 0;
   double warmup_fraction = -1;
@@ -139,16 +140,13 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("non-persistent-save-interval", po::value(&r.non_persistent_interval), "accepted beyond --train-iters only (where it never fires): dlm has no non-persistent checkpoints")
       ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global | local | in_memory (with --non-persistent-save-interval)")
       ("non-persistent-global-ckpt-dir", po::value(&r.non_persistent_dir), "(with --non-persistent-save-interval)")
-      ("wandb-project", po::value(&r.wandb_project), "W&B: dlm prints the `wandb sync --sync-tensorboard` command for its TensorBoard events (needs --tensorboard-dir)")
-      ("wandb-entity", po::value(&r.wandb_entity), "W&B entity, in that command")
-      ("wandb-run-id", po::value(&r.wandb_run_id), "W&B run id, in that command")
-      ("wandb-mode", po::value(&r.wandb_mode)->default_value(r.wandb_mode), "online | offline | disabled (disabled: no command printed)")
       ("eval-interval", po::value(&t.eval_interval)->default_value(0), "validate every N iterations")
       ("eval-iters", po::value(&t.eval_iters)->default_value(t.eval_iters), "validation batches")
       ("log-interval", po::value(&t.log_interval)->default_value(t.log_interval), "iterations per log line")
       ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
+  add_monitoring_flags(io, t, r.monitoring);
   po::options_description as_is("Megatron flags that state what dlm does (another value fails, naming it)");
   po::options_description no_effect("Megatron flags accepted with no effect in dlm (named in a start-up line)");
   po::options_description refused("Megatron flags dlm refuses (the error says what to use instead)");
@@ -326,18 +324,7 @@ void megatron_checkpoint_and_logging(TrainArgs& a, const Raw& r) {
     fail(fmt::format("--non-persistent-save-interval {} must be positive", r.non_persistent_interval));
   if (!r.non_persistent_type.empty() && !one_of(r.non_persistent_type, {"global", "local", "in_memory"}))
     fail(fmt::format("--non-persistent-ckpt-type {}: not global, local or in_memory", r.non_persistent_type));
-  if (!one_of(r.wandb_mode, {"online", "offline", "disabled"}))
-    fail(fmt::format("--wandb-mode {}: not online, offline or disabled", r.wandb_mode));
-  if (!r.wandb_project.empty() && r.wandb_mode != "disabled") {
-    if (a.trainer.tensorboard_dir.empty())
-      fail(fmt::format("--wandb-project {}: dlm reaches W&B through its TensorBoard events: give --tensorboard-dir",
-                       r.wandb_project));
-    a.notices.push_back(fmt::format(
-        "--wandb-project {}: dlm-train does not talk to W&B; sync its TensorBoard events with: wandb sync "
-        "--sync-tensorboard -p {}{}{} {}",
-        r.wandb_project, r.wandb_project, r.wandb_entity.empty() ? "" : " -e " + r.wandb_entity,
-        r.wandb_run_id.empty() ? "" : " --id " + r.wandb_run_id, a.trainer.tensorboard_dir));
-  }
+  a.wandb_dir = apply_monitoring_flags(r.monitoring, a.save, a.trainer, a.notices);
 }
 
 }  // namespace

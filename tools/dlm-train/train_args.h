@@ -47,6 +47,7 @@ struct TrainArgs {
   bool dry_run = false;                // --dry-run: print each rank's memory and traffic, allocate nothing
   int world_size = 0;                  // --world-size: the ranks a dry run plans for (0: the launcher's)
   bool help = false;
+  std::string wandb_dir;               // the folder of the `wandb sync` command (--wandb-save-dir), made at start-up
   // Lines for the log at start-up: Megatron flags that change nothing in dlm, where checkpoints go
   // (--ckpt-format), the `wandb sync` command for --wandb-project.
   std::vector<std::string> notices;

@@ -29,6 +29,7 @@
 #include "dlm/train/lr_schedule.h"
 #include "dlm/train/objective.h"
 #include "dlm/train/optimizer.h"
+#include "dlm/train/training_monitor.h"
 
 namespace dlm::train {
 
@@ -78,6 +79,8 @@ class DeviceTraining {
   // With CudaOptions::profile: the time of each phase of the steps so far, a table for a person to read
   // (CudaModel::profile_report); "" without profiling.
   virtual std::string profile_report() { return {}; }
+  // --log-memory-to-tensorboard: the GPU's memory (empty where not known: the host's is reported instead).
+  virtual std::optional<MemoryReport> device_memory() { return std::nullopt; }
 };
 
 // What the trainer needs of a model; the model behind it (and its backend) stays out of sight.
@@ -153,6 +156,7 @@ struct TrainerOptions {
   ObjectiveOptions objective;
   std::string tensorboard_dir;         // --tensorboard-dir ("" = none)
   std::string metrics_path;            // --metrics-file ("" = none): JSONL
+  MonitorOptions monitor;              // Megatron's log line, TensorBoard tags, progress.txt (training_monitor.h)
   NonFinitePolicy on_non_finite = NonFinitePolicy::kStop;  // --on-nan
   std::int64_t max_skipped_steps = 10; // --on-nan skip: stop once this many steps were skipped in a row
   bool use_distributed_optimizer = false;   // --use-distributed-optimizer: AdamW moments sharded over DP
@@ -216,6 +220,10 @@ class Trainer {
  private:
   // The step's loss; the update is applied only when the loss and the gradient norm are finite.
   double train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied);
+  // --log-params-norm: the L2 norm of the weights over the whole model (collective over the model's ranks).
+  double params_norm();
+  // --log-memory-to-tensorboard: the GPU's memory where the model reports it, else the host's.
+  MemoryReport memory_report();
   TrainerOptions options_;
   TrainableModel& model_;
   const SampleSource& train_;

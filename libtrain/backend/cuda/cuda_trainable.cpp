@@ -183,6 +183,16 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (parallel_.host->config.pipeline > 1) parallel_.host->pipeline->all_reduce(values);
   }
 
+  // cudaMemGetInfo counts every context on the device; the model's own buffers are allocated once, so their sum is
+  // also the peak.
+  std::optional<MemoryReport> device_memory() override {
+    std::size_t free = 0, total = 0;
+    cuda::check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    double allocated = 0;
+    for (const auto& c : chunks_) allocated += static_cast<double>(c->device_bytes());
+    return MemoryReport{static_cast<double>(total - free), allocated, allocated};
+  }
+
   double grad_norm() override {
     double sumsq = 0;
     for (auto& c : chunks_) sumsq += c->grad_sumsq();
