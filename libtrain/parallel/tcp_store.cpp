@@ -74,7 +74,9 @@ int connect_once(const std::string& host, int port, std::string& why) {
 }  // namespace
 
 TcpStore::TcpStore(std::string host, int port, std::string prefix, double timeout_seconds, std::string who)
-    : prefix_(std::move(prefix)),
+    : host_(host),
+      port_(port),
+      prefix_(std::move(prefix)),
       address_(fmt::format("{}:{} (MASTER_ADDR:MASTER_PORT)", host, port)),
       who_(std::move(who)),
       timeout_seconds_(timeout_seconds) {

@@ -2,10 +2,12 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dlm/common/log.h"
 #include "dlm/train/mpi_communicator.h"
+#include "dlm/train/torchrun.h"
 
 namespace dlm::test {
 namespace {
@@ -38,9 +40,18 @@ train::Communicator& mpi_world() { return *g_world; }
 }  // namespace dlm::test
 
 int main(int argc, char** argv) {
-  dlm::train::MpiSession mpi(&argc, &argv);
+  // Under torchrun the same tests run over Gloo (torchrun.h), MPI untouched.
+  const auto launch = dlm::train::launch_info_from_environment();
+  std::optional<dlm::train::MpiSession> mpi;
+  dlm::train::TorchrunWorld torchrun;
   // A rank that fails an assertion and skips a collective makes the others name it within this timeout.
-  dlm::test::g_world = dlm::train::mpi_world_communicator(120.0);
+  if (launch.launcher == "torchrun") {
+    torchrun = dlm::train::join_torchrun(launch, 120.0);
+    dlm::test::g_world = std::move(torchrun.world);
+  } else {
+    mpi.emplace(&argc, &argv);
+    dlm::test::g_world = dlm::train::mpi_world_communicator(120.0);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   dlm::log::set_level(dlm::log::Level::kWarning);  // the trainers' iteration lines of 4 ranks would bury the results
   const int rank = dlm::test::g_world->rank();

@@ -45,6 +45,8 @@ class TcpStore {
   // when negative).
   void wait(const std::vector<std::string>& keys, double timeout_seconds = -1);
 
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
   const std::string& prefix() const { return prefix_; }
   double timeout_seconds() const { return timeout_seconds_; }
   // "localhost:29500 (MASTER_ADDR:MASTER_PORT)", for messages.
@@ -64,6 +66,8 @@ class TcpStore {
   std::vector<std::uint8_t> request(std::uint8_t query) const;
   void append_key(std::vector<std::uint8_t>& bytes, const std::string& key) const;
 
+  std::string host_;
+  int port_;
   std::string prefix_, address_, who_;
   double timeout_seconds_;
   int socket_ = -1;
