@@ -1,10 +1,6 @@
 // dlm's c10d TCPStore client against the real one: Python torch hosts torch.distributed.TCPStore
 // (tcp_store_peer.py); dlm's client reads torch's keys (get, add, check, wait) and writes keys torch reads
 // back through its PrefixStore. Skipped without torch in DLM_PYTHON's environment.
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +11,7 @@
 #include "child.h"
 #include "dlm/common/error.h"
 #include "dlm/train/tcp_store.h"
+#include "rendezvous_util.h"
 
 namespace dlm::test {
 namespace {
@@ -23,23 +20,6 @@ namespace fs = std::filesystem;
 using train::TcpStore;
 
 std::string text(const std::vector<std::uint8_t>& v) { return std::string(v.begin(), v.end()); }
-
-bool torch_present() {
-  return std::system((std::string(DLM_PYTHON) + " -c 'import torch.distributed' 2>/dev/null").c_str()) == 0;
-}
-
-// A port nobody listens on (bound, then released).
-int closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 TEST(TcpStore, ExchangesKeysWithTorchsTcpStore) {
   if (!torch_present()) GTEST_SKIP() << "no torch in " << DLM_PYTHON;
