@@ -1,7 +1,8 @@
 // dlm-train under torchrun as a user launches it (`torchrun --no-python --nproc_per_node 2 dlm-train ...`, the
 // ranks' collectives over Gloo, no MPI) against the same command under `mpirun -np 2`: DP2 and TP2 give the same
 // per-iteration losses as printed in the metrics file. A store nobody hosts is one line naming
-// MASTER_ADDR:MASTER_PORT and the rank; a hung rank is named by the store's roll call. Skipped without torch in DLM_PYTHON's environment.
+// MASTER_ADDR:MASTER_PORT and the rank; a hung rank is named by the store's roll call. Skipped without torch
+// in DLM_PYTHON's environment.
 #include <signal.h>
 
 #include <chrono>

@@ -8,8 +8,9 @@
 // call ever waits on a peer; an operation is enqueued on the communicator's stream and the host polls
 // cudaStreamQuery and ncclCommGetAsyncError against --distributed-timeout-minutes. A missed deadline
 // (80% of the timeout, at least the timeout less 30 s) or an asynchronous NCCL error starts a roll call
-// over MPI (over the c10d store under torchrun), as the MPI communicator holds one: every member of the group is pinged, the live ones answer
-// from their own polling loops, and those silent when the timeout is over are named. The communicator is
+// over MPI (over the c10d store under torchrun), as the MPI communicator holds one: every member of the
+// group is pinged, the live ones answer (from their own polling loops; under torchrun from a thread of
+// their own), and those silent when the timeout is over are named. The communicator is
 // then aborted (ncclCommAbort, which also stops its kernels) and CommunicationError thrown:
 //   "all_reduce #12 of 1342177280 bytes on the data-parallel group (world ranks 0,1) did not complete
 //    within 0.5 min (--distributed-timeout-minutes): rank 1 did not answer (dead or hung)"
