@@ -5,7 +5,8 @@
 # of the metrics files must be equal, digit for digit.
 #   one GPU: two ranks share it, their device groups staged through the host (--device-groups staged, as
 #            tests/gpu's layout tests run): TP2+SP, and DP2 with the distributed optimizer;
-#   two GPUs or more: also DP2 over NCCL, whose unique id goes through the store under torchrun.
+#   two GPUs or more: also DP2 over NCCL, whose unique id goes through the store under torchrun;
+# and tests/nccl's CudaModel layouts (dlm_cuda_parallel_tests) run under torchrun.
 # Exits non-zero on any mismatch or failed run. torchrun is /opt/torch/.venv's (TORCHRUN overrides).
 # usage: scripts/device-torchrun.sh [CARRIED_DIR=build-cuda/devcarry]   (scripts/device-pack.sh builds the bundle;
 # the data is $DLM_GPU_DATA, default .gpudata/corpus_text_document, copied to the machine). Logs under $OUT.
@@ -48,6 +49,11 @@ print("EQUAL" if ok else "MISMATCH")
 sys.exit(0 if ok else 1)
 PY
 }
+echo "== CudaModel layouts (tests/nccl) under torchrun: groups staged through Gloo on one GPU, NCCL with two"
+timeout 300 "$TORCHRUN" --no-python --nproc_per_node 2 "$C/dlm_cuda_parallel_tests" > "$OUT/torchrun-cuda-parallel.log" 2>&1
+echo "exit $?"
+grep -E "gpu layouts\]|FAILED|Failure|Expected|Which is|passed" "$OUT/torchrun-cuda-parallel.log" | head -20
+grep -q "mpi tests passed on 2 ranks" "$OUT/torchrun-cuda-parallel.log" || status=1
 compare tp2sp-staged --tensor-model-parallel-size 2 --sequence-parallel --device-groups staged
 compare dp2do-staged --use-distributed-optimizer --device-groups staged
 if [ "$gpus" -ge 2 ]; then

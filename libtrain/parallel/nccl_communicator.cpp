@@ -329,14 +329,16 @@ std::unique_ptr<NcclCommunicator> nccl_world_communicator(Communicator& mpi_worl
   if (mpi_world.rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) fail("ncclGetUniqueId failed");
   auto* id_bytes = reinterpret_cast<std::uint8_t*>(&id);
   if (store) {
-    // torchrun: rank 0 publishes the id in the c10d store, the others wait for it there (one world per
-    // process and run, so one key).
-    shared->call = store_roll_call(store->host(), store->port(), store->prefix() + "nccl/", mpi_world.rank(),
+    // torchrun: rank 0 publishes the id in the c10d store, the others wait for it there.
+    // Worlds are made in the same order on every rank: their count keeps each world's keys apart.
+    static int worlds = 0;
+    const std::string keys = fmt::format("nccl/world{}/", worlds++);
+    shared->call = store_roll_call(store->host(), store->port(), store->prefix() + keys, mpi_world.rank(),
                                    mpi_world.size(), timeout_seconds);
     if (mpi_world.rank() == 0) {
-      store->set("nccl/unique_id", std::span<const std::uint8_t>(id_bytes, sizeof id));
+      store->set(keys + "unique_id", std::span<const std::uint8_t>(id_bytes, sizeof id));
     } else {
-      const auto got = store->get("nccl/unique_id");
+      const auto got = store->get(keys + "unique_id");
       if (got.size() != sizeof id) fail(fmt::format("the NCCL unique id in the c10d store has {} bytes, not {}", got.size(), sizeof id));
       std::copy(got.begin(), got.end(), id_bytes);
     }

@@ -12,6 +12,7 @@
 namespace dlm::test {
 namespace {
 std::unique_ptr<train::Communicator> g_world;
+std::shared_ptr<train::TcpStore> g_store;
 
 // On ranks other than 0 the default printer is gone; this prints each failed assertion with the rank.
 // The test's name is kept from OnTestStart: gtest reports a part result with its own lock held, so asking
@@ -36,6 +37,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 train::Communicator& mpi_world() { return *g_world; }
+std::shared_ptr<train::TcpStore> torchrun_store() { return g_store; }
 
 }  // namespace dlm::test
 
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
   if (launch.launcher == "torchrun") {
     torchrun = dlm::train::join_torchrun(launch, 120.0);
     dlm::test::g_world = std::move(torchrun.world);
+    dlm::test::g_store = torchrun.store;
   } else {
     mpi.emplace(&argc, &argv);
     dlm::test::g_world = dlm::train::mpi_world_communicator(120.0);
@@ -65,5 +68,6 @@ int main(int argc, char** argv) {
   dlm::test::g_world->all_reduce(std::span<int>(&failed, 1), dlm::train::ReduceOp::kMax);
   if (rank == 0) std::printf("%s on %d ranks\n", failed ? "MPI TESTS FAILED" : "mpi tests passed", dlm::test::g_world->size());
   dlm::test::g_world.reset();
+  dlm::test::g_store.reset();
   return failed;
 }
