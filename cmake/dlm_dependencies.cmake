@@ -13,6 +13,14 @@ set_property(TARGET MPI::MPI_C APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS OMP
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+# Gloo (libgloo-dev): the CPU collectives of ranks started by torchrun, where no MPI world exists. Optional:
+# without it dlm-train refuses torchrun on the CPU with one line.
+find_package(Gloo CONFIG QUIET)
+if(TARGET gloo)
+  set(DLM_WITH_GLOO ON)
+else()
+  set(DLM_WITH_GLOO OFF)
+endif()
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 

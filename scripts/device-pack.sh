@@ -16,7 +16,7 @@ cp "$B/tests/gpu/dlm_gpu_smoke_tests" "$B/tests/gpu/dlm_gpu_tests" "$B/tests/gpu
   "$B/tools/dlm-generate/dlm-generate" "$D/"
 strip "$D"/dlm-train "$D"/dlm-generate "$D"/dlm_gpu_tool_tests 2>/dev/null || true
 for bin in "$D/dlm_gpu_tests" "$D/cuda_train_bench" "$D/dlm-train" "$D/dlm-generate" "$D/dlm_gpu_tool_tests"; do
-  ldd "$bin" | awk '/=>/{print $3}' | grep -E 'simdjson|hdf5|boost_program|libsz|libaec|libfmt|libopenblas|libgfortran|libquadmath|libsentencepiece|libutf8proc|libpcre2|libzstd|libdlm' | xargs -r -I{} cp -L {} "$D/lib/"
+  ldd "$bin" | awk '/=>/{print $3}' | grep -E 'simdjson|hdf5|boost_program|libsz|libaec|libfmt|libopenblas|libgfortran|libquadmath|libsentencepiece|libutf8proc|libpcre2|libzstd|libdlm|libgloo|libhiredis|libibverbs|libnl-' | xargs -r -I{} cp -L {} "$D/lib/"
 done
 # One xz archive keeps the copy small (OpenBLAS alone is 36 MB); device-gpu.sh unpacks it.
 tar -C "$D" -cf - . | xz -6 -T2 > "$B/devcarry.tar.xz"

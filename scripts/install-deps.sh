@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libsentencepiece-dev sentencepiece
   libboost-program-options-dev
   libopenmpi-dev openmpi-bin
+  libgloo-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libpcre2-dev libutf8proc-dev libfmt-dev nlohmann-json3-dev
   libopenblas-dev

@@ -1,4 +1,5 @@
 // The seam's shared pieces and the group of one.
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -19,6 +20,19 @@ std::size_t data_type_size(DataType type) {
 void Communicator::check_blocks(std::size_t whole, std::size_t block, const char* what) const {
   if (whole != block * static_cast<std::size_t>(size()))
     fail(fmt::format("{} on the {}: {} elements are not {} blocks of {}", what, name(), whole, size(), block));
+}
+
+std::vector<int> Communicator::split_members(int color, int key) {
+  const std::vector<std::int32_t> mine = {color, key, rank()};
+  std::vector<std::int32_t> all(mine.size() * static_cast<std::size_t>(size()));
+  all_gather<std::int32_t>(mine, all);
+  std::vector<std::pair<int, int>> members;  // (key, group rank)
+  for (int r = 0; r < size(); ++r)
+    if (all[static_cast<std::size_t>(3 * r)] == color) members.emplace_back(all[static_cast<std::size_t>(3 * r + 1)], r);
+  std::sort(members.begin(), members.end());
+  std::vector<int> ranks;
+  for (const auto& m : members) ranks.push_back(m.second);
+  return ranks;
 }
 
 namespace {

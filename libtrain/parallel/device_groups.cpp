@@ -12,10 +12,10 @@
 namespace dlm::train {
 
 DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& config, int local_rank,
-                                double timeout_seconds) {
+                                double timeout_seconds, const std::shared_ptr<TcpStore>& store) {
 #ifdef DLM_HAVE_NCCL
   DeviceGroups g;
-  auto world = nccl_world_communicator(mpi_world, local_rank, timeout_seconds);
+  auto world = nccl_world_communicator(mpi_world, local_rank, timeout_seconds, store);
   const int rank = mpi_world.rank();
   g.data = split_group(*world, data_parallel_ranks(config, rank), "NCCL data-parallel");
   if (config.data > 1) g.data_group = nccl_device_group(*g.data);
@@ -30,7 +30,7 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
   g.world = std::move(world);
   return g;
 #else
-  (void)mpi_world, (void)config, (void)local_rank, (void)timeout_seconds;
+  (void)mpi_world, (void)config, (void)local_rank, (void)timeout_seconds, (void)store;
   fail("--device cuda on several ranks needs NCCL, and this build of dlm has none (see docs/cuda.md; or --device cpu)");
 #endif
 }

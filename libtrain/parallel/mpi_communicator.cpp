@@ -68,17 +68,9 @@ class MpiCommunicator final : public Communicator {
   int world_rank(int rank) const override { return world_ranks_.at(static_cast<std::size_t>(rank)); }
 
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override {
-    // Colors and keys through a timed all-gather, then a communicator of just the members: a rank lost
-    // during start-up is named like one lost later.
-    const std::vector<std::int32_t> mine = {color, key, rank_};
-    std::vector<std::int32_t> all(mine.size() * static_cast<std::size_t>(size()));
-    all_gather<std::int32_t>(mine, all);
-    std::vector<std::pair<int, int>> members;  // (key, group rank)
-    for (int r = 0; r < size(); ++r)
-      if (all[static_cast<std::size_t>(3 * r)] == color) members.emplace_back(all[static_cast<std::size_t>(3 * r + 1)], r);
-    std::sort(members.begin(), members.end());
-    std::vector<int> ranks, world;
-    for (const auto& [k, r] : members) ranks.push_back(r), world.push_back(world_rank(r));
+    const std::vector<int> ranks = split_members(color, key);
+    std::vector<int> world;
+    for (int r : ranks) world.push_back(world_rank(r));
     MPI_Group parent, group;
     MPI_Comm_group(comm_, &parent);
     MPI_Group_incl(parent, static_cast<int>(ranks.size()), ranks.data(), &group);
@@ -251,7 +243,7 @@ MpiSession::~MpiSession() {
 std::unique_ptr<Communicator> mpi_world_communicator(double timeout_seconds) {
   // Shared by the world and every group split from it: one operation counter per process and one roll call,
   // whose communicator is a duplicate of the world, so pings never match a data message.
-  auto watch = std::make_shared<RollCall>(timeout_seconds);  // a dlm::Error unless the timeout is positive
+  auto watch = mpi_roll_call(timeout_seconds);  // a dlm::Error unless the timeout is positive
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<int> world(static_cast<std::size_t>(size));

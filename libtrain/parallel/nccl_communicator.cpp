@@ -12,14 +12,21 @@
 
 #include <fmt/format.h>
 
+#include "dlm/train/tcp_store.h"
 #include "roll_call.h"
 
 namespace dlm::train {
 
 using Clock = RollCall::Clock;
 
-struct NcclCommunicator::Shared : RollCall {
-  using RollCall::RollCall;
+struct NcclCommunicator::Shared {
+  std::shared_ptr<RollCall> call;  // MPI's, or the c10d store's under torchrun
+  double timeout_seconds() const { return call->timeout_seconds(); }
+  long long next_operation() { return call->next_operation(); }
+  void answer() { call->answer(); }
+  std::string verdict(const std::vector<int>& members, Clock::time_point deadline) {
+    return call->verdict(members, deadline);
+  }
 };
 
 struct NcclCommunicator::State {
@@ -309,17 +316,36 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::s
   return std::make_unique<NcclCommunicator>(shared_, make_state(child, std::move(world), std::move(name)));
 }
 
-std::unique_ptr<NcclCommunicator> nccl_world_communicator(Communicator& mpi_world, int device, double timeout_seconds) {
+std::unique_ptr<NcclCommunicator> nccl_world_communicator(Communicator& mpi_world, int device, double timeout_seconds,
+                                                         const std::shared_ptr<TcpStore>& store) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;  // no driver: no GPU
   if (device < 0 || device >= devices)
     fail(fmt::format("rank {}: local rank {} has no GPU ({} on this node): start at most one rank per GPU",
                      mpi_world.rank(), device, devices));
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  auto shared = std::make_shared<Shared>(timeout_seconds);
+  auto shared = std::make_shared<Shared>();
   ncclUniqueId id{};
   if (mpi_world.rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) fail("ncclGetUniqueId failed");
-  mpi_world.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&id), sizeof id), 0);
+  auto* id_bytes = reinterpret_cast<std::uint8_t*>(&id);
+  if (store) {
+    // torchrun: rank 0 publishes the id in the c10d store, the others wait for it there.
+    // Worlds are made in the same order on every rank: their count keeps each world's keys apart.
+    static int worlds = 0;
+    const std::string keys = fmt::format("nccl/world{}/", worlds++);
+    shared->call = store_roll_call(store->host(), store->port(), store->prefix() + keys, mpi_world.rank(),
+                                   mpi_world.size(), timeout_seconds);
+    if (mpi_world.rank() == 0) {
+      store->set(keys + "unique_id", std::span<const std::uint8_t>(id_bytes, sizeof id));
+    } else {
+      const auto got = store->get(keys + "unique_id");
+      if (got.size() != sizeof id) fail(fmt::format("the NCCL unique id in the c10d store has {} bytes, not {}", got.size(), sizeof id));
+      std::copy(got.begin(), got.end(), id_bytes);
+    }
+  } else {
+    shared->call = mpi_roll_call(timeout_seconds);
+    mpi_world.broadcast(std::span<std::uint8_t>(id_bytes, sizeof id), 0);
+  }
   const int n = mpi_world.size();
   std::vector<int> world(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) world[static_cast<std::size_t>(r)] = mpi_world.world_rank(r);

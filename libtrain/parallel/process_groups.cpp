@@ -31,10 +31,15 @@ LaunchInfo launch_info(const char* (*getenv)(const char*)) {
   struct Scheme {
     const char *launcher, *rank, *size, *local;
   };
-  // mpirun first: an mpirun inside a Slurm allocation also sees SLURM_* of the allocation.
-  for (const Scheme s : {Scheme{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-                         Scheme{"hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-                         Scheme{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}}) {
+  std::vector<Scheme> schemes;
+  // torchrun first when it started this process (TORCHELASTIC_RUN_ID): its workers also inherit SLURM_* of an
+  // `srun torchrun`. Then mpirun: an mpirun inside a Slurm allocation also sees SLURM_* of the allocation.
+  if (const char* run_id = getenv("TORCHELASTIC_RUN_ID"); run_id && *run_id)
+    schemes.push_back({"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"});
+  schemes.push_back({"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"});
+  schemes.push_back({"hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"});
+  schemes.push_back({"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"});
+  for (const Scheme& s : schemes) {
     const int rank = int_variable(getenv, s.rank), size = int_variable(getenv, s.size);
     if (rank < 0 || size < 0) continue;
     if (size == 0 || rank >= size) fail(fmt::format("{}={} and {}={} do not make a rank", s.rank, rank, s.size, size));

@@ -1,7 +1,10 @@
-// The communicators' roll call over MPI (see roll_call.h).
+// The communicators' roll call: the verdict shared by its transports, and the MPI transport (see roll_call.h).
 #include "roll_call.h"
 
+#include <mpi.h>
+
 #include <algorithm>
+#include <deque>
 #include <thread>
 
 #include <fmt/format.h>
@@ -11,31 +14,51 @@
 namespace dlm::train {
 namespace {
 constexpr int kPing = 7101, kPong = 7102;
-}
 
-RollCall::RollCall(double timeout_seconds) : timeout_seconds_(timeout_seconds) {
+class MpiRollCall final : public RollCall {
+ public:
+  MpiRollCall(double timeout_seconds, int rank, int size) : RollCall(timeout_seconds, rank, size) {
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) fail("the roll call's MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+  ~MpiRollCall() override {
+    // Unanswered pings may be pending after a failure; freeing marks the communicator for deallocation.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  }
+  void answer() override;
+
+ protected:
+  std::map<int, long long> ping(const std::vector<int>& ranks, Clock::time_point deadline) override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::deque<long long> replies_;  // pongs in flight: MPI keeps pointers to them
+};
+
+}  // namespace
+
+RollCall::RollCall(double timeout_seconds, int world_rank, int world_size)
+    : world_rank_(world_rank), world_size_(world_size), timeout_seconds_(timeout_seconds) {
   if (!(timeout_seconds > 0)) fail("--distributed-timeout-minutes must be positive");
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) fail("the roll call's MPI_Comm_dup failed");
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
 }
 
-RollCall::~RollCall() {
-  // Unanswered pings may be pending after a failure; freeing marks the communicator for deallocation.
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+std::shared_ptr<RollCall> mpi_roll_call(double timeout_seconds) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::make_shared<MpiRollCall>(timeout_seconds, rank, size);
 }
 
-void RollCall::answer() {
+void MpiRollCall::answer() {
   for (;;) {
     int flag = 0;
     MPI_Status status;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kPing, comm_, &flag, &status) != MPI_SUCCESS || !flag) return;
     long long asked = 0;
     MPI_Recv(&asked, 1, MPI_LONG_LONG, status.MPI_SOURCE, kPing, comm_, MPI_STATUS_IGNORE);
-    replies_.push_back(operations_);
+    replies_.push_back(operations_.load());
     if (replies_.size() > 4096) replies_.pop_front();
     MPI_Request request;
     // Small and eager: completes locally, never waited on.
@@ -44,12 +67,12 @@ void RollCall::answer() {
   }
 }
 
-std::map<int, long long> RollCall::ping(const std::vector<int>& ranks, Clock::time_point deadline) {
-  replies_.push_back(operations_);
+std::map<int, long long> MpiRollCall::ping(const std::vector<int>& ranks, Clock::time_point deadline) {
+  replies_.push_back(operations_.load());
   const long long& mine = replies_.back();
   int others = 0;
   for (int r : ranks) {
-    if (r == world_rank_) continue;
+    if (r == world_rank()) continue;
     ++others;
     MPI_Request request;
     if (MPI_Isend(&mine, 1, MPI_LONG_LONG, r, kPing, comm_, &request) == MPI_SUCCESS) MPI_Request_free(&request);

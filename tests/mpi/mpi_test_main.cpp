@@ -2,14 +2,17 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dlm/common/log.h"
 #include "dlm/train/mpi_communicator.h"
+#include "dlm/train/torchrun.h"
 
 namespace dlm::test {
 namespace {
 std::unique_ptr<train::Communicator> g_world;
+std::shared_ptr<train::TcpStore> g_store;
 
 // On ranks other than 0 the default printer is gone; this prints each failed assertion with the rank.
 // The test's name is kept from OnTestStart: gtest reports a part result with its own lock held, so asking
@@ -34,13 +37,24 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 train::Communicator& mpi_world() { return *g_world; }
+std::shared_ptr<train::TcpStore> torchrun_store() { return g_store; }
 
 }  // namespace dlm::test
 
 int main(int argc, char** argv) {
-  dlm::train::MpiSession mpi(&argc, &argv);
+  // Under torchrun the same tests run over Gloo (torchrun.h), MPI untouched.
+  const auto launch = dlm::train::launch_info_from_environment();
+  std::optional<dlm::train::MpiSession> mpi;
+  dlm::train::TorchrunWorld torchrun;
   // A rank that fails an assertion and skips a collective makes the others name it within this timeout.
-  dlm::test::g_world = dlm::train::mpi_world_communicator(120.0);
+  if (launch.launcher == "torchrun") {
+    torchrun = dlm::train::join_torchrun(launch, 120.0);
+    dlm::test::g_world = std::move(torchrun.world);
+    dlm::test::g_store = torchrun.store;
+  } else {
+    mpi.emplace(&argc, &argv);
+    dlm::test::g_world = dlm::train::mpi_world_communicator(120.0);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   dlm::log::set_level(dlm::log::Level::kWarning);  // the trainers' iteration lines of 4 ranks would bury the results
   const int rank = dlm::test::g_world->rank();
@@ -54,5 +68,6 @@ int main(int argc, char** argv) {
   dlm::test::g_world->all_reduce(std::span<int>(&failed, 1), dlm::train::ReduceOp::kMax);
   if (rank == 0) std::printf("%s on %d ranks\n", failed ? "MPI TESTS FAILED" : "mpi tests passed", dlm::test::g_world->size());
   dlm::test::g_world.reset();
+  dlm::test::g_store.reset();
   return failed;
 }

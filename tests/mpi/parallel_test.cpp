@@ -48,6 +48,23 @@ TEST(LaunchInfo, ReadsMpirunSrunAndNothing) {
   EXPECT_THROW(launch_info(fake_getenv), Error);
 }
 
+TEST(LaunchInfo, ReadsTorchrunOnlyWhenTorchrunStartedTheProcess) {
+  // RANK/WORLD_SIZE alone (an env:// launch without torchrun's agent) are no launcher dlm can join.
+  g_env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}};
+  EXPECT_EQ(launch_info(fake_getenv).launcher, "none");
+  g_env["TORCHELASTIC_RUN_ID"] = "abc";
+  auto s = launch_info(fake_getenv);
+  EXPECT_EQ(s.launcher, "torchrun");
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_EQ(s.world_size, 2);
+  EXPECT_EQ(s.local_rank, 1);
+  // `srun torchrun`: the workers inherit srun's variables, torchrun's are theirs.
+  g_env["SLURM_PROCID"] = "0";
+  g_env["SLURM_NTASKS"] = "1";
+  EXPECT_EQ(launch_info(fake_getenv).launcher, "torchrun");
+  EXPECT_EQ(launch_info(fake_getenv).world_size, 2);
+}
+
 // megatron.core.parallel_state's example: 16 GPUs, TP 2, PP 4 -> DP 2; tensor groups [g0, g1],
 // [g2, g3], ...; data groups [g0, g2], [g1, g3], [g4, g6], ...; pipeline groups [g0, g4, g8, g12], ...
 TEST(RankOrder, IsMegatrons) {

@@ -36,24 +36,9 @@ class ParallelTool : public ToolTest {
   }
   // The pid of dlm-train's rank `rank` of this test's job (0 while it has not started).
   pid_t rank_pid(int rank) const {
-    for (const auto& entry : fs::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream comm(entry.path() / "comm");
-      std::string c;
-      std::getline(comm, c);
-      if (c != "dlm-train") continue;
-      std::ifstream env(entry.path() / "environ");
-      std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-      const std::string z(1, '\0');
-      if (all.find(z + "DLM_TEST_TAG=" + tag_ + z) == std::string::npos &&
-          all.rfind("DLM_TEST_TAG=" + tag_ + z, 0) != 0)
-        continue;
-      if (all.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + z) != std::string::npos)
-        return static_cast<pid_t>(std::stoi(name));
-    }
-    return 0;
+    return process_with_environment("dlm-train", {"DLM_TEST_TAG=" + tag_, "OMPI_COMM_WORLD_RANK=" + std::to_string(rank)});
   }
+
   // Starts a long DP4 run, waits for its third logged iteration, sends `sig` to rank `victim` and
   // returns the job's result and the seconds from the signal to the job's end.
   std::pair<ChildResult, double> signal_mid_run(int sig, int victim, std::vector<std::string> mpiexec_flags = {},

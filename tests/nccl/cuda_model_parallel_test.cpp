@@ -43,6 +43,7 @@ namespace dlm::train {
 namespace {
 
 using test::mpi_world;
+using test::torchrun_store;
 
 int gpus() {
   int count = 0;
@@ -186,7 +187,8 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   CudaParallelGroups parallel{&groups, nullptr, nullptr, sp};
   parallel.virtual_stages = chunks;
   if (nccl) {
-    nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0);
+    nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0,
+                                     torchrun_store());
     parallel.tensor = nccl_groups.tensor_group.get(), parallel.pipeline = nccl_groups.pipeline_group.get();
   } else {
     if (tp > 1) staged_tensor = staged_device_group(*groups.tensor), parallel.tensor = staged_tensor.get();
@@ -279,7 +281,9 @@ struct DataParallelPair {
   DeviceGroups nccl_groups;
   std::unique_ptr<DeviceGroup> staged;
   explicit DataParallelPair(bool nccl) : groups(make_process_groups(mpi_world(), derive_parallel_config(2, 1, 1))) {
-    if (nccl) nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0);
+    if (nccl)
+      nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0,
+                                       torchrun_store());
     else staged = staged_device_group(*groups.data);
   }
   CudaParallelGroups parallel() {

@@ -88,4 +88,25 @@ inline std::vector<std::string> names_in(const std::filesystem::path& dir) {
   return names;
 }
 
+// The pid of a running process named `comm` whose environment holds every entry of `env` ("NAME=value");
+// 0 when there is none (a launcher's rank, found by its rank variable and a tag the test put in the job's
+// environment).
+inline pid_t process_with_environment(const std::string& comm, const std::vector<std::string>& env) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream comm_file(entry.path() / "comm");
+    std::string c;
+    std::getline(comm_file, c);
+    if (c != comm) continue;
+    std::ifstream env_file(entry.path() / "environ");
+    const std::string z(1, '\0');
+    const std::string all = z + std::string((std::istreambuf_iterator<char>(env_file)), std::istreambuf_iterator<char>());
+    bool every = true;
+    for (const auto& e : env) every = every && all.find(z + e + z) != std::string::npos;
+    if (every) return static_cast<pid_t>(std::stoi(name));
+  }
+  return 0;
+}
+
 }  // namespace dlm::test

@@ -253,16 +253,18 @@ TEST_F(MegaDlmsArgs, SampleBasedScheduleIsTheIterationRunItNames) {
   EXPECT_EQ(metric(fraction, "lr")[2], "0.003");  // warmup 2 of decay 4: the peak at iteration 2
 }
 
-// Under torchrun (WORLD_SIZE > 1 and no MPI or Slurm rank) each process would train alone into the same folder:
-// refused with one line naming the launcher to use, before any data is read.
-TEST_F(MegaDlmsArgs, TorchrunWithSeveralProcessesIsRefusedNamingMpirun) {
-  const auto r = run({"/usr/bin/env", "-u", "OMPI_COMM_WORLD_SIZE", "-u", "SLURM_NTASKS", "-u", "PMI_SIZE", "RANK=0",
+// RANK/WORLD_SIZE > 1 without torchrun's agent (no TORCHELASTIC_RUN_ID, no MPI or Slurm rank): each process would
+// train alone into the same folder, so it is refused with one line naming the launchers, before any data is read.
+// Under torchrun itself: tests/rendezvous/torchrun_tool_test.cpp.
+TEST_F(MegaDlmsArgs, EnvLaunchWithoutTorchrunIsRefusedNamingTheLaunchers) {
+  const auto r = run({"/usr/bin/env", "-u", "OMPI_COMM_WORLD_SIZE", "-u", "SLURM_NTASKS", "-u", "PMI_SIZE", "-u",
+                      "TORCHELASTIC_RUN_ID", "RANK=0",
                       "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", kTrainTool, "--train-iters", "2", "--seq-length", "16", "--vocab-size", "200", "--mask-token",
                       "199", "--data-path", (dir_ / "missing").string(), "--device", "cpu"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(last_error_line(r, "dlm-train"),
-            "dlm-train: WORLD_SIZE=2 (torchrun): dlm-train takes its ranks from mpirun or srun, not yet from "
-            "torchrun's rendezvous; launch `mpirun -np 2 dlm-train ...` instead") << r.err;
+            "dlm-train: WORLD_SIZE=2 without torchrun (no TORCHELASTIC_RUN_ID): dlm-train takes its ranks from torchrun, "
+            "mpirun or srun; launch `torchrun --nproc_per_node 2 dlm-train ...` or `mpirun -np 2 dlm-train ...`") << r.err;
 }
 
 // A folder holding Megatron's tracker but no dlm checkpoint: one line naming it, not a fresh start over it.

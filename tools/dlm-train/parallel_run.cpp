@@ -17,12 +17,12 @@ namespace dlm::tools {
 ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   ParallelRun run;
   run.launch = train::launch_info_from_environment();
-  // torchrun (torch.distributed.run) exports RANK/WORLD_SIZE/LOCAL_RANK and a rendezvous at MASTER_ADDR:MASTER_PORT,
-  // which dlm does not join yet: left alone, each process would train alone and write the same --save folder.
+  // RANK/WORLD_SIZE without torchrun's agent (an env:// launch of another tool): there is no store dlm can join,
+  // and left alone each process would train alone and write the same --save folder.
   if (const char* size = std::getenv("WORLD_SIZE"); run.launch.launcher == "none" && size && std::atoi(size) > 1)
-    fail(fmt::format("WORLD_SIZE={} (torchrun): dlm-train takes its ranks from mpirun or srun, not yet from torchrun's "
-                     "rendezvous; launch `mpirun -np {} dlm-train ...` instead",
-                     size, size));
+    fail(fmt::format("WORLD_SIZE={} without torchrun (no TORCHELASTIC_RUN_ID): dlm-train takes its ranks from torchrun, "
+                     "mpirun or srun; launch `torchrun --nproc_per_node {} dlm-train ...` or `mpirun -np {} dlm-train ...`",
+                     size, size, size));
   if (args.world_size > 0 && args.world_size != run.launch.world_size)
     fail(fmt::format("--world-size {}: the launcher ({}) started {} ranks", args.world_size, run.launch.launcher,
                      run.launch.world_size));
@@ -50,11 +50,17 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
                        "multiple: launch under mpirun -np N or srun", args.tensor_parallel, args.pipeline_parallel));
     return run;
   }
-  run.mpi = std::make_unique<train::MpiSession>(argc, argv);
-  run.world = train::mpi_world_communicator(args.timeout_minutes * 60.0);
-  if (run.world->rank() != run.launch.rank || run.world->size() != run.launch.world_size)
-    fail(fmt::format("MPI says rank {} of {}, the launcher ({}) says {} of {}", run.world->rank(), run.world->size(),
-                     run.launch.launcher, run.launch.rank, run.launch.world_size));
+  if (run.launch.launcher == "torchrun") {
+    auto joined = train::join_torchrun(run.launch, args.timeout_minutes * 60.0);
+    run.store = std::move(joined.store);
+    run.world = std::move(joined.world);
+  } else {
+    run.mpi = std::make_unique<train::MpiSession>(argc, argv);
+    run.world = train::mpi_world_communicator(args.timeout_minutes * 60.0);
+    if (run.world->rank() != run.launch.rank || run.world->size() != run.launch.world_size)
+      fail(fmt::format("MPI says rank {} of {}, the launcher ({}) says {} of {}", run.world->rank(), run.world->size(),
+                       run.launch.launcher, run.launch.rank, run.launch.world_size));
+  }
   log::set_rank(run.launch.rank);
   if (run.launch.rank != 0 && log::level() < log::Level::kWarning) log::set_level(log::Level::kWarning);
   run.groups = train::make_process_groups(
@@ -70,7 +76,7 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
       run.device = train::staged_device_groups(*run.groups);
     } else {
       run.device = train::make_device_groups(*run.world, run.groups->config, run.launch.local_rank,
-                                             args.timeout_minutes * 60.0);
+                                             args.timeout_minutes * 60.0, run.store);
     }
   }
   log::info("{} ranks ({}): TP {} x DP {} x PP {}{}{}{}", run.launch.world_size, run.launch.launcher,

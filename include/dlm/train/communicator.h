@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "dlm/common/error.h"
 
@@ -114,6 +115,9 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
 
  protected:
+  // For split(): the group ranks of this group's members that pass `color`, ordered by their keys (ties by
+  // group rank), from an all-gather over this group (so a rank lost during start-up is named like one lost later).
+  std::vector<int> split_members(int color, int key);
   virtual void do_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) = 0;
   virtual void do_reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op) = 0;
   virtual void do_all_gather(const void* input, void* output, std::size_t count, DataType type) = 0;

@@ -12,6 +12,8 @@
 
 namespace dlm::train {
 
+class TcpStore;
+
 struct DeviceGroups {
   std::unique_ptr<Communicator> world;  // the NCCL world the groups are split from
   std::unique_ptr<Communicator> data;   // this rank's data-parallel group, device memory
@@ -25,8 +27,10 @@ struct DeviceGroups {
 // Collective over `mpi_world`: takes GPU `local_rank`, makes the NCCL world and splits its data-parallel
 // group (and tensor and pipeline groups when they have several members) with Megatron's rank order.
 // A dlm::Error of one line when this build has no NCCL.
+// Under torchrun `mpi_world` is the Gloo world and `store` torchrun's c10d store (the NCCL id and the roll
+// call go through it; nccl_communicator.h).
 DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& config, int local_rank,
-                                double timeout_seconds);
+                                double timeout_seconds, const std::shared_ptr<TcpStore>& store = nullptr);
 // For tests on one GPU (dlm-train --device-groups staged): the tensor, pipeline and data groups staged
 // through host memory over `groups`' MPI groups, so several ranks may share a GPU, which NCCL refuses. Slow.
 // No device communicator for the trainer's own data-parallel all-reduce: DP > 1 runs only with a model that

@@ -8,8 +8,9 @@
 // call ever waits on a peer; an operation is enqueued on the communicator's stream and the host polls
 // cudaStreamQuery and ncclCommGetAsyncError against --distributed-timeout-minutes. A missed deadline
 // (80% of the timeout, at least the timeout less 30 s) or an asynchronous NCCL error starts a roll call
-// over MPI, as the MPI communicator holds one: every member of the group is pinged, the live ones answer
-// from their own polling loops, and those silent when the timeout is over are named. The communicator is
+// over MPI (over the c10d store under torchrun), as the MPI communicator holds one: every member of the
+// group is pinged, the live ones answer (from their own polling loops; under torchrun from a thread of
+// their own), and those silent when the timeout is over are named. The communicator is
 // then aborted (ncclCommAbort, which also stops its kernels) and CommunicationError thrown:
 //   "all_reduce #12 of 1342177280 bytes on the data-parallel group (world ranks 0,1) did not complete
 //    within 0.5 min (--distributed-timeout-minutes): rank 1 did not answer (dead or hung)"
@@ -29,6 +30,8 @@
 #include "dlm/train/communicator.h"
 
 namespace dlm::train {
+
+class TcpStore;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -79,6 +82,9 @@ class NcclCommunicator final : public Communicator {
 // Collective over the MPI world: takes GPU `device` (the launcher's local rank), creates the NCCL world
 // from rank 0's unique id broadcast over `mpi_world`, and a roll-call communicator of its own (a duplicate
 // of MPI_COMM_WORLD). MPI must be initialized (MpiSession) for the lifetime of the result and its groups.
-std::unique_ptr<NcclCommunicator> nccl_world_communicator(Communicator& mpi_world, int device, double timeout_seconds);
+// Under torchrun (`store` given; `mpi_world` is then the Gloo world, torchrun.h): the unique id goes through
+// the c10d store (rank 0 sets it, the others wait for it) and so does the roll call; no MPI is involved.
+std::unique_ptr<NcclCommunicator> nccl_world_communicator(Communicator& mpi_world, int device, double timeout_seconds,
+                                                         const std::shared_ptr<TcpStore>& store = nullptr);
 
 }  // namespace dlm::train

@@ -20,7 +20,7 @@ namespace dlm::train {
 // them: one process. The local rank picks the GPU of a node.
 struct LaunchInfo {
   int rank = 0, world_size = 1, local_rank = 0;
-  std::string launcher = "none";  // "mpirun" | "srun" | "hydra" | "none"
+  std::string launcher = "none";  // "torchrun" | "mpirun" | "srun" | "hydra" | "none"
 };
 // Reads the environment through `getenv` (tests pass their own).
 LaunchInfo launch_info(const char* (*getenv)(const char*));
