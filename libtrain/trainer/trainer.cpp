@@ -143,7 +143,8 @@ double Trainer::evaluate() {
   return total / static_cast<double>(options_.eval_iters * micro);
 }
 
-std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop) {
+std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop,
+                                         const SaveFn& save_non_persistent) {
   std::optional<TensorBoardWriter> tb;
   std::optional<JsonlMetrics> jsonl;
   // One replica reports: the losses and norms are the group's on every rank.
@@ -151,7 +152,8 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   if (reporting && !options_.tensorboard_dir.empty()) tb.emplace(options_.tensorboard_dir);
   if (reporting && !options_.metrics_path.empty()) jsonl.emplace(options_.metrics_path);
   // When to save: checkpoint_saver.h.
-  SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps);
+  SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps,
+                        save_non_persistent ? options_.non_persistent_save_interval : 0);
   const auto save_now = [&] {
     if (!save) return;
     step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
@@ -225,6 +227,8 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       stopping = any != 0;
     }
     if (schedule.due(s.iteration, stopping)) save_now();
+    else if (schedule.non_persistent_due(s.iteration, stopping))
+      step_->with_optimizer_state([&](const AdamW& whole) { save_non_persistent(progress_, model_, whole); });
     if (stopping) {
       if (reporting) log::info("stopping at iteration {} ({})", s.iteration, save ? "checkpoint saved" : "no --save: no checkpoint");
       break;
