@@ -119,15 +119,24 @@ void CheckpointSaver::save(const std::string& dir, bool non_persistent, const Tr
   std::vector<ParamRef> params;
   if (writes || parameters_collective) params = model.parameters();
 
+  const auto started = std::chrono::steady_clock::now();
   auto writer = std::make_shared<ckpt::CheckpointWriter>(dir, progress.iteration, t.config, placement.layout);
   if (rank_zero) writer->begin();  // before any rank writes
   if (t.world) t.world->barrier();
   const ckpt::TrainingState state = training_state(optimizer.steps(), progress, t.metadata);
-  const auto commit = [writer, state, dir, non_persistent, iteration = progress.iteration] {
+  // This rank's bytes, for the log line's rate.
+  double bytes = 0;
+  if (writes) {
+    const StateViews v = state_views(params, optimizer);
+    for (const auto& p : v.params) bytes += static_cast<double>(p.value.size_bytes()) * (v.exp_avg.empty() ? 1 : 3);
+  }
+  const auto commit = [writer, state, dir, non_persistent, iteration = progress.iteration, started, bytes] {
     writer->commit(state);
     write_megatron_tracker(dir, iteration);
     if (non_persistent) remove_older_checkpoints(dir, iteration);
-    log::info("saved iteration {} to {}{}", iteration, dir, non_persistent ? " (non-persistent)" : "");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    log::info("saved iteration {} to {}{} ({:.2f} GB in {:.2f} s: {:.2f} GB/s)", iteration, dir,
+              non_persistent ? " (non-persistent)" : "", bytes / 1e9, s, bytes / 1e9 / s);
   };
   const bool one_process = !t.world;
   const auto remove_temp = [writer] {

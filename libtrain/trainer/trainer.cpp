@@ -154,9 +154,18 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   // When to save: checkpoint_saver.h.
   SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps,
                         save_non_persistent ? options_.non_persistent_save_interval : 0);
+  // A save point's pause in training (with --async-save, the snapshot only), in the log: the number to hold against
+  // the step time.
+  const auto save_through = [&](const SaveFn& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step_->with_optimizer_state([&](const AdamW& whole) { fn(progress_, model_, whole); });
+    if (reporting)
+      log::info("iteration {}: the checkpoint held training {:.2f} s", progress_.iteration,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
   const auto save_now = [&] {
     if (!save) return;
-    step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
+    save_through(save);
     schedule.saved(progress_.iteration);
   };
   std::vector<IterationStats> stats;
@@ -228,7 +237,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     }
     if (schedule.due(s.iteration, stopping)) save_now();
     else if (schedule.non_persistent_due(s.iteration, stopping))
-      step_->with_optimizer_state([&](const AdamW& whole) { save_non_persistent(progress_, model_, whole); });
+      save_through(save_non_persistent);
     if (stopping) {
       if (reporting) log::info("stopping at iteration {} ({})", s.iteration, save ? "checkpoint saved" : "no --save: no checkpoint");
       break;
