@@ -78,7 +78,7 @@ rm -rf "$S/kill" && rm -f "$OUT/kill.log"
 PID=$!
 KILLED=no
 for i in $(seq 1 1200); do  # at most 240 s
-  if [ -d "$S/kill/iter_0000008.tmp" ] && [ -f "$S/kill/latest" ] && grep -q "iteration *9/" "$OUT/train-kill.log"; then
+  if [ -d "$S/kill/iter_0000008.tmp" ] && [ -f "$S/kill/latest" ] && grep -q "iteration 8: the checkpoint held training" "$OUT/train-kill.log"; then
     kill -9 $PID; KILLED=yes; break
   fi
   sleep 0.2

@@ -55,9 +55,9 @@ TEST_F(CheckpointSave, AsyncSaveWritesTheBlockingSavesCheckpointAndResumesTheSam
   EXPECT_EQ(read_all(dir_ / "async" / "latest_checkpointed_iteration.txt"), "12");
 }
 
-// A model whose state (about 150 MB: a 50000-id vocabulary) takes long enough to write that training runs on
-// while it is written. The kill comes once the metrics show an iteration past a save point whose temp folder is
-// still there; after the kill, that folder still being there means the kill hit the write.
+// A model whose state (about 160 MB: a 50000-id vocabulary) takes a while to write. The kill comes once a save
+// point has handed its write to the background (its pause is logged) and that save's temp folder is still there;
+// after the kill, that folder still being there means the kill hit the write.
 TEST_F(CheckpointSave, SigkillDuringTheBackgroundWriteLeavesThePreviousCheckpointAsLatest) {
   const auto ckpt = dir_ / "ckpt";
   const auto metrics = dir_ / "metrics.jsonl";
@@ -74,9 +74,11 @@ TEST_F(CheckpointSave, SigkillDuringTheBackgroundWriteLeavesThePreviousCheckpoin
     const auto t0 = std::chrono::steady_clock::now();
     bool killed = false;
     while (!killed && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
-      const std::int64_t done = static_cast<std::int64_t>(losses(metrics).size());
-      // The save after iteration k (k >= 4: one checkpoint committed before it) in flight while iteration k + 1 ran.
-      for (std::int64_t k = 4; k < done && !killed; k += 2) {
+      // The save point of iteration k (k >= 4: one checkpoint committed before it) has returned to training (its
+      // pause is logged) while its temp folder is still there: the background write is in flight.
+      const std::string log = read_all(err);
+      for (std::int64_t k = 4; k <= 400 && !killed; k += 2) {
+        if (log.find(fmt::format("iteration {}: the checkpoint held training", k)) == std::string::npos) break;
         if (fs::exists(ckpt / fmt::format("iter_{:07}.tmp", k)) && fs::exists(ckpt / "latest")) {
           ::kill(pid, SIGKILL);
           killed = true;

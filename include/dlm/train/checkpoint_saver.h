@@ -4,7 +4,8 @@
 // after each iteration listed by --checkpoint-steps;
 // after the iteration on which the ranks agreed to stop (SIGINT/SIGTERM on any rank, --exit-interval); after the
 // last iteration (--train-iters); and, before the run fails on a non-finite loss or gradient norm, the weights
-// from before that step (the last good state), unless that iteration was saved already.
+// from before that step (the last good state), unless that iteration was saved already. After each
+// --non-persistent-save-interval-th iteration where none of those is due, a non-persistent one (below).
 //
 // What (CheckpointSaver, the SaveFn dlm-train hands the trainer): the weights, the whole AdamW state, the
 // progress (iteration, consumed samples, optimizer steps) and the run's flags as metadata, in libckpt's native
