@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, in the repository root: checkpoint saving of the MegaDLMs 1.7B shape (28 layers, hidden 2048,
-# FFN 6144, 16 heads, vocabulary 50304, tied: 1.733B parameters, 20.8 GB of fp32 weights + AdamW moments) on the
+# FFN 6144, 16 heads, vocabulary 50304, untied output layer: 1.733B parameters, 20.8 GB of fp32 weights + AdamW moments) on the
 # disk the checkpoints go to (SAVE_DIR), with a summary table at the end:
 #   1. the disk's own O_DIRECT rate (dd bs=64M oflag=direct conv=fsync) and a blocking save of the same state from
 #      host memory (save_bench: the trainer's save path, its dd in the same run) -> ratio;
@@ -27,12 +27,12 @@ date -u | tee "$OUT/date.txt"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 df -h "$S" | tail -1 | tee "$OUT/disk.txt"
 MODEL=(--num-layers 28 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 16 --vocab-size 50304
-       --mask-token 50303 --qk-layernorm --rotary-base 10000 --norm-epsilon 1e-6 --seq-length 2048
+       --mask-token 50303 --qk-layernorm --untie-embeddings-and-output-weights --rotary-base 10000 --norm-epsilon 1e-6 --seq-length 2048
        --max-position-embeddings 2048 --bf16 --lr 2e-4 --device cuda --data-path "$DATA" --split 100,0,0
        --data-cache-path /tmp/dlm-cache --micro-batch-size 4 --global-batch-size 16 --log-interval 1 --seed 3)
 
 echo "== 1. dd O_DIRECT and a blocking save of 20.8 GB from host memory (save_bench), same disk"
-timeout 200 "$C/save_bench" "$S/bench" --gb 20.8 2>&1 | tee "$OUT/save_bench.log" | grep layers
+timeout 200 "$C/save_bench" "$S/bench" --layers 28 2>&1 | tee "$OUT/save_bench.log" | grep layers
 rm -rf "$S/bench"
 field() { grep -o "$2 [0-9.]*" "$1" | head -1 | awk '{print $2}'; }
 DD=$(field "$OUT/save_bench.log" dd_direct_gbps)

@@ -2,8 +2,9 @@
 // the disk's own O_DIRECT write rate, in one run: `dd if=/dev/zero bs=64M oflag=direct conv=fsync` of the same
 // bytes in the same folder. Prints both rates and save / dd. With --async, also the time a save blocks the
 // caller (the snapshot) and the time until its background commit.
-//   save_bench DIR [--gb 4] [--hidden 2048] [--ffn 6144] [--vocab 50304] [--async] [--repeat 1]
-// The model is Qwen3-1.7B-shaped per layer; the layer count is chosen so the state is about --gb GB.
+//   save_bench DIR [--gb 4 | --layers N] [--hidden 2048] [--ffn 6144] [--vocab 50304] [--async] [--repeat 1]
+// The model is MegaDLMs' 1.7B per layer (16 heads, 16 KV groups, QK-norm, untied output layer); the layer count is
+// --layers (28: the 1.7B itself, 20.8 GB of state) or chosen so the state is about --gb GB.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,12 +68,12 @@ double dd_direct(const fs::path& dir, std::int64_t bytes) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: save_bench DIR [--gb 4] [--hidden 2048] [--ffn 6144] [--vocab 50304] [--async] [--repeat 1]\n");
+    std::fprintf(stderr, "usage: save_bench DIR [--gb 4 | --layers N] [--hidden 2048] [--ffn 6144] [--vocab 50304] [--async] [--repeat 1]\n");
     return 2;
   }
   const fs::path dir = argv[1];
   double gb = 4;
-  int hidden = 2048, ffn = 6144, vocab = 50304, repeat = 1;
+  int hidden = 2048, ffn = 6144, vocab = 50304, repeat = 1, layers = 0;
   bool async = false;
   for (int i = 2; i < argc; ++i) {
     const std::string k = argv[i];
@@ -87,24 +88,25 @@ int main(int argc, char** argv) {
     else if (k == "--ffn") ffn = std::atoi(v);
     else if (k == "--vocab") vocab = std::atoi(v);
     else if (k == "--repeat") repeat = std::atoi(v);
+    else if (k == "--layers") layers = std::atoi(v);
     else return 2;
   }
   ckpt::ModelConfig c;
   c.hidden_size = hidden;
   c.ffn_hidden_size = ffn;
   c.num_attention_heads = 16;
-  c.num_query_groups = 8;
+  c.num_query_groups = 16;
   c.kv_channels = 128;
   c.vocab_size = vocab;
   c.qk_layernorm = true;
-  c.tie_word_embeddings = true;
-  c.num_layers = 1;
+  c.tie_word_embeddings = false;
+  c.num_layers = std::max(layers, 1);
   const auto state_bytes = [&] {
     std::int64_t n = 0;
     for (const auto& s : ckpt::model_tensors(c)) n += ckpt::element_count(s.shape);
     return n * 12;
   };
-  while (static_cast<double>(state_bytes()) < gb * 1e9) ++c.num_layers;
+  while (layers == 0 && static_cast<double>(state_bytes()) < gb * 1e9) ++c.num_layers;
   const std::int64_t bytes = state_bytes();
 
   HostModel model(c);
