@@ -73,7 +73,7 @@ rm -rf "$S/async"
 
 echo "== 3. --async-save, SIGKILL while iteration 8's checkpoint is written in the background"
 rm -rf "$S/kill" && rm -f "$OUT/kill.log"
-"$C/dlm-train" "${MODEL[@]}" --train-iters 100 --save "$S/kill" --save-interval 4 --async-save \
+"$C/dlm-train" "${MODEL[@]}" --train-iters 30 --save "$S/kill" --save-interval 4 --async-save \
   > "$OUT/train-kill.log" 2>&1 &
 PID=$!
 KILLED=no
