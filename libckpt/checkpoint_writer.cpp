@@ -18,13 +18,20 @@ namespace {
 std::string rank_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.h5", tp_rank, pp_rank); }
 // Each rank's checksums travel to the committing rank through a small file beside its shard.
 std::string rank_sums_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.sums.json", tp_rank, pp_rank); }
+std::string rank_failed_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.failed", tp_rank, pp_rank); }
 
-const Tensor& local_tensor(const TensorSet& set, const TensorShard& s, const std::string& group) {
+const float* local_values(const TensorSet& set, const TensorShard& s, const std::string& group) {
   auto it = set.find(s.name);
   if (it == set.end()) fail(fmt::format("checkpoint save: {} tensor '{}' is missing", group, s.name));
   if (it->second.shape != s.local_shape || it->second.dtype != TensorDType::kFloat32)
     fail(fmt::format("checkpoint save: {} tensor '{}' is {} [{}], the rank's shard is F32 [{}]", group, s.name,
                      dtype_name(it->second.dtype), fmt::join(it->second.shape, ", "), fmt::join(s.local_shape, ", ")));
+  return reinterpret_cast<const float*>(it->second.bytes.data());
+}
+
+const float* local_values(const std::map<std::string, const float*>& set, const TensorShard& s, const std::string& group) {
+  auto it = set.find(s.name);
+  if (it == set.end() || !it->second) fail(fmt::format("checkpoint save: {} tensor '{}' is missing", group, s.name));
   return it->second;
 }
 
@@ -70,20 +77,33 @@ void CheckpointWriter::begin() {
 }
 
 void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensors& local) {
+  TrainingViews views;
+  for (const TensorShard& s : rank_shards(config_, layout_, tp_rank, pp_rank)) {
+    if (!s.saved) continue;
+    views.params[s.name] = local_values(local.params, s, "model");
+    if (!local.has_optimizer()) continue;
+    views.exp_avg[s.name] = local_values(local.exp_avg, s, "exp_avg");
+    views.exp_avg_sq[s.name] = local_values(local.exp_avg_sq, s, "exp_avg_sq");
+  }
+  write_rank(tp_rank, pp_rank, views);
+}
+
+void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingViews& local) {
   const std::vector<TensorShard> shards = rank_shards(config_, layout_, tp_rank, pp_rank);
   const std::string path = (fs::path(temp_dir_) / rank_file(tp_rank, pp_rank)).string();
   detail::H5File h5 = detail::H5File::create(path);
   // HDF5 lays out the file and its metadata; the tensor bytes then go straight to their offsets.
   std::vector<detail::Extent> extents;
   std::vector<std::pair<std::string, std::string>> names;  // (tensor, group) of each extent
-  const std::pair<const char*, const TensorSet*> groups[] = {
+  const std::pair<const char*, const std::map<std::string, const float*>*> groups[] = {
       {"model", &local.params}, {"exp_avg", &local.exp_avg}, {"exp_avg_sq", &local.exp_avg_sq}};
   for (const TensorShard& s : shards) {
     if (!s.saved) continue;
+    const auto bytes = static_cast<std::size_t>(element_count(s.local_shape)) * sizeof(float);
     for (const auto& [group, set] : groups) {
       if (set != &local.params && !local.has_optimizer()) continue;
-      const Tensor& t = local_tensor(*set, s, group);
-      extents.push_back({h5.allocate_f32(group, s.name, s.local_shape), t.bytes.data(), t.bytes.size()});
+      const float* values = local_values(*set, s, group);
+      extents.push_back({h5.allocate_f32(group, s.name, s.local_shape), reinterpret_cast<const std::uint8_t*>(values), bytes});
       names.emplace_back(s.name, group);
     }
   }
@@ -92,6 +112,21 @@ void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensor
   json sums = json::object();
   for (std::size_t i = 0; i < names.size(); ++i) sums[names[i].first][names[i].second] = checksums[i];
   write_file_atomically((fs::path(temp_dir_) / rank_sums_file(tp_rank, pp_rank)).string(), sums.dump());
+}
+
+bool CheckpointWriter::all_ranks_written() const {
+  bool all = true;
+  for (int pp = 0; pp < layout_.pp; ++pp)
+    for (int tp = 0; tp < layout_.tp; ++tp) {
+      const fs::path failed = fs::path(temp_dir_) / rank_failed_file(tp, pp);
+      if (fs::exists(failed)) fail(fmt::format("rank tp {} pp {} failed to write its shard: {}", tp, pp, read_text_file(failed.string())));
+      all = all && fs::exists(fs::path(temp_dir_) / rank_sums_file(tp, pp));
+    }
+  return all;
+}
+
+void CheckpointWriter::report_failure(int tp_rank, int pp_rank, const std::string& message) const {
+  write_file_atomically((fs::path(temp_dir_) / rank_failed_file(tp_rank, pp_rank)).string(), message);
 }
 
 std::string CheckpointWriter::commit(TrainingState state) {

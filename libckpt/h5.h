@@ -87,10 +87,10 @@ class H5File {
   std::vector<std::pair<std::string, H5Handle>> groups_;
 };
 
-// Writes byte ranges of an existing file at their offsets and fsyncs it: through O_DIRECT and an aligned
-// double buffer (the page cache halves the write speed of large checkpoints), buffered where the file
-// system refuses O_DIRECT or for unaligned heads and tails. Returns the XXH64 checksum string of each
-// extent, computed while its bytes pass through the buffer.
+// Writes byte ranges of an existing file at their offsets and fsyncs it: through O_DIRECT from several threads
+// (the page cache halves the write speed of large checkpoints), straight from 4 KiB-aligned memory or through
+// each thread's aligned buffer; buffered where the file system refuses O_DIRECT, for small extents and for
+// unaligned heads and tails. Returns the XXH64 checksum string of each extent, computed meanwhile.
 struct Extent {
   std::uint64_t offset = 0;
   const std::uint8_t* data = nullptr;

@@ -1,47 +1,203 @@
-// CheckpointSaver (checkpoint_saver.h): which ranks write a checkpoint, and with what.
+// CheckpointSaver (checkpoint_saver.h): which ranks write a checkpoint, with what, and when it is committed.
 #include "dlm/train/checkpoint_saver.h"
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
+#include "host_snapshot.h"
 
 namespace dlm::train {
+namespace fs = std::filesystem;
 namespace {
 
 void write_megatron_tracker(const std::string& dir, std::int64_t iteration) {
-  write_file_atomically((std::filesystem::path(dir) / kMegatronTracker).string(), std::to_string(iteration));
+  write_file_atomically((fs::path(dir) / kMegatronTracker).string(), std::to_string(iteration));
+}
+
+// After a non-persistent commit: only the newest checkpoint stays (Megatron keeps one).
+void remove_older_checkpoints(const std::string& root, std::int64_t newest) {
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || !name.starts_with("iter_") || name.ends_with(".tmp")) continue;
+    std::int64_t iteration = -1;
+    try {
+      iteration = std::stoll(name.substr(5));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (iteration < newest) fs::remove_all(entry.path());
+  }
+}
+
+// The state's copies in `snapshot`, as views in the same order.
+StateViews snapshot_of(const StateViews& live, HostSnapshot& snapshot) {
+  std::vector<std::span<const float>> spans;
+  for (const auto& p : live.params) spans.emplace_back(p.value);
+  spans.insert(spans.end(), live.exp_avg.begin(), live.exp_avg.end());
+  spans.insert(spans.end(), live.exp_avg_sq.begin(), live.exp_avg_sq.end());
+  const std::vector<std::span<const float>> copies = snapshot.take(spans);
+  StateViews s = live;
+  const std::size_t n = live.params.size(), m = live.exp_avg.size();
+  for (std::size_t i = 0; i < n; ++i) s.params[i].value = {const_cast<float*>(copies[i].data()), copies[i].size()};
+  for (std::size_t i = 0; i < m; ++i) {
+    s.exp_avg[i] = copies[n + i];
+    s.exp_avg_sq[i] = copies[n + m + i];
+  }
+  return s;
 }
 
 }  // namespace
 
+// The background save in flight. `error` is written by its thread and read after the join.
+struct CheckpointSaver::Background {
+  HostSnapshot snapshot;
+  std::thread thread;
+  bool pending = false;  // an async save was started on every rank and not yet waited for
+  std::int64_t iteration = -1;
+  std::string dir, error;
+  // Set when the saver goes away (the run failed): rank 0 then waits for the other ranks' shards a while longer
+  // only, since a failed peer may never write its own.
+  std::atomic<bool> abandoned{false};
+  ~Background() {
+    abandoned = true;
+    if (thread.joinable()) thread.join();
+    if (!error.empty()) log::error("background save of iteration {} to {} failed: {}", iteration, dir, error);
+  }
+};
+
+CheckpointSaver::CheckpointSaver(CheckpointTarget target)
+    : target_(std::move(target)), background_(std::make_shared<Background>()) {
+  if (target_.non_persistent_dir.empty()) target_.non_persistent_dir = default_non_persistent_dir(target_.dir);
+}
+
+std::string CheckpointSaver::default_non_persistent_dir(const std::string& save_dir) {
+  return (fs::path(save_dir) / "non_persistent").string();
+}
+
 void CheckpointSaver::operator()(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer) const {
+  save(target_.dir, false, progress, model, optimizer);
+}
+
+void CheckpointSaver::save_non_persistent(const TrainProgress& progress, TrainableModel& model,
+                                          const AdamW& optimizer) const {
+  save(target_.non_persistent_dir, true, progress, model, optimizer);
+}
+
+void CheckpointSaver::wait() const {
+  Background& b = *background_;
+  if (!b.pending) return;
+  b.pending = false;
+  if (b.thread.joinable()) b.thread.join();
+  const std::string error = std::move(b.error);
+  b.error.clear();
+  std::int32_t failed = error.empty() ? 0 : 1;
+  if (target_.world) target_.world->all_reduce(std::span<std::int32_t>(&failed, 1), ReduceOp::kMax);
+  if (!error.empty()) fail(fmt::format("background save of iteration {} to {} failed: {}", b.iteration, b.dir, error));
+  if (failed) fail(fmt::format("background save of iteration {} to {} failed on another rank", b.iteration, b.dir));
+}
+
+void CheckpointSaver::save(const std::string& dir, bool non_persistent, const TrainProgress& progress,
+                           TrainableModel& model, const AdamW& optimizer) const {
+  wait();  // a second save waits for the first (and fails here if that one did)
   const CheckpointTarget& t = target_;
+  if (t.placement && !t.world) fail("a model-parallel checkpoint needs the world communicator");
   const bool rank_zero = !t.world || t.world->rank() == 0;
-  if (t.placement) {
-    // Tensor/pipeline shards: every position's data-parallel rank 0 writes its own, rank 0 commits.
-    if (!t.world) fail("a model-parallel checkpoint needs the world communicator");
-    save_train_checkpoint_sharded(t.dir, t.config, model.parameters(), optimizer, progress, *t.placement, *t.world,
-                                  t.data_parallel_rank_zero, t.metadata);
-    if (rank_zero) write_megatron_tracker(t.dir, progress.iteration);
-    log::info("saved iteration {} to {}", progress.iteration, t.dir);
+  static const CheckpointPlacement whole_model;
+  const CheckpointPlacement placement = t.placement ? *t.placement : whole_model;
+  // Tensor/pipeline shards: every position's data-parallel rank 0 writes its own. Otherwise rank 0 writes the whole
+  // model; a GPU model with the distributed optimizer gathers its weights from every rank's range when asked for
+  // its parameters (device.h), a collective every rank takes part in.
+  const bool writes = t.placement ? t.data_parallel_rank_zero : rank_zero;
+  const DeviceTraining* device = model.device_training();
+  const bool parameters_collective = t.placement || (device && device->optimizer_shards() > 1);
+  std::vector<ParamRef> params;
+  if (writes || parameters_collective) params = model.parameters();
+
+  const auto started = std::chrono::steady_clock::now();
+  auto writer = std::make_shared<ckpt::CheckpointWriter>(dir, progress.iteration, t.config, placement.layout);
+  if (rank_zero) writer->begin();  // before any rank writes
+  if (t.world) t.world->barrier();
+  const ckpt::TrainingState state = training_state(optimizer.steps(), progress, t.metadata);
+  // This rank's bytes, for the log line's rate.
+  double bytes = 0;
+  if (writes) {
+    const StateViews v = state_views(params, optimizer);
+    for (const auto& p : v.params) bytes += static_cast<double>(p.value.size_bytes()) * (v.exp_avg.empty() ? 1 : 3);
+  }
+  const auto commit = [writer, state, dir, non_persistent, iteration = progress.iteration, started, bytes] {
+    writer->commit(state);
+    write_megatron_tracker(dir, iteration);
+    if (non_persistent) remove_older_checkpoints(dir, iteration);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    log::info("saved iteration {} to {}{} ({:.2f} GB in {:.2f} s: {:.2f} GB/s)", iteration, dir,
+              non_persistent ? " (non-persistent)" : "", bytes / 1e9, s, bytes / 1e9 / s);
+  };
+  const bool one_process = !t.world;
+  const auto remove_temp = [writer] {
+    std::error_code ec;
+    fs::remove_all(writer->temp_dir(), ec);
+  };
+
+  if (!t.async) {
+    try {  // a failed save (a full disk) leaves no temp folder behind
+      if (writes) write_rank_shards(*writer, t.config, state_views(params, optimizer), placement);
+      if (t.world) t.world->barrier();
+      if (rank_zero) commit();
+    } catch (...) {
+      if (one_process) remove_temp();
+      throw;
+    }
+    if (t.world) t.world->barrier();
     return;
   }
-  // A GPU model with the distributed optimizer gathers its weights from every rank's range when asked for its
-  // parameters (device.h), a collective: every rank takes part in that, rank 0 alone writes.
-  const DeviceTraining* device = model.device_training();
-  const bool parameters_collective = device && device->optimizer_shards() > 1;
-  if (rank_zero || parameters_collective) {
-    const auto params = model.parameters();
-    if (rank_zero) {
-      save_train_checkpoint(t.dir, t.config, params, optimizer, progress, t.metadata);
-      write_megatron_tracker(t.dir, progress.iteration);
+
+  // Async: the snapshot now, the rest on a thread (checkpoint_saver.h).
+  Background& b = *background_;
+  b.pending = true;
+  b.iteration = progress.iteration;
+  b.dir = dir;
+  if (!writes && !rank_zero) return;
+  StateViews copies;
+  if (writes) copies = snapshot_of(state_views(params, optimizer), b.snapshot);
+  params.clear();
+  b.thread = std::thread([&b, writer, copies = std::move(copies), config = t.config, placement, writes, rank_zero,
+                          commit, one_process, remove_temp] {
+    try {
+      if (writes) {
+        try {
+          write_rank_shards(*writer, config, copies, placement);
+        } catch (const std::exception& e) {
+          if (!rank_zero) {
+            try {  // best effort: rank 0 then fails its commit with this message instead of waiting
+              for (int stage : placement.stages) writer->report_failure(placement.tensor_rank, stage, user_message(e));
+            } catch (const std::exception&) {
+            }
+          }
+          throw;
+        }
+      }
+      if (rank_zero) {
+        // The other ranks' shards: their checksum files appear in the temp folder as each finishes.
+        auto give_up = std::chrono::steady_clock::time_point::max();
+        while (!writer->all_ranks_written()) {
+          const auto now = std::chrono::steady_clock::now();
+          if (b.abandoned && give_up == std::chrono::steady_clock::time_point::max()) give_up = now + std::chrono::seconds(30);
+          if (now > give_up) fail("the run ended before every rank had written its shard");
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        commit();
+      }
+    } catch (const std::exception& e) {
+      b.error = user_message(e);
+      if (one_process) remove_temp();
     }
-  }
-  if (rank_zero) log::info("saved iteration {} to {}", progress.iteration, t.dir);
-  if (t.world) t.world->barrier();
+  });
 }
 
 }  // namespace dlm::train

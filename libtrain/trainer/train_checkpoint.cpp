@@ -1,6 +1,7 @@
 #include "dlm/train/train_checkpoint.h"
 
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -10,15 +11,6 @@
 
 namespace dlm::train {
 namespace {
-
-ckpt::Tensor tensor_of(const std::string& name, std::span<const float> values, std::vector<std::int64_t> shape) {
-  if (shape.empty()) shape = {static_cast<std::int64_t>(values.size())};
-  if (ckpt::element_count(shape) != static_cast<std::int64_t>(values.size()))
-    fail(fmt::format("checkpoint: tensor {} has {} values for its shape", name, values.size()));
-  auto t = ckpt::Tensor::zeros(name, std::move(shape));
-  std::memcpy(t.bytes.data(), values.data(), values.size_bytes());
-  return t;
-}
 
 void copy_fp32(const ckpt::TensorSet& set, const std::string& name, std::span<float> out, const std::string& file) {
   auto it = set.find(name);
@@ -31,29 +23,69 @@ void copy_fp32(const ckpt::TensorSet& set, const std::string& name, std::span<fl
 
 }  // namespace
 
-static ckpt::TrainingState training_state(const AdamW& optimizer, const TrainProgress& progress,
-                                  const std::map<std::string, std::string>& extra_metadata) {
+ckpt::TrainingState training_state(std::int64_t optimizer_steps, const TrainProgress& progress,
+                                   const std::map<std::string, std::string>& extra_metadata) {
   ckpt::TrainingState state;
   state.iteration = progress.iteration;
   state.consumed_samples = progress.consumed_samples;
-  state.optimizer_steps = optimizer.steps();
+  state.optimizer_steps = optimizer_steps;
   state.args_json = nlohmann::json(extra_metadata).dump();
   return state;
+}
+
+StateViews state_views(std::span<const ParamRef> params, const AdamW& optimizer) {
+  StateViews s;
+  s.params.assign(params.begin(), params.end());
+  for (std::size_t t = 0; t < params.size() && t < optimizer.exp_avg().size(); ++t) {
+    s.exp_avg.emplace_back(optimizer.exp_avg()[t]);
+    s.exp_avg_sq.emplace_back(optimizer.exp_avg_sq()[t]);
+  }
+  s.optimizer_steps = optimizer.steps();
+  return s;
+}
+
+void write_rank_shards(ckpt::CheckpointWriter& writer, const ckpt::ModelConfig& config, const StateViews& state,
+                       const CheckpointPlacement& placement) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t t = 0; t < state.params.size(); ++t) index[state.params[t].name] = t;
+  const bool moments = !state.exp_avg.empty();
+  for (int stage : placement.stages) {
+    ckpt::TrainingViews local;
+    for (const auto& shard : ckpt::rank_shards(config, placement.layout, placement.tensor_rank, stage)) {
+      if (!shard.saved) continue;
+      auto it = index.find(shard.name);
+      if (it == index.end()) fail(fmt::format("checkpoint save: this rank holds no tensor {} of stage {}", shard.name, stage));
+      const std::size_t t = it->second;
+      const auto numel = static_cast<std::size_t>(ckpt::element_count(shard.local_shape));
+      const auto check = [&](std::span<const float> values) {
+        if (values.size() != numel)
+          fail(fmt::format("checkpoint: tensor {} has {} values for its shard of {}", shard.name, values.size(), numel));
+        return values.data();
+      };
+      local.params[shard.name] = check(state.params[t].value);
+      if (moments && t < state.exp_avg.size()) {
+        local.exp_avg[shard.name] = check(state.exp_avg[t]);
+        local.exp_avg_sq[shard.name] = check(state.exp_avg_sq[t]);
+      }
+    }
+    writer.write_rank(placement.tensor_rank, stage, local);
+  }
 }
 
 void save_train_checkpoint(const std::string& save_dir, const ckpt::ModelConfig& config,
                            std::span<const ParamRef> params, const AdamW& optimizer, const TrainProgress& progress,
                            const std::map<std::string, std::string>& extra_metadata) {
-  ckpt::TrainingTensors global;
-  for (std::size_t t = 0; t < params.size(); ++t) {
-    const auto& p = params[t];
-    global.params.emplace(p.name, tensor_of(p.name, p.value, p.shape));
-    if (t < optimizer.exp_avg().size()) {
-      global.exp_avg.emplace(p.name, tensor_of(p.name, optimizer.exp_avg()[t], p.shape));
-      global.exp_avg_sq.emplace(p.name, tensor_of(p.name, optimizer.exp_avg_sq()[t], p.shape));
-    }
+  static const CheckpointPlacement whole_model;
+  ckpt::CheckpointWriter writer(save_dir, progress.iteration, config, whole_model.layout);
+  writer.begin();
+  try {  // a failed save (a full disk) leaves no temp folder behind
+    write_rank_shards(writer, config, state_views(params, optimizer), whole_model);
+    writer.commit(training_state(optimizer.steps(), progress, extra_metadata));
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(writer.temp_dir(), ec);
+    throw;
   }
-  ckpt::save_checkpoint(save_dir, config, ckpt::ParallelLayout{}, global, training_state(optimizer, progress, extra_metadata));
 }
 
 void save_train_checkpoint_sharded(const std::string& save_dir, const ckpt::ModelConfig& config,
@@ -66,28 +98,20 @@ void save_train_checkpoint_sharded(const std::string& save_dir, const ckpt::Mode
   // that fails to write stops the others at the barrier's timeout with its rank named.
   if (world.rank() == 0) writer.begin();
   world.barrier();
-  if (writes) {
-    std::map<std::string, std::size_t> index;
-    for (std::size_t t = 0; t < params.size(); ++t) index[params[t].name] = t;
-    for (int stage : placement.stages) {
-      ckpt::TrainingTensors local;
-      for (const auto& shard : ckpt::rank_shards(config, placement.layout, placement.tensor_rank, stage)) {
-        auto it = index.find(shard.name);
-        if (it == index.end()) fail(fmt::format("checkpoint save: this rank holds no tensor {} of stage {}", shard.name, stage));
-        const std::size_t t = it->second;
-        const auto& p = params[t];
-        local.params.emplace(p.name, tensor_of(p.name, p.value, shard.local_shape));
-        if (t < optimizer.exp_avg().size()) {
-          local.exp_avg.emplace(p.name, tensor_of(p.name, optimizer.exp_avg()[t], shard.local_shape));
-          local.exp_avg_sq.emplace(p.name, tensor_of(p.name, optimizer.exp_avg_sq()[t], shard.local_shape));
-        }
-      }
-      writer.write_rank(placement.tensor_rank, stage, local);
-    }
-  }
+  if (writes) write_rank_shards(writer, config, state_views(params, optimizer), placement);
   world.barrier();
-  if (world.rank() == 0) writer.commit(training_state(optimizer, progress, extra_metadata));
+  if (world.rank() == 0) writer.commit(training_state(optimizer.steps(), progress, extra_metadata));
   world.barrier();
+}
+
+std::string newest_checkpoint_root(const std::string& load_dir, const std::string& non_persistent_dir) {
+  const auto latest = [](const std::string& root) -> std::int64_t {
+    if (root.empty() || !std::filesystem::exists(std::filesystem::path(root) / "latest")) return -1;
+    return ckpt::CheckpointReader(root).metadata().state.iteration;
+  };
+  const std::int64_t persistent = latest(load_dir), non_persistent = latest(non_persistent_dir);
+  if (non_persistent >= 0 && non_persistent >= persistent) return non_persistent_dir;
+  return persistent >= 0 ? load_dir : std::string();
 }
 
 TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<const ParamRef> params,

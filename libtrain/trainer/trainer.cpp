@@ -163,15 +163,26 @@ double Trainer::evaluate() {
   return total / static_cast<double>(options_.eval_iters * micro);
 }
 
-std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop) {
+std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop,
+                                         const SaveFn& save_non_persistent) {
   // One replica reports: the losses and norms are the group's on every rank.
   const bool reporting = (!dp_ || dp_->rank() == 0) && model_.reports();
   TrainingMonitor monitor(options_, reporting, progress_.iteration);
   // When to save: checkpoint_saver.h.
-  SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps);
+  SaveSchedule schedule(options_.save_interval, options_.train_iters, options_.checkpoint_steps,
+                        save_non_persistent ? options_.non_persistent_save_interval : 0);
+  // A save point's pause in training (with --async-save, the snapshot only), in the log: the number to hold against
+  // the step time.
+  const auto save_through = [&](const SaveFn& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step_->with_optimizer_state([&](const AdamW& whole) { fn(progress_, model_, whole); });
+    if (reporting)
+      log::info("iteration {}: the checkpoint held training {:.2f} s", progress_.iteration,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
   const auto save_now = [&] {
     if (!save) return;
-    step_->with_optimizer_state([&](const AdamW& whole) { save(progress_, model_, whole); });
+    save_through(save);
     schedule.saved(progress_.iteration);
     monitor.saved(progress_.iteration, progress_.consumed_samples);
   };
@@ -232,6 +243,8 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       stopping = any != 0;
     }
     if (schedule.due(s.iteration, stopping)) save_now();
+    else if (schedule.non_persistent_due(s.iteration, stopping))
+      save_through(save_non_persistent);
     if (stopping) {
       if (reporting) log::info("stopping at iteration {} ({})", s.iteration, save ? "checkpoint saved" : "no --save: no checkpoint");
       break;

@@ -238,6 +238,32 @@ TEST_F(ParallelTool, TensorAndPipelineLayoutsGiveTheSingleProcessLossesAndResume
   expect_close(got, want);
 }
 
+// --async-save on 4 ranks: TP2 x PP2 (every rank writes its shard in the background, rank 0 commits once all four
+// are in the temp folder) and DP4 (rank 0 writes the whole model): the checkpoints equal the blocking save's bit for
+// bit, and the trackers name the last one when the job ends.
+TEST_F(ParallelTool, AsyncSaveOnFourRanksWritesTheBlockingSavesCheckpoints) {
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, {}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto sync = dir_ / fmt::format("sync{}", k), async = dir_ / fmt::format("async{}", k);
+    for (const auto& [root, extra] : {std::pair{sync, std::string()}, std::pair{async, std::string("--async-save")}}) {
+      std::vector<std::string> flags = {"--num-layers", "4", "--train-iters", "8", "--global-batch-size", "8",
+                                        "--save", root.string(), "--save-interval", "2", "--exit-interval", "4"};
+      flags.insert(flags.end(), layouts[k].begin(), layouts[k].end());
+      if (!extra.empty()) flags.push_back(extra);
+      const auto r = run(mpi(train_argv(flags)));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    EXPECT_EQ(read_all(async / "latest"), "iter_0000004\n");
+    EXPECT_EQ(read_all(async / "latest_checkpointed_iteration.txt"), "4");
+    for (const char* it : {"iter_0000002", "iter_0000004"}) {
+      const auto r = run({kCkptTool, "validate", (async / it).string(), "--against", (sync / it).string(), "--rtol", "0",
+                          "--atol", "0"});
+      EXPECT_EQ(r.exit_code, 0) << "layout " << k << " " << it << ": " << r.err;
+    }
+  }
+}
+
 TEST_F(ParallelTool, LayoutFlagsAreCheckedBeforeStarting) {
   auto r = run(train_argv({"--train-iters", "2", "--tensor-model-parallel-size", "2"}));
   EXPECT_EQ(last_error_line(r, "dlm-train"),

@@ -119,6 +119,22 @@ class TrainReliability : public ::testing::Test {
     dir_ = dlm::ckpt::test::fresh_dir("train_rel");
     prefix_ = make_dataset(dir_);
   }
+  // dlm-train with --save under a 256 KiB file-size limit (the index cache made first, without one, so that only the
+  // checkpoint meets the full disk): one-line error, no checkpoint, nothing left in the folder.
+  dlm::test::ChildResult run_with_a_full_disk(const std::vector<std::string>& extra) const {
+    const std::string err = (dir_ / "err").string();
+    EXPECT_EQ(dlm::test::run(argv((dir_ / "first").string()), err).exit_code, 0) << read_all(err);
+    auto a = argv((dir_ / "ckpt").string());
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = dlm::test::run(a, err, 256 * 1024);
+    const auto last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+    EXPECT_EQ(last.rfind("dlm-train: ", 0), 0u) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "latest"));
+    if (fs::exists(dir_ / "ckpt"))
+      for (const auto& e : fs::directory_iterator(dir_ / "ckpt"))
+        ADD_FAILURE() << "left behind: " << e.path();
+    return r;
+  }
   std::vector<std::string> argv(const std::string& save) const {
     return {kTrain, "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
             "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters", "2",
@@ -130,17 +146,25 @@ class TrainReliability : public ::testing::Test {
 };
 
 TEST_F(TrainReliability, FullDiskDuringSaveIsAnErrorAndLeavesNoCheckpoint) {
-  // The index cache first, without a limit, so that only the checkpoint meets the full disk.
-  const std::string err = (dir_ / "err").string();
-  ASSERT_EQ(dlm::test::run(argv((dir_ / "first").string()), err).exit_code, 0) << read_all(err);
-  const auto r = dlm::test::run(argv((dir_ / "ckpt").string()), err, 256 * 1024);
+  const auto r = run_with_a_full_disk({});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+}
+
+// --async-save: the failed background write of iteration 1 is reported at the next save point, which fails the run.
+TEST_F(TrainReliability, FullDiskDuringAnAsyncSaveFailsTheRunAtTheNextSavePoint) {
+  const auto r = run_with_a_full_disk({"--async-save", "--save-interval", "1"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const auto last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
-  EXPECT_EQ(last.rfind("dlm-train: ", 0), 0u) << r.err;
-  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "latest"));
-  if (fs::exists(dir_ / "ckpt"))
-    for (const auto& e : fs::directory_iterator(dir_ / "ckpt"))
-      ADD_FAILURE() << "left behind: " << e.path();
+  EXPECT_EQ(last.rfind("dlm-train: background save of iteration 1 to ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("iteration 2: the checkpoint held"), std::string::npos) << "no second save may start: " << r.err;
+}
+
+// --async-save: the last save's failed background write fails the run at its end.
+TEST_F(TrainReliability, FullDiskDuringTheLastAsyncSaveFailsTheRunAtItsEnd) {
+  const auto r = run_with_a_full_disk({"--async-save"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("dlm-train: background save of iteration 2 to ", 0), 0u) << r.err;
 }
 
 TEST_F(TrainReliability, SavePathThatCannotBeAFolderFailsBeforeTraining) {

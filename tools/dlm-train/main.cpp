@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include <boost/program_options.hpp>
@@ -88,11 +90,26 @@ int main(int argc, char** argv) {
     else if (setup.resume)
       trainer.resume(setup.resume->progress);
     // When and how checkpoints are saved: dlm/train/checkpoint_saver.h.
-    dlm::train::SaveFn save;
-    if (!args.save.empty())
-      save = dlm::train::CheckpointSaver({args.save, setup.config, dlm::tools::checkpoint_metadata(args), setup.placement,
-                                          parallel.world.get(), !parallel.groups || parallel.groups->coords.data == 0});
-    auto stats = trainer.run(save, &g_stop);
+    std::optional<dlm::train::CheckpointSaver> saver;  // its destructor waits for a background save in flight
+    dlm::train::SaveFn save, save_non_persistent;
+    if (!args.save.empty()) {
+      dlm::train::CheckpointTarget target;
+      target.dir = args.save;
+      target.config = setup.config;
+      target.metadata = dlm::tools::checkpoint_metadata(args);
+      target.placement = setup.placement;
+      target.world = parallel.world.get();
+      target.data_parallel_rank_zero = !parallel.groups || parallel.groups->coords.data == 0;
+      target.async = args.async_save;
+      target.non_persistent_dir = args.non_persistent_dir;
+      saver.emplace(std::move(target));
+      save = std::cref(*saver);
+      save_non_persistent = [&saver](const auto& progress, auto& model, const auto& optimizer) {
+        saver->save_non_persistent(progress, model, optimizer);
+      };
+    }
+    auto stats = trainer.run(save, &g_stop, save_non_persistent);
+    if (saver) saver->wait();  // the last checkpoint is committed (or its failure reported) before the exit status
     if (auto* on_device = setup.model->device_training(); on_device && args.cuda.profile && parallel.launch.rank == 0)
       fmt::print(stderr, "{}", on_device->profile_report());
     if (!stats.empty() && parallel.launch.rank == 0)

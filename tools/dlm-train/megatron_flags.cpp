@@ -106,7 +106,6 @@ const FlagNote kRefused[] = {
     {"apply-query-key-layer-scaling", "dlm scales attention scores by 1/sqrt(head dim) only"},
     {"squared-relu", "dlm's MLP is SwiGLU (--swiglu)"},
     {"no-save-optim", "dlm's checkpoints keep the AdamW moments; `dlm-ckpt convert --to hf` writes weights only"},
-    {"async-save", "dlm saves synchronously (crash-safe, `latest` committed last)"},
     {"step-batch-size-schedule", "dlm trains with a fixed --global-batch-size", "SCHEDULE"},
     {"rampup-batch-size", "dlm trains with a fixed --global-batch-size", "START INCREMENT SAMPLES"},
     {"decoupled-lr", "one learning rate for every parameter (--lr, --min-lr)", "LR"},

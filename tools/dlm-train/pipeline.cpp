@@ -189,6 +189,16 @@ struct ModelOwner {
 TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, train::DeviceGroups* device_groups) {
   TrainingSetup setup;
   if (!args.tokenizer.type.empty()) setup.tokenizer = data::make_tokenizer(args.tokenizer);
+  // --non-persistent-ckpt-type global: --load reads the newer of its own checkpoint and the non-persistent one (the
+  // non-persistent one on a tie), as Megatron's _load_base_checkpoint chooses.
+  if (!args.load.empty() && args.non_persistent) {
+    const std::string np = args.non_persistent_dir.empty() ? train::CheckpointSaver::default_non_persistent_dir(args.load)
+                                                           : args.non_persistent_dir;
+    if (train::newest_checkpoint_root(args.load, np) == np) {
+      log::info("--load {}: the non-persistent checkpoint in {} is the newest; resuming from it", args.load, np);
+      args.load = np;
+    }
+  }
   if (args.use_checkpoint_args) adopt_checkpoint_shape(args);
   resolve_model_config(args, setup);
   auto& t = args.trainer;

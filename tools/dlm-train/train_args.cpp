@@ -137,9 +137,10 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("finetune", po::bool_switch(&a.finetune), "--load the weights only: iteration 0, fresh AdamW moments")
       ("use-checkpoint-args", po::bool_switch(&a.use_checkpoint_args), "the model's shape from the --load checkpoint, over the shape flags (none there: the flags')")
       ("ckpt-format", po::value(&r.ckpt_format), "torch | torch_dist | zarr | fsdp_dtensor: dlm writes its own format (HDF5) whichever is named, and says so at start-up")
-      ("non-persistent-save-interval", po::value(&r.non_persistent_interval), "accepted beyond --train-iters only (where it never fires): dlm has no non-persistent checkpoints")
-      ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global | local | in_memory (with --non-persistent-save-interval)")
-      ("non-persistent-global-ckpt-dir", po::value(&r.non_persistent_dir), "(with --non-persistent-save-interval)")
+      ("non-persistent-save-interval", po::value(&r.non_persistent_interval), "also save every N iterations into --non-persistent-global-ckpt-dir, keeping only the newest there (needs --non-persistent-ckpt-type global)")
+      ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global (dlm's only kind: a checkpoint folder on a shared file system)")
+      ("non-persistent-global-ckpt-dir", po::value(&r.non_persistent_dir), "where non-persistent checkpoints go (default: --save/non_persistent, as Megatron); --load reads the newer of the two")
+      ("async-save", po::bool_switch(&a.async_save), "write checkpoints in the background: the save point copies the state to host memory and training goes on (still crash-safe)")
       ("eval-interval", po::value(&t.eval_interval)->default_value(0), "validate every N iterations")
       ("eval-iters", po::value(&t.eval_iters)->default_value(t.eval_iters), "validation batches")
       ("log-interval", po::value(&t.log_interval)->default_value(t.log_interval), "iterations per log line")
@@ -316,14 +317,20 @@ void megatron_checkpoint_and_logging(TrainArgs& a, const Raw& r) {
         "{} OUT` makes a Hugging Face copy",
         r.ckpt_format, a.save.empty() ? "" : " under " + a.save, a.save.empty() ? "DIR" : a.save));
   }
-  if (r.non_persistent_interval != 0 && r.non_persistent_interval <= a.trainer.train_iters)
-    fail(fmt::format("--non-persistent-save-interval {}: not supported: dlm has no non-persistent checkpoints "
-                     "(accepted only beyond --train-iters {}, where it never fires); use --save-interval",
-                     r.non_persistent_interval, a.trainer.train_iters));
   if (r.non_persistent_interval < 0)
     fail(fmt::format("--non-persistent-save-interval {} must be positive", r.non_persistent_interval));
-  if (!r.non_persistent_type.empty() && !one_of(r.non_persistent_type, {"global", "local", "in_memory"}))
-    fail(fmt::format("--non-persistent-ckpt-type {}: not global, local or in_memory", r.non_persistent_type));
+  if (!r.non_persistent_type.empty() && r.non_persistent_type != "global")
+    fail(fmt::format("--non-persistent-ckpt-type {}: dlm offers global only (checkpoints in --non-persistent-global-ckpt-dir, "
+                     "default --save/non_persistent)", r.non_persistent_type));
+  // Megatron's save points: every interval, beyond --train-iters never (the MegaDLMs script's 2 x TRAIN_ITERS).
+  if (r.non_persistent_interval > 0 && r.non_persistent_interval <= a.trainer.train_iters) {
+    if (r.non_persistent_type.empty())
+      fail(fmt::format("--non-persistent-save-interval {} needs --non-persistent-ckpt-type global", r.non_persistent_interval));
+    if (a.save.empty()) fail(fmt::format("--non-persistent-save-interval {} needs --save", r.non_persistent_interval));
+    a.trainer.non_persistent_save_interval = r.non_persistent_interval;
+  }
+  a.non_persistent_dir = r.non_persistent_type.empty() ? "" : r.non_persistent_dir;
+  a.non_persistent = !r.non_persistent_type.empty();
   a.wandb_dir = apply_monitoring_flags(r.monitoring, a.save, a.trainer, a.notices);
 }
 

@@ -27,6 +27,9 @@ struct TrainArgs {
   bool no_load_optim = false;          // --no-load-optim: weights and progress from --load, fresh AdamW moments
   bool finetune = false;               // --finetune: weights only from --load, iteration 0, fresh moments
   bool use_checkpoint_args = false;    // --use-checkpoint-args: the model's shape from the --load checkpoint
+  bool async_save = false;             // --async-save: checkpoints written in the background
+  bool non_persistent = false;         // --non-persistent-ckpt-type global: --load also looks at the non-persistent folder
+  std::string non_persistent_dir;      // --non-persistent-global-ckpt-dir ("": --save/non_persistent, --load/non_persistent)
   double exit_duration_minutes = 0;    // --exit-duration-in-mins (0: none): stop and save after this wall time
   std::optional<std::int64_t> train_samples;  // --train-samples (trainer.train_iters is then samples / global batch)
   std::uint64_t seed = 1234;           // --seed

@@ -43,6 +43,14 @@ struct TrainingTensors {
   bool has_optimizer() const { return !exp_avg.empty(); }
 };
 
+// A rank's fp32 values as the caller holds them, by global tensor name: each points at the shard's local shape
+// (rank_shards()) in row-major order, and stays valid until write_rank returns. Values 4 KiB-aligned in memory
+// go to the disk without a copy (O_DIRECT straight from them); others pass through the writer's aligned buffers.
+struct TrainingViews {
+  std::map<std::string, const float*> params, exp_avg, exp_avg_sq;
+  bool has_optimizer() const { return !exp_avg.empty(); }
+};
+
 // metadata.json, parsed.
 struct ShardRecord {
   std::string file;                              // relative to the checkpoint folder
@@ -82,6 +90,12 @@ class CheckpointWriter {
   void begin();
   // Every (tp_rank, pp_rank) with dp_rank 0 writes its own shard file from its local tensors.
   void write_rank(int tp_rank, int pp_rank, const TrainingTensors& local);
+  void write_rank(int tp_rank, int pp_rank, const TrainingViews& local);
+  // For a commit that cannot wait at a barrier (a background save): whether every rank's write_rank has finished
+  // (its checksum file is in the temp folder). Throws, with the rank's message, when one reported a failure.
+  bool all_ranks_written() const;
+  // A rank whose write failed leaves its message for the committing rank (all_ranks_written throws it).
+  void report_failure(int tp_rank, int pp_rank, const std::string& message) const;
   // Rank 0, after every rank wrote: metadata.json, model.h5, fsync, rename, `latest`. Returns the final folder.
   std::string commit(TrainingState state);
   const std::string& temp_dir() const { return temp_dir_; }

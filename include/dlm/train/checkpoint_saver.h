@@ -4,7 +4,8 @@
 // after each iteration listed by --checkpoint-steps;
 // after the iteration on which the ranks agreed to stop (SIGINT/SIGTERM on any rank, --exit-interval); after the
 // last iteration (--train-iters); and, before the run fails on a non-finite loss or gradient norm, the weights
-// from before that step (the last good state), unless that iteration was saved already.
+// from before that step (the last good state), unless that iteration was saved already. After each
+// --non-persistent-save-interval-th iteration where none of those is due, a non-persistent one (below).
 //
 // What (CheckpointSaver, the SaveFn dlm-train hands the trainer): the weights, the whole AdamW state, the
 // progress (iteration, consumed samples, optimizer steps) and the run's flags as metadata, in libckpt's native
@@ -17,10 +18,24 @@
 // rank 0 writes and the others wait at a barrier for the commit, so no rank runs ahead of a save that may still
 // fail. Under tensor/pipeline parallelism every rank takes part and data-parallel rank 0 of each position writes
 // that position's shards; world rank 0 commits once all are written.
+//
+// --async-save (CheckpointTarget::async): at the save point each writing rank copies its state into reusable host
+// buffers (HostSnapshot; from the GPU, the parameters() and optimizer-state copies first) and returns; a
+// background thread writes the shards, fsyncs and, on world rank 0, commits once every rank's shard file is in
+// place (their checksum files in the temp folder: the rendezvous needs no collective off the main thread), then
+// replaces `latest` and Megatron's tracker. The next save point, and wait() at the end of the run, first wait for
+// it; a failure on any rank fails every rank there (a collective), never lost. A crash or SIGKILL during the
+// background write leaves `latest` naming the previous checkpoint (the same commit protocol).
+//
+// Non-persistent checkpoints (Megatron's --non-persistent-save-interval with --non-persistent-ckpt-type global):
+// save_non_persistent() writes the same checkpoint into CheckpointTarget::non_persistent_dir, then removes the
+// older iter_* folders there, keeping only the newest; --load takes the newer of the two
+// (train_checkpoint.h: newest_checkpoint_root).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,9 +52,12 @@ inline constexpr const char* kMegatronTracker = "latest_checkpointed_iteration.t
 
 class SaveSchedule {
  public:
-  // --save-interval (0: no periodic saves), --train-iters and --checkpoint-steps (iterations after which to save).
-  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters, std::set<std::int64_t> steps = {})
-      : interval_(save_interval), train_iters_(train_iters), steps_(std::move(steps)) {}
+  // --save-interval (0: no periodic saves), --train-iters, --checkpoint-steps (iterations after which to save) and
+  // --non-persistent-save-interval (0: none).
+  SaveSchedule(std::int64_t save_interval, std::int64_t train_iters, std::set<std::int64_t> steps = {},
+               std::int64_t non_persistent_interval = 0)
+      : interval_(save_interval), train_iters_(train_iters), steps_(std::move(steps)),
+        non_persistent_(non_persistent_interval) {}
   // After `iteration` iterations (1-based), `stopping` when the ranks agreed to stop after it.
   bool due(std::int64_t iteration, bool stopping) const {
     return (interval_ > 0 && iteration % interval_ == 0) || stopping || iteration == train_iters_ ||
@@ -48,11 +66,16 @@ class SaveSchedule {
   // Before failing on a non-finite step taken after `iteration` iterations: its weights are still those of
   // `iteration`.
   bool due_before_failing(std::int64_t iteration) const { return last_saved_ != iteration; }
+  // A non-persistent save after `iteration`, where no persistent one is due (Megatron's order).
+  bool non_persistent_due(std::int64_t iteration, bool stopping) const {
+    return non_persistent_ > 0 && iteration % non_persistent_ == 0 && !due(iteration, stopping);
+  }
   void saved(std::int64_t iteration) { last_saved_ = iteration; }
 
  private:
   std::int64_t interval_, train_iters_;
   std::set<std::int64_t> steps_;
+  std::int64_t non_persistent_;
   std::int64_t last_saved_ = -1;
 };
 
@@ -63,16 +86,28 @@ struct CheckpointTarget {
   std::optional<CheckpointPlacement> placement;    // tensor/pipeline parallelism: this rank's shards
   Communicator* world = nullptr;                   // several ranks: all of them (null: one process)
   bool data_parallel_rank_zero = true;             // with a placement: this rank writes its position's shards
+  bool async = false;                              // --async-save: write in the background (above)
+  std::string non_persistent_dir;                  // where save_non_persistent() writes ("": --save/non_persistent)
 };
 
 class CheckpointSaver {
  public:
-  explicit CheckpointSaver(CheckpointTarget target) : target_(std::move(target)) {}
+  explicit CheckpointSaver(CheckpointTarget target);
   // A SaveFn: collective over target.world when there is one (every rank calls it at the same save point).
   void operator()(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer) const;
+  // The same, as a non-persistent checkpoint (above).
+  void save_non_persistent(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer) const;
+  // Waits for a background save in flight; collective like a save. Throws when it failed on any rank.
+  void wait() const;
+  // Megatron's default folder of the non-persistent checkpoints of `save_dir`.
+  static std::string default_non_persistent_dir(const std::string& save_dir);
 
  private:
+  struct Background;
+  void save(const std::string& dir, bool non_persistent, const TrainProgress& progress, TrainableModel& model,
+            const AdamW& optimizer) const;
   CheckpointTarget target_;
+  std::shared_ptr<Background> background_;  // shared by the copies a SaveFn makes; the last one joins its thread
 };
 
 }  // namespace dlm::train

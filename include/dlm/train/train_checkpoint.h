@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "dlm/ckpt/checkpoint.h"
 #include "dlm/ckpt/model_config.h"
 #include "dlm/ckpt/tensor.h"
 #include "dlm/ckpt/sharding.h"
@@ -42,6 +43,28 @@ void save_train_checkpoint_sharded(const std::string& save_dir, const ckpt::Mode
                                    const TrainProgress& progress, const CheckpointPlacement& placement,
                                    Communicator& world, bool writes,
                                    const std::map<std::string, std::string>& extra_metadata = {});
+
+// One save point's state as views: the parameters (names, values, global shapes) and, once AdamW has stepped, its
+// moments in the same order. The memory is the caller's: the live training state, or a snapshot of it.
+struct StateViews {
+  std::vector<ParamRef> params;
+  std::vector<std::span<const float>> exp_avg, exp_avg_sq;
+  std::int64_t optimizer_steps = 0;
+};
+StateViews state_views(std::span<const ParamRef> params, const AdamW& optimizer);
+
+// Writes this rank's shard files of `state` (one per stage of `placement`) into `writer`'s temporary folder:
+// straight from the views' memory, with no copy of the tensors.
+void write_rank_shards(ckpt::CheckpointWriter& writer, const ckpt::ModelConfig& config, const StateViews& state,
+                       const CheckpointPlacement& placement);
+// The training state metadata.json records.
+ckpt::TrainingState training_state(std::int64_t optimizer_steps, const TrainProgress& progress,
+                                   const std::map<std::string, std::string>& extra_metadata);
+
+// The folder --load reads: the newer of `load_dir`'s checkpoint and the non-persistent one in `non_persistent_dir`
+// ("" when there is none), the non-persistent one on a tie, as Megatron's _load_base_checkpoint chooses. "" when
+// neither folder holds a checkpoint (its tracker `latest`).
+std::string newest_checkpoint_root(const std::string& load_dir, const std::string& non_persistent_dir);
 
 struct TrainCheckpoint {
   std::string dir;  // the iter_* folder read

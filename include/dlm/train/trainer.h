@@ -151,6 +151,7 @@ struct TrainerOptions {
   bool eod_mask_loss = false;          // --eod-mask-loss
   std::int64_t exit_interval = 0;      // --exit-interval: stop (after saving) at a multiple of it
   std::set<std::int64_t> checkpoint_steps;  // --checkpoint-steps: also save after these iterations
+  std::int64_t non_persistent_save_interval = 0;  // --non-persistent-save-interval (0: none; run's save_non_persistent)
   AdamWOptions adam;
   LrScheduleOptions lr;
   ObjectiveOptions objective;
@@ -199,9 +200,11 @@ class Trainer {
   void resume(const TrainProgress& progress, AdamW optimizer_state);
   // The same without the optimizer's state: its moments start afresh (--no-load-optim).
   void resume(const TrainProgress& progress) { progress_ = progress; }
-  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never).
+  // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never),
+  // and through `save_non_persistent` at the non-persistent save points (checkpoint_saver.h's SaveSchedule).
   // Returns the stats of every iteration run (losses are what the resume test compares).
-  std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr);
+  std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr,
+                                  const SaveFn& save_non_persistent = nullptr);
 
   // Mean validation loss over eval_iters global batches of the valid source (fixed samples).
   double evaluate();
