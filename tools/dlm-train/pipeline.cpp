@@ -24,6 +24,7 @@
 #include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/training_model.h"
+#include "data_args_files.h"
 
 namespace dlm::tools {
 namespace {
@@ -108,6 +109,16 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   d.train_data_path = args.train_data_path;
   d.valid_data_path = args.valid_data_path;
   d.test_data_path = args.test_data_path;
+  if (!args.data_args_path.empty()) d.data_path = read_data_args(args.data_args_path);
+  if (!args.per_split_data_args_path.empty()) {
+    auto words = read_per_split_data_args(args.per_split_data_args_path);
+    if (words[0].empty())
+      fail(fmt::format("{}: \"train\" names no prefixes; the training split needs some (--per-split-data-args-path)",
+                       args.per_split_data_args_path));
+    d.train_data_path = std::move(words[0]);
+    d.valid_data_path = std::move(words[1]);
+    d.test_data_path = std::move(words[2]);
+  }
   d.split = args.split;
   d.seq_length = static_cast<std::int32_t>(args.trainer.seq_length);
   // Megatron sizes the training split by --train-samples when given (the last partial batch's samples included).
@@ -115,8 +126,8 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   else d.train_iters = args.trainer.train_iters;
   d.global_batch_size = args.trainer.global_batch_size;
   d.eval_iters = args.trainer.eval_iters;
-  // Megatron sizes the validation split by its eval interval; without one, evaluate() never runs, and one
-  // round of eval_iters batches is enough to check the split is buildable.
+  // Megatron sizes the validation split by its eval interval (every evaluation plus the one at the end); dlm's
+  // --eval-interval 0 evaluates only at the end.
   d.eval_interval = args.trainer.eval_interval > 0 ? args.trainer.eval_interval : args.trainer.train_iters + 1;
   d.seed = static_cast<std::uint32_t>(args.seed);
   if (!args.data_cache_path.empty()) d.data_cache_path = args.data_cache_path;
@@ -126,14 +137,17 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   if (!train || train->size() == 0) fail(fmt::format("--split {}: the training split is empty", args.split));
   // The split holds shared pointers of the datasets; the aliasing pointer keeps `keep` alive.
   setup.train = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*train));
-  if (args.trainer.eval_interval > 0) {
+  // Megatron's do_valid and do_test: a non-empty split and --eval-iters > 0; without one it evaluates nothing.
+  if (args.trainer.eval_iters > 0) {
     auto& valid = keep->splits[1];
-    if (!valid || valid->size() == 0)
-      fail(args.train_data_path.empty()
-               ? fmt::format("--eval-interval {} needs validation data, and --split {} leaves none",
-                             args.trainer.eval_interval, args.split)
-               : fmt::format("--eval-interval {} needs validation data: give --valid-data-path", args.trainer.eval_interval));
-    setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
+    if (valid && valid->size() > 0)
+      setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
+    else
+      log::info("no validation data ({}): no evaluation, as in Megatron",
+                d.train_data_path.empty() ? fmt::format("--split {}", args.split) : std::string("no --valid-data-path"));
+    auto& test = keep->splits[2];
+    if (test && test->size() > 0)
+      setup.test = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*test));
   }
   std::int64_t largest = -1;
   std::string where;
@@ -241,6 +255,12 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
       log::info("--load {}: the checkpoint's attention is {}, this run trains it {} (--attention-mask-type): a new run from its weights",
                 reader.dir(), name(stored.attention_mask), name(setup.config.attention_mask));
       stored.attention_mask = setup.config.attention_mask;
+    }
+    // The epsilon a checkpoint was trained with is part of its model: without --norm-epsilon (or --model-config)
+    // the run keeps it, so that checkpoints of dlm's former default (1e-6) resume as they were trained.
+    if (!args.norm_epsilon_given && args.model_config_file.empty() && stored.norm_epsilon != setup.config.norm_epsilon) {
+      log::info("--load {}: the checkpoint's RMSNorm epsilon {} (no --norm-epsilon given)", reader.dir(), stored.norm_epsilon);
+      setup.config.norm_epsilon = args.model.norm_epsilon = stored.norm_epsilon;
     }
     train::check_config_matches(setup.config, stored, reader.dir() + "/metadata.json");
   }
