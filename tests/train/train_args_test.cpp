@@ -147,6 +147,18 @@ TEST(TrainArgs, MegatronResumeFlags) {
             "");
 }
 
+// Megatron's defaults where dlm's differed only by accident.
+TEST(TrainArgs, DefaultsAreMegatrons) {
+  const auto a = parse({});
+  EXPECT_EQ(a.model.norm_epsilon, 1e-5);
+  EXPECT_FALSE(a.norm_epsilon_given);
+  EXPECT_EQ(a.trainer.eval_iters, 100);
+  EXPECT_EQ(a.trainer.eval_interval, 1000);
+  EXPECT_EQ(a.trainer.log_interval, 100);
+  EXPECT_TRUE(parse({"--norm-epsilon", "1e-5"}).norm_epsilon_given);
+  EXPECT_EQ(parse({"--eval-iters", "0"}).trainer.eval_iters, 0);  // Megatron's way to evaluate nothing
+}
+
 // Megatron's sample-based training: iterations = samples / global batch (rounded down), the schedule in samples
 // (decay defaults to --train-samples), --lr-warmup-fraction of the decay as a float of samples; counts that are not
 // whole iterations are Megatron's too; each unit refuses the other's flags.

@@ -1,6 +1,7 @@
 // dlm-train's Megatron data flags as a user meets them: --data-args-path and --per-split-data-args-path stand for
-// the words they hold (the same run as the words on the command line), their one-line errors, and the evaluation
-// at the end of training (the validation split once more, the test split once) with Megatron's lines.
+// the words they hold (the same run as the words on the command line), their one-line errors, the evaluation at
+// the end of training (the validation split once more, the test split once) with Megatron's lines, --mock-data,
+// and a checkpoint's recorded epsilon under Megatron's default.
 #include <algorithm>
 #include <fstream>
 
@@ -97,6 +98,43 @@ TEST_F(DataFlags, TrainingEndsWithTheValidationAndTestSplits) {
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_EQ(metric(early, "valid_loss").size(), 1u);
   EXPECT_TRUE(metric(early, "test_loss").empty());
+}
+
+// --mock-data trains on megatron-core's MockGPTDataset samples (interop_mock.py checks them token for token); it
+// needs a tokenizer (the tokens' vocabulary and eod) and stands alone for the data.
+TEST_F(DataFlags, MockDataTrainsOnMegatronsMockSamples) {
+  const auto metrics = dir_ / "mock.jsonl";
+  auto r = run(without(train_argv({"--train-iters", "3", "--mock-data", "--tokenizer-type", "NullTokenizer",
+                                   "--eval-interval", "2", "--eval-iters", "1", "--metrics-file", metrics.string()}),
+                       "--data-path"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--mock-data: megatron-core's MockGPTDataset samples ("), std::string::npos) << r.err;
+  EXPECT_EQ(losses(metrics).size(), 3u);
+  EXPECT_EQ(metric(metrics, "test_loss").size(), 1u);
+  r = run(without(train_argv({"--train-iters", "3", "--mock-data"}), "--data-path"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(last_error_line(r, "dlm-train").find("--mock-data needs --tokenizer-type"), std::string::npos) << r.err;
+  r = run(train_argv({"--train-iters", "3", "--mock-data", "--tokenizer-type", "NullTokenizer"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(last_error_line(r, "dlm-train").find("--mock-data stands for the data"), std::string::npos) << r.err;
+}
+
+// --norm-epsilon defaults to Megatron's 1e-5; a checkpoint trained with dlm's former default (1e-6) resumes with the
+// epsilon it records when the flag is not given, and a flag that disagrees with it is refused naming both.
+TEST_F(DataFlags, ACheckpointKeepsItsRecordedEpsilon) {
+  const auto ckpt = (dir_ / "ckpt").string();
+  const auto straight = dir_ / "straight.jsonl", resumed = dir_ / "resumed.jsonl";
+  ASSERT_EQ(run(train_argv({"--train-iters", "4", "--norm-epsilon", "1e-6", "--metrics-file", straight.string()})).exit_code, 0);
+  ASSERT_EQ(run(train_argv({"--train-iters", "4", "--norm-epsilon", "1e-6", "--save", ckpt, "--exit-interval", "2"})).exit_code, 0);
+  auto r = run(train_argv({"--train-iters", "4", "--load", ckpt, "--metrics-file", resumed.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the checkpoint's RMSNorm epsilon 1e-06 (no --norm-epsilon given)"), std::string::npos) << r.err;
+  const auto want = losses(straight), got = losses(resumed);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.end() - 2));  // the same run as with the flag throughout
+  r = run(train_argv({"--train-iters", "4", "--load", ckpt, "--norm-epsilon", "1e-5"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(last_error_line(r, "dlm-train").find("--norm-epsilon"), std::string::npos) << r.err;
 }
 
 }  // namespace

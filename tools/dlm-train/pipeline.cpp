@@ -18,6 +18,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/data/blend_args.h"
+#include "dlm/data/mock_dataset.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/device.h"
@@ -48,6 +49,23 @@ class SplitSource final : public train::SampleSource {
  private:
   std::shared_ptr<const data::SplitDataset> split_;
   data::SampleReader reader_;
+};
+
+// megatron-core's MockGPTDataset samples of one split (--mock-data).
+class MockSource final : public train::SampleSource {
+ public:
+  explicit MockSource(std::shared_ptr<const data::MockGptDataset> split) : split_(std::move(split)) {}
+  std::uint64_t size() const override { return split_->size(); }
+  void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
+    thread_local std::vector<std::int32_t> raw;
+    split_->raw_tokens(static_cast<std::size_t>(index), raw);
+    if (raw.size() != tokens.size())
+      fail(fmt::format("mock sample {}: {} tokens, the trainer wants {} (--seq-length + 1)", index, raw.size(), tokens.size()));
+    std::copy(raw.begin(), raw.end(), tokens.begin());
+  }
+
+ private:
+  std::shared_ptr<const data::MockGptDataset> split_;
 };
 
 std::string read_text(const std::string& path) {
@@ -103,6 +121,31 @@ struct Splits {
   std::array<std::optional<data::SplitDataset>, 3> splits;
 };
 
+// --mock-data: the three splits of megatron-core's MockGPTDataset, sized as Megatron sizes them, with the
+// tokenizer's vocabulary and eod.
+void open_mock_data(const TrainArgs& args, const data::MegatronDataArgs& d, TrainingSetup& setup) {
+  const auto sizes = data::megatron_split_sizes(d);
+  data::GptIndexConfig config;
+  config.random_seed = d.seed;
+  config.sequence_length = d.seq_length;
+  const data::MockTokens tokens{static_cast<std::int64_t>(setup.tokenizer->vocab_size()), setup.tokenizer->eod()};
+  const std::int64_t largest = std::max<std::int64_t>(tokens.vocab_size - 1, tokens.eod);
+  if (largest >= setup.config.vocab_size)
+    fail(fmt::format("--mock-data: the mock tokens reach id {}, but the model's vocabulary has {} ids", largest,
+                     setup.config.vocab_size));
+  auto splits = data::build_mock_datasets({sizes[0], sizes[1], sizes[2]}, config, tokens);
+  const auto source = [&](std::size_t s) {
+    return std::make_unique<MockSource>(std::make_shared<const data::MockGptDataset>(std::move(*splits[s])));
+  };
+  setup.train = source(0);
+  if (args.trainer.eval_iters > 0) {
+    setup.valid = source(1);
+    setup.test = source(2);
+  }
+  log::info("--mock-data: megatron-core's MockGPTDataset samples ({} train, {} valid, {} test)", setup.train->size(),
+            setup.valid ? setup.valid->size() : 0, setup.test ? setup.test->size() : 0);
+}
+
 void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Splits>& keep) {
   data::MegatronDataArgs d;
   d.data_path = args.data_path;
@@ -131,6 +174,10 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   d.eval_interval = args.trainer.eval_interval > 0 ? args.trainer.eval_interval : args.trainer.train_iters + 1;
   d.seed = static_cast<std::uint32_t>(args.seed);
   if (!args.data_cache_path.empty()) d.data_cache_path = args.data_cache_path;
+  if (args.mock_data) {
+    open_mock_data(args, d, setup);
+    return;
+  }
   keep = std::make_shared<Splits>();
   keep->splits = data::build_datasets(data::builder_config(d));
   auto& train = keep->splits[0];

@@ -123,6 +123,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("test-data-path", po::value(&a.test_data_path)->multitoken(), "[weight] prefix ... of the test split")
       ("data-args-path", po::value(&a.data_args_path), "a file holding the --data-path words")
       ("per-split-data-args-path", po::value(&a.per_split_data_args_path), R"(a JSON file {"train": ..., "valid": ..., "test": ...} of the per-split words)")
+      ("mock-data", po::bool_switch(&a.mock_data), "megatron-core's mock samples (MockGPTDataset) instead of data files; needs --tokenizer-type")
       ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
       ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached");
   add_tokenizer_flags(data, a.tokenizer);
@@ -431,7 +432,13 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!a.per_split_data_args_path.empty() && (!a.data_path.empty() || per_split))
     fail("--per-split-data-args-path stands for --train-data-path/--valid-data-path/--test-data-path: give it alone");
   const bool from_file = !a.data_args_path.empty() || !a.per_split_data_args_path.empty();
-  if (a.data_path.empty() && !per_split && !from_file && !a.dry_run)
+  if (a.mock_data && (!a.data_path.empty() || per_split || from_file))
+    fail("--mock-data stands for the data: give no --data-path, --train-data-path, --data-args-path or "
+         "--per-split-data-args-path with it");
+  if (a.mock_data && a.tokenizer.type.empty())
+    fail("--mock-data needs --tokenizer-type (e.g. NullTokenizer --vocab-size N): its vocabulary and eod make the "
+         "mock tokens, as in Megatron");
+  if (a.data_path.empty() && !per_split && !from_file && !a.mock_data && !a.dry_run)
     fail("--data-path (or --train-data-path) is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
   t.checkpoint_steps = checkpoint_steps(r.checkpoint_steps, t.train_iters);

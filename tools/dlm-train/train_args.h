@@ -22,6 +22,7 @@ struct TrainArgs {
   std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // --train-data-path ... (per split)
   std::string data_args_path;           // --data-args-path: a file of the --data-path words (read with the data)
   std::string per_split_data_args_path; // --per-split-data-args-path: JSON of the three splits' words
+  bool mock_data = false;               // --mock-data: megatron-core's MockGPTDataset samples (dlm/data/mock_dataset.h)
   std::string split = "969,30,1";      // --split
   std::string data_cache_path;         // --data-cache-path
   data::TokenizerOptions tokenizer;
