@@ -41,9 +41,9 @@ std::string megatron_iteration_line(const IterationLogLine& l, std::chrono::syst
 
 double megatron_ppl(double lm_loss) { return std::exp(std::min(20.0, lm_loss)); }
 
-std::string megatron_validation_block(std::int64_t iteration, double lm_loss) {
-  const std::string line = fmt::format(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | ",
-                                       iteration, lm_loss, megatron_ppl(lm_loss));
+std::string megatron_validation_block(std::int64_t iteration, double lm_loss, std::string_view which) {
+  const std::string line = fmt::format(" validation loss at iteration {}{} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | ",
+                                       iteration, which, lm_loss, megatron_ppl(lm_loss));
   const std::string dashes(line.size() + 1, '-');
   return dashes + "\n" + line + "\n" + dashes + "\n";
 }

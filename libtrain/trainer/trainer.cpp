@@ -1,6 +1,7 @@
 // The training loop (see include/dlm/train/trainer.h for the data order and resume contract).
 #include "dlm/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <unordered_map>
@@ -17,9 +18,10 @@
 namespace dlm::train {
 namespace {
 
-// Validation draws its masks from a stream of its own, so that its samples never share noise with
+// Validation and test draw their masks from streams of their own, so that their samples never share noise with
 // the training samples of the same index.
 constexpr std::uint64_t kValidationSeedSalt = 0x9e3779b97f4a7c15ull;
+constexpr std::uint64_t kTestSeedSalt = 0xbf58476d1ce4e5b9ull;
 
 void check_options(const TrainerOptions& o) {
   if (o.train_iters <= 0) fail(fmt::format("--train-iters: {} must be positive", o.train_iters));
@@ -45,8 +47,8 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
   if (train.size() < needed)
     fail(fmt::format("the training data has {} samples; --train-iters {} x --global-batch-size {} needs {}",
                      train.size(), options_.train_iters, options_.global_batch_size, needed));
-  if (options_.eval_interval > 0 && options_.eval_iters > 0) {
-    if (!valid_) fail("--eval-interval needs validation data (--split with a valid part, or --valid-data-path)");
+  // Megatron's do_valid: validation data and eval_iters > 0; without them nothing is evaluated.
+  if (valid_ && options_.eval_iters > 0) {
     const auto eval_needed = static_cast<std::uint64_t>(options_.eval_iters * options_.global_batch_size);
     if (valid_->size() < eval_needed)
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
@@ -68,8 +70,13 @@ Trainer::~Trainer() = default;
 std::size_t Trainer::overlapped_buckets() const { return step_->overlapped_buckets(); }
 
 void Trainer::resume(const TrainProgress& progress, AdamW optimizer_state) {
-  progress_ = progress;
+  resume(progress);
   step_->load_optimizer_state(std::move(optimizer_state));
+}
+
+void Trainer::resume(const TrainProgress& progress) {
+  progress_ = progress;
+  valid_batches_ = options_.eval_interval > 0 ? progress.iteration / options_.eval_interval * options_.eval_iters : 0;
 }
 
 AdamW Trainer::optimizer_state() const {
@@ -145,22 +152,39 @@ MemoryReport Trainer::memory_report() {
           static_cast<double>(h.peak_resident_bytes)};
 }
 
-double Trainer::evaluate() {
-  if (!valid_ || options_.eval_iters <= 0) return std::nan("");
+double Trainer::evaluate_batches(const SampleSource& source, std::int64_t first, std::int64_t batches,
+                                 std::uint64_t seed, const char* what) {
+  const auto end = static_cast<std::uint64_t>((first + batches) * options_.global_batch_size);
+  if (source.size() < end)
+    fail(fmt::format("the {} data has {} samples; evaluating global batches {} to {} of {} needs {} (it is sized for "
+                     "--eval-iters x (--train-iters / --eval-interval + 1) batches, as Megatron sizes it)",
+                     what, source.size(), first, first + batches - 1, options_.global_batch_size, end));
   ObjectiveOptions objective = options_.objective;
-  objective.seed ^= kValidationSeedSalt;
+  objective.seed ^= seed;
   const std::int64_t micro = plan_.micro_batches();
   double total = 0;
-  for (std::int64_t i = 0; i < options_.eval_iters; ++i) {
-    std::vector<ModelBatch> batches;
+  for (std::int64_t i = first; i < first + batches; ++i) {
+    std::vector<ModelBatch> micro_batches;
     for (std::int64_t k = 0; k < plan_.micro_batches_per_rank(); ++k) {
       const std::int64_t m = plan_.micro_batch(dp_rank_, k);
-      batches.push_back(make_model_batch(objective, read_batch(*valid_, plan_.first_sample(i, m)), {i, micro, m, false}));
+      micro_batches.push_back(make_model_batch(objective, read_batch(source, plan_.first_sample(i, m)), {i, micro, m, false}));
     }
-    total += model_.forward_loss_all(batches);
+    total += model_.forward_loss_all(micro_batches);
   }
   if (plan_.data_parallel() > 1) dp_->all_reduce(std::span<double>(&total, 1));
-  return total / static_cast<double>(options_.eval_iters * micro);
+  return total / static_cast<double>(batches * micro);
+}
+
+double Trainer::evaluate() {
+  if (!valid_ || options_.eval_iters <= 0) return std::nan("");
+  const double loss = evaluate_batches(*valid_, valid_batches_, options_.eval_iters, kValidationSeedSalt, "validation");
+  valid_batches_ += options_.eval_iters;
+  return loss;
+}
+
+double Trainer::evaluate_test() {
+  if (!test_ || options_.eval_iters <= 0) return std::nan("");
+  return evaluate_batches(*test_, 0, options_.eval_iters, kTestSeedSalt, "test");
 }
 
 std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<bool>* stop,
@@ -189,6 +213,8 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   std::vector<IterationStats> stats;
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
   std::int64_t skipped_in_a_row = 0;
+  const bool do_valid = valid_ && options_.eval_iters > 0;
+  bool stopped_early = false;
   while (progress_.iteration < options_.train_iters) {
     const std::int64_t i = progress_.iteration;
     // Megatron steps its scheduler after the update: the update of iteration i + 1 uses lr(i).
@@ -232,7 +258,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
     }
     if (monitor.wants_memory(s.iteration)) report.memory = memory_report();
     monitor.iteration(report);
-    if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && valid_)
+    if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && do_valid)
       monitor.validation(s.iteration, progress_.consumed_samples, evaluate());
     bool stopping = (stop && stop->load()) ||
                     (options_.exit_interval > 0 && s.iteration % options_.exit_interval == 0);
@@ -247,8 +273,17 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       save_through(save_non_persistent);
     if (stopping) {
       if (reporting) log::info("stopping at iteration {} ({})", s.iteration, save ? "checkpoint saved" : "no --save: no checkpoint");
+      stopped_early = true;
       break;
     }
+  }
+  // The end of Megatron's pretrain(): the validation split once more (its iterator continuing), then the test
+  // split, each printed as evaluate_and_print_results prints it (loss and perplexity, "lm loss" being the
+  // language model's loss).
+  if (!stopped_early && progress_.iteration >= options_.train_iters) {
+    if (do_valid) monitor.validation(progress_.iteration, progress_.consumed_samples, evaluate(), EvaluatedSet::kValidation);
+    if (test_ && options_.eval_iters > 0)
+      monitor.validation(progress_.iteration, progress_.consumed_samples, evaluate_test(), EvaluatedSet::kTest);
   }
   return stats;
 }

@@ -139,15 +139,18 @@ void TrainingMonitor::write_log_line(const IterationReport& r, bool closes_inter
   count_ = applied_ = skipped_ = nan_ = 0;
 }
 
-void TrainingMonitor::validation(std::int64_t iteration, std::int64_t consumed_samples, double loss) {
+void TrainingMonitor::validation(std::int64_t iteration, std::int64_t consumed_samples, double loss,
+                                 EvaluatedSet set) {
   if (!reporting_) return;
-  print_log(megatron_validation_block(iteration, loss));
-  if (jsonl_) jsonl_->write(iteration, {{"valid_loss", loss}});
+  const bool test = set == EvaluatedSet::kTest;
+  print_log(megatron_validation_block(iteration, loss,
+                                      set == EvaluatedSet::kPeriodic ? "" : test ? " on test set" : " on validation set"));
+  if (jsonl_) jsonl_->write(iteration, {{test ? "test_loss" : "valid_loss", loss}});
   if (!tb_) return;
   Scalars s;
-  with_samples(s, iteration, consumed_samples, "lm loss validation", loss);
-  if (options_.log_validation_ppl_to_tensorboard)
-    with_samples(s, iteration, consumed_samples, "lm loss validation ppl", megatron_ppl(loss));
+  const std::string tag = test ? "lm loss test" : "lm loss validation";
+  with_samples(s, iteration, consumed_samples, tag, loss);
+  if (options_.log_validation_ppl_to_tensorboard) with_samples(s, iteration, consumed_samples, tag + " ppl", megatron_ppl(loss));
   for (const auto& [step, scalars] : s) tb_->add_scalars(step, scalars);
   tb_->flush();
 }

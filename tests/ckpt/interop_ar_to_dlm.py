@@ -38,7 +38,7 @@ try:
         metrics = os.path.join(w, f"{os.path.basename(save)}.jsonl")
         p = run([DLM_TRAIN, "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
                  "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "16", "--qk-layernorm",
-                 "--untie-embeddings-and-output-weights", "--norm-epsilon", "1e-6", "--max-position-embeddings", "512",
+                 "--untie-embeddings-and-output-weights", "--norm-epsilon", "1e-6", "--log-interval", "1", "--max-position-embeddings", "512",
                  "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", lr,
                  "--train-iters", str(iters), "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", TOKENIZER,
                  "--data-path", prefix, "--split", "100,0,0", "--data-cache-path", os.path.join(w, "cache"), "--threads", "2",

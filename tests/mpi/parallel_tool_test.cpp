@@ -98,7 +98,7 @@ TEST_F(ParallelTool, Dp4GivesTheSingleProcessTrainingAndValidationLossesAndItsCh
   const auto want = numbers(losses(single));
   ASSERT_EQ(want.size(), 8u);
   const auto want_valid = valid_losses(single);
-  ASSERT_EQ(want_valid.size(), 2u);
+  ASSERT_EQ(want_valid.size(), 3u);  // at 4, at 8 and at the end of training
 
   for (const bool zero : {false, true}) {
     const auto dp4 = dir_ / (zero ? "dp4-zero.jsonl" : "dp4.jsonl");
@@ -213,7 +213,7 @@ TEST_F(ParallelTool, TensorAndPipelineLayoutsGiveTheSingleProcessLossesAndResume
   const auto want = numbers(losses(single));
   const auto want_valid = valid_losses(single);
   ASSERT_EQ(want.size(), 8u);
-  ASSERT_EQ(want_valid.size(), 2u);
+  ASSERT_EQ(want_valid.size(), 3u);  // at 4, at 8 and at the end of training
   const std::vector<std::vector<std::string>> layouts = {
       {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"},
       {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer"},
@@ -236,6 +236,10 @@ TEST_F(ParallelTool, TensorAndPipelineLayoutsGiveTheSingleProcessLossesAndResume
   auto got = numbers(losses(first));
   for (double l : numbers(losses(second))) got.push_back(l);
   expect_close(got, want);
+  // The validation iterator resumes after the evaluation at 4 (Megatron's rule): the same three losses.
+  auto got_valid = valid_losses(first);
+  for (double l : valid_losses(second)) got_valid.push_back(l);
+  expect_close(got_valid, want_valid);
 }
 
 // --async-save on 4 ranks: TP2 x PP2 (every rank writes its shard in the background, rank 0 commits once all four

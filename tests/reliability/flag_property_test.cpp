@@ -62,7 +62,8 @@ std::vector<Tool> tools() {
         "lr-wsd-decay-style", "on-nan", "device", "recompute-granularity", "data-path", "split", "data-cache-path",
         "tokenizer-type", "tokenizer-model", "save", "load", "tensorboard-dir", "metrics-file",
         "non-persistent-global-ckpt-dir", "wandb-entity", "wandb-run-id", "wandb-project", "wandb-exp-name",
-        "wandb-save-dir"},
+        "wandb-save-dir", "data-args-path",
+        "per-split-data-args-path"},
        // 0 means: none, default, or a value Megatron allows (documented in --help).
        {"num-query-groups=0", "kv-channels=0", "vocab-size=0", "init-method-std=0", "mask-token=0",
         "difflm-varilen-prob=0", "lr=0", "min-lr=0", "lr-warmup-iters=0", "lr-warmup-init=0", "lr-decay-iters=0",

@@ -53,6 +53,32 @@ for case in cases:
     bad = [(s, a, b) for s, a, b in zip(steps, ours, theirs) if a != b]
     checks.check(not bad, f"lr {case}: differs from megatron-core at {bad[:3]}")
 
+# Sample counts that are not whole iterations (--train-samples with --lr-*-samples, --lr-warmup-fraction): the
+# boundaries fall inside an iteration; Megatron's scheduler still steps by the global batch.
+sample_cases = [
+    dict(style="linear", warmup_samples=12, decay_samples=643),
+    dict(style="cosine", warmup_samples=0.01 * 643, decay_samples=643),   # --lr-warmup-fraction 0.01
+    dict(style="cosine", warmup_samples=0.3 * 6 * GBS, decay_samples=6 * GBS),  # fraction 0.3 of 6 iterations
+    dict(style="inverse-square-root", warmup_samples=13, decay_samples=501),
+    dict(style="constant", warmup_samples=5, decay_samples=99),
+] + [dict(style="WSD", warmup_samples=20, decay_samples=803, wsd_decay_samples=81, wsd_style=s)
+     for s in ("linear", "cosine", "exponential", "minus_sqrt")]
+for case in sample_cases:
+    steps = list(range(0, case["decay_samples"] // GBS + 5))
+    ours = ask(dict(op="lr", max_lr=2e-4, min_lr=2e-5, init_lr=1e-6, steps=steps, global_batch_size=GBS, warmup=0,
+                    decay=1, **case))["lr"]
+    sched = OptimizerParamScheduler(
+        _Opt(), init_lr=1e-6, max_lr=2e-4, min_lr=2e-5, lr_warmup_steps=case["warmup_samples"],
+        lr_decay_steps=case["decay_samples"], lr_decay_style=case["style"], start_wd=0.1, end_wd=0.1,
+        wd_incr_steps=case["decay_samples"], wd_incr_style="constant",
+        wsd_decay_steps=case.get("wsd_decay_samples"), lr_wsd_decay_style=case.get("wsd_style"))
+    theirs = []
+    for _ in steps:  # as training does: get_lr, then step(increment = global batch)
+        theirs.append(sched.get_lr({}))
+        sched.step(GBS)
+    bad = [(s, a, b) for s, a, b in zip(steps, ours, theirs) if a != b]
+    checks.check(not bad, f"lr in samples {case}: differs from megatron-core at {bad[:3]}")
+
 # ---- the masked-diffusion loss against MegaDLMs' formula in torch ---------------------------------
 def megadlms_loss(tokens, labels, loss_mask, logits, masked, kind):
     """pretrain_difflm's loss on the (un-shifted) batch, given the masks dlm drew."""

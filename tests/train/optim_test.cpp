@@ -52,6 +52,21 @@ TEST(LrSchedule, WsdExponentialTail) {
   EXPECT_NEAR(s.at(100), 2e-5, 1e-15);
 }
 
+// Megatron's sample counts that are not whole iterations: the scheduler steps by the global batch (8), so warmup
+// 12 samples ends inside iteration 2, and decay 100 samples inside iteration 13.
+TEST(LrSchedule, SampleCountsInsideAnIteration) {
+  LrScheduleOptions o{1e-3, 0.0, 0.0, 0, 0, LrDecayStyle::kLinear, 0, WsdDecayStyle::kLinear, 8};
+  o.warmup_samples = 12;
+  o.decay_samples = 100;
+  LrSchedule s(o);
+  EXPECT_DOUBLE_EQ(s.at(1), 1e-3 * 8 / 12);            // step 8 <= 12: warmup
+  EXPECT_DOUBLE_EQ(s.at(2), 1e-3 * (1 - 4.0 / 88));    // step 16: decay ratio (16 - 12) / (100 - 12)
+  EXPECT_DOUBLE_EQ(s.at(12), 1e-3 * (1 - 84.0 / 88));  // step 96 <= 100
+  EXPECT_DOUBLE_EQ(s.at(13), 0.0);                     // step 104 > 100: --min-lr
+  o.warmup_samples = 100;
+  EXPECT_THROW(LrSchedule{o}, Error);  // warmup must end before the decay (Megatron's assertion)
+}
+
 TEST(LrSchedule, RejectsInconsistentFlags) {
   EXPECT_THROW(LrSchedule({1e-3, 1e-2, 0.0, 0, 10, LrDecayStyle::kLinear, 0, WsdDecayStyle::kLinear}), Error);
   EXPECT_THROW(LrSchedule({1e-3, 0.0, 0.0, 10, 10, LrDecayStyle::kLinear, 0, WsdDecayStyle::kLinear}), Error);

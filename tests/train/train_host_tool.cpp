@@ -1,5 +1,6 @@
 // Test driver for interop_train_host.py: reads one JSON request on stdin, prints one JSON answer.
 //   {"op": "lr", ...LrScheduleOptions fields, "steps": [...]}       -> {"lr": [...]}
+//     (warmup, decay, wsd_decay in iterations; warmup_samples, decay_samples, wsd_decay_samples replace them)
 //   {"op": "adamw", "params": [[...]...], "no_decay": [...], "grads": [[[...]...]...], "lrs": [...], ...}
 //   {"op": "objective", "kind", "seed", "mask", "varilen_prob", "iteration", "micro_batches", "micro_batch",
 //    "tokens", "labels", "loss_mask" ([B][L]), "sample_index", "logits" ([B*L'][V])}
@@ -35,6 +36,9 @@ json lr(const json& q) {
   o.wsd_decay_iters = q.value("wsd_decay", 0);
   o.wsd_style = parse_wsd_decay_style(q.value("wsd_style", "exponential"));
   o.global_batch_size = q.value("global_batch_size", 1);
+  if (q.contains("warmup_samples")) o.warmup_samples = q["warmup_samples"].get<double>();
+  if (q.contains("decay_samples")) o.decay_samples = q["decay_samples"].get<std::int64_t>();
+  if (q.contains("wsd_decay_samples")) o.wsd_decay_samples = q["wsd_decay_samples"].get<std::int64_t>();
   LrSchedule s(o);
   json out = json::array();
   for (auto step : q["steps"]) out.push_back(s.at(step.get<std::int64_t>()));

@@ -1,9 +1,12 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <numeric>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -138,7 +141,10 @@ TEST(Trainer, LossFallsBelowTheUnigramBaseline) {
   const double before = trainer.evaluate();
   auto stats = trainer.run(nullptr);
   ASSERT_EQ(stats.size(), 60u);
-  const double after = trainer.evaluate();
+  // Each evaluation reads the batches after the last one's (Megatron's validation iterator): before, at 30, at 60
+  // and at the end of training, 2 batches each.
+  EXPECT_EQ(trainer.validation_batches_read(), 8);
+  const double after = Trainer(o, model, train, &valid).evaluate();  // the batches `before` read, trained model
   const double baseline = unigram_entropy(train, 16, 200);
   EXPECT_GT(before, baseline);
   EXPECT_LT(after, baseline);  // the table learns each token's successor statistics
@@ -213,7 +219,7 @@ TEST(Trainer, WritesJsonlAndTensorBoard) {
   std::ifstream in(o.metrics_path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 3u);  // iterations 5 and 10, then the validation at 10
+  ASSERT_EQ(lines.size(), 4u);  // iterations 5 and 10, the validation at 10, the one at the end of training
   EXPECT_EQ(lines[0].rfind("{\"iteration\": 5, \"consumed_samples\": 20, \"grad_norm\": ", 0), 0u) << lines[0];
   EXPECT_NE(lines[2].find("\"valid_loss\""), std::string::npos);
   int files = 0;
@@ -350,6 +356,50 @@ TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {
   for (int k = 0; k < 3; ++k) EXPECT_NEAR(sa[k].loss, sb[k].loss, 1e-6);
 }
 
+// Megatron's evaluation: the validation iterator continues from one evaluation to the next (and across a resume,
+// from (iteration / eval_interval) * eval_iters batches), and the test split is read once from its start at the end.
+TEST(Trainer, ValidationContinuesAndTheTestSplitIsReadAtTheEnd) {
+  class Recording final : public SampleSource {
+   public:
+    std::uint64_t size() const override { return 100; }
+    void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
+      std::lock_guard lock(mutex_);
+      reads.push_back(index);
+      SyntheticSource(100).read(index, tokens);
+    }
+    mutable std::vector<std::uint64_t> reads;
+
+   private:
+    mutable std::mutex mutex_;
+  };
+  SyntheticSource train(1000);
+  Recording valid, test;
+  TableModel m;
+  auto o = options(10);
+  o.eval_interval = 5;
+  o.eval_iters = 2;
+  Trainer trainer(o, m, train, &valid);
+  trainer.set_test_data(&test);
+  trainer.run(nullptr);
+  std::vector<std::uint64_t> want(24);  // evaluations at 5, 10 and the end: 3 x 2 global batches of 4
+  std::iota(want.begin(), want.end(), 0u);
+  std::sort(valid.reads.begin(), valid.reads.end());
+  EXPECT_EQ(valid.reads, want);
+  want.resize(8);  // one evaluation of the test split, from its first sample
+  std::sort(test.reads.begin(), test.reads.end());
+  EXPECT_EQ(test.reads, want);
+
+  Trainer resumed(o, m, train, &valid);
+  resumed.resume(TrainProgress{7, 28});
+  EXPECT_EQ(resumed.validation_batches_read(), 2);  // the evaluation at 5 was done
+  valid.reads.clear();
+  resumed.evaluate();
+  std::sort(valid.reads.begin(), valid.reads.end());
+  want.resize(8);
+  std::iota(want.begin(), want.end(), 8u);
+  EXPECT_EQ(valid.reads, want);
+}
+
 TEST(Trainer, RejectsBadOptionsBeforeAnyCompute) {
   SyntheticSource train(1000), small(10);
   TableModel m;
@@ -359,7 +409,9 @@ TEST(Trainer, RejectsBadOptionsBeforeAnyCompute) {
   o = options(10);
   EXPECT_THROW(Trainer(o, m, small, nullptr), Error);  // 40 samples needed
   o.eval_interval = 5;
-  EXPECT_THROW(Trainer(o, m, train, nullptr), Error);  // no validation data
+  EXPECT_NO_THROW(Trainer(o, m, train, nullptr));  // no validation data: no evaluation (Megatron's do_valid)
+  SyntheticSource three(3);
+  EXPECT_THROW(Trainer(o, m, train, &three), Error);  // fewer samples than one evaluation's global batch
   o = options(10);
   o.objective.mask_token = -1;
   EXPECT_THROW(Trainer(o, m, train, nullptr), Error);

@@ -49,14 +49,15 @@ class ToolTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // A 2-layer diffusion model over the corpus; `extra` overrides or adds flags.
+  // A 2-layer diffusion model over the corpus; `extra` overrides or adds flags. A log line per iteration and no
+  // evaluation (--eval-iters 0), where Megatron's defaults are 100 and an evaluation of 100 batches every 1000.
   std::vector<std::string> train_argv(std::vector<std::string> extra) const {
     std::vector<std::string> a = {kTrainTool, "--num-layers", "2", "--hidden-size", "32", "--ffn-hidden-size", "64",
                                   "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2",
                                   "--global-batch-size", "4", "--lr", "3e-3", "--vocab-size", "200", "--mask-token",
                                   "199", "--data-path", prefix_, "--split", "90,10,0", "--data-cache-path",
                                   (dir_ / "cache").string(), "--threads", "1", "--log-interval", "1", "--seed", "7",
-                                  "--device", "cpu"};
+                                  "--device", "cpu", "--eval-iters", "0"};
     // A flag of `extra` replaces the default's value (the tool, as Megatron's argparse, would let the last
     // occurrence win too; replacing keeps the command lines short to read in a failure).
     for (std::size_t i = 0; i < extra.size(); ++i) {

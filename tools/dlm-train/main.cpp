@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
       dlm::train::run_on_stream(*parallel.device_data_parallel(), on_device->stream());
     dlm::train::Trainer trainer(args.trainer, *setup.model, *setup.train, setup.valid.get(), parallel.data_parallel(),
                                 parallel.device_data_parallel());
+    trainer.set_test_data(setup.test.get());
     if (setup.resume && setup.resume->optimizer)
       trainer.resume(setup.resume->progress, std::move(*setup.resume->optimizer));
     else if (setup.resume)

@@ -114,7 +114,6 @@ const FlagNote kRefused[] = {
     {"grad-reduce-in-bf16", "dlm reduces gradients in fp32"},
     {"accumulate-allreduce-grads-in-fp32", "dlm accumulates and reduces gradients in fp32 always; drop the flag"},
     {"use-precision-aware-optimizer", "dlm keeps fp32 master weights and moments always; drop the flag"},
-    {"mock-data", "give --data-path (dlm-preprocess writes .bin/.idx from JSONL)"},
     {"profile", "use --cuda-profile (the step's phases) or nsys"},
     {"profile-step-start", "use --cuda-profile (the step's phases) or nsys", "N"},
     {"profile-step-end", "use --cuda-profile (the step's phases) or nsys", "N"},

@@ -18,12 +18,14 @@
 #include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/data/blend_args.h"
+#include "dlm/data/mock_dataset.h"
 #include "dlm/data/sample_reader.h"
 #include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/device.h"
 #include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/training_model.h"
+#include "data_args_files.h"
 
 namespace dlm::tools {
 namespace {
@@ -47,6 +49,23 @@ class SplitSource final : public train::SampleSource {
  private:
   std::shared_ptr<const data::SplitDataset> split_;
   data::SampleReader reader_;
+};
+
+// megatron-core's MockGPTDataset samples of one split (--mock-data).
+class MockSource final : public train::SampleSource {
+ public:
+  explicit MockSource(std::shared_ptr<const data::MockGptDataset> split) : split_(std::move(split)) {}
+  std::uint64_t size() const override { return split_->size(); }
+  void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
+    thread_local std::vector<std::int32_t> raw;
+    split_->raw_tokens(static_cast<std::size_t>(index), raw);
+    if (raw.size() != tokens.size())
+      fail(fmt::format("mock sample {}: {} tokens, the trainer wants {} (--seq-length + 1)", index, raw.size(), tokens.size()));
+    std::copy(raw.begin(), raw.end(), tokens.begin());
+  }
+
+ private:
+  std::shared_ptr<const data::MockGptDataset> split_;
 };
 
 std::string read_text(const std::string& path) {
@@ -102,12 +121,47 @@ struct Splits {
   std::array<std::optional<data::SplitDataset>, 3> splits;
 };
 
+// --mock-data: the three splits of megatron-core's MockGPTDataset, sized as Megatron sizes them, with the
+// tokenizer's vocabulary and eod.
+void open_mock_data(const TrainArgs& args, const data::MegatronDataArgs& d, TrainingSetup& setup) {
+  const auto sizes = data::megatron_split_sizes(d);
+  data::GptIndexConfig config;
+  config.random_seed = d.seed;
+  config.sequence_length = d.seq_length;
+  const data::MockTokens tokens{static_cast<std::int64_t>(setup.tokenizer->vocab_size()), setup.tokenizer->eod()};
+  const std::int64_t largest = std::max<std::int64_t>(tokens.vocab_size - 1, tokens.eod);
+  if (largest >= setup.config.vocab_size)
+    fail(fmt::format("--mock-data: the mock tokens reach id {}, but the model's vocabulary has {} ids", largest,
+                     setup.config.vocab_size));
+  auto splits = data::build_mock_datasets({sizes[0], sizes[1], sizes[2]}, config, tokens);
+  const auto source = [&](std::size_t s) {
+    return std::make_unique<MockSource>(std::make_shared<const data::MockGptDataset>(std::move(*splits[s])));
+  };
+  setup.train = source(0);
+  if (args.trainer.eval_iters > 0) {
+    setup.valid = source(1);
+    setup.test = source(2);
+  }
+  log::info("--mock-data: megatron-core's MockGPTDataset samples ({} train, {} valid, {} test)", setup.train->size(),
+            setup.valid ? setup.valid->size() : 0, setup.test ? setup.test->size() : 0);
+}
+
 void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Splits>& keep) {
   data::MegatronDataArgs d;
   d.data_path = args.data_path;
   d.train_data_path = args.train_data_path;
   d.valid_data_path = args.valid_data_path;
   d.test_data_path = args.test_data_path;
+  if (!args.data_args_path.empty()) d.data_path = read_data_args(args.data_args_path);
+  if (!args.per_split_data_args_path.empty()) {
+    auto words = read_per_split_data_args(args.per_split_data_args_path);
+    if (words[0].empty())
+      fail(fmt::format("{}: \"train\" names no prefixes; the training split needs some (--per-split-data-args-path)",
+                       args.per_split_data_args_path));
+    d.train_data_path = std::move(words[0]);
+    d.valid_data_path = std::move(words[1]);
+    d.test_data_path = std::move(words[2]);
+  }
   d.split = args.split;
   d.seq_length = static_cast<std::int32_t>(args.trainer.seq_length);
   // Megatron sizes the training split by --train-samples when given (the last partial batch's samples included).
@@ -115,25 +169,32 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   else d.train_iters = args.trainer.train_iters;
   d.global_batch_size = args.trainer.global_batch_size;
   d.eval_iters = args.trainer.eval_iters;
-  // Megatron sizes the validation split by its eval interval; without one, evaluate() never runs, and one
-  // round of eval_iters batches is enough to check the split is buildable.
+  // Megatron sizes the validation split by its eval interval (every evaluation plus the one at the end); dlm's
+  // --eval-interval 0 evaluates only at the end.
   d.eval_interval = args.trainer.eval_interval > 0 ? args.trainer.eval_interval : args.trainer.train_iters + 1;
   d.seed = static_cast<std::uint32_t>(args.seed);
   if (!args.data_cache_path.empty()) d.data_cache_path = args.data_cache_path;
+  if (args.mock_data) {
+    open_mock_data(args, d, setup);
+    return;
+  }
   keep = std::make_shared<Splits>();
   keep->splits = data::build_datasets(data::builder_config(d));
   auto& train = keep->splits[0];
   if (!train || train->size() == 0) fail(fmt::format("--split {}: the training split is empty", args.split));
   // The split holds shared pointers of the datasets; the aliasing pointer keeps `keep` alive.
   setup.train = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*train));
-  if (args.trainer.eval_interval > 0) {
+  // Megatron's do_valid and do_test: a non-empty split and --eval-iters > 0; without one it evaluates nothing.
+  if (args.trainer.eval_iters > 0) {
     auto& valid = keep->splits[1];
-    if (!valid || valid->size() == 0)
-      fail(args.train_data_path.empty()
-               ? fmt::format("--eval-interval {} needs validation data, and --split {} leaves none",
-                             args.trainer.eval_interval, args.split)
-               : fmt::format("--eval-interval {} needs validation data: give --valid-data-path", args.trainer.eval_interval));
-    setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
+    if (valid && valid->size() > 0)
+      setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
+    else
+      log::info("no validation data ({}): no evaluation, as in Megatron",
+                d.train_data_path.empty() ? fmt::format("--split {}", args.split) : std::string("no --valid-data-path"));
+    auto& test = keep->splits[2];
+    if (test && test->size() > 0)
+      setup.test = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*test));
   }
   std::int64_t largest = -1;
   std::string where;
@@ -251,6 +312,12 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
       log::info("--load {}: the checkpoint's attention is {}, this run trains it {} (--attention-mask-type): a new run from its weights",
                 reader.dir(), name(stored.attention_mask), name(setup.config.attention_mask));
       stored.attention_mask = setup.config.attention_mask;
+    }
+    // The epsilon a checkpoint was trained with is part of its model: without --norm-epsilon (or --model-config)
+    // the run keeps it, so that checkpoints of dlm's former default (1e-6) resume as they were trained.
+    if (!args.norm_epsilon_given && args.model_config_file.empty() && stored.norm_epsilon != setup.config.norm_epsilon) {
+      log::info("--load {}: the checkpoint's RMSNorm epsilon {} (no --norm-epsilon given)", reader.dir(), stored.norm_epsilon);
+      setup.config.norm_epsilon = args.model.norm_epsilon = stored.norm_epsilon;
     }
     train::check_config_matches(setup.config, stored, reader.dir() + "/metadata.json");
   }

@@ -28,7 +28,7 @@ struct TrainingSetup {
   std::unique_ptr<data::Tokenizer> tokenizer;  // none without --tokenizer-type
   std::shared_ptr<void> owned;                // the backend, the model and the split indices behind these
   std::unique_ptr<train::TrainableModel> model;
-  std::unique_ptr<train::SampleSource> train, valid;
+  std::unique_ptr<train::SampleSource> train, valid, test;  // valid, test: none without data or --eval-iters
   std::optional<ResumeState> resume;  // from --load
   // Tensor/pipeline parallelism: where this rank's shards sit (checkpoints are then saved by every rank).
   std::optional<train::CheckpointPlacement> placement;

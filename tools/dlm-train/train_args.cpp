@@ -54,7 +54,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("kv-channels", po::value(&r.kv_channels), "head dim (default hidden / heads)")
       ("max-position-embeddings", po::value(&m.max_position_embeddings)->default_value(m.max_position_embeddings), "position table")
       ("rotary-base", po::value(&m.rotary_base)->default_value(m.rotary_base), "RoPE theta")
-      ("norm-epsilon", po::value(&m.norm_epsilon)->default_value(m.norm_epsilon), "RMSNorm eps")
+      ("norm-epsilon", po::value(&m.norm_epsilon)->default_value(1e-5), "RMSNorm eps (a --load checkpoint's when not given)")
       ("qk-layernorm", po::bool_switch(&r.qk_layernorm), "RMSNorm over each head's q and k")
       ("untie-embeddings-and-output-weights", po::bool_switch(&r.untie), "separate output layer")
       ("init-method-std", po::value(&m.init_method_std)->default_value(m.init_method_std), "init std")
@@ -122,6 +122,9 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("train-data-path", po::value(&a.train_data_path)->multitoken(), "[weight] prefix ... of the training split (--split then unused)")
       ("valid-data-path", po::value(&a.valid_data_path)->multitoken(), "[weight] prefix ... of the validation split")
       ("test-data-path", po::value(&a.test_data_path)->multitoken(), "[weight] prefix ... of the test split")
+      ("data-args-path", po::value(&a.data_args_path), "a file holding the --data-path words")
+      ("per-split-data-args-path", po::value(&a.per_split_data_args_path), R"(a JSON file {"train": ..., "valid": ..., "test": ...} of the per-split words)")
+      ("mock-data", po::bool_switch(&a.mock_data), "megatron-core's mock samples (MockGPTDataset) instead of data files; needs --tokenizer-type")
       ("split", po::value(&a.split)->default_value(a.split), "train,valid,test weights")
       ("data-cache-path", po::value(&a.data_cache_path), "where the sample indices are cached");
   add_tokenizer_flags(data, a.tokenizer);
@@ -141,9 +144,9 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("non-persistent-ckpt-type", po::value(&r.non_persistent_type), "global (dlm's only kind: a checkpoint folder on a shared file system)")
       ("non-persistent-global-ckpt-dir", po::value(&r.non_persistent_dir), "where non-persistent checkpoints go (default: --save/non_persistent, as Megatron); --load reads the newer of the two")
       ("async-save", po::bool_switch(&a.async_save), "write checkpoints in the background: the save point copies the state to host memory and training goes on (still crash-safe)")
-      ("eval-interval", po::value(&t.eval_interval)->default_value(0), "validate every N iterations")
-      ("eval-iters", po::value(&t.eval_iters)->default_value(t.eval_iters), "validation batches")
-      ("log-interval", po::value(&t.log_interval)->default_value(t.log_interval), "iterations per log line")
+      ("eval-interval", po::value(&t.eval_interval)->default_value(1000), "validate every N iterations (0: only at the end)")
+      ("eval-iters", po::value(&t.eval_iters)->default_value(100), "global batches per evaluation (0: no evaluation)")
+      ("log-interval", po::value(&t.log_interval)->default_value(100), "iterations per log line")
       ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
       ("help,h", po::bool_switch(&a.help), "this help");
@@ -204,15 +207,14 @@ void check_ranges(const TrainArgs& a, const Raw& r, const po::variables_map& vm)
   in_range("save-interval", t.save_interval, 0, kBig);
   in_range("exit-interval", t.exit_interval, 0, kBig);
   in_range("eval-interval", t.eval_interval, 0, kBig);
-  in_range("eval-iters", t.eval_iters, t.eval_interval > 0 ? 1 : 0, kBig);
+  in_range("eval-iters", t.eval_iters, 0, kBig);
   in_range("log-interval", t.log_interval, 1, kBig);
 }
 
 // Megatron's two ways to give the length and the LR schedule (training.py, get_optimizer_param_scheduler): in
 // iterations (--train-iters, --lr-*-iters) or in samples (--train-samples, --lr-*-samples; iterations = samples /
-// global batch, rounded down), with --lr-warmup-fraction of the decay in either. dlm's schedule computes in samples
-// too but steps its boundaries by whole iterations: a sample count that is not a multiple of the global batch is
-// refused, naming the flag, so that every accepted schedule is Megatron's to the bit.
+// global batch, rounded down), with --lr-warmup-fraction of the decay in either. The schedule (lr_schedule.h) counts
+// samples as Megatron's does, so a count that is not a multiple of the global batch is Megatron's too.
 void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variables_map& vm) {
   auto& t = a.trainer;
   in_range("micro-batch-size", t.micro_batch_size, 1, 1 << 20);  // before it sizes the default global batch
@@ -231,7 +233,6 @@ void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variable
   if (fraction && !(r.warmup_fraction >= 0 && r.warmup_fraction < 1))
     fail(fmt::format("--lr-warmup-fraction {} must be in [0, 1)", r.warmup_fraction));
   const char* other = nullptr;  // a flag of the other unit, which Megatron refuses too
-  double decay, warmup, wsd;
   if (by_samples) {
     if (r.train_samples <= 0) fail(fmt::format("--train-samples {} must be positive", r.train_samples));
     t.train_iters = r.train_samples / g;
@@ -240,9 +241,13 @@ void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variable
     a.train_samples = r.train_samples;
     for (const char* f : {"lr-decay-iters", "lr-warmup-iters", "lr-wsd-decay-iters"})
       if (vm.count(f) && !vm[f].defaulted()) other = f;
-    decay = static_cast<double>(vm.count("lr-decay-samples") ? r.decay_samples : r.train_samples);
-    warmup = static_cast<double>(r.warmup_samples);
-    wsd = static_cast<double>(r.wsd_decay_samples);
+    constexpr std::int64_t kBig = std::int64_t{1} << 52;  // exact as Megatron's float arithmetic needs
+    in_range("lr-decay-samples", r.decay_samples, 0, kBig);
+    in_range("lr-warmup-samples", r.warmup_samples, 0, kBig);
+    in_range("lr-wsd-decay-samples", r.wsd_decay_samples, 0, kBig);
+    t.lr.decay_samples = vm.count("lr-decay-samples") ? r.decay_samples : r.train_samples;
+    t.lr.warmup_samples = static_cast<double>(r.warmup_samples);
+    t.lr.wsd_decay_samples = r.wsd_decay_samples;
   } else {
     constexpr std::int64_t kBig = std::int64_t{1} << 40;
     in_range("train-iters", t.train_iters, 1, kBig);
@@ -251,9 +256,7 @@ void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variable
     in_range("lr-wsd-decay-iters", t.lr.wsd_decay_iters, 0, kBig);
     for (const char* f : {"lr-decay-samples", "lr-warmup-samples", "lr-wsd-decay-samples"})
       if (vm.count(f)) other = f;
-    decay = static_cast<double>((r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters) * g);
-    warmup = static_cast<double>(t.lr.warmup_iters * g);
-    wsd = static_cast<double>(t.lr.wsd_decay_iters * g);
+    t.lr.decay_iters = r.lr_decay_iters > 0 ? r.lr_decay_iters : t.train_iters;
   }
   if (other)
     fail(fmt::format("--{}: training is given in {} (--{}), so is the schedule", other,
@@ -261,21 +264,10 @@ void training_length_and_schedule(TrainArgs& a, const Raw& r, const po::variable
   if (fraction) {
     if (by_samples ? vm.count("lr-warmup-samples") > 0 : t.lr.warmup_iters != 0)
       fail(fmt::format("--lr-warmup-fraction and --lr-warmup-{}: give one", by_samples ? "samples" : "iters"));
-    warmup = r.warmup_fraction * decay;
+    // Megatron's lr_warmup_steps = fraction * lr_decay_steps, a float of samples in either unit.
+    t.lr.warmup_samples =
+        r.warmup_fraction * static_cast<double>(by_samples ? *t.lr.decay_samples : t.lr.decay_iters * g);
   }
-  const auto iterations = [g](double samples, const std::string& what) {
-    if (!(samples >= 0)) fail(fmt::format("{}: must not be negative", what));
-    if (samples != std::floor(samples) || static_cast<std::int64_t>(samples) % g != 0)
-      fail(fmt::format("{}: {} samples is not a whole number of iterations of --global-batch-size {} (dlm's LR "
-                       "schedule changes at whole iterations)", what, samples, g));
-    return static_cast<std::int64_t>(samples) / g;
-  };
-  // In iterations every count is a multiple of the batch: only a sample count or the fraction can be refused.
-  t.lr.decay_iters = iterations(decay, fmt::format("--lr-decay-samples {}{}", decay,
-                                                   vm.count("lr-decay-samples") ? "" : " (--train-samples)"));
-  t.lr.warmup_iters = iterations(warmup, fraction ? fmt::format("--lr-warmup-fraction {}", r.warmup_fraction)
-                                                  : fmt::format("--lr-warmup-samples {}", r.warmup_samples));
-  t.lr.wsd_decay_iters = iterations(wsd, fmt::format("--lr-wsd-decay-samples {}", r.wsd_decay_samples));
 }
 
 // MegaDLMs' --checkpoint-steps "100,200": the iterations after which to save (MegaDLMs itself ignores a list it cannot
@@ -369,6 +361,7 @@ TrainArgs parse_train_args(int argc, char** argv) {
     }
   po::notify(vm);
   training_length_and_schedule(a, r, vm);
+  a.norm_epsilon_given = !vm["norm-epsilon"].defaulted();
   check_ranges(a, r, vm);
   check_megatron_surface(vm);
   if (auto line = no_effect_notice(vm); !line.empty()) a.notices.push_back(std::move(line));
@@ -427,7 +420,19 @@ TrainArgs parse_train_args(int argc, char** argv) {
   const bool per_split = !a.train_data_path.empty() || !a.valid_data_path.empty() || !a.test_data_path.empty();
   if (!a.data_path.empty() && per_split) fail("--data-path and --train-data-path/--valid-data-path/--test-data-path exclude each other");
   if (per_split && a.train_data_path.empty() && !a.dry_run) fail("--valid-data-path/--test-data-path need --train-data-path");
-  if (a.data_path.empty() && !per_split && !a.dry_run)
+  // The files stand for the words (data_args_files.h) and are read with the data.
+  if (!a.data_args_path.empty() && (!a.data_path.empty() || per_split || !a.per_split_data_args_path.empty()))
+    fail("--data-args-path stands for --data-path: give it alone");
+  if (!a.per_split_data_args_path.empty() && (!a.data_path.empty() || per_split))
+    fail("--per-split-data-args-path stands for --train-data-path/--valid-data-path/--test-data-path: give it alone");
+  const bool from_file = !a.data_args_path.empty() || !a.per_split_data_args_path.empty();
+  if (a.mock_data && (!a.data_path.empty() || per_split || from_file))
+    fail("--mock-data stands for the data: give no --data-path, --train-data-path, --data-args-path or "
+         "--per-split-data-args-path with it");
+  if (a.mock_data && a.tokenizer.type.empty())
+    fail("--mock-data needs --tokenizer-type (e.g. NullTokenizer --vocab-size N): its vocabulary and eod make the "
+         "mock tokens, as in Megatron");
+  if (a.data_path.empty() && !per_split && !from_file && !a.mock_data && !a.dry_run)
     fail("--data-path (or --train-data-path) is required (a dlm-preprocess output prefix)");
   if (a.save.empty() && t.save_interval > 0) fail("--save-interval needs --save");
   t.checkpoint_steps = checkpoint_steps(r.checkpoint_steps, t.train_iters);

@@ -20,6 +20,9 @@ struct TrainArgs {
   train::TrainerOptions trainer;
   std::vector<std::string> data_path;  // --data-path [weight] prefix ...
   std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // --train-data-path ... (per split)
+  std::string data_args_path;           // --data-args-path: a file of the --data-path words (read with the data)
+  std::string per_split_data_args_path; // --per-split-data-args-path: JSON of the three splits' words
+  bool mock_data = false;               // --mock-data: megatron-core's MockGPTDataset samples (dlm/data/mock_dataset.h)
   std::string split = "969,30,1";      // --split
   std::string data_cache_path;         // --data-cache-path
   data::TokenizerOptions tokenizer;
@@ -34,6 +37,7 @@ struct TrainArgs {
   std::optional<std::int64_t> train_samples;  // --train-samples (trainer.train_iters is then samples / global batch)
   std::uint64_t seed = 1234;           // --seed
   bool vocab_size_given = false;       // --vocab-size was set (else: the tokenizer's, or the model config's)
+  bool norm_epsilon_given = false;     // --norm-epsilon was set (else Megatron's 1e-5, or a --load checkpoint's)
   bool bf16 = false;                   // --bf16 (the CPU backend computes in fp32 regardless)
   int threads = 0;                     // --threads (0: all cores)
   std::string device;                  // --device cpu|cuda ("": cuda when built with it and a GPU is there)

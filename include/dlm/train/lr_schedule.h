@@ -1,6 +1,9 @@
 // Learning-rate schedule: megatron-core's OptimizerParamScheduler (optimizer_param_scheduler.py).
-// Flags are in iterations; like Megatron, the formulas run on sample counts (iterations * global
-// batch), so that every value equals Megatron's to the last bit (inverse-square-root rounds otherwise).
+// Like Megatron, the formulas run on sample counts: the step after `iteration` iterations is
+// iteration * global batch (the scheduler advances by the global batch each iteration), and the
+// boundaries are in samples, given as iterations (times the global batch) or as samples directly
+// (--lr-*-samples, --lr-warmup-fraction x decay: Megatron's float), so a boundary may fall inside an
+// iteration and every value equals Megatron's to the last bit.
 //
 //   warmup (step <= warmup):  init + (max - init) * step / warmup
 //   constant:                 max
@@ -15,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dlm::train {
@@ -35,6 +39,10 @@ struct LrScheduleOptions {
   std::int64_t wsd_decay_iters = 0;  // --lr-wsd-decay-iters
   WsdDecayStyle wsd_style = WsdDecayStyle::kExponential;
   std::int64_t global_batch_size = 1;  // --global-batch-size: samples per iteration
+  // The boundaries in samples; each replaces its iteration field times global_batch_size when set.
+  std::optional<double> warmup_samples{};           // --lr-warmup-samples, or --lr-warmup-fraction x decay
+  std::optional<std::int64_t> decay_samples{};      // --lr-decay-samples (default --train-samples)
+  std::optional<std::int64_t> wsd_decay_samples{};  // --lr-wsd-decay-samples
 };
 
 class LrSchedule {
@@ -47,6 +55,8 @@ class LrSchedule {
 
  private:
   LrScheduleOptions options_;
+  double warmup_ = 0;  // samples (Megatron's lr_warmup_steps; fractional from --lr-warmup-fraction)
+  std::int64_t decay_ = 0, wsd_decay_ = 0;  // samples
 };
 
 }  // namespace dlm::train

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace dlm::train {
 
@@ -38,7 +39,8 @@ std::string megatron_timestamp(std::chrono::system_clock::time_point t);
 // The iteration line, without a newline.
 std::string megatron_iteration_line(const IterationLogLine& l, std::chrono::system_clock::time_point now);
 // The three lines of the validation block, each ending in '\n'.
-std::string megatron_validation_block(std::int64_t iteration, double lm_loss);
+// `which`: "" for the periodic evaluation, " on validation set" / " on test set" for the ones at the end of training.
+std::string megatron_validation_block(std::int64_t iteration, double lm_loss, std::string_view which = "");
 // Megatron's perplexity: exp(min(20, loss)).
 double megatron_ppl(double lm_loss);
 

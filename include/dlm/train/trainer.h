@@ -196,18 +196,30 @@ class Trainer {
   ~Trainer();
 
   // Resume from a checkpoint's progress and whole optimizer state (the weights are the model's
-  // business); under the distributed optimizer each rank keeps its shard of the moments.
+  // business); under the distributed optimizer each rank keeps its shard of the moments. The validation
+  // position resumes as Megatron's does for a checkpoint without consumed_valid_samples: after
+  // (iteration / eval_interval) evaluations of eval_iters batches each.
   void resume(const TrainProgress& progress, AdamW optimizer_state);
   // The same without the optimizer's state: its moments start afresh (--no-load-optim).
-  void resume(const TrainProgress& progress) { progress_ = progress; }
+  void resume(const TrainProgress& progress);
+  // The test split, evaluated once when training ends (Megatron's do_test); must outlive the trainer.
+  void set_test_data(const SampleSource* test) { test_ = test; }
   // Runs until train_iters, exit_interval or `stop` (set by SIGINT/SIGTERM) and saves through `save` (null: never),
   // and through `save_non_persistent` at the non-persistent save points (checkpoint_saver.h's SaveSchedule).
-  // Returns the stats of every iteration run (losses are what the resume test compares).
+  // When it reaches train_iters (not on an early stop, where Megatron exits), the validation split is evaluated
+  // once more and the test split once, as Megatron ends pretrain(). Returns the stats of every iteration run.
   std::vector<IterationStats> run(const SaveFn& save, const std::atomic<bool>* stop = nullptr,
                                   const SaveFn& save_non_persistent = nullptr);
 
-  // Mean validation loss over eval_iters global batches of the valid source (fixed samples).
+  // Megatron's evaluate(): the mean loss over the next eval_iters global batches of the validation source.
+  // Its iterator is never reset, so each evaluation reads the batches after the previous one's; the split is
+  // sized for every evaluation of the run (eval_iters x (train_iters / eval_interval + 1) global batches), and
+  // running past its end is an error naming the sizes.
   double evaluate();
+  // The mean loss over the first eval_iters global batches of the test source.
+  double evaluate_test();
+  // Global batches of the validation source read so far (Megatron's consumed_valid_samples / global batch).
+  std::int64_t validation_batches_read() const { return valid_batches_; }
   const TrainProgress& progress() const { return progress_; }
   // --overlap-grad-reduce: of the last step's gradient buckets, those whose reduction started before the
   // backward pass ended (0 without overlap).
@@ -230,7 +242,12 @@ class Trainer {
   TrainerOptions options_;
   TrainableModel& model_;
   const SampleSource& train_;
+  // The mean loss of `batches` global batches of `source` from batch `first` (noise keyed by `seed`).
+  double evaluate_batches(const SampleSource& source, std::int64_t first, std::int64_t batches, std::uint64_t seed,
+                          const char* what);
   const SampleSource* valid_;
+  const SampleSource* test_ = nullptr;
+  std::int64_t valid_batches_ = 0;
   Communicator* dp_;
   // The optimizer arrangement (host, sharded host, on the device), chosen once here: libtrain/trainer/gradient_step.h.
   std::unique_ptr<GradientStep> step_;

@@ -65,6 +65,10 @@ struct IterationReport {
   std::optional<MemoryReport> memory;  // where wants_memory()
 };
 
+// Which evaluation a validation() call reports: the periodic one, or the validation and test splits once more at
+// the end of training (Megatron's "... on validation set" / "... on test set" lines).
+enum class EvaluatedSet { kPeriodic, kValidation, kTest };
+
 class TrainingMonitor {
  public:
   // Reads options.monitor, the intervals, the batch and the output paths. `reporting`: this rank writes (the others
@@ -79,7 +83,8 @@ class TrainingMonitor {
   // Whether this rank writes memory scalars at `iteration` (--log-memory-to-tensorboard).
   bool wants_memory(std::int64_t iteration) const;
   void iteration(const IterationReport& r);
-  void validation(std::int64_t iteration, std::int64_t consumed_samples, double loss);
+  void validation(std::int64_t iteration, std::int64_t consumed_samples, double loss,
+                  EvaluatedSet set = EvaluatedSet::kPeriodic);
   // After a checkpoint of `iteration` was committed.
   void saved(std::int64_t iteration, std::int64_t consumed_samples);
 
