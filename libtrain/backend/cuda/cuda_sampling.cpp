@@ -115,29 +115,29 @@ CudaSampling cuda_sampling(std::shared_ptr<CudaModel> model) {
       model->greedy_tokens(g.rows, g.len, causal, g.ids, g.positions, t, c, group_columns(g, first, end));
     });
   };
-  // The block KV cache: a store per padding group, named by the padding.
-  s.cached.full = [model, vocab](const SequenceBatch& b, std::vector<float>& logits) {
+  // The block KV cache: a store per padding group, named by the padding (a causal model is refused there).
+  s.cached.full = [model, causal, vocab](const SequenceBatch& b, std::vector<float>& logits) {
     by_group<float>(b, vocab, logits, [&](const Group& g) {
-      return model->forward_logits(g.rows, g.len, false, g.ids, g.positions, {Mode::kStore, static_cast<int>(g.pad)});
+      return model->forward_logits(g.rows, g.len, causal, g.ids, g.positions, {Mode::kStore, static_cast<int>(g.pad)});
     });
     keep_stores_of(*model, b);
   };
-  s.cached.full_greedy = [model](const SequenceBatch& b, std::int64_t first, std::int64_t end,
+  s.cached.full_greedy = [model, causal](const SequenceBatch& b, std::int64_t first, std::int64_t end,
                                  std::vector<std::int32_t>& tokens, std::vector<float>& confidence) {
     greedy_by_group(b, tokens, confidence, [&](const Group& g, auto& t, auto& c) {
-      model->greedy_tokens(g.rows, g.len, false, g.ids, g.positions, t, c, group_columns(g, first, end),
+      model->greedy_tokens(g.rows, g.len, causal, g.ids, g.positions, t, c, group_columns(g, first, end),
                            {Mode::kStore, static_cast<int>(g.pad)});
     });
     keep_stores_of(*model, b);
   };
   // A window's logits [rows, end - first, vocab]: a group's columns before its first token read 0.
-  s.cached.window = [model, vocab](const SequenceBatch& b, std::int64_t first, std::int64_t end,
+  s.cached.window = [model, causal, vocab](const SequenceBatch& b, std::int64_t first, std::int64_t end,
                                    std::vector<float>& logits) {
     const std::int64_t width = end - first;
     logits.assign(static_cast<std::size_t>(b.rows * width * vocab), 0.0f);
     for (const Group& g : padding_groups(b)) {
       const ColumnWindow cols = group_columns(g, first, end);
-      const std::vector<float> got = model->forward_logits(g.rows, g.len, false, g.ids, g.positions,
+      const std::vector<float> got = model->forward_logits(g.rows, g.len, causal, g.ids, g.positions,
                                                            {Mode::kWindow, static_cast<int>(g.pad), cols});
       const std::int64_t w = cols.end - cols.first, at = cols.first + g.pad - first;
       for (std::int64_t k = 0; k < g.rows; ++k)
@@ -145,10 +145,10 @@ CudaSampling cuda_sampling(std::shared_ptr<CudaModel> model) {
                     logits.begin() + (g.members[static_cast<std::size_t>(k)] * width + at) * vocab);
     }
   };
-  s.cached.window_greedy = [model](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::int64_t read_end,
+  s.cached.window_greedy = [model, causal](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::int64_t read_end,
                                    std::vector<std::int32_t>& tokens, std::vector<float>& confidence) {
     greedy_by_group(b, tokens, confidence, [&](const Group& g, auto& t, auto& c) {
-      model->greedy_tokens(g.rows, g.len, false, g.ids, g.positions, t, c, group_columns(g, first, read_end),
+      model->greedy_tokens(g.rows, g.len, causal, g.ids, g.positions, t, c, group_columns(g, first, read_end),
                            {Mode::kWindow, static_cast<int>(g.pad), group_columns(g, first, end)});
     });
   };
