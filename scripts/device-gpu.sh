@@ -33,6 +33,8 @@ if [[ $WHAT == *tests* ]]; then
   grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|actual|cosine|error|rel|first" "$OUT/gpu_tests.log" | head -120
   echo "== parity with the default options, cuDNN's deterministic backward and the own attention kernels"
   grep -E "^\[parity\] [a-z-]+ \((Default|Deterministic|OwnAttention)\)" "$OUT/gpu_tests.log"
+  echo "== the block KV cache (tests/gpu/cuda_kv_cache_test.cpp): window vs full logits, GPU vs CPU cached tokens"
+  grep -E "^\[kv (window|sampler)\]|CudaKvCache" "$OUT/gpu_tests.log"
   echo "== tiny step"
   timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
   echo "== TP2, TP2+SP, PP2 against the whole model: 2 ranks sharing this GPU, groups staged through MPI"
@@ -99,7 +101,7 @@ if [[ $WHAT == *sample* && $WHAT != *dlmsample* ]]; then
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" 2>&1 | tee "$OUT/sample.log" | grep -vE "^\s*$" | tail -30
 fi
 if [[ $WHAT == *kvcache* ]]; then
-  echo "== sampling with the block KV cache (PyTorch's generate_cached; dlm's GPU sampler has none yet)"
+  echo "== sampling with the block KV cache (dlm's diffusion_generate_cached beside PyTorch's generate_cached)"
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes none,prefix,dual \
     --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
 fi

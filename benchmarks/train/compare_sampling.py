@@ -1,11 +1,11 @@
 """dlm's diffusion sampling on the GPU beside the PyTorch reference (torch_reference.py sample: MegaDLMs'
 generate, eager and torch.compile) in one run: tokens/s and the ratio for batch 1 and 16.
 
---modes adds Fast-dLLM's block KV cache (torch_reference.py's generate_cached, --kv-cache prefix|dual) and
---thresholds its parallel decoding, each row beside the exact PyTorch sampler of the same batch. dlm's GPU
-sampler has no KV cache yet (dlm-generate refuses --kv-cache on the GPU): its cached rows read "-". With the
-benchmark's random weights every confidence is low, so a threshold unmasks about one position per step; the
-forwards column shows how many model calls a row made.
+--modes adds Fast-dLLM's block KV cache (torch_reference.py's generate_cached, --kv-cache prefix|dual; dlm's
+diffusion_generate_cached on the GPU, cuda_sample_bench's KV_CACHE argument) and --thresholds its parallel
+decoding, each row beside the exact PyTorch sampler of the same batch. With the benchmark's random weights every
+confidence is low, so a threshold unmasks about one position per step; the forwards columns show how many model
+calls each side made.
 
 usage: compare_sampling.py --bench build/benchmarks/train/cuda_sample_bench [--config megadlm-1.7b] [--batches 1,16]
                            [--modes none,prefix,dual] [--thresholds 0,0.9]
@@ -33,25 +33,27 @@ def main():
     thresholds = [0.0] + [float(v) for v in args.thresholds.split(",") if float(v) != 0]
     rows = []
     for b in [int(v) for v in args.batches.split(",")]:
-        ours = run([args.bench, args.config, str(b), "64", "256", "256", "32"], 300)
         exact = None
         for mode in modes:
             for t in thresholds:
+                ours = run([args.bench, args.config, str(b), "64", "256", "256", "32", mode, str(t)], 300)
                 ref = run([args.python, os.path.join(HERE, "torch_reference.py"), "sample", "--config", args.config,
                            "--batch", str(b), "--kv-cache", mode, "--threshold", str(t)], 600)
                 if mode == "none" and t == 0:
                     exact = ref
-                rows.append((b, mode, t, ours if mode == "none" and t == 0 else None, ref, exact))
-    print("| batch | KV cache | threshold | dlm tokens/s | PyTorch (torch.compile) tokens/s | forwards | ratio | "
-          "PyTorch vs its exact sampler |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+                rows.append((b, mode, t, ours, ref, exact))
+    print("| batch | KV cache | threshold | dlm tokens/s | dlm forwards | PyTorch (torch.compile) tokens/s | "
+          "PyTorch forwards | ratio | dlm vs the exact PyTorch sampler | PyTorch vs its exact sampler |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for b, mode, t, ours, ref, exact in rows:
-        o = f"{ours['tokens_per_s']:.1f}" if ours else "-"
+        o = f"{ours['tokens_per_s']:.1f}" if ours else "failed"
+        ours_calls = str(ours.get("forwards", "-")) if ours else "-"
         r = f"{ref['tokens_per_s']:.1f}" if ref else "failed"
         calls = str(ref["forwards"]) if ref else "-"
         ratio = f"{ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ours and ref else "-"
+        ours_speedup = f"{ours['tokens_per_s'] / exact['tokens_per_s']:.2f}x" if ours and exact else "-"
         speedup = f"{ref['tokens_per_s'] / exact['tokens_per_s']:.2f}x" if ref and exact else "-"
-        print(f"| {b} | {mode} | {t:g} | {o} | {r} | {calls} | {ratio} | {speedup} |")
+        print(f"| {b} | {mode} | {t:g} | {o} | {ours_calls} | {r} | {calls} | {ratio} | {ours_speedup} | {speedup} |")
 
 
 if __name__ == "__main__":

@@ -2,18 +2,26 @@
 // remasking, per-row top-k, blocks left to right, no cache), the same loop as torch_reference.py's
 // generate; the argmax and its probability are computed on the device for the current block's columns
 // (the only ones a step can change, as diffusion_generate asks), the selection on the host.
+// KV_CACHE prefix|dual (and/or THRESHOLD > 0) runs dlm's sampler instead (diffusion_generate_cached, Fast-dLLM's
+// block KV cache with REFRESH, and its parallel decoding; the greedy fast path on the device), as
+// torch_reference.py's generate_cached on the PyTorch side.
 // Random weights (as the torch side); prints one JSON line in torch_reference.py's form.
-// usage: cuda_sample_bench CONFIG BATCH [PROMPT GEN STEPS BLOCK]   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny
+// usage: cuda_sample_bench CONFIG BATCH [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
+//   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny; KV_CACHE: none (default) | prefix | dual; THRESHOLD 0; REFRESH 0
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "dlm/train/cuda_model.h"
+#include "dlm/train/device.h"
+#include "dlm/train/sampler.h"
 
 namespace {
 
@@ -55,13 +63,17 @@ struct Run {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: cuda_sample_bench megadlm-1.7b|qwen3-1.7b|tiny BATCH [PROMPT GEN STEPS BLOCK]\n");
+    std::fprintf(stderr, "usage: cuda_sample_bench megadlm-1.7b|qwen3-1.7b|tiny BATCH [PROMPT GEN STEPS BLOCK "
+                         "[KV_CACHE [THRESHOLD [REFRESH]]]]\n");
     return 2;
   }
   const std::string name = argv[1];
   const int batch = std::atoi(argv[2]);
   const int prompt = argc > 3 ? std::atoi(argv[3]) : 64, gen = argc > 4 ? std::atoi(argv[4]) : 256;
   const int steps = argc > 5 ? std::atoi(argv[5]) : 256, block = argc > 6 ? std::atoi(argv[6]) : 32;
+  const std::string kv_cache = argc > 7 ? argv[7] : "none";
+  const double threshold = argc > 8 ? std::atof(argv[8]) : 0.0;
+  const int refresh = argc > 9 ? std::atoi(argv[9]) : 0;
   dlm::ckpt::ModelConfig c;
   if (name == "megadlm-1.7b") c.num_layers = 28, c.hidden_size = 2048, c.num_attention_heads = 16, c.num_query_groups = 16,
                               c.kv_channels = 128, c.ffn_hidden_size = 6144, c.vocab_size = 50304;
@@ -76,22 +88,55 @@ int main(int argc, char** argv) {
   c.qk_layernorm = true, c.max_position_embeddings = prompt + gen + 1;
   c.mask_token_id = static_cast<int>(c.vocab_size - 1);
   try {
-    dlm::train::CudaModel model(c);
-    model.init(1);
+    auto model = std::make_shared<dlm::train::CudaModel>(c);
+    model->init(1);
     std::mt19937 rng(0);
     std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * prompt);
     for (auto& t : prompts) t = static_cast<std::int32_t>(rng() % (c.vocab_size - 1));
-    Run run{model, batch, prompt, static_cast<int>(c.vocab_size - 1)};
-    // Warm-up at the timed run's shapes, one step per block (as the torch side): cuDNN's graphs and
-    // cuBLASLt's algorithms are chosen per shape, and a warm-up at another length left that in the timing.
-    run.generate(prompts, gen, gen / block, block);
+    const int mask = static_cast<int>(c.vocab_size - 1);
+    std::int64_t forwards = steps;
+    std::function<std::vector<std::int32_t>(int)> generate;  // the generated part of every row, given the steps
+    if (kv_cache == "none" && threshold <= 0) {
+      generate = [&, run = Run{*model, batch, prompt, mask}](int s) mutable {
+        auto x = run.generate(prompts, gen, s, block);
+        std::vector<std::int32_t> out;
+        for (int r = 0; r < batch; ++r)
+          out.insert(out.end(), x.begin() + static_cast<std::ptrdiff_t>(r) * (prompt + gen) + prompt,
+                     x.begin() + static_cast<std::ptrdiff_t>(r + 1) * (prompt + gen));
+        return out;
+      };
+    } else {
+      const dlm::train::CudaSampling sampling = dlm::train::cuda_sampling(model);
+      std::vector<std::vector<std::int32_t>> rows;
+      for (int r = 0; r < batch; ++r)
+        rows.emplace_back(prompts.begin() + static_cast<std::ptrdiff_t>(r) * prompt,
+                          prompts.begin() + static_cast<std::ptrdiff_t>(r + 1) * prompt);
+      generate = [&, sampling, rows](int s) {
+        dlm::train::DiffusionSamplingOptions o;
+        o.gen_length = gen, o.steps = s, o.block_length = block, o.mask_token = mask;
+        o.confidence_threshold = threshold, o.kv_cache = dlm::train::parse_kv_cache(kv_cache), o.cache_refresh = refresh;
+        const auto out = o.kv_cache == dlm::train::KvCache::kNone
+                             ? dlm::train::diffusion_generate(sampling.logits, sampling.vocab, rows, o, &forwards,
+                                                              sampling.greedy)
+                             : dlm::train::diffusion_generate_cached(sampling.cached, sampling.vocab, rows, o, &forwards);
+        std::vector<std::int32_t> flat;
+        for (const auto& r : out) flat.insert(flat.end(), r.begin(), r.end());
+        return flat;
+      };
+    }
+    // Warm-up at the timed run's shapes, two steps per block (as the torch side: a full forward and, with the
+    // cache, a window): cuDNN's graphs and cuBLASLt's algorithms are chosen per shape, and a warm-up at another
+    // length left that in the timing.
+    generate(2 * (gen / block));
     const auto t0 = std::chrono::steady_clock::now();
-    const auto x = run.generate(prompts, gen, steps, block);
+    const auto x = generate(steps);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto left = std::count(x.begin(), x.end(), c.vocab_size - 1);
+    const auto left = std::count(x.begin(), x.end(), mask);
     std::printf("{\"peer\": \"dlm\", \"mode\": \"sample\", \"config\": \"%s\", \"batch\": %d, \"prompt\": %d, \"gen\": %d, "
-                "\"steps\": %d, \"block\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.2f, \"first\": %d, \"masks_left\": %lld}\n",
-                name.c_str(), batch, prompt, gen, steps, block, dt, batch * gen / dt, x[prompt],
+                "\"steps\": %d, \"block\": %d, \"kv_cache\": \"%s\", \"cache_refresh\": %d, \"threshold\": %g, "
+                "\"forwards\": %lld, \"seconds\": %.4f, \"tokens_per_s\": %.2f, \"first\": %d, \"masks_left\": %lld}\n",
+                name.c_str(), batch, prompt, gen, steps, block, kv_cache.c_str(), refresh, threshold,
+                static_cast<long long>(forwards), dt, batch * gen / dt, x.empty() ? -1 : x[0],
                 static_cast<long long>(left));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_sample_bench: %s\n", e.what());

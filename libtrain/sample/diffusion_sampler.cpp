@@ -240,9 +240,18 @@ std::vector<std::vector<std::int32_t>> diffusion_generate_cached(const CachedLog
   if (o.kv_cache == KvCache::kNone) fail("diffusion_generate_cached: --kv-cache is none (use diffusion_generate)");
   if (!model.full || !model.window) fail("diffusion_generate_cached: the model has no cached forward");
   const std::vector<std::uint8_t> is_prompt = prompt_columns(prompts, o);
+  const bool fast = model.full_greedy && model.window_greedy && o.temperature == 0 && o.cfg_scale <= 0;
   const StepFn step = [&](const SequenceBatch& x, std::int64_t begin, std::int64_t end, std::int64_t t, StepOutput& m) {
-    m.greedy = false;
+    m.greedy = fast;
     const bool refresh = o.cache_refresh > 0 ? t % o.cache_refresh == 0 : t == 0;
+    if (fast) {
+      // The columns read are those diffusion_generate's greedy step reads: [first open column, block end).
+      m.lo = first_open_column(x, o.mask_token, begin);
+      m.hi = end;
+      if (refresh) model.full_greedy(x, m.lo, end, m.tokens, m.confidence);
+      else model.window_greedy(x, m.lo, o.kv_cache == KvCache::kDual ? end : x.len, end, m.tokens, m.confidence);
+      return;
+    }
     if (refresh) {
       m.lo = 0;
       m.hi = x.len;

@@ -1,7 +1,8 @@
 // dlm-train and dlm-generate on the GPU (--device cuda) as a user runs them: the losses of a tiny
 // diffusion model follow the CPU run's from the same seed (the GPU draws Model::init's weights and the
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
-// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU. And the
+// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU (with the block KV
+// cache refreshed every step: the exact sampler's text). And the
 // GPU's tensor (with sequence) and pipeline layouts through the tool under mpiexec, two ranks sharing this
 // GPU (--device-groups staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
 // GPU as the whole model.
@@ -149,12 +150,13 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], w[4 + i], 2e-2 * std::abs(w[4 + i])) << "iteration " << 5 + i;
 
   // Sampling from the final GPU checkpoint on the GPU and on the CPU.
-  const auto sample = [&](const std::string& device) {
-    const auto out = dir_ / ("sample-" + device + ".txt");
+  const auto sample = [&](const std::string& device, const std::string& flags = "") {
+    const auto out = dir_ / ("sample-" + device + std::to_string(flags.size()) + ".txt");
     const std::string cmd = "'" + tool("DLM_GENERATE_TOOL", kGenerateTool) + "' --load '" + ckpt +
                             "' --tokenizer-type NullTokenizer --tokenizer-model none --vocab-size 200 --threads 1"
                             " --prompt '5 12 19' --prompt '7' --max-new-tokens 16 --sample-steps 16"
-                            " --inference-block-size 8 --deterministic-mode --device " + device + " > '" + out.string() + "'";
+                            " --inference-block-size 8 --deterministic-mode --device " + device + " " + flags + " > '" +
+                            out.string() + "'";
     const auto s = dlm::test::run({"/bin/sh", "-c", cmd}, (dir_ / "gen.err").string());
     EXPECT_EQ(s.exit_code, 0) << s.err;
     std::ifstream in(out);
@@ -165,6 +167,13 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   const std::string on_gpu = sample("cuda"), on_host = sample("cpu");
   EXPECT_FALSE(on_gpu.empty());
   std::printf("[gpu tool] sampled on the GPU:\n%s[gpu tool] on the CPU:\n%s", on_gpu.c_str(), on_host.c_str());
+  // The block KV cache on the GPU: a refresh every step is the exact sampler's text (two prompt lengths).
+  for (const std::string mode : {"prefix", "dual"}) {
+    EXPECT_EQ(sample("cuda", "--kv-cache " + mode + " --cache-refresh 1"), on_gpu) << mode;
+    const std::string cached = sample("cuda", "--kv-cache " + mode);
+    EXPECT_FALSE(cached.empty()) << mode;
+    std::printf("[gpu tool] --kv-cache %s on the GPU:\n%s", mode.c_str(), cached.c_str());
+  }
 }
 
 // Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI (--device-groups staged).

@@ -60,9 +60,29 @@ TEST(DiffusionSampler, GreedyDecodesTheModelsArgmax) {
   EXPECT_EQ(out[1], (std::vector<std::int32_t>{1, 2, 3, 4, 0, 1, 2, 3}));
 }
 
+// The toy's greedy tokens and confidences of the columns [first, end); garbage elsewhere (a model skips
+// those rows).
+void toy_greedy(const SequenceBatch& b, std::int64_t first, std::int64_t end, std::vector<std::int32_t>& tokens,
+                std::vector<float>& confidence) {
+  std::vector<float> logits;
+  toy_model(b, logits);
+  tokens.assign(static_cast<std::size_t>(b.rows * b.len), 5);
+  confidence.assign(tokens.size(), 2.0f);
+  for (std::int64_t r = 0; r < b.rows; ++r)
+    for (std::int64_t j = first; j < end; ++j) {
+      const auto i = static_cast<std::size_t>(r * b.len + j);
+      const float* row = logits.data() + i * kVocab;
+      const auto best = std::max_element(row, row + kVocab) - row;
+      double sum = 0;
+      for (std::int64_t v = 0; v < kVocab; ++v) sum += std::exp(double(row[v]) - row[best]);
+      tokens[i] = static_cast<std::int32_t>(best);
+      confidence[i] = static_cast<float>(1.0 / sum);
+    }
+}
+
 // The greedy fast path is asked for the columns a step can change: the block, widened left to a masked
-// prompt column while one is left. Outside that window it gets garbage back (a model skips those rows)
-// and must give the logits path's output.
+// prompt column while one is left. Outside that window it gets garbage back and must give the logits
+// path's output.
 TEST(DiffusionSampler, GreedyPathReadsOnlyTheWindowItAsksFor) {
   DiffusionSamplingOptions o = two_blocks_of_four();
   const std::vector<std::vector<std::int32_t>> prompts = {{1, kMask, 3}, {4}};
@@ -70,20 +90,7 @@ TEST(DiffusionSampler, GreedyPathReadsOnlyTheWindowItAsksFor) {
   GreedyFn greedy = [&](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::vector<std::int32_t>& tokens,
                         std::vector<float>& confidence) {
     windows.emplace_back(first, end);
-    std::vector<float> logits;
-    toy_model(b, logits);
-    tokens.assign(static_cast<std::size_t>(b.rows * b.len), 5);  // garbage outside the window
-    confidence.assign(tokens.size(), 2.0f);
-    for (std::int64_t r = 0; r < b.rows; ++r)
-      for (std::int64_t j = first; j < end; ++j) {
-        const auto i = static_cast<std::size_t>(r * b.len + j);
-        const float* row = logits.data() + i * kVocab;
-        const auto best = std::max_element(row, row + kVocab) - row;
-        double sum = 0;
-        for (std::int64_t v = 0; v < kVocab; ++v) sum += std::exp(double(row[v]) - row[best]);
-        tokens[i] = static_cast<std::int32_t>(best);
-        confidence[i] = static_cast<float>(1.0 / sum);
-      }
+    toy_greedy(b, first, end, tokens, confidence);
   };
   const auto fast = diffusion_generate(toy_model, kVocab, prompts, o, nullptr, greedy);
   const auto slow = diffusion_generate(toy_model, kVocab, prompts, o);
@@ -179,6 +186,43 @@ TEST(DiffusionSampler, CachedWindowsReachBackToMaskedPromptColumns) {
   EXPECT_EQ(diffusion_generate_cached(rec.model(), kVocab, prompts, o), diffusion_generate(toy_model, kVocab, prompts, exact));
   EXPECT_EQ(rec.calls.front(), "full");
   EXPECT_EQ(std::count(rec.calls.begin(), rec.calls.end(), "full"), 2);
+}
+
+// The cached sampler's greedy fast path (temperature 0, no guidance): a refresh reads the greedy tokens of
+// [first open column, block end), a window runs [that column, len) (prefix) or [.., block end) (dual) and reads
+// the same columns; the tokens are the exact sampler's (the toy's logits do not depend on the cache).
+TEST(DiffusionSampler, CachedGreedyPathRunsTheWindowAndReadsTheBlock) {
+  DiffusionSamplingOptions o = two_blocks_of_four(), exact = o;
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, kMask, 3}, {4}};
+  for (KvCache mode : {KvCache::kPrefix, KvCache::kDual}) {
+    RecordingCache rec;
+    CachedLogitsModel m = rec.model();
+    m.full_greedy = [&](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::vector<std::int32_t>& tokens,
+                        std::vector<float>& confidence) {
+      rec.calls.push_back(fmt::format("full greedy [{}, {})", first, end));
+      toy_greedy(b, first, end, tokens, confidence);
+    };
+    m.window_greedy = [&](const SequenceBatch& b, std::int64_t first, std::int64_t end, std::int64_t read_end,
+                          std::vector<std::int32_t>& tokens, std::vector<float>& confidence) {
+      rec.calls.push_back(fmt::format("window greedy [{}, {}) read to {}", first, end, read_end));
+      toy_greedy(b, first, read_end, tokens, confidence);
+    };
+    o.kv_cache = mode;
+    EXPECT_EQ(diffusion_generate_cached(m, kVocab, prompts, o), diffusion_generate(toy_model, kVocab, prompts, exact));
+    const std::string to = mode == KvCache::kDual ? "7" : "11";
+    EXPECT_EQ(rec.calls, (std::vector<std::string>{"full greedy [1, 7)", "window greedy [1, " + to + ") read to 7",
+                                                   "full greedy [1, 11)", "window greedy [1, 11) read to 11"}));
+  }
+  // With a temperature the logits path runs.
+  o.temperature = 1;
+  RecordingCache rec;
+  CachedLogitsModel m = rec.model();
+  m.full_greedy = [](const SequenceBatch&, std::int64_t, std::int64_t, std::vector<std::int32_t>&,
+                     std::vector<float>&) { FAIL() << "greedy path at temperature 1"; };
+  m.window_greedy = [](const SequenceBatch&, std::int64_t, std::int64_t, std::int64_t, std::vector<std::int32_t>&,
+                       std::vector<float>&) { FAIL() << "greedy path at temperature 1"; };
+  diffusion_generate_cached(m, kVocab, prompts, o);
+  EXPECT_EQ(rec.calls.front(), "full");
 }
 
 TEST(DiffusionSampler, KvCacheOptionsAreChecked) {

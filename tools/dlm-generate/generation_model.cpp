@@ -29,7 +29,7 @@ GenerationModel open_generation_model(const std::string& checkpoint, int threads
     train::CudaSampling s = train::make_cuda_sampling(loaded.config, loaded.tensors, cuda);
     log::info("{}: {} layers, hidden {}, {} parameters, {} attention, on the GPU", checkpoint, loaded.config.num_layers,
               loaded.config.hidden_size, s.parameters, attention);
-    return {loaded.config, std::move(s.logits), std::move(s.greedy), {}, s.vocab, std::move(s.keep_alive)};
+    return {loaded.config, std::move(s.logits), std::move(s.greedy), std::move(s.cached), s.vocab, std::move(s.keep_alive)};
   }
   auto owner = std::make_shared<Owner>();
   owner->backend = train::make_cpu_backend(threads);

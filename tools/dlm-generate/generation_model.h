@@ -18,7 +18,7 @@ struct GenerationModel {
   ckpt::ModelConfig config;
   train::LogitsFn logits;
   train::GreedyFn greedy;  // the GPU's greedy fast path (empty on the CPU)
-  train::CachedLogitsModel cached;  // the block KV cache's forwards (--kv-cache; the CPU only, empty on the GPU)
+  train::CachedLogitsModel cached;  // the block KV cache's forwards (--kv-cache; with the greedy paths on the GPU)
   std::int64_t vocab = 0;  // logits per position (the padded vocabulary; the real one on the GPU)
   std::shared_ptr<void> keep_alive;  // owns the model behind `logits`
 };

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       ("remasking", po::value(&remasking)->default_value(remasking), "low_confidence | random")
       ("cfg-scale", po::value(&d.cfg_scale)->default_value(0.0), "classifier-free guidance w")
       ("threshold", po::value(&d.confidence_threshold)->default_value(0.0), "parallel decoding above this confidence")
-      ("kv-cache", po::value(&kv_cache)->default_value(kv_cache), "none | prefix | dual: block KV cache (CPU; docs/generation.md)")
+      ("kv-cache", po::value(&kv_cache)->default_value(kv_cache), "none | prefix | dual: block KV cache (docs/generation.md)")
       ("cache-refresh", po::value(&d.cache_refresh)->default_value(0), "with --kv-cache: a full forward every N steps of a block (0: at its start only)")
       ("temperature", po::value(&temperature)->default_value(temperature), "0: greedy")
       ("top-k", po::value(&top_k)->default_value(0), "AR only; 0 disables")
@@ -76,16 +76,6 @@ int main(int argc, char** argv) {
     in_range("cache-refresh", d.cache_refresh, 0, 1 << 20);
     if (kv_cache != "none" && kv_cache != "prefix" && kv_cache != "dual")
       throw po::error(fmt::format("--kv-cache {}: expected none, prefix or dual", kv_cache));
-    if (kv_cache != "none") {
-      train::Device where = train::Device::kCpu;
-      try {
-        where = train::resolve_device(device);
-      } catch (const Error& e) {
-        throw po::error(e.what());
-      }
-      if (where == train::Device::kCuda)
-        throw po::error(fmt::format("--kv-cache {}: the GPU sampler keeps no keys and values yet; use --device cpu", kv_cache));
-    }
     in_range("temperature", temperature, 0, 1e6);
     in_range("top-k", top_k, 0, std::int64_t{1} << 31);
     if (!(top_p > 0 && top_p <= 1)) throw po::error(fmt::format("--top-p {}: expected a value in (0, 1]", top_p));

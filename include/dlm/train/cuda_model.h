@@ -64,6 +64,23 @@ struct ColumnWindow {
   std::int64_t first = 0, end = -1;
 };
 
+// A sampling forward's use of the block KV cache (sampler.h's CachedLogitsModel; whole model, bidirectional).
+// `store` names one of the caches the model keeps (a caller running padding groups apart keeps one per group).
+//   kStore: the whole forward as without a cache, and every layer's K (after QK-norm and RoPE) and V of every token
+//     kept in the store, [batch, seq, groups, head_dim] bf16, replacing what it held (allocated again for a shape
+//     other than the one it holds);
+//   kWindow: only the columns [columns.first, columns.end) of each row run through the layers, from the ids there;
+//     their queries attend to their own keys and values (computed now) inside the window and to the store's at
+//     every other column, unmasked; the store is left as it was (the CPU Model's forward_window). The ids and
+//     positions are the whole batch's ([batch, seq], the store's shape); forward_logits returns the window's rows
+//     [batch * (end - first), vocab], greedy_tokens takes a greedy window inside the columns.
+// dlm::Error for a causal forward, a window without a stored shape to match, or columns outside the sequence.
+struct KvCacheUse {
+  enum class Mode { kNone, kStore, kWindow } mode = Mode::kNone;
+  int store = 0;
+  ColumnWindow columns{};  // kWindow
+};
+
 class CudaModel {
  public:
   // Allocates parameters and optimizer state on the current device; dlm::Error without one, for a layout
@@ -99,14 +116,17 @@ class CudaModel {
   // Forward only: fp32 logits [batch * seq, vocab_size] (bf16 values), for sampling and parity checks.
   // positions may be empty (0..seq-1 per row).
   std::vector<float> forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
-                                    std::span<const std::int32_t> ids, std::span<const std::int32_t> positions);
+                                    std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
+                                    const KvCacheUse& kv = {});
   // Forward only, then per position of `window` the most likely token and its probability (fp32 softmax
   // over the real vocabulary): the diffusion samplers' greedy x0 and confidence, with no logits leaving the
   // device. tokens and confidence are [batch, seq]; columns outside the window read 0 (their rows skip the
   // output layer).
   void greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
                      std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
-                     std::vector<float>& confidence, ColumnWindow window = {});
+                     std::vector<float>& confidence, ColumnWindow window = {}, const KvCacheUse& kv = {});
+  // Frees the KV stores (KvCacheUse) whose names are not in `keep`.
+  void release_kv_stores(std::span<const int> keep);
   // The same loss, forward only (no gradient).
   double forward_loss(const CudaBatch& batch);
   // The gradients read as zero from here on. Those the weight GEMMs write whole are not cleared but overwritten
@@ -224,7 +244,7 @@ class CudaModel {
   // The samplers' forward (tp = pp = 1): logits out, or with greedy set, greedy tokens of the window's
   // columns out and their confidences in *logits.
   void sample_forward(const CudaBatch& batch, std::vector<float>* logits, std::vector<std::int32_t>* greedy,
-                      ColumnWindow window);
+                      ColumnWindow window, const KvCacheUse& kv);
   std::unique_ptr<Impl> impl_;
 };
 

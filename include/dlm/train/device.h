@@ -69,15 +69,20 @@ std::unique_ptr<TrainableModel> make_cuda_trainable(const ckpt::ModelConfig& con
 
 // A CudaModel holding `weights` (every tensor of model_tensors(config), fp32 global shapes) for the
 // samplers: logits [rows, len, vocab_size] (the real vocabulary; rows with left padding run without it,
-// their pad positions read 0), and the greedy fast path (sampler.h's GreedyFn, no logits leave the GPU).
+// their pad positions read 0), the greedy fast path (sampler.h's GreedyFn, no logits leave the GPU), and the
+// block KV cache's forwards (sampler.h's CachedLogitsModel with its greedy paths; a store per padding group).
 struct CudaSampling {
   LogitsFn logits;
   GreedyFn greedy;
+  CachedLogitsModel cached;
   std::int64_t vocab = 0;
   std::int64_t parameters = 0;
   std::shared_ptr<void> keep_alive;
 };
 CudaSampling make_cuda_sampling(const ckpt::ModelConfig& config, const ckpt::TensorSet& weights,
                                 const CudaOptions& options = {});
+class CudaModel;
+// The same around a whole model as it is (the benchmarks' random weights). CUDA builds only.
+CudaSampling cuda_sampling(std::shared_ptr<CudaModel> model);
 
 }  // namespace dlm::train

@@ -75,9 +75,18 @@ KvCache parse_kv_cache(const std::string& name);  // "none" | "prefix" | "dual"
 //     full() stored (a batch of the same shape and padding; its ids outside the window are not read).
 using WindowLogitsFn = std::function<void(const SequenceBatch& batch, std::int64_t first, std::int64_t end,
                                           std::vector<float>& logits)>;
+// The greedy fast path of a window (GreedyFn's contract): window() of the columns [first, end), then the argmax and
+// its probability of the columns [first, read_end) (read_end <= end), [rows, len] each.
+using WindowGreedyFn = std::function<void(const SequenceBatch& batch, std::int64_t first, std::int64_t end,
+                                          std::int64_t read_end, std::vector<std::int32_t>& tokens,
+                                          std::vector<float>& confidence)>;
+// Optional greedy fast paths (both or neither; used at temperature 0 without guidance, as diffusion_generate's
+// `greedy`): full_greedy is full() that reads back the greedy tokens of the columns [first, end) only.
 struct CachedLogitsModel {
   LogitsFn full;
   WindowLogitsFn window;
+  GreedyFn full_greedy;
+  WindowGreedyFn window_greedy;
 };
 
 struct DiffusionSamplingOptions {

@@ -5,6 +5,7 @@
 //   acts       ActivationBuffers (activations.h): the work buffers, per-slot layer activations, head inputs
 //   inputs     MicroBatchInputs (micro_inputs.h): the micro-batches' columns and their pinned staging
 //   graphs     ForwardGraphCache (forward_graphs.h): the samplers' captured forwards
+//   kv         KvStores (kv_store.h): the samplers' block KV cache
 // and, here, what the rank runs (its widths, layers and ends), the stream, the GEMM and attention engines.
 // Files: cuda_model.cpp (construction, parameters by name), cuda_model_stage.cpp (a step's stages and their
 // collectives), micro_inputs.cpp (uploads), cuda_model_optimizer.cpp (the norm, AdamW, the optimizer state's
@@ -26,6 +27,7 @@
 #include "gemm.h"
 #include "grad_freshness.h"
 #include "kernels.h"
+#include "kv_store.h"
 #include "micro_inputs.h"
 #include "parameter_store.h"
 #include "phase_timer.h"
@@ -70,6 +72,7 @@ struct CudaModel::Impl {
   ActivationBuffers acts;
   MicroBatchInputs inputs;
   ForwardGraphCache graphs;
+  KvStores kv;
 
   int d() const { return cfg.hidden_size; }
   // Local widths (the whole model's when tp == 1).
@@ -133,10 +136,14 @@ struct CudaModel::Impl {
 
 // micro_inputs.cpp: micro-batch k's columns to the device, as much as its use needs (training: the labels,
 // weights and the embedding backward's grouping; loss: labels and weights; sampling: ids and positions).
-enum class Upload { kTraining, kLoss, kSampling };
+// kWindow: a sampling window's columns (CudaModel's KvCacheUse) into the activations' shape as it is, which must
+// hold at least as many rows.
+enum class Upload { kTraining, kLoss, kSampling, kWindow };
 void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, Upload use);
 // cuda_model_stage.cpp: the forward of one micro-batch's layers (the samplers' forward as well).
-void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la);
+// With `kv` (the samplers' block KV cache, kv_store.h): a storing forward keeps each layer's K and V in kv->store; a
+// window forward runs kv->rows() rows (the activations' first rows) and attends over the store.
+void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr);
 
 inline std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
   std::vector<float> out(static_cast<std::size_t>(n));

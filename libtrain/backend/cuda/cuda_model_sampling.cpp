@@ -1,6 +1,9 @@
 // CudaModel's forward for the samplers (whole model only): logits to the host, or the greedy head on the
-// device (argmax and its probability per position) for the columns the sampler can still change.
+// device (argmax and its probability per position) for the columns the sampler can still change; with the
+// block KV cache (KvCacheUse) a forward that stores every layer's K and V, or one of a window over them.
 #include <algorithm>
+#include <iterator>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
@@ -10,34 +13,99 @@
 
 namespace dlm::train {
 
+namespace {
+
+// The store `kv` names for a storing forward of batch x seq: allocated (again) unless it holds that shape.
+KvStore& store_for(CudaModel::Impl& I, int name, std::int64_t batch, std::int64_t seq) {
+  auto& slot = I.kv.by_name[name];
+  if (slot && slot->batch == batch && slot->seq == seq) return *slot;
+  slot.reset();  // the old shape's memory first
+  auto store = std::make_unique<KvStore>();
+  store->batch = batch, store->seq = seq, store->serial = ++I.kv.serial;
+  const std::int64_t n = batch * seq * I.groups * I.cfg.kv_channels;
+  for (int l = 0; l < I.layers; ++l) store->k.push_back(store->arena.alloc<bf16>(n)), store->v.push_back(store->arena.alloc<bf16>(n));
+  slot = std::move(store);
+  return *slot;
+}
+
+}  // namespace
+
 std::vector<float> CudaModel::forward_logits(std::int64_t batch, std::int64_t seq, bool causal,
                                              std::span<const std::int32_t> ids,
-                                             std::span<const std::int32_t> positions) {
+                                             std::span<const std::int32_t> positions, const KvCacheUse& kv) {
   const std::vector<std::int32_t> labels(ids.size(), 0);
   const std::vector<float> weights(ids.size(), 0.0f);
   std::vector<float> logits;
-  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &logits, nullptr, {0, seq});
+  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &logits, nullptr, {0, seq}, kv);
   return logits;
 }
 
 void CudaModel::greedy_tokens(std::int64_t batch, std::int64_t seq, bool causal, std::span<const std::int32_t> ids,
                               std::span<const std::int32_t> positions, std::vector<std::int32_t>& tokens,
-                              std::vector<float>& confidence, ColumnWindow window) {
+                              std::vector<float>& confidence, ColumnWindow window, const KvCacheUse& kv) {
   if (window.end < 0) window.end = seq;
   if (window.first < 0 || window.first >= window.end || window.end > seq)
     fail(fmt::format("CudaModel: greedy columns [{}, {}) outside a sequence of {}", window.first, window.end, seq));
   const std::vector<std::int32_t> labels(ids.size(), 0);
   const std::vector<float> weights(ids.size(), 0.0f);
-  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens, window);
+  sample_forward({batch, seq, causal, ids, labels, positions, weights}, &confidence, &tokens, window, kv);
+}
+
+void CudaModel::release_kv_stores(std::span<const int> keep) {
+  auto& stores = impl_->kv.by_name;
+  for (auto it = stores.begin(); it != stores.end();)
+    it = std::find(keep.begin(), keep.end(), it->first) == keep.end() ? stores.erase(it) : std::next(it);
 }
 
 void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_out, std::vector<std::int32_t>* greedy,
-                               ColumnWindow window) {
+                               ColumnWindow window, const KvCacheUse& kv) {
   auto& I = *impl_;
   if (!I.whole()) fail("CudaModel: sampling runs on the whole model (no tensor or pipeline parallelism)");
   I.settle_embedding();  // no deferred row may reach a captured graph
-  upload_micro_batch(I, 0, b, Upload::kSampling);
-  const std::int64_t n = b.batch * b.seq;
+  // The columns [first, first + width) of each row run through the layers: every column, or a KV-cache window.
+  std::int64_t first = 0, width = b.seq;
+  KvPass pass;
+  const bool windowed = kv.mode == KvCacheUse::Mode::kWindow;
+  if (kv.mode != KvCacheUse::Mode::kNone && b.causal)
+    fail("CudaModel: the sampling KV cache is for bidirectional attention (a diffusion model)");
+  if (kv.mode == KvCacheUse::Mode::kStore) {
+    upload_micro_batch(I, 0, b, Upload::kSampling);
+    pass.store = &store_for(I, kv.store, b.batch, b.seq);
+  } else if (windowed) {
+    const auto found = I.kv.by_name.find(kv.store);
+    if (found == I.kv.by_name.end() || !found->second)
+      fail(fmt::format("CudaModel: a KV-cache window over store {}, which no storing forward filled", kv.store));
+    KvStore& store = *found->second;
+    if (store.batch != b.batch || store.seq != b.seq)
+      fail(fmt::format("CudaModel: a window of a batch {} x {}, but store {} holds {} x {}", b.batch, b.seq, kv.store,
+                       store.batch, store.seq));
+    if (static_cast<std::int64_t>(b.ids.size()) != b.batch * b.seq ||
+        (!b.positions.empty() && b.positions.size() != b.ids.size()))
+      fail(fmt::format("CudaModel: a window's batch columns disagree with its shape {} x {}", b.batch, b.seq));
+    first = kv.columns.first, width = kv.columns.end - first;
+    if (first < 0 || width <= 0 || kv.columns.end > b.seq)
+      fail(fmt::format("CudaModel: window columns [{}, {}) outside a sequence of {}", first, kv.columns.end, b.seq));
+    if (greedy && (window.first < first || window.end > kv.columns.end))
+      fail(fmt::format("CudaModel: greedy columns [{}, {}) outside the window [{}, {})", window.first, window.end, first,
+                       kv.columns.end));
+    // The window's ids and positions (a column's own position: its index when none are given).
+    std::vector<std::int32_t> ids, positions;
+    for (std::int64_t r = 0; r < b.batch; ++r)
+      for (std::int64_t j = first; j < first + width; ++j) {
+        const auto at = static_cast<std::size_t>(r * b.seq + j);
+        ids.push_back(b.ids[at]);
+        positions.push_back(b.positions.empty() ? static_cast<std::int32_t>(j) : b.positions[at]);
+      }
+    const std::vector<std::int32_t> labels(ids.size(), 0);
+    const std::vector<float> weights(ids.size(), 0.0f);
+    if (I.acts.T < b.batch * width) I.ensure_acts(b.batch, b.seq);  // the store's shape holds every window of it
+    upload_micro_batch(I, 0, {b.batch, width, false, ids, labels, positions, weights}, Upload::kWindow);
+    pass = {&store, static_cast<int>(first), static_cast<int>(width)};
+  } else {
+    upload_micro_batch(I, 0, b, Upload::kSampling);
+  }
+  const KvPass* kvp = pass.store ? &pass : nullptr;
+  const std::int64_t n = b.batch * width;  // the rows that ran
   const int d = I.d(), V = I.vpad();
   const cudaStream_t st = I.stream;
   auto& gm = *I.gemm;
@@ -47,20 +115,28 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
   const bf16* head_w = I.params.W(I.out);
   const std::int64_t chunk = I.acts.chunk;
   if (greedy) {
-    // Only the window's rows go through the head: outside it the sampler changes nothing (earlier blocks
+    // Only the greedy window's rows go through the head: outside it the sampler changes nothing (earlier blocks
     // are decoded, later ones are not yet eligible), and the head is the largest GEMM of a short sequence.
-    const std::int64_t width = window.end - window.first, rows_in = b.batch * width;
-    const bool all = width == b.seq;
+    const std::int64_t head = window.end - window.first, rows_in = b.batch * head, skip = window.first - first;
+    const bool all = head == width;
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
     // head run as one CUDA graph, so ~300 launches cost one.
-    const ForwardGraphCache::Shape shape{b.batch, b.seq, b.causal, window.first, window.end};
+    const ForwardGraphCache::Shape shape{b.batch,
+                                         b.seq,
+                                         b.causal,
+                                         window.first,
+                                         window.end,
+                                         static_cast<int>(kv.mode),
+                                         pass.store ? pass.store->serial : 0,
+                                         first,
+                                         first + width};
     I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled(), st, [&] {
-      enqueue_forward(I, in, la);
+      enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;
       if (!all) {
-        // The window's rows of every sequence, packed (tmp is free once the forward has run).
+        // The greedy window's rows of every sequence, packed (tmp is free once the forward has run).
         const auto row = [&](std::int64_t columns) { return static_cast<std::size_t>(columns * d) * sizeof(bf16); };
-        check_cuda(cudaMemcpy2DAsync(w.tmp, row(width), w.hf + window.first * d, row(b.seq), row(width),
+        check_cuda(cudaMemcpy2DAsync(w.tmp, row(head), w.hf + skip * d, row(width), row(head),
                                      static_cast<std::size_t>(b.batch), cudaMemcpyDeviceToDevice, st),
                    "greedy rows");
         head_in = w.tmp;
@@ -74,10 +150,11 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
       }
       check_cuda(cudaGetLastError(), "greedy");
     });
-    // [batch, seq] out, the window's columns filled, 0 elsewhere.
-    greedy->assign(static_cast<std::size_t>(n), 0);
-    logits_out->assign(static_cast<std::size_t>(n), 0.0f);
-    const std::size_t pitch = static_cast<std::size_t>(b.seq) * 4, row = static_cast<std::size_t>(width) * 4;
+    // [batch, seq] out, the greedy window's columns filled, 0 elsewhere.
+    const std::int64_t all_columns = b.batch * b.seq;
+    greedy->assign(static_cast<std::size_t>(all_columns), 0);
+    logits_out->assign(static_cast<std::size_t>(all_columns), 0.0f);
+    const std::size_t pitch = static_cast<std::size_t>(b.seq) * 4, row = static_cast<std::size_t>(head) * 4;
     check_cuda(cudaMemcpy2DAsync(greedy->data() + window.first, pitch, in.labels, row, row,
                                  static_cast<std::size_t>(b.batch), cudaMemcpyDeviceToHost, st),
                "greedy");
@@ -87,7 +164,7 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     synchronize();
     return;
   }
-  enqueue_forward(I, in, la);
+  enqueue_forward(I, in, la, kvp);
   const std::int64_t vocab = I.cfg.vocab_size;
   std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
   for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {

@@ -41,15 +41,21 @@ float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.params.G(p) : nullptr;
 // layer, or a recomputation). `recompute`: the backward's rerun under full recomputation, which stops after SwiGLU
 // (fc2's output only feeds the next layer) and is charged to one "recompute" phase. It writes what the first
 // run wrote, bit for bit: the residual sum was rounded to bf16 before the first run normalised it.
-void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, const bf16* previous, bool recompute) {
+// `kv` (the samplers' block KV cache): a storing forward also copies the layer's K and V into the store; a window
+// forward runs the window's rows only (the whole model: Ts = T) and attends over the store (window_attention).
+void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, const bf16* previous, bool recompute,
+                           const KvPass* kv = nullptr) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
-  const int T = static_cast<int>(I.acts.T), Ts = static_cast<int>(I.acts.Ts), d = I.d(), F = I.ffn(), qd = I.qdim(),
-            qkv = I.qkvdim();
+  const bool window = kv && kv->window();
+  const int T = static_cast<int>(window ? kv->rows() : I.acts.T), Ts = window ? T : static_cast<int>(I.acts.Ts),
+            d = I.d(), F = I.ffn(), qd = I.qdim(), qkv = I.qkvdim();
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   const AttentionShape as = attention_shape(I, in.causal);
-  const QkvShape qs = qkv_shape(I, as);
+  // window_attention reads V from the projection (and asks no engine about the shape).
+  const QkvShape qs = window ? QkvShape{T, I.heads, I.groups, I.cfg.kv_channels, I.cfg.qk_layernorm, eps, false}
+                             : qkv_shape(I, as);
   auto& gm = *I.gemm;
   auto mark = [&](const char* phase) {
     if (!recompute) I.timer.mark(phase, st);
@@ -65,7 +71,18 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                        I.rope_sin, st);
   mark("qk-norm+rope fwd");
-  I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
+  if (window) {
+    const KvStore& kvs = *kv->store;
+    const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
+                                  I.cfg.kv_channels, kv->first, kv->width};
+    window_attention(ws, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)], kvs.v[static_cast<std::size_t>(l)],
+                     A.att, st);
+  } else {
+    I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
+    if (kv)
+      kv_store(A.qkv_rot, A.qkv_raw, T, I.heads, I.groups, I.cfg.kv_channels, kv->store->k[static_cast<std::size_t>(l)],
+               kv->store->v[static_cast<std::size_t>(l)], st);
+  }
   mark("attention fwd");
   gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
   I.scatter_sum(w.tmp_full, w.tmp);
@@ -102,11 +119,13 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
 
 }  // namespace
 
-void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la) {
+void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
-  const int T = static_cast<int>(I.acts.T), Ts = static_cast<int>(I.acts.Ts), d = I.d();
+  const bool window = kv && kv->window();
+  const int T = static_cast<int>(window ? kv->rows() : I.acts.T), Ts = window ? T : static_cast<int>(I.acts.Ts),
+            d = I.d();
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
@@ -120,7 +139,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la)
     mark("embedding fwd");
   }
   for (int l = 0; l < I.layers; ++l)
-    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false);
+    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false, kv);
   const bf16* last = la.back().res2;
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.

@@ -191,6 +191,21 @@ void attention_forward(const AttentionShape& s, const bf16* qkv, bf16* o, float*
 void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o, const bf16* dout, const float* lse,
                         float* delta /*[batch, heads, seq]*/, bf16* dqkv, cudaStream_t stream);
 
+// kv_cache.cu: the samplers' block KV cache (CudaModel's KvCacheUse). kv_store copies every token's K (after QK-norm
+// and RoPE, from the attention layout qkv_rot) and V (from the projection's grouped layout qkv_raw) into k, v
+// [tokens, groups, head_dim]. window_attention: the window's queries (rows b * width + j of qkv_rot, columns first + j
+// of sequence b) over every column of their sequence: the window's own K, V inside [first, first + width), the
+// store's ([batch, seq, groups, head_dim]) elsewhere; bidirectional, unmasked, o [batch * width, heads * head_dim].
+// head_dim in {16, 32, 64, 128}.
+struct WindowAttentionShape {
+  int batch, seq, heads, groups, head_dim;
+  int first, width;
+};
+void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
+              bf16* v, cudaStream_t stream);
+void window_attention(const WindowAttentionShape& s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
+                      const bf16* v_store, bf16* out, cudaStream_t stream);
+
 // rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0
 // (every row r < rows written). bf16 rows of dim elements, dim % 8 == 0.
 void gather_rows(const bf16* x, const int* rows, int count, int dim, bf16* packed, cudaStream_t stream);

@@ -68,7 +68,9 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& b, Upload us
     const std::int64_t local = ids[i] - I.vocab_first;
     ids[i] = local >= 0 && local < I.vpad() ? static_cast<std::int32_t>(local) : -1;
   }
-  if (b.batch != I.acts.B || b.seq != I.acts.S) {
+  if (use == Upload::kWindow) {
+    if (n > I.acts.T) fail(fmt::format("CudaModel: a window of {} rows, but activations for {}", n, I.acts.T));
+  } else if (b.batch != I.acts.B || b.seq != I.acts.S) {
     if (k != 0) fail("CudaModel: the micro-batches of a step must have one shape");
     I.ensure_acts(b.batch, b.seq);
   }
@@ -85,7 +87,7 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& b, Upload us
   in.head_packed = false, in.head_count = static_cast<int>(n);
   std::vector<int> rows, slot, labels;
   std::vector<float> weights;
-  if (use != Upload::kSampling) {
+  if (use != Upload::kSampling && use != Upload::kWindow) {
     // The rows with loss weight, padded to whole quanta by weight-0 copies of row 0; packed when that is fewer.
     slot.assign(static_cast<std::size_t>(n), -1);
     for (std::int64_t i = 0; i < n; ++i)
