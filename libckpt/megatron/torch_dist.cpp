@@ -11,6 +11,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/mapped_file.h"
 #include "megatron_args.h"
+#include "optimizer_state.h"
 
 namespace dlm::ckpt {
 
@@ -109,12 +110,19 @@ MegatronCheckpoint load_megatron_torch_dist(const std::string& path) {
   }
 
   std::map<std::string, std::unique_ptr<MappedFile>> files;
+  TensorSet masters;  // the optimizer's fp32 copies of the weights
   const PickleValue& tensors = field(meta.root(), "state_dict_metadata", meta_path);
   for (const auto& [k, v] : tensors.entries) {
     if (!k->is(Kind::kString)) fail_at(meta_path, "state_dict_metadata key is not a string");
     const std::string& fqn = k->s;
     if (!v->is(Kind::kObject) || v->s != "torch.distributed.checkpoint.metadata.TensorStorageMetadata") continue;  // bytes
-    if (fqn.starts_with("optimizer.") || fqn.find("._extra_state") != std::string::npos) continue;
+    if (fqn.find("._extra_state") != std::string::npos) continue;
+    std::string model_key = fqn;
+    const std::string slot = detail::torch_dist_optimizer_slot(fqn, model_key);
+    if (fqn.starts_with("optimizer.") && slot.empty())
+      fail_at(meta_path, fmt::format("optimizer tensor '{}' is in the distributed optimizer's bucket space (dp_reshardable), which is not read; "
+                                     "save with fully_reshardable (--dist-ckpt-optim-fully-reshardable)", fqn));
+    TensorSet& into = slot == "param" ? masters : slot == "exp_avg" ? out.exp_avg : slot == "exp_avg_sq" ? out.exp_avg_sq : out.tensors;
     Tensor global = Tensor::zeros(fqn, int_tuple(field(*v, "size", meta_path), meta_path));
     for (const PickleValue* chunk : field(*v, "chunks", meta_path).items) {
       const auto offsets = int_tuple(field(*chunk, "offsets", meta_path), meta_path);
@@ -133,24 +141,30 @@ MegatronCheckpoint load_megatron_torch_dist(const std::string& path) {
     }
     // Layers are stacked along a leading dimension: decoder.layers.<rest> is [num_layers, ...].
     const std::string layers = "decoder.layers.";
-    if (fqn.starts_with(layers) && !std::isdigit(static_cast<unsigned char>(fqn[layers.size()]))) {
+    if (model_key.starts_with(layers) && !std::isdigit(static_cast<unsigned char>(model_key[layers.size()]))) {
       const std::int64_t n = global.shape.empty() ? 0 : global.shape[0];
       const std::vector<std::int64_t> shape(global.shape.begin() + 1, global.shape.end());
       const std::int64_t per = element_count(shape);
       for (std::int64_t l = 0; l < n; ++l) {
-        const std::string name = detail::megatron_to_dlm_name(fmt::format("{}{}.{}", layers, l, fqn.substr(layers.size())), 0, meta_path);
+        const std::string name = detail::megatron_to_dlm_name(fmt::format("{}{}.{}", layers, l, model_key.substr(layers.size())), 0, meta_path);
         Tensor one = Tensor::zeros(name, shape);
         std::copy(global.f32().begin() + l * per, global.f32().begin() + (l + 1) * per, one.f32().begin());
-        out.tensors[name] = std::move(one);
+        into[name] = std::move(one);
       }
       continue;
     }
-    const std::string name = detail::megatron_to_dlm_name(fqn, 0, meta_path);
+    const std::string name = detail::megatron_to_dlm_name(model_key, 0, meta_path);
     if (name.empty() || (out.config.tie_word_embeddings && name == "output_layer.weight")) continue;
     global.name = name;
-    out.tensors[name] = std::move(global);
+    into[name] = std::move(global);
   }
   detail::check_megatron_tensors(out.tensors, out.config, dir);
+  if (!out.exp_avg.empty() || !masters.empty()) {
+    const std::int64_t steps = detail::torch_dist_optimizer_steps(common);
+    if (steps <= 0) fail_at(common_path, "optimizer tensors are saved, but common.pt's 'optimizer' has no step");
+    out.state.optimizer_steps = steps;
+  }
+  detail::adopt_optimizer_state(out, std::move(masters), dir);
   return out;
 }
 

@@ -1,0 +1,252 @@
+"""Megatron checkpoints with Adam state -> dlm native, checked against megatron-core 0.16's own optimizers
+on the CPU.
+
+Each case builds megatron-core's GPTModel (local spec, RMSNorm, SwiGLU, RoPE, GQA, no biases, bf16
+parameters) in tp*pp*dp gloo processes, wraps it in megatron's DistributedDataParallel, and trains 3 steps
+with get_megatron_optimizer (Adam, bf16 with fp32 masters; use_distributed_optimizer False:
+Float16OptimizerWithFloat16Params, True: DistributedOptimizer). It then saves as
+megatron/training/checkpointing.py does: legacy (model_optim_rng.pt with optimizer.state_dict(), and
+distrib_optim.pt from save_parameter_state for the distributed optimizer) and torch_dist
+(dist_checkpointing.save of the model's and the optimizer's sharded_state_dict; the distributed optimizer
+as fully_reshardable). Independently of those files, every rank writes what its optimizer holds for each
+of its parameters (the master, exp_avg, exp_avg_sq, and for the distributed optimizer the range of the
+flattened parameter this DP rank owns); merged here in numpy (DP ranges, then TP and PP as
+interop_megatron.py merges weights), every tensor of the converted model.h5 (/model = the fp32 masters,
+/exp_avg, /exp_avg_sq) must equal them exactly, and the step, iteration and consumed samples must travel.
+A dp_reshardable torch_dist checkpoint is refused in one line.
+
+usage: interop_megatron_optim.py DLM_CKPT"""
+import argparse
+import contextlib
+import glob
+import json
+import os
+import shutil
+import sys
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import interop_megatron as im  # noqa: E402  (its checks, model shape and merge rules)
+from dlm_interop import run, workdir  # noqa: E402
+
+torch, np, h5py, dist, mp, F = im.torch, im.np, im.h5py, im.dist, im.mp, im.F
+DLM_CKPT = sys.argv[1]
+ITERATION, CONSUMED, STEPS, LR = 42, 1344, 3, 1e-3
+BATCH, SEQ = 2, 8
+c = im.c
+
+
+def cpu_megatron():
+    """CPU stand-ins for the CUDA calls megatron-core's DDP and optimizers make (gloo does the rest)."""
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.is_available = lambda: False
+
+    def cpu_device(fn):
+        def wrapped(*a, **k):
+            if str(k.get("device", "")).startswith("cuda"):
+                k["device"] = "cpu"
+            return fn(*a, **k)
+        return wrapped
+    for n in ("tensor", "zeros", "empty", "ones", "full", "arange"):
+        setattr(torch, n, cpu_device(getattr(torch, n)))
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    plain_type = torch.Tensor.type
+
+    def cuda_type(self, *a, **k):  # Float16OptimizerWithFloat16Params accepts only torch.cuda.* types
+        r = plain_type(self, *a, **k)
+        return r.replace("torch.", "torch.cuda.", 1) if not a and not k and isinstance(r, str) else r
+    torch.Tensor.type = cuda_type
+    from megatron.core import tensor_parallel
+    tensor_parallel.get_cuda_rng_tracker = lambda: types.SimpleNamespace(fork=contextlib.nullcontext)
+    import megatron.core.dist_checkpointing.strategies.filesystem_async as fs_async
+    fs_async._process_memory = lambda: 0  # needs psutil
+
+
+def build_model(tp, pp, tied):
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+    cfg = TransformerConfig(num_layers=im.LAYERS, hidden_size=im.HIDDEN, num_attention_heads=im.HEADS, num_query_groups=im.GROUPS,
+                            ffn_hidden_size=im.FFN, kv_channels=im.KV, gated_linear_unit=True, activation_func=F.silu,
+                            normalization="RMSNorm", add_bias_linear=False, qk_layernorm=False, use_cpu_initialization=True,
+                            layernorm_epsilon=1e-6, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+                            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, hidden_dropout=0.0,
+                            attention_dropout=0.0)
+    model = GPTModel(cfg, get_gpt_layer_local_spec(normalization="RMSNorm"), vocab_size=im.PADDED, max_sequence_length=128,
+                     position_embedding_type="rope", share_embeddings_and_output_weights=tied,
+                     pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
+    return cfg, model.to(torch.bfloat16)
+
+
+def megatron_args(tp, pp, dp, distopt, tied, root, fmt):
+    from megatron.core.transformer.enums import AttnBackend
+    return argparse.Namespace(
+        num_layers=im.LAYERS, hidden_size=im.HIDDEN, ffn_hidden_size=im.FFN, num_attention_heads=im.HEADS, group_query_attention=True,
+        num_query_groups=im.GROUPS, kv_channels=im.KV, padded_vocab_size=im.PADDED, vocab_size=None, make_vocab_size_divisible_by=128,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, data_parallel_size=dp, params_dtype=torch.bfloat16, bf16=True,
+        attention_backend=AttnBackend.auto, consumed_train_samples=CONSUMED, swiglu=True, normalization="RMSNorm",
+        qk_layernorm=False, add_bias_linear=False, untie_embeddings_and_output_weights=not tied, position_embedding_type="rope",
+        rotary_base=10000, norm_epsilon=1e-6, max_position_embeddings=128, seq_length=128, init_method_std=0.02, ckpt_format=fmt,
+        save=root, lr=LR, optimizer="adam", use_distributed_optimizer=distopt, overlap_grad_reduce=False, weight_decay=0.1,
+        adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8)
+
+
+def train_and_save(rank, world, tp, pp, dp, distopt, tied, base, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    cpu_megatron()
+    from megatron.core import dist_checkpointing
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    ps.initialize_model_parallel(tp, pp)
+    torch.manual_seed(1234)
+    cfg, model = build_model(tp, pp, tied)
+    ddp = DistributedDataParallel(cfg, DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=distopt), model)
+    opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=LR, bf16=True, params_dtype=torch.bfloat16, weight_decay=0.1,
+                                                 use_distributed_optimizer=distopt, clip_grad=0.0), [ddp])
+    gen = torch.Generator().manual_seed(7)
+    pos = torch.arange(SEQ).unsqueeze(0)
+    mask = torch.triu(torch.ones(1, 1, SEQ, SEQ, dtype=torch.bool), diagonal=1)
+    for _ in range(STEPS):
+        tokens = torch.randint(0, im.PADDED, (BATCH, SEQ), generator=gen)
+        stage_input = torch.randn(SEQ, BATCH, im.HIDDEN, generator=gen).to(torch.bfloat16)
+        ddp.zero_grad_buffer()
+        opt.zero_grad()
+        # Each stage on its own (no pipeline schedule): a middle or last stage gets a random input, the
+        # first stage's loss is its output's mean square. The optimizer step is megatron's own.
+        if not ps.is_pipeline_first_stage():
+            ddp.module.set_input_tensor(stage_input.requires_grad_())
+        out = ddp(tokens, pos, mask, labels=tokens if ps.is_pipeline_last_stage() else None)
+        (out.float().mean() if ps.is_pipeline_last_stage() else out.float().pow(2).mean()).backward()
+        ddp.finish_grad_sync()
+        ok, _, _ = opt.step()
+        assert ok
+    tr, pr, dr = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(), ps.get_data_parallel_rank()
+
+    # What the optimizer holds, per parameter, read from its objects (not from any saved file).
+    inner = opt.chained_optimizers[0]
+    held = {}
+    for name, p in ddp.module.named_parameters():
+        if distopt:
+            if p not in inner.model_param_group_index_map:
+                continue
+            r = inner._get_model_param_range_map(p)["param"]
+            t = inner._get_main_param_and_optimizer_states(p)
+            held[name] = dict(shape=tuple(p.shape), start=r.start, end=r.end, **{k: t[k].detach().clone() for k in ("param", "exp_avg", "exp_avg_sq")})
+        else:
+            st = inner.optimizer.state[p.main_param]
+            held[name] = dict(shape=tuple(p.shape), start=0, end=p.numel(), param=p.main_param.detach().flatten().clone(),
+                              exp_avg=st["exp_avg"].flatten().clone(), exp_avg_sq=st["exp_avg_sq"].flatten().clone(), step=float(st["step"]))
+    os.makedirs(f"{base}/held", exist_ok=True)
+    torch.save({"tp": tr, "pp": pr, "dp": dr, "params": held}, f"{base}/held/rank{rank}.pt")
+
+    # Legacy, as checkpointing.py: DP rank 0 writes the rank file; save_parameter_state gathers over DP.
+    root = f"{base}/legacy"
+    d = f"{root}/iter_{ITERATION:07d}/mp_rank_{tr:02d}" + (f"_{pr:03d}" if pp > 1 else "")
+    os.makedirs(d, exist_ok=True)
+    state = opt.state_dict()
+    if distopt:
+        opt.save_parameter_state(f"{d}/distrib_optim.pt")
+    if dr == 0:
+        torch.save({"args": megatron_args(tp, pp, dp, distopt, tied, root, "torch"), "checkpoint_version": 3.0, "iteration": ITERATION,
+                    "model": ddp.module.state_dict_for_save_checkpoint(), "optimizer": state,
+                    "rng_state": [{"torch_rng_state": torch.get_rng_state()}], "num_floating_point_operations_so_far": 1.0e9},
+                   f"{d}/model_optim_rng.pt")
+    if rank == 0:
+        with open(f"{root}/latest_checkpointed_iteration.txt", "w") as f:
+            f.write(str(ITERATION))
+    # torch_dist, as checkpointing.py: the model's and the optimizer's sharded state dicts together.
+    layouts = ["fully_reshardable", "dp_reshardable"] if distopt else [None]
+    for layout in layouts:
+        root = f"{base}/dist_{layout}"
+        model_sd = ddp.module.sharded_state_dict()
+        sd = dict(model_sd)
+        sd["optimizer"] = opt.sharded_state_dict(model_sd, metadata={"distrib_optim_sharding_type": layout} if layout else None)
+        sd.update(args=megatron_args(tp, pp, dp, distopt, tied, root, "torch_dist"), iteration=ITERATION, checkpoint_version=3.0)
+        os.makedirs(f"{root}/iter_{ITERATION:07d}", exist_ok=True)
+        dist_checkpointing.save(sd, f"{root}/iter_{ITERATION:07d}")
+        if rank == 0:
+            with open(f"{root}/latest_checkpointed_iteration.txt", "w") as f:
+                f.write(str(ITERATION))
+    dist.destroy_process_group()
+
+
+def expected_state(base, tp, pp, tied):
+    """{slot: {dlm name: array}} from what the ranks' optimizers held: DP ranges joined, then TP/PP merged."""
+    per_rank = {}  # (tp, pp) -> {name: {slot: flat array}}
+    steps = set()
+    for path in glob.glob(f"{base}/held/rank*.pt"):
+        h = torch.load(path, weights_only=False)
+        mine = per_rank.setdefault((h["tp"], h["pp"]), {})
+        for name, v in h["params"].items():
+            full = mine.setdefault(name, {"shape": v["shape"], **{k: np.full(int(np.prod(v["shape"])), np.nan, np.float32)
+                                                                  for k in ("param", "exp_avg", "exp_avg_sq")}})
+            for k in ("param", "exp_avg", "exp_avg_sq"):
+                full[k][v["start"]:v["end"]] = v[k].float().numpy()
+            if "step" in v:
+                steps.add(v["step"])
+    out = {}
+    for slot in ("param", "exp_avg", "exp_avg_sq"):
+        merged, offset = {}, 0
+        for p in range(pp):
+            shards = {}
+            for t in range(tp):
+                for name, v in per_rank[(t, p)].items():
+                    if tied and name == "output_layer.weight":
+                        continue
+                    a = v[slot].reshape(v["shape"])
+                    c.check(not np.isnan(a).any(), f"{name}: the DP ranks' ranges do not cover it")
+                    shards.setdefault(im.dlm_name(name, offset), []).append(a)
+            offset += im.merge_tp(shards, merged)
+        out[slot] = merged
+    return out, steps
+
+
+def check_converted(out, expected, steps, tag):
+    meta = json.load(open(f"{out}/iter_{ITERATION:07d}/metadata.json"))
+    tr = meta["training"]
+    c.check(tr["iteration"] == ITERATION and tr["consumed_samples"] == CONSUMED and tr["optimizer_steps"] == STEPS,
+            f"{tag}: iteration {tr['iteration']}, consumed {tr['consumed_samples']}, optimizer steps {tr['optimizer_steps']}")
+    c.check(not steps or steps == {float(STEPS)}, f"{tag}: megatron's own step {steps}")
+    with h5py.File(f"{out}/iter_{ITERATION:07d}/model.h5", "r") as h5:
+        for group, slot in (("model", "param"), ("exp_avg", "exp_avg"), ("exp_avg_sq", "exp_avg_sq")):
+            want = expected[slot]
+            names = set(h5[group].keys()) if group in h5 else set()
+            c.check(names == set(want), f"{tag}: /{group} names differ: {sorted(names ^ set(want))}")
+            for name in sorted(names & set(want)):
+                got = h5[group][name][()]
+                c.check(got.shape == want[name].shape and np.array_equal(got, want[name]),
+                        f"{tag}: /{group}/{name} differs (max |diff| {np.abs(got - want[name]).max() if got.shape == want[name].shape else got.shape})")
+    return meta
+
+
+def case(tp, pp, dp, distopt, tied):
+    tag = f"TP{tp} PP{pp} DP{dp} {'distributed' if distopt else 'non-distributed'} optimizer{' tied' if tied else ''}"
+    base = workdir("megatron_optim")
+    try:
+        mp.spawn(train_and_save, args=(tp * pp * dp, tp, pp, dp, distopt, tied, base, im.free_port()), nprocs=tp * pp * dp)
+        expected, steps = expected_state(base, tp, pp, tied)
+        formats = ["legacy", "dist_fully_reshardable" if distopt else "dist_None"]
+        for fmt in formats:
+            out = f"{base}/dlm_{fmt}"
+            run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{base}/{fmt}", out])
+            check_converted(out, expected, steps, f"{tag} {fmt}")
+            print(f"{tag} {fmt}: {sum(len(v) for v in expected.values())} tensors compared")
+        if distopt:
+            p = run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{base}/dist_dp_reshardable", f"{base}/bad"], check=False)
+            err = p.stderr.strip()
+            c.check(p.returncode == 1 and err.count("\n") == 0 and "dp_reshardable" in err and ".metadata" in err,
+                    f"{tag}: dp_reshardable refused in one line: rc {p.returncode}: {err}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    case(2, 1, 1, False, False)
+    case(2, 1, 2, True, False)
+    case(1, 2, 1, False, False)
+    case(1, 2, 2, True, True)
+    c.finish()
