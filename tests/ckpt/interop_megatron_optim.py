@@ -15,7 +15,15 @@ interop_megatron.py merges weights), every tensor of the converted model.h5 (/mo
 /exp_avg, /exp_avg_sq) must equal them exactly, and the step, iteration and consumed samples must travel.
 A dp_reshardable torch_dist checkpoint is refused in one line.
 
-usage: interop_megatron_optim.py DLM_CKPT"""
+Then `dlm-train --load` continues the converted checkpoint (CPU, the same model: RMSNorm, SwiGLU, RoPE, GQA,
+no biases, causal, the AR objective; NullTokenizer data) for one iteration: its metrics start at the
+checkpoint's iteration + 1, the consumed samples and the optimizer step go on from the checkpoint's, and
+the saved state is exactly one AdamW step from the carried one: with g = (m1 - b1 m0) / (1 - b1),
+v1 = b2 v0 + (1 - b2) g^2 (fresh moments would break it), and the weights moved by
+lr / (1 - b1^4) * m1 / (sqrt(v1) / sqrt(1 - b2^4) + eps) after decay, step 4 = megatron's 3 + 1 (a restarted
+step count would give a 1.7x larger update).
+
+usage: interop_megatron_optim.py DLM_CKPT DLM_TRAIN"""
 import argparse
 import contextlib
 import glob
@@ -30,7 +38,7 @@ import interop_megatron as im  # noqa: E402  (its checks, model shape and merge 
 from dlm_interop import run, workdir  # noqa: E402
 
 torch, np, h5py, dist, mp, F = im.torch, im.np, im.h5py, im.dist, im.mp, im.F
-DLM_CKPT = sys.argv[1]
+DLM_CKPT, DLM_TRAIN = sys.argv[1:3]
 ITERATION, CONSUMED, STEPS, LR = 42, 1344, 3, 1e-3
 BATCH, SEQ = 2, 8
 c = im.c
@@ -223,7 +231,56 @@ def check_converted(out, expected, steps, tag):
     return meta
 
 
-def case(tp, pp, dp, distopt, tied):
+def continue_in_dlm(base, converted, tag):
+    """One dlm-train iteration from the converted checkpoint; checks progress and the AdamW step (module doc)."""
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+    vocab, seq, gbs = im.PADDED - 12, 32, 32  # NullTokenizer: vocab + 1 ids (eod = vocab) pad to 512 as megatron's did
+    rng = np.random.default_rng(5)
+    prefix = f"{base}/tokens_text_document"
+    b = IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)
+    for _ in range(600):
+        ids = np.append(rng.integers(0, vocab, int(rng.integers(20, 120))), vocab)
+        b.add_document(ids, [len(ids)])
+    b.finalize(prefix + ".idx")
+    save, metrics = f"{base}/dlm_continued", f"{base}/metrics.jsonl"
+    p = run([DLM_TRAIN, "--num-layers", str(im.LAYERS), "--hidden-size", str(im.HIDDEN), "--ffn-hidden-size", str(im.FFN),
+             "--num-attention-heads", str(im.HEADS), "--group-query-attention", "--num-query-groups", str(im.GROUPS),
+             "--kv-channels", str(im.KV), "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
+             "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--norm-epsilon", "1e-6",
+             "--max-position-embeddings", "128", "--rotary-base", "10000", "--model-running-mode", "vanilla",
+             "--attention-mask-type", "causal", "--seq-length", str(seq), "--micro-batch-size", "8",
+             "--global-batch-size", str(gbs), "--lr", str(LR), "--lr-decay-style", "constant", "--weight-decay", "0.1",
+             "--adam-beta1", "0.9", "--adam-beta2", "0.999", "--adam-eps", "1e-8", "--clip-grad", "0",
+             "--train-iters", str(ITERATION + 1), "--tokenizer-type", "NullTokenizer", "--vocab-size", str(vocab),
+             "--data-path", prefix, "--split", "100,0,0", "--data-cache-path", f"{base}/cache", "--threads", "2",
+             "--seed", "7", "--device", "cpu", "--load", converted, "--save", save, "--metrics-file", metrics])
+    log = p.stdout + p.stderr
+    c.check(f"at iteration {ITERATION}" in log, f"{tag}: dlm-train does not say it resumes at {ITERATION}:\n{log}")
+    rows = [json.loads(line) for line in open(metrics) if '"loss"' in line]
+    c.check(len(rows) == 1 and rows[0].get("iteration") == ITERATION + 1, f"{tag}: metrics {rows}")
+    print(f"{tag}: dlm-train iteration {rows[0].get('iteration')}, loss {rows[0].get('loss')}")
+    meta = json.load(open(f"{save}/iter_{ITERATION + 1:07d}/metadata.json"))
+    tr = meta["training"]
+    c.check(tr["iteration"] == ITERATION + 1 and tr["consumed_samples"] == CONSUMED + gbs and tr["optimizer_steps"] == STEPS + 1,
+            f"{tag}: continued to iteration {tr['iteration']}, consumed {tr['consumed_samples']}, optimizer steps {tr['optimizer_steps']}")
+    b1, b2, eps, wd, s = 0.9, 0.999, 1e-8, 0.1, STEPS + 1
+    worst = {"v": 0.0, "w": 0.0}
+    with h5py.File(f"{converted}/iter_{ITERATION:07d}/model.h5", "r") as h0, h5py.File(f"{save}/iter_{ITERATION + 1:07d}/model.h5", "r") as h1:
+        for name in h0["model"]:
+            w0, m0, v0 = (h0[g][name][()].astype(np.float64) for g in ("model", "exp_avg", "exp_avg_sq"))
+            w1, m1, v1 = (h1[g][name][()].astype(np.float64) for g in ("model", "exp_avg", "exp_avg_sq"))
+            g = (m1 - b1 * m0) / (1 - b1)
+            dv = np.abs(v1 - (b2 * v0 + (1 - b2) * g * g)).max() / max(np.abs(v1).max(), 1e-30)
+            decay = 0.0 if "norm" in name else wd
+            want = w0 * (1 - LR * decay) - LR / (1 - b1 ** s) * m1 / (np.sqrt(v1) / np.sqrt(1 - b2 ** s) + eps)
+            dw = np.abs(w1 - want).max()
+            worst["v"], worst["w"] = max(worst["v"], dv), max(worst["w"], dw)
+            c.check(dv < 1e-4, f"{tag}: {name}: exp_avg_sq is not one step from the carried moments ({dv:.3g})")
+            c.check(dw < 2e-6, f"{tag}: {name}: weights are not one AdamW step (step {s}) from the carried state ({dw:.3g})")
+    print(f"{tag}: one AdamW step from the carried state: max rel |v1 - expected| {worst['v']:.3g}, max |w1 - expected| {worst['w']:.3g}")
+
+
+def case(tp, pp, dp, distopt, tied, continue_from=None):
     tag = f"TP{tp} PP{pp} DP{dp} {'distributed' if distopt else 'non-distributed'} optimizer{' tied' if tied else ''}"
     base = workdir("megatron_optim")
     try:
@@ -234,6 +291,8 @@ def case(tp, pp, dp, distopt, tied):
             out = f"{base}/dlm_{fmt}"
             run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{base}/{fmt}", out])
             check_converted(out, expected, steps, f"{tag} {fmt}")
+            if continue_from == (tp, pp, dp, distopt, fmt):
+                continue_in_dlm(base, out, f"{tag} {fmt}")
             print(f"{tag} {fmt}: {sum(len(v) for v in expected.values())} tensors compared")
         if distopt:
             p = run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{base}/dist_dp_reshardable", f"{base}/bad"], check=False)
@@ -246,7 +305,7 @@ def case(tp, pp, dp, distopt, tied):
 
 if __name__ == "__main__":
     case(2, 1, 1, False, False)
-    case(2, 1, 2, True, False)
+    case(2, 1, 2, True, False, continue_from=(2, 1, 2, True, "legacy"))
     case(1, 2, 1, False, False)
     case(1, 2, 2, True, True)
     c.finish()
