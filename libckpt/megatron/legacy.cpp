@@ -120,7 +120,9 @@ Tensor merge_glu(const std::vector<Tensor>& shards) {
   return concat({concat(gates, 0), concat(ups, 0)}, 0);
 }
 
-Tensor merge_tp(const std::string& name, std::vector<Tensor> shards, const std::string& where) {
+}  // namespace
+
+Tensor detail::merge_megatron_tp(const std::string& name, std::vector<Tensor> shards, const std::string& where) {
   for (const Tensor& s : shards)
     if (s.shape != shards[0].shape) fail_at(where, fmt::format("tensor '{}' has different shapes on different TP ranks", name));
   if (shards.size() == 1 || shards[0].shape.size() == 1) return std::move(shards[0]);  // replicated (norms)
@@ -132,8 +134,6 @@ Tensor merge_tp(const std::string& name, std::vector<Tensor> shards, const std::
   if (name.ends_with("linear_proj.weight") || name.ends_with("linear_fc2.weight")) return concat(shards, 1);
   return concat(shards, 0);  // vocabulary rows, QKV groups
 }
-
-}  // namespace
 
 void detail::check_megatron_tensors(const TensorSet& tensors, const ModelConfig& config, const std::string& where) {
   std::set<std::string> known;
@@ -248,7 +248,7 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
   auto merge_all = [&](std::map<std::string, std::vector<Tensor>>& from, TensorSet& into) {
     for (auto& [name, list] : from) {
       if (static_cast<int>(list.size()) != tp) fail_at(dir, fmt::format("tensor '{}' is on {} of {} TP ranks", name, list.size(), tp));
-      Tensor merged = merge_tp(name, std::move(list), dir);
+      Tensor merged = detail::merge_megatron_tp(name, std::move(list), dir);
       merged.name = name;
       into[name] = std::move(merged);
     }

@@ -6,11 +6,15 @@
 //   - the distributed optimizer's distrib_optim.pt (gathered on DP rank 0 by save_parameter_state): per
 //     grad buffer and dtype one fp32 'param', 'exp_avg', 'exp_avg_sq' over the buffer's elements with the
 //     padding at each bucket's end removed; the positions are _ParamAndGradBuffer's, recomputed here;
-//   - torch_dist, model space: optimizer.state.<slot>.<model key>, read beside the weights.
+//   - torch_dist, model space (non-distributed, fully_reshardable): optimizer.state.<slot>.<model key>,
+//     read beside the weights;
+//   - torch_dist dp_reshardable: the distributed optimizer's buckets per model-parallel rank, laid out as
+//     in distrib_optim.pt but without names: each rank's parameters are rebuilt from the config.
 #include "optimizer_state.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -149,15 +153,22 @@ LocalOptimizerState read_torch_adam(const TorchFile& f, const PickleValue& opt, 
 
 // Where each parameter lies in its grad buffer (_ParamAndGradBuffer with the distributed optimizer):
 // parameters in reverse order, each start padded to 64 elements, a new bucket once a bucket reaches
-// bucket_size and around a shared embedding; the saved tensors drop each bucket's end padding, so a
-// parameter's position is its offset in its bucket plus the unpadded sizes of the buckets before it.
-std::vector<std::int64_t> buffer_positions(const std::vector<LocalParam>& params, std::optional<std::int64_t> bucket_size,
-                                           std::int64_t& numel_unpadded) {
-  std::vector<std::int64_t> at(params.size());
-  std::int64_t bucket_start = 0, start = 0, end = 0, before = 0;  // before: unpadded elements of earlier buckets
+// bucket_size and around a shared embedding. Saved state drops each bucket's end padding, so positions
+// are offsets within a bucket, and `bucket_numel` the buckets' unpadded sizes.
+struct BufferLayout {
+  std::vector<int> bucket;
+  std::vector<std::int64_t> offset;
+  std::vector<std::int64_t> bucket_numel;
+};
+
+BufferLayout buffer_layout(const std::vector<LocalParam>& params, std::optional<std::int64_t> bucket_size) {
+  BufferLayout out;
+  out.bucket.resize(params.size());
+  out.offset.resize(params.size());
+  std::int64_t bucket_start = 0, start = 0, end = 0;
   std::size_t in_bucket = 0;
   auto close = [&](std::int64_t bucket_end) {
-    before += bucket_end - bucket_start;
+    out.bucket_numel.push_back(bucket_end - bucket_start);
     bucket_start = bucket_end;  // the padding after it is not saved; positions restart at the next bucket
     in_bucket = 0;
     return bucket_end;
@@ -167,13 +178,21 @@ std::vector<std::int64_t> buffer_positions(const std::vector<LocalParam>& params
     start = (start + 63) / 64 * 64;
     if (p.shared_embedding && in_bucket > 0) start = close(start);
     end = start + element_count(p.shape);
-    at[k] = before + (start - bucket_start);
+    out.bucket[k] = static_cast<int>(out.bucket_numel.size());
+    out.offset[k] = start - bucket_start;
     ++in_bucket;
     start = (bucket_size && end - bucket_start >= *bucket_size) || p.shared_embedding ? close(end) : end;
   }
   if (in_bucket > 0) close(end);
-  numel_unpadded = before;
-  return at;
+  return out;
+}
+
+// The DDP bucket size megatron-core used: none (one bucket) unless overlap_grad_reduce.
+std::optional<std::int64_t> ddp_bucket_size(const PickleValue& args) {
+  std::int64_t value = 0, dp = 1;
+  megatron_int_arg(args, "data_parallel_size", dp);
+  if (!truthy_arg(args, "overlap_grad_reduce")) return std::nullopt;
+  return megatron_int_arg(args, "ddp_bucket_size", value) ? value : std::max<std::int64_t>(40000000, 1000000 * dp);
 }
 
 // Distributed: distrib_optim.pt = {buckets_coalesced: True, 0: {(param dtype, grad dtype): {param,
@@ -195,13 +214,14 @@ LocalOptimizerState read_distrib_optim(const std::string& path, const std::vecto
   if (!buffer || !buffer->is(Kind::kDict) || buffer->entries.size() != 1)
     fail_at(path, "grad buffer 0: expected one (param dtype, grad dtype) entry");
   const PickleValue& world = *buffer->entries[0].second;
-  std::optional<std::int64_t> bucket_size;
-  std::int64_t value = 0, dp = 1;
-  megatron_int_arg(args, "data_parallel_size", dp);
-  if (truthy_arg(args, "overlap_grad_reduce"))
-    bucket_size = megatron_int_arg(args, "ddp_bucket_size", value) ? value : std::max<std::int64_t>(40000000, 1000000 * dp);
+  const BufferLayout layout = buffer_layout(params, ddp_bucket_size(args));
+  std::vector<std::int64_t> at(params.size());
   std::int64_t numel = 0;
-  const std::vector<std::int64_t> at = buffer_positions(params, bucket_size, numel);
+  for (std::size_t k = 0; k < params.size(); ++k) {  // buckets one after the other
+    at[k] = layout.offset[k];
+    for (int b = 0; b < layout.bucket[k]; ++b) at[k] += layout.bucket_numel[b];
+  }
+  for (std::int64_t n : layout.bucket_numel) numel += n;
   const PickleValue* saved = world.get("numel_unpadded");
   if (!saved || !saved->is(Kind::kInt) || saved->i != numel)
     fail_at(path, fmt::format("grad buffer 0: numel_unpadded {} differs from the {} elements the rank's parameters lay out to",
@@ -263,6 +283,121 @@ std::int64_t torch_dist_optimizer_steps(const TorchFile& common) {
   }
   const PickleValue* groups = inner->get("param_groups");
   return groups && groups->is(Kind::kList) ? group_steps(*groups, common, "optimizer.optimizer.param_groups.step") : -1;
+}
+
+bool dp_reshardable_key(const std::string& fqn, int& group, int& bucket, std::string& slot, const std::string& file) {
+  const std::string head = "optimizer.distributed.dp_group_idx_";
+  const std::size_t b = fqn.rfind(".bucket_idx_");
+  if (!fqn.starts_with(head) || b == std::string::npos) return false;
+  if (fqn.find(".gbuf_idx_0.") == std::string::npos) fail_at(file, fmt::format("'{}': only grad buffer 0 (one parameter dtype) is read", fqn));
+  char* end = nullptr;
+  group = static_cast<int>(std::strtol(fqn.c_str() + head.size(), &end, 10));
+  bucket = static_cast<int>(std::strtol(fqn.c_str() + b + 12, &end, 10));
+  if (*end != '.') fail_at(file, fmt::format("'{}' is not a bucket tensor key", fqn));
+  slot = end + 1;
+  if (slot != "param" && slot != "exp_avg" && slot != "exp_avg_sq") fail_at(file, fmt::format("'{}': unknown optimizer slot '{}'", fqn, slot));
+  return true;
+}
+
+namespace {
+
+// One stage's parameters on one TP rank, in megatron-core's named_parameters order. The local spec puts
+// input_layernorm first in a layer; Transformer Engine's fuses the norms into linear_qkv / linear_fc1
+// (layer_norm_weight before weight).
+std::vector<LocalParam> stage_params(const ModelConfig& c, const ParallelLayout& l, int stage, int layers, bool te) {
+  const std::int64_t tp = l.tp, h = c.hidden_size, f = c.ffn_hidden_size, kv = c.kv_channels;
+  const bool first = stage == 0, last = stage == l.pp - 1, shared = l.pp > 1 && c.tie_word_embeddings;
+  std::vector<LocalParam> out;
+  if (first) out.push_back({"embedding.word_embeddings.weight", {c.padded_vocab_size() / tp, h}, shared});
+  for (int n = 0; n < layers; ++n) {
+    const std::string at = fmt::format("decoder.layers.{}.", n);
+    if (!te) out.push_back({at + "input_layernorm.weight", {h}});
+    out.push_back({at + "self_attention.linear_proj.weight", {h, c.q_size() / tp}});
+    if (te) out.push_back({at + "self_attention.linear_qkv.layer_norm_weight", {h}});
+    out.push_back({at + "self_attention.linear_qkv.weight", {(c.q_size() + 2 * c.kv_size()) / tp, h}});
+    if (c.qk_layernorm) {
+      out.push_back({at + "self_attention.q_layernorm.weight", {kv}});
+      out.push_back({at + "self_attention.k_layernorm.weight", {kv}});
+    }
+    out.push_back({at + (te ? "mlp.linear_fc1.layer_norm_weight" : "pre_mlp_layernorm.weight"), {h}});
+    out.push_back({at + "mlp.linear_fc1.weight", {2 * f / tp, h}});
+    out.push_back({at + "mlp.linear_fc2.weight", {h, f / tp}});
+  }
+  if (last) {
+    out.push_back({"decoder.final_layernorm.weight", {h}});
+    if (!(c.tie_word_embeddings && l.pp == 1)) out.push_back({"output_layer.weight", {c.padded_vocab_size() / tp, h}, shared});
+  }
+  return out;
+}
+
+// Whether `layout` of `params` is what rank `group` saved: its buckets' sizes, and each parameter at a chunk start.
+bool lays_out_to(const std::vector<LocalParam>& params, const BufferLayout& layout, const DpReshardableState& state, int group) {
+  std::size_t buckets = 0;
+  for (const auto& [key, bucket] : state) {
+    if (key.first != group) continue;
+    if (key.second != static_cast<int>(buckets) || buckets >= layout.bucket_numel.size()) return false;
+    for (const auto& [slot, t] : bucket.slots)
+      if (t.numel() != layout.bucket_numel[buckets]) return false;
+    ++buckets;
+  }
+  if (buckets != layout.bucket_numel.size()) return false;
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (!state.at({group, layout.bucket[k]}).chunk_starts.count(layout.offset[k])) return false;
+  return true;
+}
+
+}  // namespace
+
+void read_dp_reshardable(const DpReshardableState& state, const ModelConfig& config, const ParallelLayout& layout,
+                         const PickleValue& args, const std::string& where, TensorSet& masters, TensorSet& exp_avg,
+                         TensorSet& exp_avg_sq) {
+  if (config.num_layers % layout.pp)
+    fail_at(where, fmt::format("dp_reshardable optimizer state: {} layers do not split evenly over {} stages", config.num_layers, layout.pp));
+  const int layers = config.num_layers / layout.pp;
+  std::map<std::string, std::map<std::string, std::vector<Tensor>>> shards;  // slot -> dlm name -> per TP rank
+  for (int group = 0; group < layout.tp * layout.pp; ++group) {
+    const int t = group % layout.tp, stage = group / layout.tp;
+    std::vector<LocalParam> params;
+    std::optional<BufferLayout> found;
+    for (bool te : {false, true}) {
+      params = stage_params(config, layout, stage, layers, te);
+      BufferLayout l = buffer_layout(params, ddp_bucket_size(args));
+      if (lays_out_to(params, l, state, group)) {
+        found = std::move(l);
+        break;
+      }
+    }
+    if (!found)
+      fail_at(where, fmt::format("optimizer.distributed.dp_group_idx_{}: the saved buckets do not match the grad-buffer layout of TP rank {} "
+                                 "stage {} (megatron-core's local or Transformer Engine parameter order)", group, t, stage));
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const std::string name = megatron_to_dlm_name(params[k].local, stage * layers, where);
+      if (config.tie_word_embeddings && name == "output_layer.weight") continue;  // the last stage's copy
+      for (const auto& [slot, flat] : state.at({group, found->bucket[k]}).slots) {
+        Tensor one = Tensor::zeros(name, params[k].shape);
+        std::copy(flat.f32().begin() + found->offset[k], flat.f32().begin() + found->offset[k] + one.numel(), one.f32().begin());
+        auto& list = shards[slot][name];
+        if (static_cast<int>(list.size()) != t) fail_at(where, fmt::format("dp_reshardable optimizer state: '{}' out of TP order", name));
+        list.push_back(std::move(one));
+      }
+    }
+  }
+  for (auto& [slot, by_name] : shards) {
+    TensorSet& into = slot == "param" ? masters : slot == "exp_avg" ? exp_avg : exp_avg_sq;
+    for (auto& [name, list] : by_name) {
+      Tensor merged = merge_megatron_tp(name, std::move(list), where);
+      merged.name = name;
+      into[name] = std::move(merged);
+    }
+  }
+}
+
+std::int64_t dp_reshardable_steps(const TorchFile& object) {
+  const PickleValue& root = object.root();  // a ShardedObject of shape (1,): saved as a one-element list
+  const PickleValue* state = root.is(Kind::kList) && root.items.size() == 1 ? root.items[0] : &root;
+  const PickleValue* groups = state->is(Kind::kDict) ? state->get("param_groups") : nullptr;
+  if (!groups || !groups->is(Kind::kList)) fail_at(object.path(), "the distributed optimizer's state has no 'param_groups'");
+  return group_steps(*groups, object, "param_groups.step");
 }
 
 void adopt_optimizer_state(MegatronCheckpoint& m, TensorSet masters, const std::string& where) {

@@ -55,7 +55,8 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path);
 // Optimizer state, where saved (optimizer_state.cpp): the fp32 master weights, exp_avg, exp_avg_sq and
 // the Adam step of megatron-core's Float16OptimizerWithFloat16Params / FP32Optimizer (the rank file's
 // 'optimizer'), of its DistributedOptimizer (distrib_optim.pt beside the rank file; torch_dist's
-// fully_reshardable optimizer.state.*), merged across TP and PP exactly as the weights are.
+// fully_reshardable optimizer.state.* and dp_reshardable buckets), merged across TP and PP exactly as the
+// weights are.
 bool is_megatron_torch_dist(const std::string& path);
 MegatronCheckpoint load_megatron_torch_dist(const std::string& path);
 // Either format, by what `path` holds.
