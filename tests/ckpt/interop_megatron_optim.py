@@ -311,6 +311,10 @@ def case(tp, pp, dp, distopt, tied, continue_from=None):
             out = f"{base}/dlm_{fmt}"
             run([DLM_CKPT, "convert", "--from", "megatron", "--to", "native", f"{base}/{fmt}", out])
             check_converted(out, expected, steps, f"{tag} {fmt}")
+            shown = run([DLM_CKPT, "inspect", f"{base}/{fmt}"]).stdout
+            valid = run([DLM_CKPT, "validate", f"{base}/{fmt}"], check=False)
+            c.check(f"optimizer: Adam step {STEPS}," in shown and valid.returncode == 0 and f"with Adam state (step {STEPS})" in valid.stdout,
+                    f"{tag} {fmt}: inspect / validate do not report the Adam state: {shown[-300:]} {valid.stdout}")
             if continue_from == (tp, pp, dp, distopt, fmt):
                 continue_in_dlm(base, out, f"{tag} {fmt}")
             print(f"{tag} {fmt}: {sum(len(v) for v in expected.values())} tensors compared")
