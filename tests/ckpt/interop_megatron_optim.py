@@ -17,7 +17,9 @@ interop_megatron.py merges weights), every tensor of the converted model.h5 (/mo
 Then `dlm-train --load` continues the converted checkpoint (CPU, the same model: RMSNorm, SwiGLU, RoPE, GQA,
 no biases, causal, the AR objective; NullTokenizer data) for one iteration: its metrics start at the
 checkpoint's iteration + 1, the consumed samples and the optimizer step go on from the checkpoint's, and
-the saved state is exactly one AdamW step from the carried one: with g = (m1 - b1 m0) / (1 - b1),
+its loss equals megatron-core's on the same batch (the converted weights in megatron's TP1 fp32 GPTModel; the
+samples taken through megatron's index files; softmax over the real vocabulary: dlm leaves the padded rows
+out, megatron keeps them), and the saved state is exactly one AdamW step from the carried one: with g = (m1 - b1 m0) / (1 - b1),
 v1 = b2 v0 + (1 - b2) g^2 (fresh moments would break it), and the weights moved by
 lr / (1 - b1^4) * m1 / (sqrt(v1) / sqrt(1 - b2^4) + eps) after decay, step 4 = megatron's 3 + 1 (a restarted
 step count would give a 1.7x larger update).
@@ -230,6 +232,53 @@ def check_converted(out, expected, steps, tag):
     return meta
 
 
+def megatron_loss(base, converted, vocab, seq, gbs, dlm_loss, tag):
+    """megatron-core's GPTModel (TP1, fp32) with the converted weights, on the batch of iteration 43 as
+    megatron's GPTDataset reads it from the index files dlm-train wrote in megatron's cache format
+    (shuffle -> sample -> document index): its loss over the real vocabulary must be dlm-train's."""
+    import contextlib
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    tokens_ds = IndexedDataset(f"{base}/tokens_text_document")
+    prefix = glob.glob(f"{base}/cache/*-GPTDataset-train-document_index.npy")[0][:-len("document_index.npy")]
+    doc, smp, shf = (np.load(prefix + n) for n in ("document_index.npy", "sample_index.npy", "shuffle_index.npy"))
+
+    def sample(i):  # GPTDataset._query_document_sample_shuffle_indices: seq + 1 tokens
+        (b, bo), (e, eo) = smp[shf[i]], smp[shf[i] + 1]
+        if b == e:
+            return tokens_ds.get(doc[b], offset=bo, length=eo - bo + 1)
+        return np.concatenate([tokens_ds.get(doc[b], offset=bo)] + [tokens_ds.get(doc[k]) for k in range(b + 1, e)]
+                              + [tokens_ds.get(doc[e], length=eo + 1)])
+    batch = torch.from_numpy(np.stack([sample(i) for i in range(CONSUMED, CONSUMED + gbs)]).astype(np.int64))
+    c.check(tuple(batch.shape) == (gbs, seq + 1), f"{tag}: batch shape {tuple(batch.shape)}")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(im.free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    ps.initialize_model_parallel(1, 1)
+    model = im.build_model(1, 1, False, False)
+    sd = model.state_dict()
+    with h5py.File(f"{converted}/iter_{ITERATION:07d}/model.h5", "r") as h5:
+        for k in list(sd):
+            if isinstance(sd[k], torch.Tensor) and im.dlm_name(k, 0) in h5["model"]:
+                sd[k] = torch.from_numpy(h5["model"][im.dlm_name(k, 0)][()])
+    model.load_state_dict(sd)
+    torch.cuda.current_device = lambda: "cpu"
+    tensor_parallel.get_cuda_rng_tracker = lambda: types.SimpleNamespace(fork=contextlib.nullcontext)
+    pos = torch.arange(seq).unsqueeze(0)
+    mask = torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1)
+    with torch.no_grad():
+        logits = model(batch[:, :-1], pos, mask).float()  # [b, s, padded vocab]
+    labels = batch[:, 1:].reshape(-1)
+    real = F.cross_entropy(logits[..., :vocab + 1].reshape(-1, vocab + 1), labels).item()
+    padded = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels).item()
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+    c.check(dlm_loss is not None and abs(real - dlm_loss) < 1e-5,
+            f"{tag}: iteration {ITERATION + 1} loss: dlm-train {dlm_loss}, megatron-core on the same batch {real}")
+    print(f"{tag}: iteration {ITERATION + 1} loss: dlm-train {dlm_loss:.7f}, megatron-core {real:.7f} over the {vocab + 1} real ids "
+          f"({padded:.7f} with megatron's padded rows in the softmax)")
+
+
 def continue_in_dlm(base, converted, tag):
     """One dlm-train iteration from the converted checkpoint; checks progress and the AdamW step (module doc)."""
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
@@ -262,6 +311,7 @@ def continue_in_dlm(base, converted, tag):
     tr = meta["training"]
     c.check(tr["iteration"] == ITERATION + 1 and tr["consumed_samples"] == CONSUMED + gbs and tr["optimizer_steps"] == STEPS + 1,
             f"{tag}: continued to iteration {tr['iteration']}, consumed {tr['consumed_samples']}, optimizer steps {tr['optimizer_steps']}")
+    megatron_loss(base, converted, vocab, seq, gbs, rows[0].get("loss"), tag)
     b1, b2, eps, wd, s = 0.9, 0.999, 1e-8, 0.1, STEPS + 1
     worst = {"v": 0.0, "w": 0.0}
     with h5py.File(f"{converted}/iter_{ITERATION:07d}/model.h5", "r") as h0, h5py.File(f"{save}/iter_{ITERATION + 1:07d}/model.h5", "r") as h1:
