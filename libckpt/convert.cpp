@@ -80,7 +80,7 @@ std::string convert_checkpoint(const std::string& input, const std::string& outp
       return output;
     }
     if (o.to != CheckpointKind::kNative) fail("convert --from megatron writes native or hf");
-    const std::string dir = save_checkpoint(output, m.config, o.layout, {std::move(m.tensors), {}, {}}, m.state);
+    const std::string dir = save_checkpoint(output, m.config, o.layout, {std::move(m.tensors), std::move(m.exp_avg), std::move(m.exp_avg_sq)}, m.state);
     if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, (fs::path(dir) / "tokenizer").string());
     return dir;
   }

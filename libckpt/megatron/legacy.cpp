@@ -14,6 +14,7 @@
 #include "dlm/common/atomic_file.h"
 #include "dlm/common/error.h"
 #include "megatron_args.h"
+#include "optimizer_state.h"
 
 namespace dlm::ckpt {
 
@@ -119,7 +120,9 @@ Tensor merge_glu(const std::vector<Tensor>& shards) {
   return concat({concat(gates, 0), concat(ups, 0)}, 0);
 }
 
-Tensor merge_tp(const std::string& name, std::vector<Tensor> shards, const std::string& where) {
+}  // namespace
+
+Tensor detail::merge_megatron_tp(const std::string& name, std::vector<Tensor> shards, const std::string& where) {
   for (const Tensor& s : shards)
     if (s.shape != shards[0].shape) fail_at(where, fmt::format("tensor '{}' has different shapes on different TP ranks", name));
   if (shards.size() == 1 || shards[0].shape.size() == 1) return std::move(shards[0]);  // replicated (norms)
@@ -131,8 +134,6 @@ Tensor merge_tp(const std::string& name, std::vector<Tensor> shards, const std::
   if (name.ends_with("linear_proj.weight") || name.ends_with("linear_fc2.weight")) return concat(shards, 1);
   return concat(shards, 0);  // vocabulary rows, QKV groups
 }
-
-}  // namespace
 
 void detail::check_megatron_tensors(const TensorSet& tensors, const ModelConfig& config, const std::string& where) {
   std::set<std::string> known;
@@ -176,6 +177,8 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
   MegatronCheckpoint out;
   out.layout.tp = tp, out.layout.pp = pp;
   std::map<std::string, std::vector<Tensor>> shards;  // dlm name -> one per TP rank
+  std::map<std::string, std::vector<Tensor>> masters, exp_avg, exp_avg_sq;  // the same, of the optimizer
+  bool with_optimizer = false;
   int layer_offset = 0;
   std::vector<int> stage_sizes;
   for (int p = 0; p < pp; ++p) {
@@ -202,15 +205,38 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
       const int layers = layer_count(*model);
       if (stage_layers >= 0 && layers != stage_layers) fail_at(file, "TP ranks of one pipeline stage hold different layers");
       stage_layers = layers;
+      std::vector<detail::LocalParam> params;  // named_parameters order, for the optimizer state
+      std::vector<std::string> names;          // dlm's name of each, "" for the tied output copy
       for (const auto& [k, v] : model->entries) {
         if (!k->is(Kind::kString)) fail_at(file, "model state dict has a key that is not a string");
-        const std::string name = detail::megatron_to_dlm_name(k->s, layer_offset, file);
+        std::string name = detail::megatron_to_dlm_name(k->s, layer_offset, file);
         if (name.empty() || v->is(Kind::kNone)) continue;
-        if (out.config.tie_word_embeddings && name == "output_layer.weight") continue;  // the last stage's copy
         if (!v->is(Kind::kTensor)) fail_at(file, fmt::format("model entry '{}' is not a tensor", k->s));
+        // Across pipeline stages a tied embedding and its last-stage copy get their own buffer bucket.
+        const bool shared = pp > 1 && out.config.tie_word_embeddings &&
+                            (name == "output_layer.weight" || name == "embedding.word_embeddings.weight");
+        params.push_back({k->s, v->shape, shared});
+        if (out.config.tie_word_embeddings && name == "output_layer.weight") name.clear();  // the last stage's copy
+        names.push_back(name);
+        if (name.empty()) continue;
         auto& list = shards[name];
         if (static_cast<int>(list.size()) != t) fail_at(file, fmt::format("tensor '{}' appears on more than one pipeline stage", k->s));
         list.push_back(f.tensor(*v, name));
+      }
+      const PickleValue* rank_args = root.get("args");
+      if (!rank_args) fail_at(file, "no 'args'");
+      const auto opt = detail::read_legacy_optimizer_state(f, params, *rank_args);
+      if (p == 0 && t == 0) with_optimizer = opt.has_value();
+      if (opt.has_value() != with_optimizer) fail_at(file, "some rank files carry optimizer state and others do not");
+      if (!opt) continue;
+      if (out.state.optimizer_steps && opt->steps != out.state.optimizer_steps)
+        fail_at(file, fmt::format("optimizer step {} differs from the other ranks' {}", opt->steps, out.state.optimizer_steps));
+      out.state.optimizer_steps = opt->steps;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (names[i].empty()) continue;
+        if (!opt->master.empty()) masters[names[i]].push_back(opt->master[i]);
+        exp_avg[names[i]].push_back(opt->exp_avg[i]);
+        exp_avg_sq[names[i]].push_back(opt->exp_avg_sq[i]);
       }
     }
     layer_offset += stage_layers;
@@ -219,13 +245,21 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path) {
   if (layer_offset != out.config.num_layers)
     fail_at(dir, fmt::format("the stages hold {} layers, args.num_layers is {}", layer_offset, out.config.num_layers));
   if (pp > 1) out.layout.layers_per_stage = stage_sizes;
-  for (auto& [name, list] : shards) {
-    if (static_cast<int>(list.size()) != tp) fail_at(dir, fmt::format("tensor '{}' is on {} of {} TP ranks", name, list.size(), tp));
-    Tensor merged = merge_tp(name, std::move(list), dir);
-    merged.name = name;
-    out.tensors[name] = std::move(merged);
-  }
+  auto merge_all = [&](std::map<std::string, std::vector<Tensor>>& from, TensorSet& into) {
+    for (auto& [name, list] : from) {
+      if (static_cast<int>(list.size()) != tp) fail_at(dir, fmt::format("tensor '{}' is on {} of {} TP ranks", name, list.size(), tp));
+      Tensor merged = detail::merge_megatron_tp(name, std::move(list), dir);
+      merged.name = name;
+      into[name] = std::move(merged);
+    }
+  };
+  merge_all(shards, out.tensors);
   detail::check_megatron_tensors(out.tensors, out.config, dir);
+  TensorSet master_set;
+  merge_all(masters, master_set);
+  merge_all(exp_avg, out.exp_avg);
+  merge_all(exp_avg_sq, out.exp_avg_sq);
+  detail::adopt_optimizer_state(out, std::move(master_set), dir);
   return out;
 }
 

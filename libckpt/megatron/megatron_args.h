@@ -27,6 +27,9 @@ std::string megatron_iteration_dir(const std::string& path);
 // A Megatron state-dict name -> dlm's ("" for entries that are not weights): layer N becomes
 // N + layer_offset, the local spec's norm names become TE's (megatron.h).
 std::string megatron_to_dlm_name(const std::string& local, int layer_offset, const std::string& file);
+// One tensor's TP shards merged into the global tensor (megatron.h: vocabulary rows and QKV groups along dim
+// 0, row-parallel along dim 1, SwiGLU's [gate_r ; up_r] halves, 1-D tensors replicated).
+Tensor merge_megatron_tp(const std::string& name, std::vector<Tensor> shards, const std::string& where);
 // Every tensor of config's model present with its shape, and no other; errors name `where`.
 void check_megatron_tensors(const TensorSet& tensors, const ModelConfig& config, const std::string& where);
 

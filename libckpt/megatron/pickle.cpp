@@ -43,7 +43,7 @@ PickleValue* Pickle::make(Kind kind) {
 
 namespace {
 
-enum class Role { kDict, kNamespace, kSet, kBytesFromLatin1, kSize, kRebuildTensor, kRebuildTensorV1, kRebuildParameter, kStorage, kConstant, kObject };
+enum class Role { kDict, kNamespace, kSet, kBytesFromLatin1, kSize, kRebuildTensor, kRebuildTensorV1, kRebuildParameter, kRebuildFromType, kStorage, kConstant, kObject };
 
 struct Known {
   Role role;
@@ -65,6 +65,11 @@ const std::unordered_map<std::string, Known>& known_globals() {
         {"torch._utils._rebuild_tensor", {Role::kRebuildTensorV1}},
         {"torch._utils._rebuild_parameter", {Role::kRebuildParameter}},
         {"torch._utils._rebuild_parameter_with_state", {Role::kRebuildParameter}},
+        // A tensor with Python attributes (megatron's fp32 masters carry tensor_model_parallel, ...):
+        // _rebuild_from_type_v2(rebuild function, torch.Tensor, its arguments, the attributes).
+        {"torch._tensor._rebuild_from_type_v2", {Role::kRebuildFromType}},
+        {"torch.Tensor", {Role::kConstant}},
+        {"torch.nn.parameter.Parameter", {Role::kConstant}},
     };
     const std::pair<const char*, TorchDType> storages[] = {
         {"Float", TorchDType::kFloat32}, {"Double", TorchDType::kFloat64}, {"Half", TorchDType::kFloat16},
@@ -318,6 +323,15 @@ PickleValue* Machine::call(const PickleValue* callable, const PickleValue* args,
     case Role::kRebuildParameter:
       if (a.empty() || a[0]->kind != Kind::kTensor) bad("parameter rebuilt from something other than a tensor");
       return const_cast<PickleValue*>(a[0]);
+    case Role::kRebuildFromType: {
+      // The attributes (a[3]) are not kept; only a tensor rebuild may be named as the function.
+      if (a.size() != 4 || a[0]->kind != Kind::kGlobal || a[1]->kind != Kind::kGlobal || a[2]->kind != Kind::kTuple)
+        bad("_rebuild_from_type_v2 is called with something other than (function, type, args, state)");
+      const Role inner = known_globals().at(a[0]->s).role;
+      if ((inner != Role::kRebuildTensor && inner != Role::kRebuildParameter) || known_globals().at(a[1]->s).role != Role::kConstant)
+        bad(fmt::format("_rebuild_from_type_v2 names {} and {}, not a tensor rebuild and a tensor type", a[0]->s, a[1]->s));
+      return call(a[0], a[2], nullptr);
+    }
     case Role::kStorage:
     case Role::kConstant: bad(fmt::format("pickle calls {}, which is not callable here", callable->s));
     case Role::kObject: break;

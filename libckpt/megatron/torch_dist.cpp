@@ -11,6 +11,7 @@
 #include "dlm/common/error.h"
 #include "dlm/common/mapped_file.h"
 #include "megatron_args.h"
+#include "optimizer_state.h"
 
 namespace dlm::ckpt {
 
@@ -109,15 +110,15 @@ MegatronCheckpoint load_megatron_torch_dist(const std::string& path) {
   }
 
   std::map<std::string, std::unique_ptr<MappedFile>> files;
+  TensorSet masters;  // the optimizer's fp32 copies of the weights
+  detail::DpReshardableState dp_state;  // the distributed optimizer's bucket-space state (dp_reshardable)
+  std::int64_t dp_steps = -1;
   const PickleValue& tensors = field(meta.root(), "state_dict_metadata", meta_path);
   for (const auto& [k, v] : tensors.entries) {
     if (!k->is(Kind::kString)) fail_at(meta_path, "state_dict_metadata key is not a string");
     const std::string& fqn = k->s;
-    if (!v->is(Kind::kObject) || v->s != "torch.distributed.checkpoint.metadata.TensorStorageMetadata") continue;  // bytes
-    if (fqn.starts_with("optimizer.") || fqn.find("._extra_state") != std::string::npos) continue;
-    Tensor global = Tensor::zeros(fqn, int_tuple(field(*v, "size", meta_path), meta_path));
-    for (const PickleValue* chunk : field(*v, "chunks", meta_path).items) {
-      const auto offsets = int_tuple(field(*chunk, "offsets", meta_path), meta_path);
+    // An item's bytes (a torch.save archive) inside its .distcp file.
+    auto item_at = [&](const std::vector<std::int64_t>& offsets) {
       auto s = storage.find({fqn, offsets});
       if (s == storage.end()) fail_at(meta_path, fmt::format("no storage entry for a chunk of '{}'", fqn));
       auto& mapped = files[s->second.file];
@@ -125,32 +126,68 @@ MegatronCheckpoint load_megatron_torch_dist(const std::string& path) {
       const Where& w = s->second;
       if (w.offset > mapped->size() || w.length > mapped->size() - w.offset)
         fail_at_offset(mapped->path(), w.offset, fmt::format("chunk of '{}' runs past the end of the file", fqn));
-      const std::string name = fmt::format("{}@{}", mapped->path(), w.offset);
-      const TorchFile item(mapped->bytes().subspan(w.offset, w.length), name);
-      const Tensor t = item.tensor(item.root(), fqn);
-      if (t.shape != int_tuple(field(*chunk, "sizes", meta_path), meta_path)) fail_at(name, fmt::format("chunk of '{}' has the wrong shape", fqn));
-      place(global, t, offsets, name);
+      return std::make_unique<TorchFile>(mapped->bytes().subspan(w.offset, w.length), fmt::format("{}@{}", mapped->path(), w.offset));
+    };
+    if (!v->is(Kind::kObject) || v->s != "torch.distributed.checkpoint.metadata.TensorStorageMetadata") {  // bytes
+      if (fqn.starts_with("optimizer.distributed.dp_group_idx_0.optimizer/shard_")) dp_steps = detail::dp_reshardable_steps(*item_at({}));
+      continue;
+    }
+    if (fqn.find("._extra_state") != std::string::npos) continue;
+    std::string model_key = fqn, dp_slot;
+    const std::string slot = detail::torch_dist_optimizer_slot(fqn, model_key);
+    int dp_group = 0, dp_bucket = 0;
+    const bool bucket_space = detail::dp_reshardable_key(fqn, dp_group, dp_bucket, dp_slot, meta_path);
+    if (fqn.starts_with("optimizer.") && slot.empty() && !bucket_space)
+      fail_at(meta_path, fmt::format("optimizer tensor '{}' cannot be mapped onto dlm's parameters", fqn));
+    TensorSet& into = slot == "param" ? masters : slot == "exp_avg" ? out.exp_avg : slot == "exp_avg_sq" ? out.exp_avg_sq : out.tensors;
+    Tensor global = Tensor::zeros(fqn, int_tuple(field(*v, "size", meta_path), meta_path));
+    for (const PickleValue* chunk : field(*v, "chunks", meta_path).items) {
+      const auto offsets = int_tuple(field(*chunk, "offsets", meta_path), meta_path);
+      const auto item = item_at(offsets);
+      const Tensor t = item->tensor(item->root(), fqn);
+      if (t.shape != int_tuple(field(*chunk, "sizes", meta_path), meta_path)) fail_at(item->path(), fmt::format("chunk of '{}' has the wrong shape", fqn));
+      place(global, t, offsets, item->path());
+      if (bucket_space && offsets.size() == 1) dp_state[{dp_group, dp_bucket}].chunk_starts.insert(offsets[0]);
+    }
+    if (bucket_space) {
+      if (global.shape.size() != 1) fail_at(meta_path, fmt::format("'{}' is not a flat bucket tensor", fqn));
+      dp_state[{dp_group, dp_bucket}].slots[dp_slot] = std::move(global);
+      continue;
     }
     // Layers are stacked along a leading dimension: decoder.layers.<rest> is [num_layers, ...].
     const std::string layers = "decoder.layers.";
-    if (fqn.starts_with(layers) && !std::isdigit(static_cast<unsigned char>(fqn[layers.size()]))) {
+    if (model_key.starts_with(layers) && !std::isdigit(static_cast<unsigned char>(model_key[layers.size()]))) {
       const std::int64_t n = global.shape.empty() ? 0 : global.shape[0];
       const std::vector<std::int64_t> shape(global.shape.begin() + 1, global.shape.end());
       const std::int64_t per = element_count(shape);
       for (std::int64_t l = 0; l < n; ++l) {
-        const std::string name = detail::megatron_to_dlm_name(fmt::format("{}{}.{}", layers, l, fqn.substr(layers.size())), 0, meta_path);
+        const std::string name = detail::megatron_to_dlm_name(fmt::format("{}{}.{}", layers, l, model_key.substr(layers.size())), 0, meta_path);
         Tensor one = Tensor::zeros(name, shape);
         std::copy(global.f32().begin() + l * per, global.f32().begin() + (l + 1) * per, one.f32().begin());
-        out.tensors[name] = std::move(one);
+        into[name] = std::move(one);
       }
       continue;
     }
-    const std::string name = detail::megatron_to_dlm_name(fqn, 0, meta_path);
+    const std::string name = detail::megatron_to_dlm_name(model_key, 0, meta_path);
     if (name.empty() || (out.config.tie_word_embeddings && name == "output_layer.weight")) continue;
     global.name = name;
-    out.tensors[name] = std::move(global);
+    into[name] = std::move(global);
   }
   detail::check_megatron_tensors(out.tensors, out.config, dir);
+  if (!dp_state.empty()) {
+    for (const auto& [key, bucket] : dp_state)
+      if (bucket.slots.size() != 3)
+        fail_at(meta_path, fmt::format("optimizer.distributed.dp_group_idx_{} bucket {}: param, exp_avg and exp_avg_sq are not all saved", key.first, key.second));
+    if (!out.exp_avg.empty() || !masters.empty()) fail_at(meta_path, "both model-space and bucket-space optimizer state");
+    detail::read_dp_reshardable(dp_state, out.config, out.layout, *args, meta_path, masters, out.exp_avg, out.exp_avg_sq);
+    if (dp_steps <= 0) fail_at(meta_path, "no optimizer.distributed.dp_group_idx_0.optimizer object with the Adam step");
+    out.state.optimizer_steps = dp_steps;
+  } else if (!out.exp_avg.empty() || !masters.empty()) {
+    const std::int64_t steps = detail::torch_dist_optimizer_steps(common);
+    if (steps <= 0) fail_at(common_path, "optimizer tensors are saved, but common.pt's 'optimizer' has no step");
+    out.state.optimizer_steps = steps;
+  }
+  detail::adopt_optimizer_state(out, std::move(masters), dir);
   return out;
 }
 

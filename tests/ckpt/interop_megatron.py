@@ -144,18 +144,24 @@ def expected_tensors(root, tp, pp, tied):
             for k, v in sd.items():
                 if isinstance(v, torch.Tensor) and not (tied and k == "output_layer.weight"):
                     shards.setdefault(dlm_name(k, offset), []).append(v.float().numpy())
-        for name, parts in shards.items():
-            if parts[0].ndim == 1:
-                out[name] = parts[0]
-            elif name.endswith("linear_fc1.weight"):
-                half = parts[0].shape[0] // 2
-                out[name] = np.concatenate([x[:half] for x in parts] + [x[half:] for x in parts])
-            elif name.endswith(("linear_proj.weight", "linear_fc2.weight")):
-                out[name] = np.concatenate(parts, axis=1)
-            else:
-                out[name] = np.concatenate(parts, axis=0)
-        offset += len({k.split(".")[2] for k in shards if k.startswith("decoder.layers.")})
+        offset += merge_tp(shards, out)
     return out
+
+
+def merge_tp(shards, out):
+    """One stage's {dlm name: [shard per TP rank]} merged into `out` (Megatron's TP layout: QKV and
+    vocabulary rows by rank, row-parallel columns, SwiGLU [gate_r; up_r] per rank); returns its layer count."""
+    for name, parts in shards.items():
+        if parts[0].ndim == 1:
+            out[name] = parts[0]
+        elif name.endswith("linear_fc1.weight"):
+            half = parts[0].shape[0] // 2
+            out[name] = np.concatenate([x[:half] for x in parts] + [x[half:] for x in parts])
+        elif name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+            out[name] = np.concatenate(parts, axis=1)
+        else:
+            out[name] = np.concatenate(parts, axis=0)
+    return len({k.split(".")[2] for k in shards if k.startswith("decoder.layers.")})
 
 
 def check_logits(root, tied, qk, expected):

@@ -57,3 +57,12 @@ with open(f"{out}/evil_eval.pkl", "wb") as f:
     pickle.dump([Evil(eval, ("1+1",))], f, protocol=4)
 with open(f"{out}/evil_subprocess.pkl", "wb") as f:
     pickle.dump(Evil(subprocess.Popen, (["true"],)), f, protocol=5)
+
+# A tensor with Python attributes (megatron's fp32 masters carry tensor_model_parallel, partition_dim, ...):
+# torch.save writes torch._tensor._rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, args, attributes).
+attributed = torch.full((3,), 2.5)
+attributed.tensor_model_parallel, attributed.partition_dim = True, 0
+torch.save({"master": attributed}, f"{out}/tensor_attributes.pt")
+# _rebuild_from_type_v2 naming a known global that is not a tensor rebuild.
+with open(f"{out}/evil_rebuild_from_type.pkl", "wb") as f:
+    pickle.dump(Evil(torch._tensor._rebuild_from_type_v2, (collections.OrderedDict, torch.Tensor, ((),), {})), f, protocol=2)

@@ -106,6 +106,21 @@ TEST(TorchFile, ReadsTensorsOfEveryLayout) {
   EXPECT_EQ(at(args, "params_dtype").s, "torch.bfloat16");
 }
 
+TEST(TorchFile, ReadsATensorWithPythonAttributes) {
+  // torch._tensor._rebuild_from_type_v2 (megatron's fp32 masters): the tensor is read, its attributes dropped.
+  const TorchFile f(kDir + "tensor_attributes.pt");
+  const Tensor t = f.tensor(at(f.root(), "master"), "master");
+  EXPECT_EQ(t.shape, (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(std::vector<float>(t.f32().begin(), t.f32().end()), (std::vector<float>(3, 2.5f)));
+}
+
+TEST(Unpickler, RebuildFromTypeCallsOnlyATensorRebuild) {
+  const auto bytes = read_bytes(kDir + "evil_rebuild_from_type.pkl");
+  const std::string msg = error_of([&] { unpickle(bytes, "evil_rebuild_from_type.pkl"); });
+  EXPECT_NE(msg.find("_rebuild_from_type_v2 names collections.OrderedDict and torch.Tensor, not a tensor rebuild"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
 TEST(Unpickler, RefusesEveryOtherGlobalByName) {
   for (const auto& [file, global] : std::vector<std::pair<std::string, std::string>>{
            {"evil_os_system.pkl", "posix.system"}, {"evil_eval.pkl", "builtins.eval"}, {"evil_subprocess.pkl", "subprocess.Popen"}}) {

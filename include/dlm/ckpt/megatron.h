@@ -29,8 +29,9 @@ namespace dlm::ckpt {
 
 struct MegatronCheckpoint {
   ModelConfig config;
-  TensorSet tensors;      // dlm's global fp32 tensors
-  TrainingState state;    // iteration, consumed samples (args.consumed_train_samples), args_json
+  TensorSet tensors;      // dlm's global fp32 tensors: the optimizer's fp32 masters where it saved them
+  TensorSet exp_avg, exp_avg_sq;  // Adam's moments, global like the weights; empty without optimizer state
+  TrainingState state;    // iteration, consumed samples (args.consumed_train_samples), optimizer steps, args_json
   ParallelLayout layout;  // the TP/PP it was saved with
 };
 
@@ -49,7 +50,13 @@ MegatronCheckpoint load_megatron_legacy(const std::string& path);
 //   ITER/__R_N.distcp     the chunks, each a torch.save archive of one tensor
 // Global tensors are model space already: layers stacked along a leading dimension
 // (decoder.layers.<name> is [num_layers, ...]), SwiGLU's fc1 [gate ; up] over all ranks, TE's norm
-// names. Optimizer entries and `_extra_state` are skipped.
+// names. `_extra_state` is skipped.
+//
+// Optimizer state, where saved (optimizer_state.cpp): the fp32 master weights, exp_avg, exp_avg_sq and
+// the Adam step of megatron-core's Float16OptimizerWithFloat16Params / FP32Optimizer (the rank file's
+// 'optimizer'), of its DistributedOptimizer (distrib_optim.pt beside the rank file; torch_dist's
+// fully_reshardable optimizer.state.* and dp_reshardable buckets), merged across TP and PP exactly as the
+// weights are.
 bool is_megatron_torch_dist(const std::string& path);
 MegatronCheckpoint load_megatron_torch_dist(const std::string& path);
 // Either format, by what `path` holds.
