@@ -29,10 +29,14 @@ compare() {
   echo "== $name"
   timeout 300 "${MPI2[@]}" "$C/dlm-train" "${flags[@]}" "$@" --metrics-file "$OUT/$name-mpirun.jsonl" \
     > "$OUT/$name-mpirun.log" 2>&1
-  echo "mpirun exit $?"
+  local rc=$?
+  echo "mpirun exit $rc"
+  [ $rc = 0 ] || tail -n 8 "$OUT/$name-mpirun.log"
   timeout 300 "$TORCHRUN" --no-python --nproc_per_node 2 "$C/dlm-train" "${flags[@]}" "$@" \
     --metrics-file "$OUT/$name-torchrun.jsonl" > "$OUT/$name-torchrun.log" 2>&1
-  echo "torchrun exit $?"
+  rc=$?
+  echo "torchrun exit $rc"
+  [ $rc = 0 ] || tail -n 8 "$OUT/$name-torchrun.log"
   grep -E "ranks \(torchrun\)|error|Error" "$OUT/$name-torchrun.log" | head -3
   python3 - "$OUT/$name-mpirun.jsonl" "$OUT/$name-torchrun.jsonl" <<'PY' || status=1
 import re, sys
