@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine, in the repository root: dlm-train --device cuda launched by torchrun (the ranks meet in the
 # c10d store of torchrun's agent; host collectives over Gloo, no MPI) against the same command under
-# mpirun -np 2, on the 350M shape cut to 4 layers, 10 iterations, --deterministic-mode: the per-iteration losses
+# mpirun -np 2, on the 350M shape cut to 4 layers and sequences of 256, 10 iterations, --deterministic-mode: the per-iteration losses
 # of the metrics files must be equal, digit for digit.
 #   one GPU: two ranks share it, their device groups staged through the host (--device-groups staged, as
 #            tests/gpu's layout tests run): TP2+SP, and DP2 with the distributed optimizer;
