@@ -5,7 +5,8 @@ is compared: logits, mean cross-entropy, every parameter's gradient of
 with the router losses written here in torch on transformers' router logits (dlm uses Megatron's formulas,
 docs/moe.md), cosine >= 0.999 and max |dlm - hf| <= GRAD_TOL * max |hf| per tensor; transformers' own
 load_balancing_loss_func value against the one dlm's per-layer statistics give; the --to hf round trip
-loads in transformers with equal tensors."""
+loads in transformers with equal tensors, also through dlm-ckpt convert --from hf --to native (pp 2) and
+--to hf."""
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from dlm_interop import Checks, require, run, workdir  # noqa: E402
 torch, transformers, safetensors = require("torch", "transformers", "safetensors")
 from safetensors.torch import load_file  # noqa: E402
 
-TOOL = sys.argv[1]
+TOOL, DLM_CKPT = sys.argv[1], sys.argv[2]
 LOGIT_TOL = 1e-4   # max |dlm - hf| / max |hf|
 GRAD_TOL = 1e-3    # per tensor, max |dlm - hf| / max |hf|
 COS = 0.999
@@ -150,6 +151,12 @@ def main():
             orig = dict(model.named_parameters())
             same = all(torch.equal(p, orig[n]) for n, p in back.named_parameters())
             c.check(same, f"{what}: --to hf round trip loads with equal tensors")
+            native, hf_out = os.path.join(tmp, f"native{case}"), os.path.join(tmp, f"hf_out{case}")
+            run([DLM_CKPT, "convert", "--from", "hf", "--to", "native", "--pp", "2", folder, native])
+            run([DLM_CKPT, "convert", "--from", "native", "--to", "hf", "--dtype", "fp32", native, hf_out])
+            converted = transformers.Qwen3MoeForCausalLM.from_pretrained(hf_out).float()
+            same = all(torch.equal(p, orig[n]) for n, p in converted.named_parameters())
+            c.check(same, f"{what}: dlm-ckpt convert hf -> native (pp 2) -> hf gives equal tensors")
             c.check(back.config.norm_topk_prob == norm_topk and list(back.config.mlp_only_layers) == mlp_only and
                     abs(back.config.router_aux_loss_coef - 0.01) < 1e-12,
                     f"{what}: round-trip config {back.config.norm_topk_prob} {back.config.mlp_only_layers}")
