@@ -86,8 +86,8 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   layer_frequency(f.layer_freq, m.num_layers, m);
   const bool sigmoid = f.score_function == "sigmoid";
   m.moe_router_score_function = sigmoid ? ckpt::MoeScoreFunction::kSigmoid : ckpt::MoeScoreFunction::kSoftmax;
-  // Megatron renormalises the top-k of a sigmoid router always, of a softmax one unless --moe-router-pre-softmax.
-  m.moe_norm_topk_prob = sigmoid || !f.pre_softmax;
+  // Megatron renormalises the top-k of a sigmoid router when k > 1, of a softmax one unless --moe-router-pre-softmax.
+  m.moe_norm_topk_prob = sigmoid ? f.topk > 1 : !f.pre_softmax;
   m.moe_aux_loss_coeff = f.aux_loss_coeff;
   m.moe_z_loss_coeff = f.z_loss_coeff;
 }
