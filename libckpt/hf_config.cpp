@@ -51,6 +51,9 @@ void read_moe_fields(const json& j, ModelConfig& c, const std::string& file) {
   if (step <= 0) fail_at(file, fmt::format("field 'decoder_sparse_step': {} must be positive", step));
   std::vector<int> dense;
   detail::read_int_list(j, "mlp_only_layers", dense, file);
+  if (step == 1 && dense.empty()) return;  // every layer sparse: no pattern
+  if (c.num_layers > (1 << 20))
+    fail_at(file, fmt::format("field 'num_hidden_layers': {} is too many for a per-layer MoE pattern", c.num_layers));
   std::vector<int> pattern(static_cast<std::size_t>(std::max(c.num_layers, 0)));
   bool all = true;
   for (int i = 0; i < c.num_layers; ++i) {
