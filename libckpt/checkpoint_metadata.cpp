@@ -18,7 +18,7 @@ constexpr const char* kFormat = "dlm-checkpoint";
 json object_or_empty(const std::string& text) { return text.empty() ? json::object() : json::parse(text); }
 
 std::vector<std::int64_t> read_shape(const json& j, const std::string& where, const std::string& file) {
-  if (!j.is_array() || j.empty() || j.size() > 2) fail_at(file, fmt::format("{}: expected a shape of 1 or 2 dimensions", where));
+  if (!j.is_array() || j.empty() || j.size() > 3) fail_at(file, fmt::format("{}: expected a shape of 1 to 3 dimensions", where));
   std::vector<std::int64_t> s;
   for (const json& d : j) {
     if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > (std::int64_t{1} << 40))

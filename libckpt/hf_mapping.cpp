@@ -118,6 +118,23 @@ TensorSet hf_to_native(const ModelConfig& c, const SafetensorsFolder& hf) {
       put(r.get(hp + "self_attn.k_norm.weight", {d}), p + "self_attention.k_layernorm.weight");
     }
     put(r.get(hp + "self_attn.o_proj.weight", {h, heads * d}), p + "self_attention.linear_proj.weight");
+    if (c.is_moe_layer(i)) {
+      const std::int64_t e = c.num_experts, mf = c.moe_ffn_hidden_size;
+      put(r.get(hp + "post_attention_layernorm.weight", {h}), p + "pre_mlp_layernorm.weight");
+      put(r.get(hp + "mlp.gate.weight", {e, h}), p + "mlp.router.weight");
+      Tensor fc1 = Tensor::zeros("", {e * 2 * mf, h}), fc2 = Tensor::zeros("", {e * h, mf});
+      for (std::int64_t x = 0; x < e; ++x) {
+        const std::string ep = fmt::format("{}mlp.experts.{}.", hp, x);
+        copy_rows(fc1, x * 2 * mf, r.get(ep + "gate_proj.weight", {mf, h}), 0, mf);
+        copy_rows(fc1, x * 2 * mf + mf, r.get(ep + "up_proj.weight", {mf, h}), 0, mf);
+        copy_rows(fc2, x * h, r.get(ep + "down_proj.weight", {h, mf}), 0, h);
+      }
+      fc1.shape = {e, 2 * mf, h};
+      fc2.shape = {e, h, mf};
+      put(std::move(fc1), p + "mlp.experts.linear_fc1.weight");
+      put(std::move(fc2), p + "mlp.experts.linear_fc2.weight");
+      continue;
+    }
     put(r.get(hp + "post_attention_layernorm.weight", {h}), p + "mlp.linear_fc1.layer_norm_weight");
     Tensor fc1 = Tensor::zeros("", {2 * f, h});
     copy_rows(fc1, 0, r.get(hp + "mlp.gate_proj.weight", {f, h}), 0, f);
@@ -167,6 +184,22 @@ TensorSet native_to_hf(const ModelConfig& c, const TensorSet& native, TensorDTyp
       put(need(native, p + "self_attention.k_layernorm.weight", {d}), hp + "self_attn.k_norm.weight");
     }
     put(need(native, p + "self_attention.linear_proj.weight", {h, heads * d}), hp + "self_attn.o_proj.weight");
+    if (c.is_moe_layer(i)) {
+      const std::int64_t e = c.num_experts, mf = c.moe_ffn_hidden_size;
+      put(need(native, p + "pre_mlp_layernorm.weight", {h}), hp + "post_attention_layernorm.weight");
+      put(need(native, p + "mlp.router.weight", {e, h}), hp + "mlp.gate.weight");
+      Tensor fc1 = need(native, p + "mlp.experts.linear_fc1.weight", {e, 2 * mf, h});
+      Tensor fc2 = need(native, p + "mlp.experts.linear_fc2.weight", {e, h, mf});
+      fc1.shape = {e * 2 * mf, h};  // the experts' matrices stacked along the rows
+      fc2.shape = {e * h, mf};
+      for (std::int64_t x = 0; x < e; ++x) {
+        const std::string ep = fmt::format("{}mlp.experts.{}.", hp, x);
+        put(rows(fc1, x * 2 * mf, mf), ep + "gate_proj.weight");
+        put(rows(fc1, x * 2 * mf + mf, mf), ep + "up_proj.weight");
+        put(rows(fc2, x * h, h), ep + "down_proj.weight");
+      }
+      continue;
+    }
     put(need(native, p + "mlp.linear_fc1.layer_norm_weight", {h}), hp + "post_attention_layernorm.weight");
     const Tensor& fc1 = need(native, p + "mlp.linear_fc1.weight", {2 * f, h});
     put(rows(fc1, 0, f), hp + "mlp.gate_proj.weight");
@@ -206,7 +239,7 @@ void export_hf_folder(const std::string& dir, const ModelConfig& config, const T
   if (hf.count("lm_head.weight")) views.push_back(hf.at("lm_head.weight").view());
   fs::create_directories(dir);
   write_safetensors_folder(dir, views, o.num_shards > 0 ? shard_cap_for(views, o.num_shards) : o.max_shard_bytes);
-  const bool remote = config.attention_mask == AttentionMask::kBidirectional;
+  const bool remote = has_difflm_remote_code(config);
   for (const detail::RemoteCodeFile& f : detail::difflm_remote_code()) {
     const fs::path path = fs::path(dir) / f.name;
     if (remote) write_file_atomically(path.string(), std::string(f.text));

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -43,6 +45,20 @@ bool read_field(const json& j, const char* key, T& out, const std::string& file)
     out = static_cast<T>(v);
   } else {
     out = it->get<T>();
+  }
+  return true;
+}
+
+// Reads j[key], a list of integers, into `out` when present (and not null).
+inline bool read_int_list(const json& j, const char* key, std::vector<int>& out, const std::string& file) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return false;
+  if (!it->is_array()) fail_at(file, fmt::format("field '{}': expected a list of integers ({})", key, it->dump()));
+  out.clear();
+  for (const json& v : *it) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > std::numeric_limits<int>::max())
+      fail_at(file, fmt::format("field '{}': expected non-negative integers, got {}", key, v.dump()));
+    out.push_back(v.get<int>());
   }
   return true;
 }

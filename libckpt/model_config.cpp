@@ -11,6 +11,12 @@ std::int64_t ModelConfig::padded_vocab_size() const {
   return (vocab_size + d - 1) / d * d;
 }
 
+bool ModelConfig::is_moe_layer(int layer) const {
+  if (num_experts <= 0) return false;
+  if (!moe_layer_pattern.empty()) return moe_layer_pattern.at(static_cast<std::size_t>(layer)) != 0;
+  return layer % moe_layer_freq == 0;
+}
+
 void ModelConfig::validate() const {
   auto positive = [](const char* name, std::int64_t v) {
     if (v <= 0) fail(fmt::format("invalid model config: {} must be positive, got {}", name, v));
@@ -39,6 +45,23 @@ void ModelConfig::validate() const {
   check_id("bos_token_id", bos_token_id);
   check_id("eos_token_id", eos_token_id);
   check_id("pad_token_id", pad_token_id);
+  if (num_experts < 0) fail(fmt::format("invalid model config: num_experts must not be negative, got {}", num_experts));
+  if (num_experts > 0) {
+    positive("moe_router_topk", moe_router_topk);
+    positive("moe_ffn_hidden_size", moe_ffn_hidden_size);
+    positive("moe_layer_freq", moe_layer_freq);
+    if (moe_router_topk > num_experts)
+      fail(fmt::format("invalid model config: moe_router_topk {} is more than num_experts {}", moe_router_topk, num_experts));
+    if (moe_shared_expert_intermediate_size < 0)
+      fail("invalid model config: moe_shared_expert_intermediate_size must not be negative");
+    if (!moe_layer_pattern.empty() && static_cast<int>(moe_layer_pattern.size()) != num_layers)
+      fail(fmt::format("invalid model config: moe_layer_pattern has {} entries for {} layers", moe_layer_pattern.size(),
+                       num_layers));
+    for (int v : moe_layer_pattern)
+      if (v != 0 && v != 1) fail(fmt::format("invalid model config: moe_layer_pattern entry {} (expected 0 or 1)", v));
+    if (!(moe_aux_loss_coeff >= 0) || !(moe_z_loss_coeff >= 0))
+      fail("invalid model config: moe_aux_loss_coeff and moe_z_loss_coeff must not be negative");
+  }
 }
 
 std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
@@ -54,6 +77,14 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
       out.push_back({p + "self_attention.k_layernorm.weight", {d}, true});
     }
     out.push_back({p + "self_attention.linear_proj.weight", {h, c.q_size()}});
+    if (c.is_moe_layer(i)) {
+      const std::int64_t e = c.num_experts, mf = c.moe_ffn_hidden_size;
+      out.push_back({p + "pre_mlp_layernorm.weight", {h}, true});
+      out.push_back({p + "mlp.router.weight", {e, h}});
+      out.push_back({p + "mlp.experts.linear_fc1.weight", {e, 2 * mf, h}});
+      out.push_back({p + "mlp.experts.linear_fc2.weight", {e, h, mf}});
+      continue;
+    }
     out.push_back({p + "mlp.linear_fc1.layer_norm_weight", {h}, true});
     out.push_back({p + "mlp.linear_fc1.weight", {2 * f, h}});
     out.push_back({p + "mlp.linear_fc2.weight", {h, f}});

@@ -33,6 +33,18 @@ std::string model_config_to_json(const ModelConfig& c) {
   id("bos_token_id", c.bos_token_id);
   id("eos_token_id", c.eos_token_id);
   id("pad_token_id", c.pad_token_id);
+  if (c.num_experts > 0) {  // dense models keep the metadata they always had
+    j["num_experts"] = c.num_experts;
+    j["moe_router_topk"] = c.moe_router_topk;
+    j["moe_ffn_hidden_size"] = c.moe_ffn_hidden_size;
+    j["moe_shared_expert_intermediate_size"] = c.moe_shared_expert_intermediate_size;
+    j["moe_layer_freq"] = c.moe_layer_freq;
+    if (!c.moe_layer_pattern.empty()) j["moe_layer_pattern"] = c.moe_layer_pattern;
+    j["moe_router_score_function"] = c.moe_router_score_function == MoeScoreFunction::kSigmoid ? "sigmoid" : "softmax";
+    j["moe_norm_topk_prob"] = c.moe_norm_topk_prob;
+    j["moe_aux_loss_coeff"] = c.moe_aux_loss_coeff;
+    j["moe_z_loss_coeff"] = c.moe_z_loss_coeff;
+  }
   if (!c.hf_architecture.empty()) j["hf_architecture"] = c.hf_architecture;
   if (!c.hf_extra_json.empty()) j["hf_extra"] = json::parse(c.hf_extra_json);
   return j.dump();
@@ -45,7 +57,9 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& fil
       "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
       "vocab_size", "make_vocab_size_divisible_by", "max_position_embeddings", "rotary_base", "norm_epsilon",
       "qk_layernorm", "tie_word_embeddings", "attention_mask", "init_method_std", "mask_token_id", "bos_token_id",
-      "eos_token_id", "pad_token_id", "hf_architecture", "hf_extra"};
+      "eos_token_id", "pad_token_id", "hf_architecture", "hf_extra", "num_experts", "moe_router_topk",
+      "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_layer_pattern",
+      "moe_router_score_function", "moe_norm_topk_prob", "moe_aux_loss_coeff", "moe_z_loss_coeff"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key())) fail_at(file, fmt::format("model config: unknown field '{}'", it.key()));
   ModelConfig c;
@@ -77,6 +91,21 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& fil
   read_optional(j, "eos_token_id", c.eos_token_id, file);
   read_optional(j, "pad_token_id", c.pad_token_id, file);
   read_field(j, "hf_architecture", c.hf_architecture, file);
+  read_field(j, "num_experts", c.num_experts, file);
+  read_field(j, "moe_router_topk", c.moe_router_topk, file);
+  read_field(j, "moe_ffn_hidden_size", c.moe_ffn_hidden_size, file);
+  read_field(j, "moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size, file);
+  read_field(j, "moe_layer_freq", c.moe_layer_freq, file);
+  detail::read_int_list(j, "moe_layer_pattern", c.moe_layer_pattern, file);
+  std::string score;
+  if (read_field(j, "moe_router_score_function", score, file)) {
+    if (score == "softmax") c.moe_router_score_function = MoeScoreFunction::kSoftmax;
+    else if (score == "sigmoid") c.moe_router_score_function = MoeScoreFunction::kSigmoid;
+    else fail_at(file, fmt::format("model config: moe_router_score_function '{}' (expected softmax or sigmoid)", score));
+  }
+  read_field(j, "moe_norm_topk_prob", c.moe_norm_topk_prob, file);
+  read_field(j, "moe_aux_loss_coeff", c.moe_aux_loss_coeff, file);
+  read_field(j, "moe_z_loss_coeff", c.moe_z_loss_coeff, file);
   if (auto it = j.find("hf_extra"); it != j.end()) {
     if (!it->is_object()) fail_at(file, "model config: 'hf_extra' must be an object");
     c.hf_extra_json = it->dump();

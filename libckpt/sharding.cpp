@@ -33,6 +33,9 @@ void ParallelLayout::validate(const ModelConfig& c) const {
     fail(fmt::format("invalid parallel layout: tp {} does not divide num_query_groups {}", tp, c.num_query_groups));
   if (c.ffn_hidden_size % tp != 0)
     fail(fmt::format("invalid parallel layout: tp {} does not divide ffn_hidden_size {}", tp, c.ffn_hidden_size));
+  if (c.num_experts > 0 && tp > 1)
+    fail(fmt::format("invalid parallel layout: tp {} with mixture-of-experts layers (tensor parallelism of the experts is "
+                     "not in dlm yet)", tp));
   if (c.padded_vocab_size() % tp != 0)
     fail(fmt::format("invalid parallel layout: tp {} does not divide the padded vocabulary {}", tp, c.padded_vocab_size()));
 }
@@ -73,8 +76,8 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
       for (std::size_t i = 0; i < starts.size(); ++i) s.pieces.push_back({dim, starts[i], static_cast<std::int64_t>(i) * part, part});
     };
     const std::int64_t f = c.ffn_hidden_size;
-    if (spec.is_norm) {
-      s.pieces.push_back({0, 0, 0, spec.shape[0]});
+    if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos) {
+      s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole (MoE layers only under tp 1: validate())
       s.saved = saved && tp_rank == 0;
     } else if (n.ends_with("linear_qkv.weight") || n == "embedding.word_embeddings.weight" || n == "output_layer.weight") {
       const std::int64_t part = spec.shape[0] / tp;  // QKV: whole KV groups, since tp | G

@@ -36,7 +36,7 @@ class TrainableTransformer final : public TrainableModel {
   double run(const ModelBatch& batch, bool backward) {
     model_.forward(model_input(batch));
     const double loss = weighted_loss(batch.weights, model_.cross_entropy(batch.labels));
-    if (backward) model_.backward(batch.weights);
+    if (backward) model_.backward(batch.weights, batch.router_loss_weight);
     return loss;
   }
 

@@ -36,9 +36,14 @@ void Model::allocate_gradients() {
   a.dact = f32({n, f});
   a.dgate_up = f32({n, 2 * f});
   if (post_process()) a.dlogits = f32({n, c.padded_vocab_size() / tp});
+  if (c.num_experts > 0) {
+    a.drouter_logits = f32({n, c.num_experts});
+    a.dmoe_weights = f32({n, c.moe_router_topk});
+  }
 }
 
-void Model::backward(std::span<const float> weights) {
+void Model::backward(std::span<const float> weights, double router_loss_weight) {
+  router_loss_weight_ = router_loss_weight;
   if (!acts_ || !acts_->has_ce) fail("model: backward() needs forward() and cross_entropy() first");
   Activations& a = *acts_;
   const auto& c = config_;
@@ -62,7 +67,8 @@ void Model::backward(std::span<const float> weights) {
   backward_layers();
 }
 
-void Model::backward_from_output(std::span<const float> d_output) {
+void Model::backward_from_output(std::span<const float> d_output, double router_loss_weight) {
+  router_loss_weight_ = router_loss_weight;
   if (post_process()) fail("model: backward_from_output() on the chunk that holds the output layer");
   if (!acts_) fail("model: backward_from_output() before forward()");
   allocate_gradients();
@@ -93,11 +99,15 @@ void Model::backward_layers() {
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const Layer& P = layers_[l];
     auto& A = a.layers[l];
-    row_output_backward(a.dx, a.dfull);
-    be.linear_backward(a.dfull, A.act, params_[P.fc2].value, a.dact, params_[P.fc2].grad);
-    be.swiglu_backward(a.dact, A.gate_up, a.dgate_up);
-    be.linear_backward(a.dgate_up, gathered(A.xn2, A.xn2g), params_[P.fc1].value, a.dxn_full, params_[P.fc1].grad);
-    column_input_backward(a.dxn_full, a.dxn);
+    if (P.moe()) {
+      moe_backward(l);
+    } else {
+      row_output_backward(a.dx, a.dfull);
+      be.linear_backward(a.dfull, A.act, params_[P.fc2].value, a.dact, params_[P.fc2].grad);
+      be.swiglu_backward(a.dact, A.gate_up, a.dgate_up);
+      be.linear_backward(a.dgate_up, gathered(A.xn2, A.xn2g), params_[P.fc1].value, a.dxn_full, params_[P.fc1].grad);
+      column_input_backward(a.dxn_full, a.dxn);
+    }
     be.rmsnorm_backward(a.dxn, A.h, params_[P.norm2].value, A.rstd2, a.dtmp, params_[P.norm2].grad);
     be.add(a.dx, a.dtmp);
     row_output_backward(a.dx, a.dfull);
@@ -120,7 +130,9 @@ void Model::backward_layers() {
     column_input_backward(a.dxn_full, a.dxn);
     be.rmsnorm_backward(a.dxn, A.x, params_[P.norm1].value, A.rstd1, a.dtmp, params_[P.norm1].grad);
     be.add(a.dx, a.dtmp);
-    for (int param : {P.fc2, P.fc1, P.norm2, P.proj, P.q_norm, P.k_norm, P.qkv, P.norm1}) gradient_done(param);
+    for (int param : {P.fc2, P.fc1, P.experts_fc2, P.experts_fc1, P.router, P.norm2, P.proj, P.q_norm, P.k_norm, P.qkv,
+                      P.norm1})
+      gradient_done(param);
   }
   if (pre_process()) {
     // The embedding's output was reduced over the tensor group: its gradient reaches every rank whole.

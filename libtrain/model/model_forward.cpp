@@ -84,8 +84,17 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
     A.xn2 = f32({nl, h});
     if (sp) A.xn2g = f32({n, h});
     A.rstd2 = f32({nl});
-    A.gate_up = f32({n, 2 * f});
-    A.act = f32({n, f});
+    if (layers_[l].moe()) {
+      const std::int64_t k = c.moe_router_topk, mf = c.moe_ffn_hidden_size;
+      A.router_logits = f32({n, c.num_experts});
+      A.moe_experts = backend_.alloc({n, k}, DType::kI32);
+      A.moe_weights = f32({n, k});
+      A.gate_up = f32({n * k, 2 * mf});
+      A.act = f32({n * k, mf});
+    } else {
+      A.gate_up = f32({n, 2 * f});
+      A.act = f32({n, f});
+    }
     a->layers.push_back(std::move(A));
   }
   a->xf = f32({nl, h});
@@ -172,9 +181,14 @@ const Tensor& Model::forward_pass(const ModelInput& in, bool store, std::int64_t
     row_output(proj_out, A.h);
     be.add(A.h, A.x);
     be.rmsnorm_forward(A.h, params_[P.norm2].value, c.norm_epsilon, A.xn2, A.rstd2);
+    const Tensor& out = l + 1 < layers_.size() ? a.layers[l + 1].x : a.xf;
+    if (P.moe()) {
+      moe_forward(l, out);
+      be.add(out, A.h);
+      continue;
+    }
     be.linear_forward(column_input(A.xn2, A.xn2g), params_[P.fc1].value, A.gate_up);
     be.swiglu_forward(A.gate_up, A.act);
-    const Tensor& out = l + 1 < layers_.size() ? a.layers[l + 1].x : a.xf;
     const Tensor& fc2_out = shard_.sequence_parallel ? a.partial : out;
     be.linear_forward(A.act, params_[P.fc2].value, fc2_out);
     row_output(fc2_out, out);

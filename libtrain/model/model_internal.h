@@ -4,12 +4,16 @@
 #include <vector>
 
 #include "dlm/train/model.h"
+#include "dlm/train/moe_router.h"
 
 namespace dlm::train {
 
-// Indices into Model::params_ of one layer's tensors (-1 when absent: QK-norm off).
+// Indices into Model::params_ of one layer's tensors (-1 when absent: QK-norm off; fc1/fc2 in an MoE layer,
+// router/experts in a dense one). norm2 is the MLP's input norm either way.
 struct Model::Layer {
   int norm1 = -1, qkv = -1, q_norm = -1, k_norm = -1, proj = -1, norm2 = -1, fc1 = -1, fc2 = -1;
+  int router = -1, experts_fc1 = -1, experts_fc2 = -1;
+  bool moe() const { return router >= 0; }
 };
 
 // The activations of one forward, kept for backward. Reallocated only when the batch shape changes.
@@ -20,6 +24,10 @@ struct Model::Activations {
   struct Layer {
     Tensor x, xn1, xn1g, rstd1, qkv, q, k, v, qn, kn, rstd_q, rstd_k, q_rope, k_rope, attn, lse, h, xn2, xn2g, rstd2,
         gate_up, act;
+    // MoE layers: the router's logits [N, E], the chosen experts [N, k] and combine weights [N, k] (also on the
+    // host in `routing`); gate_up and act then hold N * k rows of moe_ffn width.
+    Tensor router_logits, moe_experts, moe_weights;
+    Routing routing;
   };
   std::int64_t batch = 0, seq = 0;
   AttentionKind attention = AttentionKind::kBidirectional;
@@ -32,6 +40,7 @@ struct Model::Activations {
   // Gradient scratch (allocated by the first backward()): the residual stream, branch inputs, op outputs;
   // dfull / dxn_full are the N-row versions under sequence parallelism (aliases of dx / dxn otherwise).
   Tensor dx, dtmp, dxn, dxn_full, dfull, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
+  Tensor drouter_logits, dmoe_weights;  // MoE layers: [N, E], [N, k]
 };
 
 // The keys and values forward_storing_kv() kept, per layer [batch, seq, groups, head_dim], and the

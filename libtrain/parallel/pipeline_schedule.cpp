@@ -145,11 +145,11 @@ class PipelineRun {
     // A chunk runs its backwards in micro-batch order: the last one's gradients are final.
     if (hook && b + 1 == static_cast<int>(batches_.size())) m.set_gradient_hook([&hook, c](std::size_t p) { hook(c, p); });
     if (m.post_process()) {
-      m.backward(batch.weights);
+      m.backward(batch.weights, batch.router_loss_weight);
     } else {
       std::vector<float> grad(rows(m, batch));
       pp_.recv<float>(grad, (g + 1) % P_, 2 * g + 1);
-      m.backward_from_output(grad);
+      m.backward_from_output(grad, batch.router_loss_weight);
     }
     if (!m.pre_process()) {
       std::vector<float>& buffer = sent_.emplace_back(m.input_gradient());

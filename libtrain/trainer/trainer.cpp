@@ -123,6 +123,7 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
         make_model_batch(options_.objective, read_batch(train_, plan_.first_sample(iteration, m)), {iteration, micro, m, true});
     // Megatron averages the micro-batches' losses: fold 1/micro into the weights.
     for (float& w : batch.weights) w /= static_cast<float>(micro);
+    batch.router_loss_weight = 1.0 / static_cast<double>(micro);
     batches.push_back(std::move(batch));
   }
   step_->before_backward();

@@ -62,6 +62,43 @@ TEST(HfConfig, Transformers5RopeParametersAndDtype) {
   EXPECT_EQ(out["dtype"], "bfloat16");
 }
 
+// Qwen3MoeConfig's experts: decoder_sparse_step and mlp_only_layers become dlm's per-layer pattern,
+// router_aux_loss_coef * top-k dlm's Megatron-style coefficient; both ways, and through dlm's metadata JSON.
+TEST(HfConfig, Qwen3MoeExpertsAndSparseLayers) {
+  const std::string text = R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "vocab_size": 1000, "num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "norm_topk_prob": true, "router_aux_loss_coef": 0.001, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+    "output_router_logits": false})";
+  const ModelConfig c = model_config_from_hf_json(text, "config.json");
+  EXPECT_TRUE(c.qk_layernorm);
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.moe_router_topk, 2);
+  EXPECT_EQ(c.moe_ffn_hidden_size, 32);
+  EXPECT_TRUE(c.moe_norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.moe_aux_loss_coeff, 0.002);
+  EXPECT_EQ(c.moe_layer_pattern, (std::vector<int>{0, 1, 0, 0, 0, 1}));  // (i + 1) % 2 == 0, not layer 3
+  int tensors = 0;
+  for (const auto& spec : model_tensors(c)) tensors += spec.name.find("mlp.experts.linear_fc1") != std::string::npos;
+  EXPECT_EQ(tensors, 2);
+  const ModelConfig back = model_config_from_json(model_config_to_json(c), "metadata.json");
+  EXPECT_EQ(back.moe_layer_pattern, c.moe_layer_pattern);
+  EXPECT_DOUBLE_EQ(back.moe_aux_loss_coeff, c.moe_aux_loss_coeff);
+  const json out = json::parse(model_config_to_hf_json(back, TensorDType::kFloat32));
+  EXPECT_EQ(out["architectures"][0], "Qwen3MoeForCausalLM");
+  EXPECT_EQ(out["model_type"], "qwen3_moe");
+  EXPECT_EQ(out["num_experts"], 8);
+  EXPECT_FALSE(out.contains("num_local_experts"));
+  EXPECT_EQ(out["decoder_sparse_step"], 1);
+  EXPECT_EQ(out["mlp_only_layers"], json({0, 2, 3, 4}));
+  EXPECT_DOUBLE_EQ(out["router_aux_loss_coef"].get<double>(), 0.001);
+  EXPECT_EQ(out["output_router_logits"], false);  // kept as it came
+  EXPECT_FALSE(out.contains("auto_map"));
+  ModelConfig sigmoid = c;
+  sigmoid.moe_router_score_function = MoeScoreFunction::kSigmoid;
+  EXPECT_THROW(model_config_to_hf_json(sigmoid, TensorDType::kFloat32), dlm::Error);
+}
+
 TEST(HfConfig, LlamaDefaultsAndErrors) {
   const ModelConfig c = model_config_from_hf_json(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,

@@ -268,6 +268,40 @@ TEST_F(ParallelTool, AsyncSaveOnFourRanksWritesTheBlockingSavesCheckpoints) {
   }
 }
 
+// A mixture-of-experts model (router losses on: their gradients shape the later losses) under DP4 and PP2 x DP2
+// follows the single process: the router losses are weighted per micro-batch as the cross-entropy is.
+TEST_F(ParallelTool, MoeLayoutsGiveTheSingleProcessLosses) {
+  const std::vector<std::string> common = {"--num-layers", "4", "--train-iters", "6", "--global-batch-size", "8",
+                                           "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16",
+                                           "--moe-layer-freq", "2", "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff",
+                                           "0.01", "--metrics-file"};
+  auto with = [&](const fs::path& metrics, std::vector<std::string> layout) {
+    auto flags = common;
+    flags.push_back(metrics.string());
+    flags.insert(flags.end(), layout.begin(), layout.end());
+    return train_argv(flags);
+  };
+  const auto single = dir_ / "single.jsonl";
+  auto r = run(with(single, {}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = numbers(losses(single));
+  ASSERT_EQ(want.size(), 6u);
+  const std::vector<std::vector<std::string>> layouts = {{}, {"--pipeline-model-parallel-size", "2"}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto metrics = dir_ / fmt::format("moe_layout{}.jsonl", k);
+    r = run(mpi(with(metrics, layouts[k])));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_close(numbers(losses(metrics)), want);
+  }
+  // Without the router losses the run differs: they took effect.
+  auto flags = common;
+  flags[flags.size() - 4] = "0";
+  flags[flags.size() - 2] = "0";
+  flags.push_back((dir_ / "no_router_loss.jsonl").string());
+  ASSERT_EQ(run(train_argv(flags)).exit_code, 0);
+  EXPECT_NE(numbers(losses(dir_ / "no_router_loss.jsonl")), want);
+}
+
 TEST_F(ParallelTool, LayoutFlagsAreCheckedBeforeStarting) {
   auto r = run(train_argv({"--train-iters", "2", "--tensor-model-parallel-size", "2"}));
   EXPECT_EQ(last_error_line(r, "dlm-train"),

@@ -15,6 +15,7 @@
 #include "dlm/train/parallel.h"
 #include "megatron_flags.h"
 #include "monitoring_flags.h"
+#include "moe_flags.h"
 #include "tokenizer_flags.h"
 #include "dlm/common/thread_pool.h"
 #include "flag_checks.h"
@@ -37,6 +38,7 @@ struct Raw {
   double warmup_fraction = -1;
   std::string checkpoint_steps;
   bool untie = false, qk_layernorm = false, group_query_attention = false;
+  MoeFlags moe;
 };
 
 po::options_description describe(TrainArgs& a, Raw& r) {
@@ -61,6 +63,8 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("make-vocab-size-divisible-by", po::value(&m.make_vocab_size_divisible_by)->default_value(m.make_vocab_size_divisible_by), "vocab padding")
       ("attention-mask-type", po::value(&r.attention), "no_mask (bidirectional) | causal")
       ("bf16", po::bool_switch(&a.bf16), "bf16 mixed precision (GPU backend; the CPU backend is fp32)");
+  po::options_description moe("mixture of experts (Megatron's flags; docs/moe.md)");
+  add_moe_flags(moe, r.moe);
   po::options_description objective("objective (MegaDLMs' flags)");
   objective.add_options()
       ("model-running-mode", po::value(&r.mode)->default_value(r.mode), "difflm-noshift | vanilla (AR)")
@@ -158,7 +162,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
   po::options_description all(
       "dlm-train: train a diffusion (or AR) language model from .bin/.idx data.\n"
       "A flag given twice: the last one wins (Megatron's argparse rule).");
-  all.add(model).add(objective).add(training).add(parallel).add(gpu).add(data).add(io).add(as_is).add(no_effect).add(refused);
+  all.add(model).add(moe).add(objective).add(training).add(parallel).add(gpu).add(data).add(io).add(as_is).add(no_effect).add(refused);
   return all;
 }
 
@@ -384,6 +388,7 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (m.num_query_groups <= 0 || m.num_attention_heads % m.num_query_groups != 0)
     fail(fmt::format("--num-query-groups {} does not divide --num-attention-heads {}", m.num_query_groups,
                      m.num_attention_heads));
+  apply_moe_flags(r.moe, vm, m);
   // --vocab-size is the tokenizer's (NullTokenizer, TikTokenizer) and the model's vocabulary.
   // NullTokenizer's vocabulary is --vocab-size + 1 (its eod, the id one past), and Megatron sizes the model by it.
   if (a.tokenizer.vocab_size.value_or(0) > 0)

@@ -12,6 +12,12 @@
 //   mlp.down_proj.weight                            mlp.linear_fc2.weight
 //   model.embed_tokens.weight / lm_head.weight      embedding.word_embeddings.weight / output_layer.weight
 //   model.norm.weight                               decoder.final_layernorm.weight
+// An MoE layer of Qwen3MoeForCausalLM (saved by transformers 5 one tensor per expert, though its modules hold
+// them fused; docs/moe.md):
+//   post_attention_layernorm.weight                 pre_mlp_layernorm.weight
+//   mlp.gate.weight                                 mlp.router.weight [experts, hidden]
+//   mlp.experts.E.{gate,up}_proj.weight             mlp.experts.linear_fc1.weight[E] = [gate ; up]
+//   mlp.experts.E.down_proj.weight                  mlp.experts.linear_fc2.weight[E]
 // HF's vocabulary is config.vocab_size rows; dlm's is padded_vocab_size() rows, the padding rows zero on
 // import and dropped on export. Tied embeddings have no lm_head / output_layer (an lm_head present in a
 // tied HF folder is ignored). rotary_emb.inv_freq buffers are ignored; any other unknown HF tensor, or a
@@ -27,7 +33,7 @@
 
 namespace dlm::ckpt {
 
-// config.json -> ModelConfig. Reads LlamaForCausalLM, Qwen3ForCausalLM and DiffLM (MegaDLMs' export:
+// config.json -> ModelConfig. Reads LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and DiffLM (MegaDLMs' export:
 // Qwen3 fields plus mask_token_id and attn_mask_type); fields dlm does not model are kept in
 // hf_extra_json. Biases (attention_bias / mlp_bias true) are rejected: dlm's model has none.
 ModelConfig model_config_from_hf_json(std::string_view text, const std::string& file, int make_vocab_size_divisible_by = 128);
@@ -36,6 +42,9 @@ ModelConfig model_config_from_hf_json(std::string_view text, const std::string& 
 // torch_dtype is set to `dtype`. A bidirectional model gets auto_map (AutoConfig, AutoModelForCausalLM)
 // naming dlm's remote code; any other auto_map is dropped.
 std::string model_config_to_hf_json(const ModelConfig& config, TensorDType dtype);
+// Whether an export carries DiffLM's remote code (auto_map): a bidirectional model without experts (the
+// remote code has no MoE layer).
+bool has_difflm_remote_code(const ModelConfig& config);
 
 // The HF tensors (any dtype) -> dlm's global fp32 tensors.
 TensorSet hf_to_native(const ModelConfig& config, const SafetensorsFolder& hf);

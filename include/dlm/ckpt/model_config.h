@@ -14,6 +14,12 @@
 //   decoder.layers.N.mlp.linear_fc2.weight                     [hidden, ffn]
 //   decoder.final_layernorm.weight                             [hidden]
 //   output_layer.weight                                        [padded_vocab, hidden] (absent when tied)
+// A mixture-of-experts layer (num_experts > 0 and is_moe_layer(N); docs/moe.md) replaces the two mlp.linear_fc*
+// tensors and their norm with:
+//   decoder.layers.N.pre_mlp_layernorm.weight                  [hidden]     (post-attention RMSNorm)
+//   decoder.layers.N.mlp.router.weight                         [experts, hidden]
+//   decoder.layers.N.mlp.experts.linear_fc1.weight             [experts, 2 * moe_ffn, hidden]  rows [gate | up]
+//   decoder.layers.N.mlp.experts.linear_fc2.weight             [experts, hidden, moe_ffn]
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,8 @@
 namespace dlm::ckpt {
 
 enum class AttentionMask { kBidirectional, kCausal };
+// The router's scores (Megatron's --moe-router-score-function): softmax over the experts, or a sigmoid each.
+enum class MoeScoreFunction { kSoftmax, kSigmoid };
 
 struct ModelConfig {
   int num_layers = 2;
@@ -44,6 +52,21 @@ struct ModelConfig {
   double init_method_std = 0.02;
   std::optional<std::int32_t> mask_token_id;  // diffusion models
   std::optional<std::int32_t> bos_token_id, eos_token_id, pad_token_id;
+  // Mixture of experts (Megatron's --num-experts ...; 0 experts: every layer dense). Layer i is an MoE layer
+  // when moe_layer_pattern[i] != 0, or, with the pattern empty, when i % moe_layer_freq == 0 (Megatron's
+  // --moe-layer-freq N; HF's decoder_sparse_step / mlp_only_layers become a pattern).
+  int num_experts = 0;
+  int moe_router_topk = 2;
+  int moe_ffn_hidden_size = 0;                   // each expert's SwiGLU width (HF moe_intermediate_size)
+  int moe_shared_expert_intermediate_size = 0;   // 0: no shared expert (the only value dlm's model builds yet)
+  int moe_layer_freq = 1;
+  std::vector<int> moe_layer_pattern;            // empty, or num_layers entries of 0 (dense) / 1 (MoE)
+  MoeScoreFunction moe_router_score_function = MoeScoreFunction::kSoftmax;
+  // The top-k weights divided by their sum (HF norm_topk_prob; Megatron's softmax router without
+  // --moe-router-pre-softmax, and its sigmoid router, always do).
+  bool moe_norm_topk_prob = true;
+  double moe_aux_loss_coeff = 0.0;  // Megatron's switch load-balancing loss, per MoE layer
+  double moe_z_loss_coeff = 0.0;    // ST-MoE's router z-loss, per MoE layer
   // Hugging Face provenance, kept so that HF -> dlm -> HF gives back the same config.json:
   std::string hf_architecture;  // "LlamaForCausalLM", "Qwen3ForCausalLM", "DiffLM"; "" = chosen on export
   std::string hf_extra_json;    // JSON object of config.json fields dlm does not model ("" = none)
@@ -52,6 +75,7 @@ struct ModelConfig {
   std::int64_t padded_vocab_size() const;
   std::int64_t q_size() const { return std::int64_t{num_attention_heads} * kv_channels; }
   std::int64_t kv_size() const { return std::int64_t{num_query_groups} * kv_channels; }
+  bool is_moe_layer(int layer) const;
   // Throws dlm::Error with a one-line reason when the shape is impossible (heads not dividing hidden
   // when kv_channels is derived, groups not dividing heads, non-positive sizes...).
   void validate() const;

@@ -143,6 +143,19 @@ class Backend {
   virtual void swiglu_forward(const Tensor& gate_up, const Tensor& out) = 0;
   virtual void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) = 0;
 
+  // Mixture-of-experts SwiGLU experts, dropless (docs/moe.md): token n goes to the k experts idx[n, j] with
+  // combine weights w[n, j]:
+  //   y[n, j] = (silu(x[n] G_e^T) * x[n] U_e^T) D_e^T,  e = idx[n, j],  fc1[e] = [G_e ; U_e],  fc2[e] = D_e;
+  //   out[n] = sum_j w[n, j] y[n, j].
+  // x [N, H], idx [N, k] i32 in [0, E), w [N, k]; fc1 [E, 2F, H], fc2 [E, H, F]; out [N, H] written.
+  // gate_up [N * k, 2F] and act [N * k, F] are saved for the backward, rows in the backend's own order.
+  // Backward: dw[n, j] = dout[n] . y[n, j] and dx (written); dfc1, dfc2 accumulate.
+  virtual void moe_experts_forward(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& fc1,
+                                   const Tensor& fc2, const Tensor& out, const Tensor& gate_up, const Tensor& act) = 0;
+  virtual void moe_experts_backward(const Tensor& dout, const Tensor& x, const Tensor& idx, const Tensor& w,
+                                    const Tensor& fc1, const Tensor& fc2, const Tensor& gate_up, const Tensor& act,
+                                    const Tensor& dx, const Tensor& dw, const Tensor& dfc1, const Tensor& dfc2) = 0;
+
   // Cross-entropy over the first `vocab` columns of logits [N, Vpad] (the padded columns are sliced
   // away, as Megatron does, and never win): ce[n] = lse[n] - logits[n, label], lse [N] saved.
   // labels [N] i32; a label < 0 is ignored (ce 0). Backward from per-row weights w [N] f32:

@@ -5,6 +5,8 @@
 //   q, k = RMSNorm per head (QK-norm, Qwen3; optional) ; q, k = RoPE(q, k, positions)
 //   x = x + Attention(q, k, v; bidirectional or causal, GQA) Wo^T
 //   x = x + (silu(b Wgate^T) * b Wup^T) Wdown^T,  b = RMSNorm(x)
+//       or, in a mixture-of-experts layer, x = x + sum_j w_j SwiGLU_{e_j}(b) over the router's top-k experts
+//       e_j of b (moe_router.h, docs/moe.md)
 // then logits = RMSNorm(x) Wout^T, Wout = the embedding table when tied. The logits have
 // padded_vocab_size() columns; cross_entropy() slices them to vocab_size, so a padded column never
 // enters a loss (the logits adapter in model_adapters.h sets them to -inf for samplers).
@@ -161,10 +163,20 @@ class Model {
   // Per-token cross-entropy of the last forward's logits against labels [batch * seq] (label < 0:
   // ignored, 0). Host values.
   std::vector<float> cross_entropy(std::span<const std::int32_t> labels);
-  // Adds d(sum_i weights_i * ce_i) / d(parameter) into every gradient; weights [batch * seq].
-  void backward(std::span<const float> weights);
+  // Adds d(sum_i weights_i * ce_i + router_loss_weight * R) / d(parameter) into every gradient; weights
+  // [batch * seq]. R is the sum over this chunk's MoE layers of their aux and z losses (moe_stats(); 0 for a
+  // dense model); router_loss_weight is Megatron's MoEAuxLossAutoScaler scale (1 / micro-batches).
+  void backward(std::span<const float> weights, double router_loss_weight = 1.0);
   // A chunk without the head: backward from d loss / d (its output hidden states) [local_rows, hidden].
-  void backward_from_output(std::span<const float> d_output);
+  void backward_from_output(std::span<const float> d_output, double router_loss_weight = 1.0);
+  // The router of each of this chunk's MoE layers in the last forward (docs/moe.md).
+  struct MoeLayerStats {
+    int layer = 0;                                 // global layer index
+    double aux_loss = 0, z_loss = 0;               // coefficients applied
+    std::vector<std::int64_t> tokens_per_expert;   // [experts]
+    std::vector<double> aux_probability_sum;       // [experts] sum over tokens of the aux loss's scores
+  };
+  std::vector<MoeLayerStats> moe_stats() const;
   // After backward() on a chunk without the embedding: d loss / d (its input hidden states).
   std::vector<float> input_gradient() const;
   // Sums over the tensor group the gradients of replicated tensors that each rank computed in part (see
@@ -192,6 +204,9 @@ class Model {
   const KvStore& window_kv(std::size_t l, const Tensor& k, const Tensor& v, std::int64_t first);
   void allocate_gradients();
   void backward_layers();
+  // One MoE layer's MLP (model_moe.cpp): from its normed input to `out` (written), and back to a.dxn.
+  void moe_forward(std::size_t layer, const Tensor& out);
+  void moe_backward(std::size_t layer);
   // Tensor-parallel plumbing (model_tensor_parallel.cpp).
   void tp_all_reduce(const Tensor& t) const;
   void gather_rows(const Tensor& local, const Tensor& full) const;        // SP: all-gather of token rows
@@ -221,6 +236,7 @@ class Model {
   std::shared_ptr<KvStore> kv_;  // forward_storing_kv()'s keys and values
   std::shared_ptr<Activations> acts_;
   int slot_ = 0;
+  double router_loss_weight_ = 1.0;  // of the backward in progress
   std::function<void(std::size_t)> gradient_hook_;
   void gradient_done(int param) const {
     if (gradient_hook_ && param >= 0) gradient_hook_(static_cast<std::size_t>(param));

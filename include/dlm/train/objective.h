@@ -52,6 +52,9 @@ struct ModelBatch {
   std::vector<std::int32_t> input_ids, labels, position_ids;
   std::vector<float> weights;
   std::vector<std::uint8_t> masked;  // 1 where the input holds the mask token (diffusion)
+  // The weight of this micro-batch's MoE router losses (Model::backward): 1 / micro-batches, as Megatron's
+  // MoEAuxLossAutoScaler scales them (the trainer sets it beside the weights' 1 / micro-batches).
+  double router_loss_weight = 1.0;
 };
 
 // Where the micro-batch sits in the run. The variable-length draw is MegaDLMs': numpy's legacy

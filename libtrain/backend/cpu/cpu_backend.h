@@ -45,6 +45,11 @@ class CpuBackend final : public Backend {
                           const Tensor& dk, const Tensor& dv) override;
   void swiglu_forward(const Tensor& gate_up, const Tensor& out) override;
   void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) override;
+  void moe_experts_forward(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& fc1, const Tensor& fc2,
+                           const Tensor& out, const Tensor& gate_up, const Tensor& act) override;
+  void moe_experts_backward(const Tensor& dout, const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& fc1,
+                            const Tensor& fc2, const Tensor& gate_up, const Tensor& act, const Tensor& dx,
+                            const Tensor& dw, const Tensor& dfc1, const Tensor& dfc2) override;
   void cross_entropy_forward(const Tensor& logits, const Tensor& labels, std::int64_t vocab, const Tensor& ce,
                              const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& weights,

@@ -40,6 +40,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     : impl_(std::make_unique<Impl>(options)) {
   auto& I = *impl_;
   config.validate();
+  if (config.num_experts > 0)
+    fail("CudaModel: mixture-of-experts layers are not in the CUDA backend yet (train MoE models with --device cpu)");
   if (options.deferred_embedding_steps < 1)
     fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
   if (!device_available()) fail("CudaModel: no CUDA device");

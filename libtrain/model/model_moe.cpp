@@ -1,0 +1,54 @@
+// A mixture-of-experts layer's MLP (docs/moe.md): router logits = b Wr^T on the backend, routing on the host
+// (moe_router.h: the logits are [N, E], small), the experts as one backend op (moe_experts_*). MoE layers run
+// without tensor parallelism (ParallelLayout::validate), so b is the whole A.xn2.
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+#include "model_internal.h"
+
+namespace dlm::train {
+
+void Model::moe_forward(std::size_t l, const Tensor& out) {
+  const Layer& P = layers_[l];
+  auto& A = acts_->layers[l];
+  Backend& be = backend_;
+  be.linear_forward(A.xn2, params_[P.router].value, A.router_logits);
+  std::vector<float> logits(static_cast<std::size_t>(A.router_logits.numel()));
+  be.copy_to_host(A.router_logits, logits);
+  A.routing = route(RouterOptions::of(config_), logits);
+  be.copy_from_host(A.moe_experts, std::span<const std::int32_t>(A.routing.experts));
+  be.copy_from_host(A.moe_weights, std::span<const float>(A.routing.weights));
+  be.moe_experts_forward(A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
+                         params_[P.experts_fc2].value, out, A.gate_up, A.act);
+}
+
+// d loss / d(layer output) is a.dx; leaves d loss / d b in a.dxn (a.dtmp is scratch).
+void Model::moe_backward(std::size_t l) {
+  Activations& a = *acts_;
+  const Layer& P = layers_[l];
+  auto& A = a.layers[l];
+  Backend& be = backend_;
+  be.moe_experts_backward(a.dx, A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
+                          params_[P.experts_fc2].value, A.gate_up, A.act, a.dxn, a.dmoe_weights,
+                          params_[P.experts_fc1].grad, params_[P.experts_fc2].grad);
+  std::vector<float> dweights(static_cast<std::size_t>(a.dmoe_weights.numel()));
+  be.copy_to_host(a.dmoe_weights, dweights);
+  std::vector<float> dlogits(static_cast<std::size_t>(a.drouter_logits.numel()));
+  route_backward(RouterOptions::of(config_), A.routing, dweights, router_loss_weight_, dlogits);
+  be.copy_from_host(a.drouter_logits, std::span<const float>(dlogits));
+  be.linear_backward(a.drouter_logits, A.xn2, params_[P.router].value, a.dtmp, params_[P.router].grad);
+  be.add(a.dxn, a.dtmp);
+}
+
+std::vector<Model::MoeLayerStats> Model::moe_stats() const {
+  std::vector<MoeLayerStats> out;
+  if (!acts_) return out;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].moe()) continue;
+    const Routing& r = acts_->layers[l].routing;
+    out.push_back({first_layer_ + static_cast<int>(l), r.aux_loss, r.z_loss, r.tokens_per_expert, r.aux_probability_sum});
+  }
+  return out;
+}
+
+}  // namespace dlm::train

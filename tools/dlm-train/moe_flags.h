@@ -1,0 +1,26 @@
+// Megatron's mixture-of-experts flags (docs/moe.md): the model's experts, router and router losses. Dropless routing
+// on one expert-parallel rank is what dlm has; the flags that ask for more are refused naming what dlm offers.
+#pragma once
+
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "dlm/ckpt/model_config.h"
+
+namespace dlm::tools {
+
+// The flags' words before they are checked.
+struct MoeFlags {
+  int num_experts = 0, topk = 2, ffn_hidden_size = 0, expert_parallel = 1;
+  std::string layer_freq = "1", score_function = "softmax", load_balancing = "aux_loss", dispatcher = "alltoall";
+  double aux_loss_coeff = 0, z_loss_coeff = 0;
+  bool pre_softmax = false, grouped_gemm = false;
+};
+
+void add_moe_flags(boost::program_options::options_description& group, MoeFlags& f);
+// After notify: checks the words (a dlm::Error naming the flag) and sets the MoE fields of `model` when
+// --num-experts > 0 (moe_ffn_hidden_size defaults to the model's ffn_hidden_size, as Megatron's).
+void apply_moe_flags(const MoeFlags& f, const boost::program_options::variables_map& vm, ckpt::ModelConfig& model);
+
+}  // namespace dlm::tools
