@@ -73,7 +73,7 @@ std::vector<Tool> tools() {
         "lr-decay-iters=4000000000", "lr-wsd-decay-iters=4000000000", "save-interval=4000000000",
         "exit-interval=4000000000", "eval-interval=4000000000", "eval-iters=4000000000", "log-interval=4000000000",
         "ddp-bucket-size=4000000000", "global-batch-size=0", "lr-warmup-fraction=0", "exit-duration-in-mins=0",
-        "non-persistent-save-interval=0"}},
+        "non-persistent-save-interval=0", "num-experts=0", "moe-aux-loss-coeff=0", "moe-z-loss-coeff=0"}},
       {"dlm-generate", DLM_GENERATE_TOOL, {},
        {"--load", "missing", "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--tokenizer-model", "none",
         "--prompt", "1 2"},

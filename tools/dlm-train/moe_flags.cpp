@@ -77,7 +77,12 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   in_range("moe-aux-loss-coeff", f.aux_loss_coeff, 0, 1e6);
   in_range("moe-z-loss-coeff", f.z_loss_coeff, 0, 1e6);
   if (vm.count("moe-ffn-hidden-size")) in_range("moe-ffn-hidden-size", f.ffn_hidden_size, 1, 1 << 22);
-  if (f.num_experts == 0) return;
+  if (f.num_experts == 0) {
+    // A dense model: the MoE flags change nothing, but a malformed value is still refused.
+    ckpt::ModelConfig unused = m;
+    layer_frequency(f.layer_freq, m.num_layers, unused);
+    return;
+  }
   if (f.topk > f.num_experts)
     fail(fmt::format("--moe-router-topk {} is more than --num-experts {}", f.topk, f.num_experts));
   m.num_experts = f.num_experts;
