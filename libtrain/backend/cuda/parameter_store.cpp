@@ -16,13 +16,24 @@
 namespace dlm::train::cuda {
 namespace {
 
-// fill(p, out[p]) for each of `count` tensors on a pool's threads, one task a tensor (a large tensor does not
-// hold up a thread's share of the others); the first touch of the tensors' new pages is spread over them too.
-std::vector<std::vector<float>> fill_tensors(std::size_t count, const std::function<void(int, std::vector<float>&)>& fill) {
-  std::vector<std::vector<float>> out(count);
+// Every tensor of `store` as export_master / export_part give it, in model order: zeros outside its part in the
+// optimizer range, the part appended by append(out, part). Each tensor's memory is written once (no zeroing pass
+// first), on a pool's threads, one task a tensor (a large tensor does not hold up a thread's share of the others).
+using AppendPart = std::function<void(std::vector<float>&, const ParameterStore::MomentPart&)>;
+std::vector<std::vector<float>> fill_tensors(const ParameterStore& store, const AppendPart& append) {
+  std::vector<std::vector<float>> out(store.specs.size());
   ThreadPool pool(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16));
   std::vector<std::future<void>> done;
-  for (std::size_t i = 0; i < count; ++i) done.push_back(pool.submit([&, i] { fill(static_cast<int>(i), out[i]); }));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    done.push_back(pool.submit([&, i] {
+      const int p = static_cast<int>(i);
+      const ParameterStore::MomentPart part = store.moment_part(p);
+      std::vector<float>& values = out[i];
+      values.reserve(static_cast<std::size_t>(store.numel(p)));
+      values.resize(static_cast<std::size_t>(part.in_tensor));
+      append(values, part);
+      values.resize(static_cast<std::size_t>(store.numel(p)));
+    }));
   for (auto& d : done) d.get();
   return out;
 }
@@ -180,12 +191,9 @@ std::vector<std::vector<float>> ParameterStore::export_masters() {
   check_cuda(cudaMemcpyAsync(host, w16 + opt_first, n * 2, cudaMemcpyDeviceToHost, stream), "export");
   check_cuda(cudaMemcpyAsync(host + 2 * n, w_lo, n * 2, cudaMemcpyDeviceToHost, stream), "export");
   check_cuda(cudaStreamSynchronize(stream), "export");
-  return fill_tensors(specs.size(), [&](int p, std::vector<float>& out) {
-    out.assign(static_cast<std::size_t>(numel(p)), 0.0f);
-    const MomentPart part = moment_part(p);
-    float* to = out.data() + part.in_tensor;
+  return fill_tensors(*this, [hi, lo](std::vector<float>& out, const MomentPart& part) {
     for (std::int64_t i = part.in_moments, end = part.in_moments + part.numel; i < end; ++i)
-      *to++ = std::bit_cast<float>(join_master_bits(hi[i], lo[i]));
+      out.push_back(std::bit_cast<float>(join_master_bits(hi[i], lo[i])));
   });
 }
 
@@ -198,15 +206,13 @@ void ParameterStore::export_moments(std::vector<std::vector<float>>& exp_avg,
   check_cuda(cudaMemcpyAsync(host, m, n * 4, cudaMemcpyDeviceToHost, stream), "export");
   check_cuda(cudaMemcpyAsync(host + 4 * n, v, n * 4, cudaMemcpyDeviceToHost, stream), "export");
   check_cuda(cudaStreamSynchronize(stream), "export");
-  const auto from = [&](const float* range) {
-    return [this, range](int p, std::vector<float>& out) {
-      out.assign(static_cast<std::size_t>(numel(p)), 0.0f);
-      const MomentPart part = moment_part(p);
-      std::copy_n(range + part.in_moments, part.numel, out.data() + part.in_tensor);
+  const auto from = [](const float* range) {
+    return [range](std::vector<float>& out, const MomentPart& part) {
+      out.insert(out.end(), range + part.in_moments, range + part.in_moments + part.numel);
     };
   };
-  exp_avg = fill_tensors(specs.size(), from(hm));
-  exp_avg_sq = fill_tensors(specs.size(), from(hv));
+  exp_avg = fill_tensors(*this, from(hm));
+  exp_avg_sq = fill_tensors(*this, from(hv));
 }
 
 }  // namespace dlm::train::cuda
