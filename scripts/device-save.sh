@@ -57,18 +57,21 @@ SYNC_HELD=$(grep -o "held training [0-9.]*" "$OUT/train-sync.log" | tail -1 | aw
 SYNC_RATE=$(grep -o "s: [0-9.]* GB/s" "$OUT/train-sync.log" | tail -1 | awk '{print $2}')
 rm -rf "$S/sync"
 
-echo "== 2b. dlm-train 1.7B --async-save, saves after iterations 12 and 24 (the run's end waits for the last)"
+echo "== 2b. dlm-train 1.7B --async-save, saves after iterations 30 and 60 (the run's end waits for the last)"
 rm -rf "$S/async"
-timeout 300 "$C/dlm-train" "${MODEL[@]}" --train-iters 24 --save "$S/async" --save-interval 12 --async-save \
+timeout 300 "$C/dlm-train" "${MODEL[@]}" --train-iters 60 --save "$S/async" --save-interval 30 --async-save \
   --metrics-file "$OUT/async.jsonl" > "$OUT/train-async.log" 2>&1; echo "exit $?"
 grep -E "held training|saved iteration|error" "$OUT/train-async.log" | tail -5
-ASYNC_HELD=$(grep -o "iteration 12: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
-ASYNC_RATE=$(grep "saved iteration 12 " "$OUT/train-async.log" | grep -o "s: [0-9.]* GB/s" | awk '{print $2}')
-ASYNC_WRITE=$(grep "saved iteration 12 " "$OUT/train-async.log" | grep -o "GB in [0-9.]* s" | awk '{print $3}')
-# Steps before any save (4..12: past the first steps' warm-up) against the steps the background write overlaps
-# (13..18: the write of 20.8 GB takes longer than six steps at any rate this disk reaches).
-BEFORE=$(step_seconds "$OUT/async.jsonl" 4 12)
-DURING=$(step_seconds "$OUT/async.jsonl" 13 18)
+ASYNC_HELD=$(grep -o "iteration 30: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
+# The second save reuses the host buffers the first one allocated (the pinned device->host buffers, the snapshot);
+# 30 steps (about 20 s) after the first, whose write (about 16 s) is then done and does not hold it.
+ASYNC_HELD2=$(grep -o "iteration 60: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
+ASYNC_RATE=$(grep "saved iteration 30 " "$OUT/train-async.log" | grep -o "s: [0-9.]* GB/s" | awk '{print $2}')
+ASYNC_WRITE=$(grep "saved iteration 30 " "$OUT/train-async.log" | grep -o "GB in [0-9.]* s" | awk '{print $3}')
+# Steps before any save (4..30: past the first steps' warm-up) against the steps the background write overlaps
+# (31..36: the write of 20.8 GB takes longer than six steps at any rate this disk reaches).
+BEFORE=$(step_seconds "$OUT/async.jsonl" 4 30)
+DURING=$(step_seconds "$OUT/async.jsonl" 31 36)
 rm -rf "$S/async"
 
 echo "== 3. --async-save, SIGKILL while iteration 8's checkpoint is written in the background"
@@ -95,21 +98,22 @@ grep -E "resuming|error" "$OUT/train-resume.log" | tail -2
 RESUMED=$(grep -q "iter_0000004 at iteration 4" "$OUT/train-resume.log" && [ $RESUME_EXIT = 0 ] && echo yes || echo no)
 rm -rf "$S/kill"
 
-python3 - "$DD" "$HOST" "$SYNC_HELD" "$SYNC_RATE" "$ASYNC_HELD" "$ASYNC_RATE" "$ASYNC_WRITE" "$BEFORE" "$DURING" \
+python3 - "$DD" "$HOST" "$SYNC_HELD" "$SYNC_RATE" "$ASYNC_HELD" "$ASYNC_HELD2" "$ASYNC_RATE" "$ASYNC_WRITE" "$BEFORE" "$DURING" \
   "$KILLED" "$LATEST" "$TMP_LEFT" "$RESUMED" <<'EOF' | tee "$OUT/summary.txt"
 import sys
 a = sys.argv[1:]
 f = lambda x: float(x) if x not in ("", "nan") else float("nan")
-dd, host, sync_held, sync_rate, async_held, async_rate, async_write, before, during = map(f, a[:9])
-killed, latest, tmp_left, resumed = a[9:]
+dd, host, sync_held, sync_rate, async_held, async_held2, async_rate, async_write, before, during = map(f, a[:10])
+killed, latest, tmp_left, resumed = a[10:]
 rows = [
     ("disk: dd bs=64M oflag=direct conv=fsync", f"{dd:.2f} GB/s", ""),
     ("blocking save from host memory (save_bench, 20.8 GB)", f"{host:.2f} GB/s", f"{host / dd:.2f}x dd (goal >= 0.8)"),
     ("dlm-train blocking save: training held", f"{sync_held:.1f} s", f"written at {sync_rate:.2f} GB/s = {sync_rate / dd:.2f}x dd"),
-    ("dlm-train --async-save: training held at the save point", f"{async_held:.1f} s", "device copies + host snapshot"),
+    ("dlm-train --async-save: training held at the save point", f"{async_held:.1f} s", "first save: allocates the host buffers"),
+    ("--async-save: held at the second save point (iteration 60)", f"{async_held2:.1f} s", "device copies + host snapshot"),
     ("--async-save background write + commit", f"{async_write:.1f} s", f"{async_rate:.2f} GB/s = {async_rate / dd:.2f}x dd"),
-    ("step time before any save (iterations 4-12, median)", f"{before:.3f} s", ""),
-    ("step time during the background write (13-18, median)", f"{during:.3f} s",
+    ("step time before any save (iterations 4-30, median)", f"{before:.3f} s", ""),
+    ("step time during the background write (31-36, median)", f"{during:.3f} s",
      f"{during / before - 1:+.1%}: {'within' if during <= 1.1 * before else 'NOT within'} 10%"),
     ("SIGKILL during the background write of iteration 8", f"killed {killed}, write hit {tmp_left}",
      f"latest {latest} ({'ok' if latest == 'iter_0000004' else 'WRONG'}), resumed from it: {resumed}"),

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
@@ -26,6 +27,16 @@ using Columns = gpu_test::MaskedColumns;
 // Tokens from rows [first, first + span) of the vocabulary and the mask token, half of them masked.
 Columns columns_on_rows(std::mt19937& rng, std::int64_t n, int first, int span, int mask) {
   return gpu_test::masked_columns(rng, n, first, span, mask, 0.02f);
+}
+
+// The same model twice: dense, and with the sparse gradient and a ring of 3 deferred steps
+// (CudaOptions::deferred_embedding_steps).
+std::pair<std::unique_ptr<CudaModel>, std::unique_ptr<CudaModel>> dense_and_deferred(const ckpt::ModelConfig& c) {
+  CudaOptions ring = gpu_test::deterministic_options();
+  ring.deferred_embedding_steps = 3;
+  auto sparse = gpu_test::model_with(c, ring, 5);
+  sparse->set_sparse_embedding_grad(true);
+  return {deterministic_model(c), std::move(sparse)};
 }
 
 void expect_same_state(CudaModel& dense, CudaModel& sparse, const char* when) {
@@ -81,10 +92,7 @@ TEST(CudaSparseEmbedding, SameBitsAsTheDenseGradient) {
 TEST(CudaSparseEmbedding, DeferredRowsGiveTheSameBits) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = gpu_test::small_config();
-  CudaOptions ring = gpu_test::deterministic_options();
-  ring.deferred_embedding_steps = 3;
-  auto dense = deterministic_model(c), sparse = gpu_test::model_with(c, ring, 5);
-  sparse->set_sparse_embedding_grad(true);
+  auto [dense, sparse] = dense_and_deferred(c);
   const std::int64_t batch = 2, seq = 64, n = batch * seq;
   std::mt19937 rng(31);
   AdamWOptions adam;
@@ -114,6 +122,39 @@ TEST(CudaSparseEmbedding, DeferredRowsGiveTheSameBits) {
     dense->zero_grad(), sparse->zero_grad();
   }
   expect_same_state(*dense, *sparse, "after the resumed steps");
+}
+
+// The checkpoint exports (every tensor through the pinned host buffer) with the embedding's updates deferred: they
+// must catch the rows up first and give the dense model's per-tensor exports bit for bit, also the second time,
+// from the kept buffer after more steps.
+TEST(CudaSparseEmbedding, CheckpointExportsAreThePerTensorExports) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = gpu_test::small_config();
+  auto [dense, sparse] = dense_and_deferred(c);
+  const std::int64_t batch = 2, seq = 64, n = batch * seq;
+  std::mt19937 rng(41);
+  AdamWOptions adam;
+  for (int save = 0; save < 2; ++save) {
+    for (int step = 0; step < 3 + 2 * save; ++step) {
+      const Columns x = columns_on_rows(rng, n, 90 * step, 60, *c.mask_token_id);
+      const CudaBatch b{batch, seq, false, x.ids, x.labels, {}, x.weights};
+      EXPECT_EQ(sparse->forward_backward(b), dense->forward_backward(b));
+      EXPECT_EQ(sparse->adamw_step(adam, 1e-2, 1.0), dense->adamw_step(adam, 1e-2, 1.0));
+      dense->zero_grad(), sparse->zero_grad();
+    }
+    const auto weights = sparse->export_parameters();
+    std::vector<std::vector<float>> m, v;
+    sparse->export_moments(m, v);
+    const auto& specs = dense->tensors();
+    ASSERT_EQ(weights.size(), specs.size());
+    ASSERT_EQ(m.size(), specs.size());
+    ASSERT_EQ(v.size(), specs.size());
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+      EXPECT_EQ(weights[k], dense->export_parameter(specs[k].name)) << "save " << save << ": " << specs[k].name;
+      EXPECT_EQ(m[k], dense->export_exp_avg(specs[k].name)) << "save " << save << ": " << specs[k].name;
+      EXPECT_EQ(v[k], dense->export_exp_avg_sq(specs[k].name)) << "save " << save << ": " << specs[k].name;
+    }
+  }
 }
 
 // Turned on between a backward and its update: every row counts as written until the next zero_grad, so the

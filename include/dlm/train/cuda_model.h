@@ -108,6 +108,11 @@ class CudaModel {
   void import_parameter(std::string_view name, std::span<const float> values);
   std::vector<float> export_parameter(std::string_view name) const;
   std::vector<float> export_gradient(std::string_view name) const;
+  // For checkpoints: export_parameter of every tensor in tensors() order, the same values, through a pinned
+  // host buffer allocated at the first call and kept (one device->host copy a buffer, not one a tensor) until
+  // release_host_buffers() (a load, which reads the weights once, calls it: runs that never save pin nothing).
+  std::vector<std::vector<float>> export_parameters();
+  void release_host_buffers();
   std::int64_t parameter_count() const;
 
   // Forward and backward of sum_i weights_i * CE_i over the real vocabulary; gradients accumulate (+=).
@@ -193,6 +198,8 @@ class CudaModel {
   // and an import keeps the elements inside it.
   std::vector<float> export_exp_avg(std::string_view name) const;
   std::vector<float> export_exp_avg_sq(std::string_view name) const;
+  // export_exp_avg and export_exp_avg_sq of every tensor in tensors() order, as export_parameters().
+  void export_moments(std::vector<std::vector<float>>& exp_avg, std::vector<std::vector<float>>& exp_avg_sq);
   void import_moments(std::string_view name, std::span<const float> exp_avg, std::span<const float> exp_avg_sq);
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t steps);

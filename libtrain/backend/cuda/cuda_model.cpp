@@ -230,6 +230,13 @@ std::vector<float> CudaModel::export_parameter(std::string_view name) const {
   return impl_->params.export_master(impl_->params.find_or_fail(name));
 }
 
+std::vector<std::vector<float>> CudaModel::export_parameters() {
+  impl_->settle_embedding();
+  return impl_->params.export_masters();
+}
+
+void CudaModel::release_host_buffers() { impl_->params.release_pinned(); }
+
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
   const int p = impl_->params.find_or_fail(name);
   if (impl_->fresh.fresh[static_cast<std::size_t>(p)])

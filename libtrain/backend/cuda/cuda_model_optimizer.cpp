@@ -102,6 +102,12 @@ std::vector<float> CudaModel::export_exp_avg_sq(std::string_view name) const {
   return impl_->params.export_part(impl_->params.find_or_fail(name), impl_->params.v);
 }
 
+void CudaModel::export_moments(std::vector<std::vector<float>>& exp_avg,
+                               std::vector<std::vector<float>>& exp_avg_sq) {
+  impl_->settle_embedding();
+  impl_->params.export_moments(exp_avg, exp_avg_sq);
+}
+
 void CudaModel::import_moments(std::string_view name, std::span<const float> exp_avg,
                                std::span<const float> exp_avg_sq) {
   auto& I = *impl_;

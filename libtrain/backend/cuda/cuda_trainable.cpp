@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -93,8 +94,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   std::vector<ParamRef> parameters() override {
     host_.clear();
     for (auto& c : chunks_)
-      for (const auto& spec : c->tensors()) {
-        host_.push_back(c->export_parameter(spec.name));
+      for (auto& values : c->export_parameters()) {
+        host_.push_back(std::move(values));
         sum_shards(host_.back());
       }
     std::vector<ParamRef> refs;
@@ -226,13 +227,16 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     state.set_steps(first().optimizer_steps());
     // As the host AdamW: no moments before the first step.
     if (first().optimizer_steps() > 0)
-      for (auto& c : chunks_)
-        for (const auto& s : c->tensors()) {
-          state.exp_avg().push_back(c->export_exp_avg(s.name));
-          state.exp_avg_sq().push_back(c->export_exp_avg_sq(s.name));
+      for (auto& c : chunks_) {
+        std::vector<std::vector<float>> m, v;
+        c->export_moments(m, v);
+        for (std::size_t k = 0; k < m.size(); ++k) {
+          state.exp_avg().push_back(std::move(m[k]));
+          state.exp_avg_sq().push_back(std::move(v[k]));
           sum_shards(state.exp_avg().back());
           sum_shards(state.exp_avg_sq().back());
         }
+      }
     return state;
   }
   void load_optimizer_state(const AdamW& state) override {
@@ -257,6 +261,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       for (const auto& s : c->tensors()) c->import_parameter(s.name, host_[k++]);
     host_.clear();
     host_.shrink_to_fit();
+    for (auto& c : chunks_) c->release_host_buffers();  // a load's: saves allocate them again
   }
   std::vector<DeviceSpan> gradient_buffers() override { return per_chunk(&CudaModel::gradient_buffer); }
   std::vector<DeviceSpan> parameter_buffers() override { return per_chunk(&CudaModel::parameter_buffer); }

@@ -2,14 +2,43 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
+#include <future>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
+#include "dlm/common/thread_pool.h"
 #include "master_split.h"
 
 namespace dlm::train::cuda {
+namespace {
+
+// Every tensor of `store` as export_master / export_part give it, in model order: zeros outside its part in the
+// optimizer range, the part appended by append(out, part). Each tensor's memory is written once (no zeroing pass
+// first), on a pool's threads, one task a tensor (a large tensor does not hold up a thread's share of the others).
+using AppendPart = std::function<void(std::vector<float>&, const ParameterStore::MomentPart&)>;
+std::vector<std::vector<float>> fill_tensors(const ParameterStore& store, const AppendPart& append) {
+  std::vector<std::vector<float>> out(store.specs.size());
+  ThreadPool pool(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16));
+  std::vector<std::future<void>> done;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    done.push_back(pool.submit([&, i] {
+      const int p = static_cast<int>(i);
+      const ParameterStore::MomentPart part = store.moment_part(p);
+      std::vector<float>& values = out[i];
+      values.reserve(static_cast<std::size_t>(store.numel(p)));
+      values.resize(static_cast<std::size_t>(part.in_tensor));
+      append(values, part);
+      values.resize(static_cast<std::size_t>(store.numel(p)));
+    }));
+  for (auto& d : done) d.get();
+  return out;
+}
+
+}  // namespace
 
 void ParameterStore::allocate(std::vector<ckpt::TensorShard> tensors, int optimizer_shards, int rank, cudaStream_t st) {
   specs = std::move(tensors);
@@ -140,6 +169,50 @@ std::vector<float> ParameterStore::export_part(int p, const float* range_buffer)
                "export");
   check_cuda(cudaStreamSynchronize(stream), "export");
   return out;
+}
+
+std::byte* ParameterStore::pinned(Pinned& buffer, std::size_t bytes_per_element) const {
+  if (!buffer) {
+    void* host = nullptr;
+    const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(opt_numel, 1)) * bytes_per_element;
+    check_cuda(cudaHostAlloc(&host, bytes, cudaHostAllocDefault),
+               fmt::format("pinned host buffer of {} bytes for checkpoints", bytes).c_str());
+    buffer.reset(static_cast<std::byte*>(host));
+  }
+  return buffer.get();
+}
+
+// pinned_master: the range's upper halves (2 bytes an element), then its lower halves (2).
+std::vector<std::vector<float>> ParameterStore::export_masters() {
+  const auto n = static_cast<std::size_t>(opt_numel);
+  std::byte* host = pinned(pinned_master, 4);
+  const auto* hi = reinterpret_cast<const std::uint16_t*>(host);
+  const auto* lo = reinterpret_cast<const std::int16_t*>(host + 2 * n);
+  check_cuda(cudaMemcpyAsync(host, w16 + opt_first, n * 2, cudaMemcpyDeviceToHost, stream), "export");
+  check_cuda(cudaMemcpyAsync(host + 2 * n, w_lo, n * 2, cudaMemcpyDeviceToHost, stream), "export");
+  check_cuda(cudaStreamSynchronize(stream), "export");
+  return fill_tensors(*this, [hi, lo](std::vector<float>& out, const MomentPart& part) {
+    for (std::int64_t i = part.in_moments, end = part.in_moments + part.numel; i < end; ++i)
+      out.push_back(std::bit_cast<float>(join_master_bits(hi[i], lo[i])));
+  });
+}
+
+void ParameterStore::export_moments(std::vector<std::vector<float>>& exp_avg,
+                                    std::vector<std::vector<float>>& exp_avg_sq) {
+  const auto n = static_cast<std::size_t>(opt_numel);
+  std::byte* host = pinned(pinned_moments, 8);  // m, then v
+  const auto* hm = reinterpret_cast<const float*>(host);
+  const auto* hv = reinterpret_cast<const float*>(host + 4 * n);
+  check_cuda(cudaMemcpyAsync(host, m, n * 4, cudaMemcpyDeviceToHost, stream), "export");
+  check_cuda(cudaMemcpyAsync(host + 4 * n, v, n * 4, cudaMemcpyDeviceToHost, stream), "export");
+  check_cuda(cudaStreamSynchronize(stream), "export");
+  const auto from = [](const float* range) {
+    return [range](std::vector<float>& out, const MomentPart& part) {
+      out.insert(out.end(), range + part.in_moments, range + part.in_moments + part.numel);
+    };
+  };
+  exp_avg = fill_tensors(*this, from(hm));
+  exp_avg_sq = fill_tensors(*this, from(hv));
 }
 
 }  // namespace dlm::train::cuda

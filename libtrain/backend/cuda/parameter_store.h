@@ -15,7 +15,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -91,6 +93,21 @@ struct ParameterStore {
   std::vector<float> export_master(int p) const;
   // Tensor p's values from a buffer of the optimizer range (m or v), zeros outside the range.
   std::vector<float> export_part(int p, const float* range_buffer) const;
+
+  // For checkpoints: every tensor's export_master(p), or its export_part(p, m) and export_part(p, v), in model
+  // order, with the same values. The optimizer range's buffers come to pinned host memory in one device->host
+  // copy each and the tensors are filled from there on host threads. The pinned buffers (4 bytes an element of
+  // the range for the master weights, 8 for the moments) are allocated at the first call and kept until
+  // release_pinned(): only processes that save hold them.
+  std::vector<std::vector<float>> export_masters();
+  void export_moments(std::vector<std::vector<float>>& exp_avg, std::vector<std::vector<float>>& exp_avg_sq);
+  void release_pinned() { pinned_master.reset(), pinned_moments.reset(); }
+  struct FreeHost {
+    void operator()(std::byte* p) const { cudaFreeHost(p); }
+  };
+  using Pinned = std::unique_ptr<std::byte, FreeHost>;
+  Pinned pinned_master, pinned_moments;
+  std::byte* pinned(Pinned& buffer, std::size_t bytes_per_element) const;  // allocated at the first call
 };
 
 }  // namespace dlm::train::cuda
