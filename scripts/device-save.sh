@@ -16,6 +16,7 @@ set -uo pipefail
 C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}
 S=${SAVE_DIR:-/tmp/dlm-save}
+PARTS=${PARTS:-1,2a,2b,3}  # which of the parts below to run (the summary shows nan for the others)
 if [ -f "$C/bundle.tar.xz" ]; then
   mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
 fi
@@ -31,13 +32,15 @@ MODEL=(--num-layers 28 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention
        --max-position-embeddings 2048 --bf16 --lr 2e-4 --device cuda --data-path "$DATA" --split 100,0,0
        --data-cache-path /tmp/dlm-cache --micro-batch-size 4 --global-batch-size 16 --log-interval 1 --seed 3)
 
-echo "== 1. dd O_DIRECT and a blocking save of 20.8 GB from host memory (save_bench), same disk"
-timeout 200 "$C/save_bench" "$S/bench" --layers 28 2>&1 | tee "$OUT/save_bench.log" | grep layers
-rm -rf "$S/bench"
-field() { grep -o "$2 [0-9.]*" "$1" | head -1 | awk '{print $2}'; }
-DD=$(field "$OUT/save_bench.log" dd_direct_gbps)
-HOST=$(field "$OUT/save_bench.log" save_gbps)
+if [[ ,$PARTS, == *,1,* ]]; then
+  echo "== 1. dd O_DIRECT and a blocking save of 20.8 GB from host memory (save_bench), same disk"
+  timeout 200 "$C/save_bench" "$S/bench" --layers 28 2>&1 | tee "$OUT/save_bench.log" | grep layers
+  rm -rf "$S/bench"
+  field() { grep -o "$2 [0-9.]*" "$1" | head -1 | awk '{print $2}'; }
+  DD=$(field "$OUT/save_bench.log" dd_direct_gbps)
+  HOST=$(field "$OUT/save_bench.log" save_gbps)
 
+fi
 # step_seconds METRICS FIRST LAST: the median step time of iterations FIRST..LAST (tokens / tokens_per_second).
 step_seconds() {
   python3 - "$@" <<'EOF'
@@ -48,56 +51,62 @@ print(f"{statistics.median(t):.3f}" if t else "nan")
 EOF
 }
 
-echo "== 2a. dlm-train 1.7B, a blocking save after iteration 6"
-rm -rf "$S/sync"
-timeout 240 "$C/dlm-train" "${MODEL[@]}" --train-iters 6 --save "$S/sync" --metrics-file "$OUT/sync.jsonl" \
-  > "$OUT/train-sync.log" 2>&1; echo "exit $?"
-grep -E "held training|saved iteration|error" "$OUT/train-sync.log" | tail -3
-SYNC_HELD=$(grep -o "held training [0-9.]*" "$OUT/train-sync.log" | tail -1 | awk '{print $3}')
-SYNC_RATE=$(grep -o "s: [0-9.]* GB/s" "$OUT/train-sync.log" | tail -1 | awk '{print $2}')
-rm -rf "$S/sync"
+if [[ ,$PARTS, == *,2a,* ]]; then
+  echo "== 2a. dlm-train 1.7B, a blocking save after iteration 6"
+  rm -rf "$S/sync"
+  timeout 240 "$C/dlm-train" "${MODEL[@]}" --train-iters 6 --save "$S/sync" --metrics-file "$OUT/sync.jsonl" \
+    > "$OUT/train-sync.log" 2>&1; echo "exit $?"
+  grep -E "held training|saved iteration|error" "$OUT/train-sync.log" | tail -3
+  SYNC_HELD=$(grep -o "held training [0-9.]*" "$OUT/train-sync.log" | tail -1 | awk '{print $3}')
+  SYNC_RATE=$(grep -o "s: [0-9.]* GB/s" "$OUT/train-sync.log" | tail -1 | awk '{print $2}')
+  rm -rf "$S/sync"
 
-echo "== 2b. dlm-train 1.7B --async-save, saves after iterations 30 and 60 (the run's end waits for the last)"
-rm -rf "$S/async"
-timeout 300 "$C/dlm-train" "${MODEL[@]}" --train-iters 60 --save "$S/async" --save-interval 30 --async-save \
-  --metrics-file "$OUT/async.jsonl" > "$OUT/train-async.log" 2>&1; echo "exit $?"
-grep -E "held training|saved iteration|error" "$OUT/train-async.log" | tail -5
-ASYNC_HELD=$(grep -o "iteration 30: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
-# The second save reuses the host buffers the first one allocated (the pinned device->host buffers, the snapshot);
-# 30 steps (about 20 s) after the first, whose write (about 16 s) is then done and does not hold it.
-ASYNC_HELD2=$(grep -o "iteration 60: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
-ASYNC_RATE=$(grep "saved iteration 30 " "$OUT/train-async.log" | grep -o "s: [0-9.]* GB/s" | awk '{print $2}')
-ASYNC_WRITE=$(grep "saved iteration 30 " "$OUT/train-async.log" | grep -o "GB in [0-9.]* s" | awk '{print $3}')
-# Steps before any save (4..30: past the first steps' warm-up) against the steps the background write overlaps
-# (31..36: the write of 20.8 GB takes longer than six steps at any rate this disk reaches).
-BEFORE=$(step_seconds "$OUT/async.jsonl" 4 30)
-DURING=$(step_seconds "$OUT/async.jsonl" 31 36)
-rm -rf "$S/async"
+fi
+if [[ ,$PARTS, == *,2b,* ]]; then
+  echo "== 2b. dlm-train 1.7B --async-save, saves after iterations 30 and 60 (the run's end waits for the last)"
+  rm -rf "$S/async"
+  timeout 300 "$C/dlm-train" "${MODEL[@]}" --train-iters 60 --save "$S/async" --save-interval 30 --async-save \
+    --metrics-file "$OUT/async.jsonl" > "$OUT/train-async.log" 2>&1; echo "exit $?"
+  grep -E "held training|saved iteration|error" "$OUT/train-async.log" | tail -5
+  ASYNC_HELD=$(grep -o "iteration 30: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
+  # The second save reuses the host buffers the first one allocated (the pinned device->host buffers, the snapshot);
+  # 30 steps (about 20 s) after the first, whose write (about 16 s) is then done and does not hold it.
+  ASYNC_HELD2=$(grep -o "iteration 60: the checkpoint held training [0-9.]*" "$OUT/train-async.log" | awk '{print $NF}')
+  ASYNC_RATE=$(grep "saved iteration 30 " "$OUT/train-async.log" | grep -o "s: [0-9.]* GB/s" | awk '{print $2}')
+  ASYNC_WRITE=$(grep "saved iteration 30 " "$OUT/train-async.log" | grep -o "GB in [0-9.]* s" | awk '{print $3}')
+  # Steps before any save (4..30: past the first steps' warm-up) against the steps the background write overlaps
+  # (31..36: the write of 20.8 GB takes longer than six steps at any rate this disk reaches).
+  BEFORE=$(step_seconds "$OUT/async.jsonl" 4 30)
+  DURING=$(step_seconds "$OUT/async.jsonl" 31 36)
+  rm -rf "$S/async"
 
-echo "== 3. --async-save, SIGKILL while iteration 8's checkpoint is written in the background"
-rm -rf "$S/kill" && rm -f "$OUT/kill.log"
-"$C/dlm-train" "${MODEL[@]}" --train-iters 30 --save "$S/kill" --save-interval 4 --async-save \
-  > "$OUT/train-kill.log" 2>&1 &
-PID=$!
-KILLED=no
-for i in $(seq 1 1200); do  # at most 240 s
-  if [ -d "$S/kill/iter_0000008.tmp" ] && [ -f "$S/kill/latest" ] && grep -q "iteration 8: the checkpoint held training" "$OUT/train-kill.log"; then
-    kill -9 $PID; KILLED=yes; break
-  fi
-  sleep 0.2
-done
-[ $KILLED = yes ] || kill -9 $PID 2>/dev/null
-wait $PID 2>/dev/null
-sleep 1
-LATEST=$(cat "$S/kill/latest" 2>/dev/null | tr -d '\n')
-TMP_LEFT=$([ -d "$S/kill/iter_0000008.tmp" ] && echo yes || echo no)
-echo "killed: $KILLED; latest: $LATEST; iter_0000008.tmp still there (the kill hit the write): $TMP_LEFT"
-timeout 200 "$C/dlm-train" "${MODEL[@]}" --train-iters 5 --load "$S/kill" > "$OUT/train-resume.log" 2>&1
-RESUME_EXIT=$?
-grep -E "resuming|error" "$OUT/train-resume.log" | tail -2
-RESUMED=$(grep -q "iter_0000004 at iteration 4" "$OUT/train-resume.log" && [ $RESUME_EXIT = 0 ] && echo yes || echo no)
-rm -rf "$S/kill"
+fi
+if [[ ,$PARTS, == *,3,* ]]; then
+  echo "== 3. --async-save, SIGKILL while iteration 8's checkpoint is written in the background"
+  rm -rf "$S/kill" && rm -f "$OUT/kill.log"
+  "$C/dlm-train" "${MODEL[@]}" --train-iters 30 --save "$S/kill" --save-interval 4 --async-save \
+    > "$OUT/train-kill.log" 2>&1 &
+  PID=$!
+  KILLED=no
+  for i in $(seq 1 1200); do  # at most 240 s
+    if [ -d "$S/kill/iter_0000008.tmp" ] && [ -f "$S/kill/latest" ] && grep -q "iteration 8: the checkpoint held training" "$OUT/train-kill.log"; then
+      kill -9 $PID; KILLED=yes; break
+    fi
+    sleep 0.2
+  done
+  [ $KILLED = yes ] || kill -9 $PID 2>/dev/null
+  wait $PID 2>/dev/null
+  sleep 1
+  LATEST=$(cat "$S/kill/latest" 2>/dev/null | tr -d '\n')
+  TMP_LEFT=$([ -d "$S/kill/iter_0000008.tmp" ] && echo yes || echo no)
+  echo "killed: $KILLED; latest: $LATEST; iter_0000008.tmp still there (the kill hit the write): $TMP_LEFT"
+  timeout 200 "$C/dlm-train" "${MODEL[@]}" --train-iters 5 --load "$S/kill" > "$OUT/train-resume.log" 2>&1
+  RESUME_EXIT=$?
+  grep -E "resuming|error" "$OUT/train-resume.log" | tail -2
+  RESUMED=$(grep -q "iter_0000004 at iteration 4" "$OUT/train-resume.log" && [ $RESUME_EXIT = 0 ] && echo yes || echo no)
+  rm -rf "$S/kill"
 
+fi
 python3 - "$DD" "$HOST" "$SYNC_HELD" "$SYNC_RATE" "$ASYNC_HELD" "$ASYNC_HELD2" "$ASYNC_RATE" "$ASYNC_WRITE" "$BEFORE" "$DURING" \
   "$KILLED" "$LATEST" "$TMP_LEFT" "$RESUMED" <<'EOF' | tee "$OUT/summary.txt"
 import sys
