@@ -17,6 +17,8 @@ C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}
 S=${SAVE_DIR:-/tmp/dlm-save}
 PARTS=${PARTS:-1,2a,2b,3}  # which of the parts below to run (the summary shows nan for the others)
+DD= HOST= SYNC_HELD= SYNC_RATE= ASYNC_HELD= ASYNC_HELD2= ASYNC_RATE= ASYNC_WRITE= BEFORE= DURING=
+KILLED= LATEST= TMP_LEFT= RESUMED=
 if [ -f "$C/bundle.tar.xz" ]; then
   mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
 fi
