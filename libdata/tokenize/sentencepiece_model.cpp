@@ -128,6 +128,8 @@ void parse_trainer_spec(std::string_view data, std::size_t base, const std::stri
       m.treat_whitespace_as_suffix = r.varint(wire, "treat_whitespace_as_suffix") != 0;
     } else if (field == 35) {
       m.byte_fallback = r.varint(wire, "byte_fallback") != 0;
+    } else if (field == 44) {
+      m.unk_surface = std::string(r.string(wire, "unk_surface"));
     } else {
       return false;
     }
@@ -135,9 +137,9 @@ void parse_trainer_spec(std::string_view data, std::size_t base, const std::stri
   });
 }
 
-void parse_normalizer_spec(std::string_view data, std::size_t base, const std::string& file,
+void parse_normalizer_spec(std::string_view data, std::size_t base, const std::string& file, const char* what,
                            SentencePieceModel::Normalizer& n) {
-  WireReader r(data, base, file, "ModelProto.normalizer_spec");
+  WireReader r(data, base, file, what);
   r.fields([&](std::uint32_t field, std::uint32_t wire) {
     switch (field) {
       case 1: n.name = std::string(r.string(wire, "name")); return true;
@@ -156,15 +158,19 @@ SentencePieceModel parse_sentencepiece_model(std::string_view proto, const std::
   SentencePieceModel m;
   WireReader r(proto, 0, file, "ModelProto");
   r.fields([&](std::uint32_t field, std::uint32_t wire) {
-    if (field < 1 || field > 3) return false;
-    const std::string_view body = r.string(wire, field == 1 ? "pieces" : field == 2 ? "trainer_spec" : "normalizer_spec");
+    if (field < 1 || field > 5 || field == 4) return false;
+    const std::string_view body = r.string(wire, field == 1   ? "pieces"
+                                                 : field == 2 ? "trainer_spec"
+                                                 : field == 3 ? "normalizer_spec"
+                                                              : "denormalizer_spec");
     const std::size_t base = r.offset() - body.size();
     if (field == 1) {
       m.pieces.push_back(parse_piece(body, base, file));
     } else if (field == 2) {
       parse_trainer_spec(body, base, file, m);
     } else {
-      parse_normalizer_spec(body, base, file, m.normalizer);
+      parse_normalizer_spec(body, base, file, field == 3 ? "ModelProto.normalizer_spec" : "ModelProto.denormalizer_spec",
+                            field == 3 ? m.normalizer : m.denormalizer);
     }
     return true;
   });

@@ -1,5 +1,6 @@
 // The parts of a SentencePiece ModelProto (sentencepiece_model.proto) that decide how text is
-// encoded: pieces with scores and types, the model type, byte fallback, and the normalizer spec.
+// encoded and decoded: pieces with scores and types, the model type, byte fallback, the unknown
+// surface, and the normalizer and denormalizer specs.
 //
 // Debian's libsentencepiece-dev ships no generated protobuf headers, so the serialized proto that
 // libsentencepiece hands back (serialized_model_proto) is read here straight from the protobuf
@@ -29,6 +30,7 @@ struct SentencePieceModel {
   ModelType model_type = ModelType::kUnigram;  // proto defaults throughout
   bool byte_fallback = false;
   bool treat_whitespace_as_suffix = false;
+  std::string unk_surface = " \xE2\x81\x87 ";  // what decoding writes for the unknown piece (U+2047)
 
   struct Normalizer {
     std::string name;
@@ -37,6 +39,7 @@ struct SentencePieceModel {
     bool remove_extra_whitespaces = true;
     bool escape_whitespaces = true;
   } normalizer;
+  Normalizer denormalizer;  // applied to decoded text where it has a precompiled charsmap
 };
 
 // Parses a serialized ModelProto; throws dlm::Error naming `file`, the byte offset and the field

@@ -1,7 +1,8 @@
 // SentencePieceTokenizer / Llama2Tokenizer: a .model file, as megatron-core's SentencePieceTokenizer
 // encodes it (encode_as_ids: no bos/eos added; eod = eos).
 //
-// libsentencepiece always loads the file (it validates it and decodes). Encoding goes through dlm's
+// libsentencepiece always loads the file (it validates it). Decoding is native (sentencepiece_decoder.h)
+// unless the model has a denormalizer or was turned to libsentencepiece. Encoding goes through dlm's
 // native SentencePiece BPE (sentencepiece_bpe.h) or unigram (sentencepiece_unigram.h) when the model
 // is one they reproduce exactly, and through libsentencepiece otherwise. Debian's 0.1.97 encodes BPE
 // at 0.6x the speed of the 0.2.x that the Python package bundles, and segments unigram models
@@ -15,6 +16,7 @@
 #include "dlm/common/log.h"
 #include "kinds.h"
 #include "sentencepiece_bpe.h"
+#include "sentencepiece_decoder.h"
 #include "sentencepiece_model.h"
 #include "sentencepiece_normalizer.h"
 #include "sentencepiece_unigram.h"
@@ -62,6 +64,16 @@ class SentencePieceTokenizer final : public Tokenizer {
     // Refused whatever the encoder: libsentencepiece 0.1.97 reads such a charsmap out of bounds.
     if (auto why = SentencePieceNormalizer::charsmap_error(model)) fail_at(path, "not a SentencePiece model: " + *why);
     if (!allow_native) {
+      decoder_name_ = "libsentencepiece: native decoding was turned off";
+    } else if (!same_pieces(model, sp_)) {
+      decoder_name_ = "libsentencepiece: the pieces read from the proto differ from libsentencepiece's";
+    } else if (auto why = SentencePieceDecoder::unsupported(model)) {
+      decoder_name_ = "libsentencepiece: " + *why;
+    } else {
+      decoder_.emplace(model);
+      decoder_name_ = "native";
+    }
+    if (!allow_native) {
       encoder_ = "libsentencepiece: the native encoder was turned off";
     } else if (!same_pieces(model, sp_)) {
       encoder_ = "libsentencepiece: the pieces read from the proto differ from libsentencepiece's";
@@ -101,9 +113,10 @@ class SentencePieceTokenizer final : public Tokenizer {
     out.insert(out.end(), ids.begin(), ids.end());
   }
   std::string decode(std::span<const std::int32_t> ids) const override {
-    std::vector<int> v(ids.begin(), ids.end());
-    for (int id : v)
+    for (const std::int32_t id : ids)
       if (id < 0 || id >= sp_.GetPieceSize()) fail("SentencePieceTokenizer: cannot decode id " + std::to_string(id));
+    if (decoder_) return decoder_->decode(ids);
+    std::vector<int> v(ids.begin(), ids.end());
     std::string out;
     const auto status = sp_.Decode(v, &out);
     if (!status.ok()) fail("SentencePiece decode failed: " + status.ToString());
@@ -113,12 +126,15 @@ class SentencePieceTokenizer final : public Tokenizer {
   const SpecialIds& special_ids() const override { return ids_; }
   std::string_view kind() const override { return kind_; }
   const std::string& encoder() const { return encoder_; }
+  const std::string& decoder() const { return decoder_name_; }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
   std::optional<SentencePieceBpe> bpe_;
   std::optional<SentencePieceUnigram> unigram_;
+  std::optional<SentencePieceDecoder> decoder_;  // native decoding, where the model allows it
   std::string encoder_;
+  std::string decoder_name_;
   SpecialIds ids_;
   std::string kind_;
 };
@@ -133,6 +149,11 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const TokenizerOptions& 
 std::string sentencepiece_encoder(const Tokenizer& t) {
   const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&t);
   return sp ? sp->encoder() : std::string();
+}
+
+std::string sentencepiece_decoder(const Tokenizer& t) {
+  const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&t);
+  return sp ? sp->decoder() : std::string();
 }
 
 }  // namespace dlm::data::tok

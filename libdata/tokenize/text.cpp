@@ -18,8 +18,9 @@ int sequence_rule(unsigned char lead, unsigned char& lo, unsigned char& hi) {
   return 0;
 }
 
-// Length of the valid sequence at `i`, or minus the length of the maximal invalid subpart.
-int classify(std::string_view s, std::size_t i) {
+}  // namespace
+
+int utf8_sequence(std::string_view s, std::size_t i) {
   const auto lead = static_cast<unsigned char>(s[i]);
   if (lead < 0x80) return 1;
   unsigned char lo, hi;
@@ -35,8 +36,6 @@ int classify(std::string_view s, std::size_t i) {
   return n;
 }
 
-}  // namespace
-
 bool valid_utf8(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
@@ -48,7 +47,7 @@ bool valid_utf8(std::string_view s) {
       i += 8;
     }
     if (i >= s.size()) break;
-    const int n = classify(s, i);
+    const int n = utf8_sequence(s, i);
     if (n < 0) return false;
     i += static_cast<std::size_t>(n);
   }
@@ -60,7 +59,7 @@ std::string repair_utf8(std::string_view s) {
   out.reserve(s.size() + 16);
   std::size_t i = 0;
   while (i < s.size()) {
-    const int n = classify(s, i);
+    const int n = utf8_sequence(s, i);
     if (n > 0) {
       out.append(s.substr(i, static_cast<std::size_t>(n)));
       i += static_cast<std::size_t>(n);

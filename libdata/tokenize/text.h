@@ -16,6 +16,10 @@ bool valid_utf8(std::string_view text);
 // does (one U+FFFD per maximal subpart), so the ids equal the reference's for that Python string.
 std::string repair_utf8(std::string_view text);
 
+// The length of the well-formed sequence at `text[i]`, or minus the length of the maximal ill-formed
+// subpart there.
+int utf8_sequence(std::string_view text, std::size_t i);
+
 // Length of the UTF-8 sequence that starts with byte `b` (1 for a stray byte).
 inline std::size_t utf8_length(unsigned char b) {
   return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;

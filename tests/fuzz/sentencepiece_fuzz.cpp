@@ -1,8 +1,11 @@
 // libFuzzer: a SentencePiece .model (a protobuf) through dlm's loader, then encode/decode of a text
-// (the native BPE or unigram encoder where the model takes one, libsentencepiece otherwise).
+// (the native BPE or unigram encoder where the model takes one, libsentencepiece otherwise), and the
+// decode of ids read from the text's bytes (two bytes an id, modulo the vocabulary: runs of byte
+// pieces, control and unknown pieces in any order).
 // Input: "<text>\0<model bytes>" (the model may hold NULs; the text is repaired if not UTF-8), or
 // "<model bytes>" alone with a fixed text.
 #include <cstdint>
+#include <vector>
 
 #include "dlm/common/error.h"
 #include "dlm/data/tokenizer.h"
@@ -17,6 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const auto t = dlm::data::make_tokenizer(o);
     (void)t->decode(t->encode(text));
+    std::vector<std::int32_t> ids;
+    for (std::size_t i = 0; i + 1 < text.size(); i += 2)
+      ids.push_back(static_cast<std::int32_t>((static_cast<unsigned char>(text[i]) | static_cast<unsigned char>(text[i + 1]) << 8) %
+                                              t->vocab_size()));
+    (void)t->decode(ids);
   } catch (const dlm::Error&) {
   }
   return 0;

@@ -11,11 +11,13 @@ translated messages of Debian's gettext catalogues (/usr/share/locale, about 190
 scripts), /usr/share/i18n locale sources, the tokenizer corpus of tok_assets, adversarial strings,
 and bytes that are not UTF-8 (compared with the ids of their U+FFFD repair).
 Every document must get the reference's ids (no known differences), dlm must say it took the native
-unigram encoder, and decoding must equal the reference's decode."""
+unigram encoder, and decoding must equal the reference's decode byte for byte, on the encoded
+documents and on random id lists (control, unknown and U+2581 pieces, runs of byte pieces)."""
 import gettext
 import glob
 import json
 import os
+import random
 import shutil
 import sys
 import time
@@ -94,6 +96,34 @@ def adversarial_documents():
     ]
 
 
+def random_id_lists(sp, count):
+    """Id lists that stress decoding: control and unknown pieces, pieces that start with U+2581 (the
+    dummy prefix) or are U+2581 alone, runs of byte pieces that spell well-formed UTF-8 or not."""
+    rng = random.Random(31)
+    n = sp.get_piece_size()
+    special = [i for i in range(n) if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)]
+    marked = [i for i in range(n) if sp.id_to_piece(i).startswith("\u2581")]
+    byte_id = {int(sp.id_to_piece(i)[3:5], 16): i for i in range(n) if sp.is_byte(i)}
+    out = []
+    for _ in range(count):
+        ids = []
+        for _ in range(rng.randrange(0, 24)):
+            kind = rng.random()
+            if kind < 0.15 and special:
+                ids.append(rng.choice(special))
+            elif kind < 0.4 and marked:
+                ids.append(rng.choice(marked))
+            elif kind < 0.6 and byte_id:
+                text = rng.choice(["\u00e9", "\u4e2d", "\U0001f600", "a", "\u2581"]).encode()
+                if rng.random() < 0.4:
+                    text = text[:rng.randrange(0, len(text) + 1)] + bytes([rng.randrange(256)])
+                ids += [byte_id[b] for b in text if b in byte_id]
+            else:
+                ids.append(rng.randrange(n))
+        out.append(ids)
+    return out
+
+
 def main():
     args = tool_and_size_args()
     import sentencepiece as spm
@@ -118,8 +148,10 @@ def main():
     for path, name in models:
         t0 = time.time()
         flags = ["--type", "SentencePieceTokenizer", "--model", path]
-        encoder = json.loads(run([args.tool, *flags, "info"]).stdout).get("encoder", "")
+        info = json.loads(run([args.tool, *flags, "info"]).stdout)
+        encoder, decoder = info.get("encoder", ""), info.get("decoder", "")
         c.check(encoder == "native unigram", f"{name}: encoded by the native unigram encoder (dlm says: {encoder})")
+        c.check(decoder == "native", f"{name}: decoded natively (dlm says: {decoder})")
         run([args.tool, *flags, "--threads", "2", "encode", os.path.join(tmp, "docs.bin"), os.path.join(tmp, "ids.bin")])
         ours = read_ids(os.path.join(tmp, "ids.bin"))
         sp = spm.SentencePieceProcessor(model_file=path)
@@ -132,12 +164,17 @@ def main():
                   f"{[sp.id_to_piece(x) for x in b if 0 <= x < sp.get_piece_size()]}")
 
         ref = ref[:len(docs)]
-        write_ids(ref, os.path.join(tmp, "ref_ids.bin"))
+        random_ids = random_id_lists(sp, 3000)
+        write_ids(ref + random_ids, os.path.join(tmp, "ref_ids.bin"))
         run([args.tool, *flags, "decode", os.path.join(tmp, "ref_ids.bin"), os.path.join(tmp, "text.bin")])
         back = read_docs(os.path.join(tmp, "text.bin"))
-        ref_back = [sp.decode(v) for v in ref]
-        c.check(all(back[i].decode("utf-8", "replace") == ref_back[i] for i in range(len(docs))),
-                f"{name}: decode equals the reference's decode")
+        ref_back = [sp.decode(v).encode() for v in ref + random_ids]
+        c.check(all(back[i] == ref_back[i] for i in range(len(docs))),
+                f"{name}: decode equals the reference's decode, byte for byte")
+        wrong = [i for i in range(len(docs), len(ref_back)) if back[i] != ref_back[i]]
+        c.check(not wrong, f"{name}: decode of {len(random_ids)} random id lists equals the reference's")
+        for i in wrong[:3]:
+            print(f"  ids {(ref + random_ids)[i]}: reference {ref_back[i]!r} dlm {back[i]!r}")
         print(f"{name}: {len(ours)} documents, {sum(map(len, ours))} ids, {len(bad)} differ, {time.time() - t0:.1f}s")
 
     shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,8 @@
 // ties, user-defined symbols, byte fallback, fused unk, the normalizer flags), the native BPE encoder
 // against libsentencepiece on random text for hand-written models and models trained here by
 // libsentencepiece's trainer, and the unigram encoder on sentencepiece's own test models (ids from
-// Python sentencepiece 0.2.3; interop_sentencepiece_unigram.py compares whole corpora).
+// Python sentencepiece 0.2.3; interop_sentencepiece_unigram.py compares whole corpora); native
+// decoding as Python sentencepiece 0.2.3 decodes hand-written models.
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
 
@@ -58,6 +59,7 @@ struct Spec {
   bool remove_extra_whitespaces = false;
   bool escape_whitespaces = true;
   std::string charsmap;  // precompiled_charsmap; empty: none
+  std::string unk_surface;  // TrainerSpec.unk_surface; empty: not set
 
   std::string proto() const {
     ProtoWriter m;
@@ -72,6 +74,7 @@ struct Spec {
     t.number(3, static_cast<std::uint64_t>(model_type));
     t.number(24, suffix);
     t.number(35, byte_fallback);
+    if (!unk_surface.empty()) t.bytes(44, unk_surface);
     m.bytes(2, t.out);
     ProtoWriter n;
     n.bytes(1, "identity");
@@ -303,6 +306,47 @@ TEST(SentencePiece, HandWrittenUnigramByHand) {
   ASSERT_EQ(dlm::data::tok::sentencepiece_encoder(*b), "native unigram");
   EXPECT_EQ(b->encode("x\u2603"), (Ids{x + 256, 3 + 0xE2, 3 + 0x98, 3 + 0x83}));
   EXPECT_EQ(b->decode(b->encode("x\u2603 xx")), "x\u2603 xx");
+}
+
+// Decoding is native (sentencepiece_decoder.h). The expected text is what Python sentencepiece 0.2.3
+// decodes for the same hand-written models.
+TEST(SentencePiece, DecodeAsPythonSentencepiece) {
+  Models m;
+  const auto b = [](int byte) { return 3 + byte; };
+  const std::int32_t unk = 0, bos = 1, eos = 2, sp = 259, a = 260, sp_a = 263, sp_ab = 266, sp_sp = 267, x = 270;
+  const std::vector<Ids> ids = {{sp_a, sp_ab}, {sp, sp_a}, {bos, sp_a}, {unk, sp_a},
+                                {b(0xE2), b(0x98), b(0x83), a}, {b(0xE2), b(0x98), a}, {b(0x20), sp_a}, {sp_sp, sp_a},
+                                {x, sp}, {eos, sp, sp, sp_a}, {b(0xEF), b(0xBF), b(0xBD)}, {b(0xC0), b(0x80)}, {}};
+  auto decode_all = [&](const Spec& spec, const char* name) {
+    const auto t = load(m.write(name, spec.proto()));
+    EXPECT_EQ(dlm::data::tok::sentencepiece_decoder(*t), "native");
+    std::vector<std::string> out;
+    for (const auto& v : ids) out.push_back(t->decode(v));
+    return out;
+  };
+  // The first piece loses its U+2581 (dummy prefix); one that loses it ends the leading run, a
+  // control piece does not. Byte pieces spell UTF-8; each byte of an ill-formed sequence is one U+FFFD
+  // (E2 98: two, where Python's "replace" would write one).
+  const std::string fffd = "\ufffd";
+  Spec spec = tiny();
+  EXPECT_EQ(decode_all(spec, "default.model"),
+            (std::vector<std::string>{"a ab", " a", "a", " \u2047  a", "\u2603a", fffd + fffd + "a", "  a", "  a", "[X] ",
+                                      "  a", fffd, fffd + fffd, ""}));
+  // remove_extra_whitespaces: every leading piece loses one U+2581.
+  spec.remove_extra_whitespaces = true;
+  EXPECT_EQ(decode_all(spec, "remove_extra.model"),
+            (std::vector<std::string>{"a ab", "a", "a", " \u2047  a", "\u2603a", fffd + fffd + "a", "  a", "  a", "[X] ",
+                                      "a", fffd, fffd + fffd, ""}));
+  // Neither flag: nothing is dropped.
+  spec.remove_extra_whitespaces = false;
+  spec.add_dummy_prefix = false;
+  EXPECT_EQ(decode_all(spec, "no_dummy.model"),
+            (std::vector<std::string>{" a ab", "  a", " a", " \u2047  a", "\u2603a", fffd + fffd + "a", "  a", "   a",
+                                      "[X] ", "   a", fffd, fffd + fffd, ""}));
+  spec = tiny();
+  spec.unk_surface = "<?>";
+  EXPECT_EQ(decode_all(spec, "surface.model")[3], "<?> a");
+  EXPECT_THROW(load(m.write("d.model", tiny().proto()))->decode(Ids{271}), dlm::Error);
 }
 
 TEST(SentencePiece, ShippedUnigramModelsAsPythonSentencepiece) {

@@ -5,8 +5,8 @@
 //   tokenize_tool [--type T] [--model M] [--vocab-file F] [--merge-file F] [--tiktoken-pattern P]
 //                 [--vocab-size N] [--include-special] [--threads N] [--sentencepiece-library]
 //                 encode|decode|info [IN OUT]
-// --sentencepiece-library keeps a SentencePiece model's encodes in libsentencepiece; `info` says which
-// encoder a SentencePiece model takes ("encoder").
+// --sentencepiece-library keeps a SentencePiece model's encodes and decodes in libsentencepiece; `info`
+// says which encoder and decoder a SentencePiece model takes ("encoder", "decoder").
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -85,6 +85,7 @@ int main(int argc, char** argv) try {
     put_optional(j, "pad", s.pad);
     put_optional(j, "mask", s.mask);
     if (const auto e = dlm::data::tok::sentencepiece_encoder(*tokenizer); !e.empty()) j["encoder"] = e;
+    if (const auto d = dlm::data::tok::sentencepiece_decoder(*tokenizer); !d.empty()) j["decoder"] = d;
     std::cout << j.dump() << "\n";
     return 0;
   }
