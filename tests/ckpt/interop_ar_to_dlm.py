@@ -2,7 +2,9 @@
 transformers goes through `dlm-ckpt convert --from hf`, and `dlm-train --load ... --attention-mask-type
 no_mask` starts a masked-diffusion run from its weights on the CPU. Checks: the log states the mask
 change; the run starts from the converted weights (one iteration at lr 0 leaves them equal to the HF
-model's); 50 iterations take the loss down; a checkpoint a run has trained keeps refusing another mask.
+model's); 50 iterations take the loss down; a checkpoint a run has trained keeps refusing another mask,
+unless `--finetune` starts a new run from its weights (as `dlm-train --finetune --load AR --attention-mask-type
+no_mask` turns a trained causal run into a masked-diffusion one).
 
 usage: interop_ar_to_dlm.py DLM_TRAIN DLM_CKPT"""
 import json
@@ -34,7 +36,7 @@ try:
     transformers.Qwen3ForCausalLM(cfg).float().save_pretrained(os.path.join(w, "ar_hf"), safe_serialization=True)
     run([DLM_CKPT, "convert", "--from", "hf", "--to", "native", os.path.join(w, "ar_hf"), os.path.join(w, "ar")])
 
-    def train(load, save, iters, lr, mask, check=True):
+    def train(load, save, iters, lr, mask, check=True, extra=()):
         metrics = os.path.join(w, f"{os.path.basename(save)}.jsonl")
         p = run([DLM_TRAIN, "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
                  "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "16", "--qk-layernorm",
@@ -43,7 +45,7 @@ try:
                  "--train-iters", str(iters), "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", TOKENIZER,
                  "--data-path", prefix, "--split", "100,0,0", "--data-cache-path", os.path.join(w, "cache"), "--threads", "2",
                  "--seed", "7", "--device", "cpu", "--attention-mask-type", mask, "--load", load, "--save", save,
-                 "--metrics-file", metrics], check=check)
+                 "--metrics-file", metrics, *extra], check=check)
         losses = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line] if p.returncode == 0 else []
         return p, losses
 
@@ -65,6 +67,11 @@ try:
     # A trained checkpoint keeps its mask: resuming it causal is refused, naming the mask.
     p, _ = train(os.path.join(w, "dlm"), os.path.join(w, "back"), 60, "3e-3", "causal", check=False)
     c.check(p.returncode != 0 and "attention mask" in p.stderr, f"resume with another mask: rc {p.returncode} {p.stderr}")
+    # --finetune: the trained run's weights start a new run, and the mask may change (stated in the log).
+    p, losses = train(os.path.join(w, "dlm"), os.path.join(w, "ft"), 2, "3e-3", "causal", check=False, extra=("--finetune",))
+    log = p.stdout + p.stderr
+    c.check(p.returncode == 0 and len(losses) == 2, f"--finetune with another mask: rc {p.returncode} {p.stderr}")
+    c.check("this run trains it causal" in log, f"--finetune mask change not in the log:\n{log}")
 finally:
     shutil.rmtree(w, ignore_errors=True)
 c.finish()

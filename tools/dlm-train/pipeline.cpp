@@ -305,9 +305,11 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
     ckpt::ModelConfig stored = reader.metadata().config;
     const ckpt::TrainingState& state = reader.metadata().state;
     // A checkpoint that no run has trained yet (dlm-ckpt convert --from hf writes iteration 0 and no
-    // optimizer steps) may start a run with the other attention mask: an autoregressive model becomes
-    // a masked-diffusion one as Dream and DiffuLLaMA were made. A run in progress keeps its mask.
-    if (stored.attention_mask != setup.config.attention_mask && state.iteration == 0 && state.optimizer_steps == 0) {
+    // optimizer steps), or any checkpoint under --finetune (its weights only: iteration 0, fresh moments), may
+    // start a run with the other attention mask: an autoregressive model becomes a masked-diffusion one as Dream
+    // and DiffuLLaMA were made. A run in progress keeps its mask.
+    const bool new_run = args.finetune || (state.iteration == 0 && state.optimizer_steps == 0);
+    if (stored.attention_mask != setup.config.attention_mask && new_run) {
       auto name = [](ckpt::AttentionMask a) { return a == ckpt::AttentionMask::kCausal ? "causal" : "bidirectional (no_mask)"; };
       log::info("--load {}: the checkpoint's attention is {}, this run trains it {} (--attention-mask-type): a new run from its weights",
                 reader.dir(), name(stored.attention_mask), name(setup.config.attention_mask));
