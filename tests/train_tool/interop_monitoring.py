@@ -99,8 +99,13 @@ try:
     # ---- the JSONL file keeps its keys ---------------------------------------------------------------------------
     rows = [json.loads(line) for line in open(metrics)]
     train_rows = {r["iteration"]: r for r in rows if "loss" in r}
-    valid_rows = {r["iteration"]: r["valid_loss"] for r in rows if "valid_loss" in r}
-    c.check(sorted(train_rows) == [5, 10] and sorted(valid_rows) == [5, 10], f"JSONL rows {rows}")
+    # The periodic evaluations at 5 and 10, then the one at the end of training (10 again, the iterator continuing):
+    # valid_rows holds the first of each iteration, valid_last the last.
+    valid_all = [(r["iteration"], r["valid_loss"]) for r in rows if "valid_loss" in r]
+    valid_rows, valid_last = {}, dict(valid_all)
+    for it, v in valid_all:
+        valid_rows.setdefault(it, v)
+    c.check(sorted(train_rows) == [5, 10] and [it for it, _ in valid_all] == [5, 10, 10], f"JSONL rows {rows}")
     for r in train_rows.values():
         c.check({"loss", "lr", "grad_norm", "tokens_per_second", "consumed_samples"} <= set(r), f"JSONL keys {r}")
 
@@ -128,8 +133,9 @@ try:
         c.check(S["grad-norm"].get(end) == f32(train_rows[end]["grad_norm"]), f"grad-norm at {end} = JSONL")
         c.check(S["params-norm"].get(end) == f32(train_rows[end]["params_norm"]), f"params-norm at {end} = JSONL")
         c.check(S["num-zeros"].get(end) == f32(train_rows[end]["num_zeros"]), f"num-zeros at {end} = JSONL")
-        c.check(S["lm loss validation"].get(end) == f32(valid_rows[end]), f"lm loss validation at {end} = JSONL")
-        c.check(close(S["lm loss validation ppl"][end], math.exp(valid_rows[end]), 1e-6), f"ppl at {end}")
+        # TensorBoard keeps the last value written at a step: at 10, the end-of-training evaluation's.
+        c.check(S["lm loss validation"].get(end) == f32(valid_last[end]), f"lm loss validation at {end} = JSONL")
+        c.check(close(S["lm loss validation ppl"][end], math.exp(valid_last[end]), 1e-6), f"ppl at {end}")
     for i in steps:
         c.check(close(S["learning-rate"][i], megatron_lr(i), 1e-6), f"learning-rate {i}: {S['learning-rate'][i]} vs {megatron_lr(i)}")
     # The JSONL "lr" is the rate the update used, lr(iteration - 1) (Megatron steps its scheduler after the update).
@@ -169,6 +175,10 @@ try:
         mid = f" validation loss at iteration {it} | lm loss value: {v:.6E} | lm loss PPL: {math.exp(min(20, v)):.6E} | "
         block = "-" * (len(mid) + 1) + "\n" + mid + "\n" + "-" * (len(mid) + 1) + "\n"
         c.check(block in p.stderr, f"validation block at {it}: {mid!r}")
+    v = valid_last[ITERS]
+    mid = (f" validation loss at iteration {ITERS} on validation set | lm loss value: {v:.6E} | "
+           f"lm loss PPL: {math.exp(min(20, v)):.6E} | ")
+    c.check(mid in p.stderr, f"the end-of-training validation block: {mid!r}")
 
     # ---- progress.txt ------------------------------------------------------------------------------------------
     progress = open(os.path.join(save, "progress.txt")).read().splitlines()
