@@ -34,6 +34,13 @@ class ParallelTool : public ToolTest {
     a.insert(a.end(), argv.begin(), argv.end());
     return a;
   }
+  // dlm-train's argv: `common` (ending in --metrics-file), then the metrics file and a layout's flags.
+  std::vector<std::string> layout_argv(std::vector<std::string> common, const fs::path& metrics,
+                                       const std::vector<std::string>& layout) const {
+    common.push_back(metrics.string());
+    common.insert(common.end(), layout.begin(), layout.end());
+    return train_argv(common);
+  }
   // The pid of dlm-train's rank `rank` of this test's job (0 while it has not started).
   pid_t rank_pid(int rank) const {
     return process_with_environment("dlm-train", {"DLM_TEST_TAG=" + tag_, "OMPI_COMM_WORLD_RANK=" + std::to_string(rank)});
@@ -201,11 +208,8 @@ TEST_F(ParallelTool, HungRankIsNamedWithinTheTimeout) {
 TEST_F(ParallelTool, TensorAndPipelineLayoutsGiveTheSingleProcessLossesAndResumeUnderAnotherLayout) {
   const std::vector<std::string> common = {"--num-layers", "4", "--train-iters", "8", "--global-batch-size", "8",
                                            "--eval-interval", "4", "--eval-iters", "2", "--metrics-file"};
-  auto with = [&](const fs::path& metrics, std::vector<std::string> layout) {
-    auto flags = common;
-    flags.push_back(metrics.string());
-    flags.insert(flags.end(), layout.begin(), layout.end());
-    return train_argv(flags);
+  auto with = [&](const fs::path& metrics, const std::vector<std::string>& layout) {
+    return layout_argv(common, metrics, layout);
   };
   const auto single = dir_ / "single.jsonl";
   auto r = run(with(single, {}));
@@ -275,11 +279,8 @@ TEST_F(ParallelTool, MoeLayoutsGiveTheSingleProcessLosses) {
                                            "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16",
                                            "--moe-layer-freq", "2", "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff",
                                            "0.01", "--metrics-file"};
-  auto with = [&](const fs::path& metrics, std::vector<std::string> layout) {
-    auto flags = common;
-    flags.push_back(metrics.string());
-    flags.insert(flags.end(), layout.begin(), layout.end());
-    return train_argv(flags);
+  auto with = [&](const fs::path& metrics, const std::vector<std::string>& layout) {
+    return layout_argv(common, metrics, layout);
   };
   const auto single = dir_ / "single.jsonl";
   auto r = run(with(single, {}));

@@ -2,11 +2,16 @@
 // loss sum(out * R) (R random) whose analytic gradient is the op's backward with dout = R.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "dlm/train/model.h"
 
 namespace dlm::train::testing {
 
@@ -50,6 +55,25 @@ inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
   return s;
+}
+
+// Every parameter of `m`: the gradient its last backward left against central differences (step h) of `loss`,
+// which runs the forward at the current weights; relative error under `tolerance`. With `every_one_moves`, a
+// parameter whose gradient is all zeros fails too (a MoE model's unchosen experts legitimately have none).
+inline void expect_parameter_gradients_match(Model& m, const std::function<double()>& loss, float h, double tolerance,
+                                             bool every_one_moves) {
+  for (const auto& p : m.parameters()) {
+    const std::string& name = p.spec.name;
+    const auto analytic = m.export_gradient(name);
+    auto values = m.export_parameter(name);
+    const auto numeric = numeric_gradient(values, [&] {
+      m.import_parameter(name, values);
+      return loss();
+    }, h);
+    m.import_parameter(name, values);
+    EXPECT_LT(relative_error(analytic, numeric), tolerance) << name;
+    if (every_one_moves) EXPECT_GT(dot(analytic, analytic), 0.0) << name << " has no gradient at all";
+  }
 }
 
 }  // namespace dlm::train::testing
