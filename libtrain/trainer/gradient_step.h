@@ -42,6 +42,8 @@ class GradientStep {
   // Calls `use` with the whole optimizer state, moments per parameter in model order (collective over the
   // data-parallel group where the state is sharded: every rank must call it).
   virtual void with_optimizer_state(const std::function<void(const AdamW&)>& use) = 0;
+  // What a SaveFn gets (trainer.h): the whole state, or on the device only its options and step count.
+  virtual void with_checkpoint_state(const std::function<void(const AdamW&)>& use) { with_optimizer_state(use); }
   // A checkpoint's whole state; each arrangement keeps what it holds of it.
   virtual void load_optimizer_state(AdamW state) = 0;
   // Of the last step's gradient buckets, those whose reduction started before the backward pass ended.

@@ -200,7 +200,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   // the step time.
   const auto save_through = [&](const SaveFn& fn) {
     const auto t0 = std::chrono::steady_clock::now();
-    step_->with_optimizer_state([&](const AdamW& whole) { fn(progress_, model_, whole); });
+    step_->with_checkpoint_state([&](const AdamW& state) { fn(progress_, model_, state); });
     if (reporting)
       log::info("iteration {}: the checkpoint held training {:.2f} s", progress_.iteration,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -176,6 +176,26 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
   }
 }
 
+// --async-save on the GPU: the save points enqueue the state's copies to pinned memory and training goes on (the next
+// AdamW step waits for them on the device); every checkpoint, a save point right after the previous one's included
+// (iterations 6 and 7: the second waits for the first's write), is the blocking save's bit for bit, weights and
+// moments.
+TEST_F(GpuTool, AsyncSaveWritesTheBlockingSavesCheckpointBitForBit) {
+  const auto sync = (dir_ / "sync").string(), async = (dir_ / "async").string();
+  for (const auto& [root, extra] : {std::pair{sync, std::string()}, std::pair{async, std::string("--async-save")}}) {
+    std::vector<std::string> flags = {"--train-iters", "7", "--save", root, "--save-interval", "3"};
+    if (!extra.empty()) flags.push_back(extra);
+    const auto r = run(argv_on("cuda", flags));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  EXPECT_EQ(read_all(dir_ / "async" / "latest"), "iter_0000007\n");
+  for (const char* it : {"iter_0000003", "iter_0000006", "iter_0000007"}) {
+    const auto r = run({tool("DLM_CKPT_TOOL", kCkptTool), "validate", (dir_ / "async" / it).string(), "--against",
+                        (dir_ / "sync" / it).string(), "--rtol", "0", "--atol", "0"});
+    EXPECT_EQ(r.exit_code, 0) << it << ": " << r.err;
+  }
+}
+
 // Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI (--device-groups staged).
 std::vector<std::string> on_two_ranks(std::vector<std::string> argv) {
   std::vector<std::string> a = {tool("DLM_MPIEXEC", DLM_MPIEXEC), "-np", "2", "--oversubscribe", "--allow-run-as-root",

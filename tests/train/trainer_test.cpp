@@ -1,13 +1,17 @@
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -328,6 +332,43 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   }
   EXPECT_EQ(second.table(), straight.table());
   EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000016\n");
+}
+
+// --async-save: a save point returns to training before the shards are written. The hook holds the write until the
+// save point has returned, so a saver that wrote on the training thread (or waited for the write) would reach it
+// first, and a saver that never wrote would leave no checkpoint.
+TEST(TrainCheckpoint, AsyncSavePointReturnsBeforeTheWrite) {
+  const std::string dir = ::testing::TempDir() + "/dlm_train_async_point";
+  std::filesystem::remove_all(dir);
+  TableModel model;
+  AdamW optimizer(options(16).adam);
+  std::promise<void> returned;
+  std::shared_future<void> returned_future = returned.get_future().share();
+  std::atomic<bool> write_after_return{false};
+  std::thread::id writer_thread;
+  CheckpointTarget target;
+  target.dir = dir;
+  target.config = table_config();
+  target.async = true;
+  target.before_write = [&] {
+    writer_thread = std::this_thread::get_id();
+    write_after_return = returned_future.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  };
+  CheckpointSaver saver(target);
+  TrainProgress progress;
+  progress.iteration = 3;
+  const std::vector<float> saved = model.table();
+  saver(progress, model, optimizer);
+  model.table()[0] += 1.0f;  // training goes on: the checkpoint keeps the save point's values
+  returned.set_value();
+  saver.wait();
+  EXPECT_TRUE(write_after_return);
+  EXPECT_NE(writer_thread, std::this_thread::get_id());
+  EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000003\n");
+  TableModel loaded;
+  auto params = loaded.parameters();
+  restore_weights(load_train_checkpoint(dir, params, options(16).adam), params);
+  EXPECT_EQ(loaded.table(), saved);
 }
 
 TEST(TrainCheckpoint, ConfigDisagreeingWithTheFlagsIsAnError) {

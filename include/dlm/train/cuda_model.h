@@ -113,6 +113,17 @@ class CudaModel {
   // release_host_buffers() (a load, which reads the weights once, calls it: runs that never save pin nothing).
   std::vector<std::vector<float>> export_parameters();
   void release_host_buffers();
+  // For checkpoints without optimizer shards (state_copy.h): begin_state_copy() enqueues copies of the fp32 master
+  // weights and, with `moments`, AdamW's moments into pinned host memory as they stand after the work enqueued so
+  // far, and returns; the next write of that state on the device waits for them there. finish_state_copy() blocks
+  // (any thread) until they landed; the copied_* views of tensor p (tensors() order) then hold them until the next
+  // begin_state_copy(). reserve_state_copy() allocates the host memory (12 bytes a parameter) beforehand.
+  void reserve_state_copy();
+  void begin_state_copy(bool moments);
+  void finish_state_copy() const;
+  std::span<const float> copied_parameter(int p) const;
+  std::span<const float> copied_exp_avg(int p) const;
+  std::span<const float> copied_exp_avg_sq(int p) const;
   std::int64_t parameter_count() const;
 
   // Forward and backward of sum_i weights_i * CE_i over the real vocabulary; gradients accumulate (+=).

@@ -40,6 +40,17 @@ struct DeviceSpan {
   std::int64_t numel = 0;
 };
 
+// A checkpoint's state on its way from the device to host memory (DeviceTraining::begin_snapshot).
+class DeviceSnapshot {
+ public:
+  virtual ~DeviceSnapshot() = default;
+  // Blocks until the copies have landed (any thread; once), then gives the parameters as parameters() would (names,
+  // global shapes; no gradients), their values and the moments (in the same order; none before AdamW's first step)
+  // in host memory the model keeps until its next begin_snapshot().
+  virtual void finish(std::vector<ParamRef>& params, std::vector<std::span<const float>>& exp_avg,
+                      std::vector<std::span<const float>>& exp_avg_sq) = 0;
+};
+
 // A model whose weights, gradients and AdamW state live on an accelerator (the CUDA backend): the trainer
 // leaves clipping and the update to it, and moves the moments through it for checkpoints, so that only
 // the norm and the loss cross to the host each step. Its parameters() are then host copies of the fp32
@@ -54,6 +65,15 @@ class DeviceTraining {
   // The moments per parameter (model order) and the step count, as the host AdamW holds them.
   virtual AdamW optimizer_state() = 0;
   virtual void load_optimizer_state(const AdamW& state) = 0;
+  // The AdamW steps taken (optimizer_state().steps(), without the moments).
+  virtual std::int64_t optimizer_steps() const = 0;
+  // The checkpoint's state (master weights and moments) as it stands now, copied to host memory while training
+  // goes on: the call enqueues the copies and returns; the device orders its next write of that state (the next
+  // AdamW step) after them. Null where the model cannot (the distributed optimizer: whole tensors need a
+  // collective); the saver then uses parameters() and optimizer_state(). reserve_snapshot() allocates the host
+  // memory at once (a run that will snapshot calls it at start-up, so its first save point does not pay for it).
+  virtual std::unique_ptr<DeviceSnapshot> begin_snapshot() { return nullptr; }
+  virtual void reserve_snapshot() {}
   // After the host copies of parameters() were written (a checkpoint's weights): upload them.
   virtual void commit_parameters() = 0;
   // Device views for data parallelism: the fp32 gradients and the master weights' bytes (4 a parameter, to copy
@@ -173,7 +193,8 @@ struct TrainProgress {
 
 // Saves the model, optimizer and progress (libckpt behind it; dlm-train's is a CheckpointSaver); called at the
 // save points of checkpoint_saver.h's SaveSchedule, on every rank of the data-parallel group, with the whole
-// (gathered) optimizer state on each.
+// (gathered) optimizer state on each; for a model with DeviceTraining, the optimizer's options and step count only:
+// the saver takes the state from the device itself (DeviceTraining::begin_snapshot or optimizer_state).
 using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer)>;
 
 struct IterationStats {

@@ -167,6 +167,7 @@ void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->st
 void CudaModel::init(std::uint64_t seed) {
   auto& I = *impl_;
   I.settle_embedding();
+  I.before_state_write();
   // Tensor t of model_tensors() draws from counter stream t over its global shape; a shard copies its pieces
   // out of the whole tensor, drawn in a scratch buffer. With optimizer shards each local tensor is made whole
   // in a second scratch buffer, so its bf16 copy comes from all of it, then the range keeps its part.
@@ -216,6 +217,7 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   if (static_cast<std::int64_t>(values.size()) != I.params.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.params.numel(p), values.size()));
   I.settle_embedding();
+  I.before_state_write();
   float* scratch = nullptr;  // the whole tensor in fp32, split into the halves
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), std::max<std::size_t>(values.size(), 1) * 4, I.stream),
              "import");
@@ -236,6 +238,17 @@ std::vector<std::vector<float>> CudaModel::export_parameters() {
 }
 
 void CudaModel::release_host_buffers() { impl_->params.release_pinned(); }
+
+void CudaModel::reserve_state_copy() { impl_->state_copy.reserve(impl_->params); }
+void CudaModel::begin_state_copy(bool moments) {
+  auto& I = *impl_;
+  I.settle_embedding();
+  I.state_copy.enqueue(I.params, I.stream, moments);
+}
+void CudaModel::finish_state_copy() const { impl_->state_copy.wait(); }
+std::span<const float> CudaModel::copied_parameter(int p) const { return impl_->state_copy.master(p); }
+std::span<const float> CudaModel::copied_exp_avg(int p) const { return impl_->state_copy.exp_avg(p); }
+std::span<const float> CudaModel::copied_exp_avg_sq(int p) const { return impl_->state_copy.exp_avg_sq(p); }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
   const int p = impl_->params.find_or_fail(name);

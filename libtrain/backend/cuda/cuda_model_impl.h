@@ -6,6 +6,7 @@
 //   inputs     MicroBatchInputs (micro_inputs.h): the micro-batches' columns and their pinned staging
 //   graphs     ForwardGraphCache (forward_graphs.h): the samplers' captured forwards
 //   kv         KvStores (kv_store.h): the samplers' block KV cache
+//   state_copy StateCopy (state_copy.h): the checkpoint state's pinned host copy, and the copies in flight
 // and, here, what the rank runs (its widths, layers and ends), the stream, the GEMM and attention engines.
 // Files: cuda_model.cpp (construction, parameters by name), cuda_model_stage.cpp (a step's stages and their
 // collectives), micro_inputs.cpp (uploads), cuda_model_optimizer.cpp (the norm, AdamW, the optimizer state's
@@ -31,6 +32,7 @@
 #include "micro_inputs.h"
 #include "parameter_store.h"
 #include "phase_timer.h"
+#include "state_copy.h"
 #include "swiglu_gemm.h"
 
 namespace dlm::train {
@@ -73,6 +75,7 @@ struct CudaModel::Impl {
   MicroBatchInputs inputs;
   ForwardGraphCache graphs;
   KvStores kv;
+  StateCopy state_copy;
 
   int d() const { return cfg.hidden_size; }
   // Local widths (the whole model's when tp == 1).
@@ -101,6 +104,8 @@ struct CudaModel::Impl {
   // The tensor list to the device, the sparse embedding's rows flagged in it (adamw.cu skips or defers the rest).
   void upload_adam_list(double weight_decay);
 
+  // Before anything enqueued writes the weights or the moments: after a checkpoint's copies of them (state_copy.h).
+  void before_state_write() { state_copy.order_writes(stream); }
   // The deferred embedding rows (cuda_sparse_embedding.cpp).
   bool rows_deferred() const { return deferred.deferred(params.steps); }
   AdamWTensor embedding_rows() const;

@@ -27,6 +27,7 @@ namespace {
 // Every optimizer pass starts here: gradients still fresh after zero_grad are cleared, the tensor list (with
 // the decay AdamW applies; the norm ignores it) uploaded, the profiler's phase clock started.
 void begin_pass(CudaModel::Impl& I, double weight_decay) {
+  I.before_state_write();
   I.settle_grads();
   I.upload_adam_list(weight_decay);
   I.timer.start(I.stream);
@@ -118,6 +119,7 @@ void CudaModel::import_moments(std::string_view name, std::span<const float> exp
                      exp_avg_sq.size(), I.params.numel(p)));
   const auto part = I.params.moment_part(p);
   if (part.numel == 0) return;
+  I.before_state_write();
   const auto bytes = static_cast<std::size_t>(part.numel) * 4;
   check_cuda(cudaMemcpyAsync(I.params.m + part.in_moments, exp_avg.data() + part.in_tensor, bytes,
                              cudaMemcpyHostToDevice, I.stream),
@@ -160,6 +162,7 @@ void CudaModel::master_weights_written() {
   auto& I = *impl_;
   if (I.params.sharded()) fail("CudaModel: master_weights_written() needs whole master weights (with optimizer shards, "
                         "share_updated_weights() publishes them)");
+  I.before_state_write();
   for (std::size_t i = 0; i < I.params.specs.size(); ++i)
     if (I.params.norm_offset[i] >= 0)
       cuda::join_master(I.params.w16 + I.params.offset[i], I.params.w_lo + I.params.offset[i],
@@ -171,6 +174,7 @@ void CudaModel::master_weights_written() {
 void CudaModel::share_updated_weights(DeviceGroup& data) {
   auto& I = *impl_;
   if (!I.params.sharded()) return;
+  I.before_state_write();
   if (data.size() != I.shard.optimizer_shards || data.rank() != I.shard.optimizer_rank)
     fail(fmt::format("CudaModel: optimizer shard {} of {}, but the data-parallel group has rank {} of {}",
                      I.shard.optimizer_rank, I.shard.optimizer_shards, data.rank(), data.size()));
