@@ -55,14 +55,6 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
   step_ = make_gradient_step(options_, model_, dp_, device_data_parallel);
-  // A launch script written for Megatron passes the flag on any device: where the gradients stay on the GPU it is
-  // named once and the count left out of the line, rather than stopping the run.
-  if (options_.monitor.log_num_zeros_in_grad && !step_->counts_zeros()) {
-    options_.monitor.log_num_zeros_in_grad = false;
-    if (dp_rank_ == 0 && model_.reports())
-      log::warning("--log-num-zeros-in-grad: the GPU backend does not count the gradient's zeros; the log line has no "
-                   "num zeros (--device cpu counts them)");
-  }
 }
 
 Trainer::~Trainer() = default;

@@ -49,6 +49,9 @@ class DeviceTraining {
   virtual ~DeviceTraining() = default;
   // The global L2 norm of the gradients (before clipping); computed on the device.
   virtual double grad_norm() = 0;
+  // --log-num-zeros-in-grad: the exact zeros of the gradients the norm counts, over the whole model (collective
+  // like grad_norm(): summed over the model's ranks and, sharded, the data-parallel group); counted on the device.
+  virtual std::int64_t grad_zeros() = 0;
   // Megatron's clipping at max_norm (<= 0: none) by the last grad_norm(), then one AdamW step at lr.
   virtual void step(const AdamWOptions& options, double lr, double max_norm) = 0;
   // The moments per parameter (model order) and the step count, as the host AdamW holds them.
