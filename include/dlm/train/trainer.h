@@ -149,6 +149,7 @@ struct TrainerOptions {
   std::int64_t log_interval = 1;       // --log-interval
   std::int64_t eval_interval = 0;      // --eval-interval (0: never)
   std::int64_t eval_iters = 1;         // --eval-iters
+  bool full_validation = false;        // --full-validation: each evaluation is the whole validation split
   std::int64_t save_interval = 0;      // --save-interval (0: only at the end and on signals)
   std::optional<std::int32_t> eod_token;  // with eod_mask_loss: loss_mask 0 where the label is eod
   bool eod_mask_loss = false;          // --eod-mask-loss
@@ -218,6 +219,11 @@ class Trainer {
   // Its iterator is never reset, so each evaluation reads the batches after the previous one's; the split is
   // sized for every evaluation of the run (eval_iters x (train_iters / eval_interval + 1) global batches), and
   // running past its end is an error naming the sizes.
+  // With full_validation (Megatron's --full-validation; eval_iters then does not matter) each evaluation reads
+  // every sample of the source once, from its first: the mean over the samples of each one's loss. The samples
+  // go in micro-batches of micro_batch_size rows (the last one short: padded with rows of weight 0, so that the
+  // model keeps its shape), global micro-batch g on data-parallel rank g mod DP, each rank running its own
+  // count (no forward has a collective over the data-parallel group).
   double evaluate();
   // The mean loss over the first eval_iters global batches of the test source.
   double evaluate_test();
@@ -248,6 +254,12 @@ class Trainer {
   // The mean loss of `batches` global batches of `source` from batch `first` (noise keyed by `seed`).
   double evaluate_batches(const SampleSource& source, std::int64_t first, std::int64_t batches, std::uint64_t seed,
                           const char* what);
+  // full_validation's evaluation: the mean loss of every sample of `source` (noise keyed by `seed`).
+  double evaluate_whole(const SampleSource& source, std::uint64_t seed);
+  // Megatron's do_valid: validation data, and eval_iters > 0 or full_validation.
+  bool validates() const { return valid_ && (options_.eval_iters > 0 || options_.full_validation); }
+  // Rows [first, first + rows) of a source as Megatron's GPTDataset gives them.
+  SampleBatch read_rows(const SampleSource& source, std::uint64_t first, std::int64_t rows) const;
   const SampleSource* valid_;
   const SampleSource* test_ = nullptr;
   std::int64_t valid_batches_ = 0;
