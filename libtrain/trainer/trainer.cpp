@@ -200,8 +200,15 @@ double Trainer::evaluate_whole(const SampleSource& source, std::uint64_t seed) {
   objective.seed ^= seed;
   double total = 0;
   std::vector<ModelBatch> batches;
+  // As many micro-batches a call as a step has, the last call's filled up with weight-0 copies: a pipeline's
+  // schedule (the interleaved one takes no other count) and memory as in training.
   const auto run = [&] {
-    if (!batches.empty()) total += model_.forward_loss_all(batches);
+    if (batches.empty()) return;
+    while (static_cast<std::int64_t>(batches.size()) < plan_.micro_batches_per_rank()) {
+      batches.push_back(batches.front());
+      std::fill(batches.back().weights.begin(), batches.back().weights.end(), 0.0f);
+    }
+    total += model_.forward_loss_all(batches);
     batches.clear();
   };
   for (std::int64_t g = dp_rank_; g < micro; g += plan_.data_parallel()) {
@@ -213,7 +220,6 @@ double Trainer::evaluate_whole(const SampleSource& source, std::uint64_t seed) {
     for (float& w : batch.weights) w *= static_cast<float>(n);
     pad_rows(batch, rows);
     batches.push_back(std::move(batch));
-    // As many micro-batches a call as a step has: a pipeline's schedule and memory as in training.
     if (static_cast<std::int64_t>(batches.size()) == plan_.micro_batches_per_rank()) run();
   }
   run();

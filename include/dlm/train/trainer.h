@@ -222,8 +222,9 @@ class Trainer {
   // With full_validation (Megatron's --full-validation; eval_iters then does not matter) each evaluation reads
   // every sample of the source once, from its first: the mean over the samples of each one's loss. The samples
   // go in micro-batches of micro_batch_size rows (the last one short: padded with rows of weight 0, so that the
-  // model keeps its shape), global micro-batch g on data-parallel rank g mod DP, each rank running its own
-  // count (no forward has a collective over the data-parallel group).
+  // model keeps its shape), global micro-batch g on data-parallel rank g mod DP, a step's count of them a call
+  // (the last call filled up with micro-batches of weight 0), each rank running its own count of calls (no
+  // forward has a collective over the data-parallel group).
   double evaluate();
   // The mean loss over the first eval_iters global batches of the test source.
   double evaluate_test();
