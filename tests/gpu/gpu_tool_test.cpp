@@ -118,6 +118,32 @@ TEST_F(GpuTool, MonitoringFlagsReportTheDevice) {
               allocated / 1048576);
 }
 
+// --full-validation on the GPU: micro-batches of 3 rows over the whole validation split (its last one short, filled
+// with rows of weight 0, and the last call filled up with a micro-batch of weight 0) give the CPU run's validation
+// losses within bf16 noise; the evaluation after iteration 4 and the one at the end read the same samples with the
+// same weights: the same loss, digit for digit (deterministic kernels).
+TEST_F(GpuTool, FullValidationFollowsTheCpuRun) {
+  const auto cpu = dir_ / "cpu.jsonl", gpu = dir_ / "gpu.jsonl";
+  std::vector<std::string> flags = {"--train-iters", "4", "--micro-batch-size", "3", "--global-batch-size", "9",
+                                    "--eval-interval", "2", "--full-validation", "--metrics-file"};
+  auto f = flags;
+  f.push_back(cpu.string());
+  auto r = run(argv_on("cpu", f));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  f.back() = gpu.string();
+  r = run(argv_on("cuda", f));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--full-validation: each evaluation reads the whole validation split, "), std::string::npos)
+      << r.err;
+  const auto want = numbers(metric(cpu, "valid_loss")), got = numbers(metric(gpu, "valid_loss"));
+  ASSERT_EQ(want.size(), 3u);  // at 2, at 4 and at the end
+  ASSERT_EQ(got.size(), 3u);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-2 * want[i]) << "evaluation " << i + 1;
+  EXPECT_EQ(metric(gpu, "valid_loss")[1], metric(gpu, "valid_loss")[2]);
+  std::printf("[gpu tool] full validation: cpu %.6f %.6f %.6f, gpu %.6f %.6f %.6f\n", want[0], want[1], want[2], got[0],
+              got[1], got[2]);
+}
+
 // --recompute-granularity full on the GPU: each layer keeps its input and reruns its forward in the backward,
 // with the same kernels (deterministic attention), so the metrics file holds the same losses, digit for digit.
 TEST_F(GpuTool, FullRecomputationGivesTheSameLosses) {
