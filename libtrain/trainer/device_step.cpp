@@ -70,6 +70,7 @@ class DeviceStep final : public GradientStep {
   }
   void load_optimizer_state(AdamW state) override { device_.load_optimizer_state(state); }
   std::size_t overlapped_buckets() const override { return device_.buckets_reduced_in_backward(); }
+  std::int64_t zeros_in_gradients() override { return device_.grad_zeros(); }
 
  private:
   TrainableModel& model_;

@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 
 #include "dlm/train/communicator.h"
@@ -50,10 +49,8 @@ class GradientStep {
   virtual std::size_t overlapped_buckets() const = 0;
   // --log-num-zeros-in-grad: the zeros in the last step's summed gradients over the whole model (Megatron's
   // count_zeros_fp32: replicas of other model-parallel ranks' tensors not counted); collective over the model and,
-  // sharded, the data-parallel group. Only where counts_zeros(): the host arrangements (the device one keeps its
-  // gradients on the GPU, where nothing counts them).
-  virtual bool counts_zeros() const { return false; }
-  virtual std::optional<std::int64_t> zeros_in_gradients() { return std::nullopt; }
+  // sharded, the data-parallel group. The device arrangement counts on the GPU (DeviceTraining::grad_zeros()).
+  virtual std::int64_t zeros_in_gradients() = 0;
 };
 
 // The arrangement for `model` and the groups: device when the model has DeviceTraining, sharded host with

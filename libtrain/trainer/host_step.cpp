@@ -60,7 +60,7 @@ void HostStep::load_optimizer_state(AdamW state) { optimizer_ = std::move(state)
 
 std::size_t HostStep::overlapped_buckets() const { return overlapping() ? buffer_->buckets_started_early() : 0; }
 
-std::optional<std::int64_t> HostStep::zeros_in_gradients() {
+std::int64_t HostStep::zeros_in_gradients() {
   double zeros = zeros_in(model_.parameters());
   model_.sum_over_model(std::span<double>(&zeros, 1));
   return static_cast<std::int64_t>(zeros);

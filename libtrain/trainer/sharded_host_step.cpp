@@ -34,7 +34,7 @@ class ShardedHostStep final : public HostStep {
   }
 
   // Each rank's reduced range, summed over the group.
-  std::optional<std::int64_t> zeros_in_gradients() override {
+  std::int64_t zeros_in_gradients() override {
     double zeros = zeros_in(buffer_->shard_params(model_.parameters()));
     dp_->all_reduce(std::span<double>(&zeros, 1));
     model_.sum_over_model(std::span<double>(&zeros, 1));

@@ -1,13 +1,14 @@
 // CudaModel under tensor (with and without sequence parallelism) and pipeline parallelism (1F1B, and
 // interleaved over two chunks per rank) on 2 ranks, against the whole model on one GPU: the same initial
 // weights (each shard the slice of the whole model's init), the same micro-batches, eight AdamW steps through
-// the trainer's calls (forward_backward_all, finish_gradients, grad_norm, step). Losses and gradient norms must agree within bf16 noise. Per tensor, the first gradient is
-// measured against the fp32 CPU model's (same weights, same micro-batches) as 1 - cosine: a layout may stand as
-// far from that reference as the whole GPU model does, up to kSlack times (a layout rounds elsewhere: each
-// rank's partial sums are bf16 before they are added), never more. A small tensor whose gradient is a
-// near-cancelling sum (a QK-norm weight: softmax is blind to a shift shared by every key) shows bf16 noise
-// most (1 - cosine ~1e-3 on the whole GPU model, ~2e-5 for the rest), so one fixed bound for every tensor
-// would be either loose or wrong. The update after eight steps is checked more coarsely: Adam's per-element
+// the trainer's calls (forward_backward_all, finish_gradients, grad_norm, grad_zeros, step). Losses and gradient
+// norms must agree within bf16 noise, the gradients' zero counts (the whole model's, once) up to a rare rounding.
+// Per tensor, the first gradient is measured against the fp32 CPU model's (same weights, same micro-batches) as
+// 1 - cosine: a layout may stand as far from that reference as the whole GPU model does, up to kSlack times (a
+// layout rounds elsewhere: each rank's partial sums are bf16 before they are added), never more. A small tensor
+// whose gradient is a near-cancelling sum (a QK-norm weight: softmax is blind to a shift shared by every key)
+// shows bf16 noise most (1 - cosine ~1e-3 on the whole GPU model, ~2e-5 for the rest), so one fixed bound for
+// every tensor would be either loose or wrong. The update after eight steps is checked more coarsely: Adam's per-element
 // normalisation turns the sign noise of a near-zero gradient entry into a whole step, so one run's distance
 // is no bound for a small tensor; 1 - cosine <= 1e-2 (8 degrees; the bf16 residual gradient's drift took a tied
 // TP2+SP tensor to 5.9e-3) still catches an update that is missing or applied to the wrong slice.
@@ -83,6 +84,7 @@ std::vector<ModelBatch> batches(int count, std::uint32_t seed) {
 
 struct Run {
   std::vector<double> losses, norms;
+  std::vector<std::int64_t> zeros;  // DeviceTraining::grad_zeros() of each step (--log-num-zeros-in-grad)
   std::vector<ParamRef> before, after;
   std::vector<std::vector<float>> before_values, after_values;
   std::vector<std::vector<float>> first_gradients;  // per parameter (parameters() order), after the first step's
@@ -104,6 +106,7 @@ Run train(TrainableModel& model, const std::vector<ModelBatch>& data, int steps)
     if (s == 0)
       for (const auto& r : run.before) run.first_gradients.push_back(device.gradient(r.name));
     run.norms.push_back(device.grad_norm());
+    run.zeros.push_back(device.grad_zeros());
     device.step(AdamWOptions{}, 1e-3, 1.0);
   }
   copy(model, run.after, run.after_values);
@@ -138,6 +141,22 @@ Run train_on_cpu(const ckpt::ModelConfig& config, const Run& gpu_whole, const st
   for (const auto& r : trainable->parameters())
     run.after.push_back(r), run.after_values.emplace_back(r.value.begin(), r.value.end());
   return run;
+}
+
+// The gradients' zeros counted once over the whole model whatever the layout (Megatron's count_zeros_fp32: a
+// replica another rank holds left out, the optimizer ranges summed over the data-parallel group): the whole model's
+// count. The zeros are structural (the embedding rows and padded vocabulary no token reaches), the same under any
+// rounding; a value rounding to exactly zero in one run only is allowed for, rarely.
+void expect_whole_models_zeros(const Run& got, const Run& want, const std::string& what) {
+  std::int64_t parameters = 0;
+  for (const auto& v : want.before_values) parameters += static_cast<std::int64_t>(v.size());
+  ASSERT_EQ(got.zeros.size(), want.zeros.size()) << what;
+  for (std::size_t s = 0; s < want.zeros.size(); ++s) {
+    EXPECT_GT(want.zeros[s], 0) << what << ": step " << s + 1;
+    EXPECT_NEAR(static_cast<double>(got.zeros[s]), static_cast<double>(want.zeros[s]),
+                1e-4 * static_cast<double>(parameters))
+        << what << ": zeros of step " << s + 1;
+  }
 }
 
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
@@ -215,6 +234,7 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   EXPECT_LE(first_norm, 2e-2) << what;
   EXPECT_LE(worst_norm, 0.25) << what;
   EXPECT_LT(got.losses.back(), got.losses.front()) << what << ": the loss did not fall";
+  expect_whole_models_zeros(got, want, what);
 
   // Per local tensor: 1 - cosine of its first gradient and of its update over the run against the CPU's
   // slices, allowed kSlack times the whole GPU model's distance or a floor, whichever is larger (see the top).
@@ -321,6 +341,7 @@ DataParallelGap compare_with_whole(const Run& got, const Run& want, Communicator
   // 4.3e-4 of an update measured after 8 steps, against 2e-5-class with an fp32 residual gradient).
   EXPECT_LE(gap.loss, 5e-4) << what;
   EXPECT_LE(gap.norm, 1e-2) << what;
+  expect_whole_models_zeros(got, want, what);
   EXPECT_EQ(got.after.size(), want.after.size()) << what;
   for (std::size_t i = 0; i < std::min(got.after.size(), want.after.size()); ++i) {
     EXPECT_EQ(got.after[i].name, want.after[i].name);

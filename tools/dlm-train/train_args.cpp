@@ -150,6 +150,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("async-save", po::bool_switch(&a.async_save), "write checkpoints in the background: the save point copies the state to host memory and training goes on (still crash-safe)")
       ("eval-interval", po::value(&t.eval_interval)->default_value(1000), "validate every N iterations (0: only at the end)")
       ("eval-iters", po::value(&t.eval_iters)->default_value(100), "global batches per evaluation (0: no evaluation)")
+      ("full-validation", po::bool_switch(&t.full_validation), "each evaluation the whole validation split (one epoch of it, every sample once) rather than --eval-iters batches")
       ("log-interval", po::value(&t.log_interval)->default_value(100), "iterations per log line")
       ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")

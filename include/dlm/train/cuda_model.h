@@ -160,6 +160,9 @@ class CudaModel {
   // caller has summed the shares over the replica, set_grad_sumsq() makes that the sum apply_adamw() clips by.
   double grad_sumsq();
   void set_grad_sumsq(double sumsq);
+  // --log-num-zeros-in-grad: the exact zeros among the gradients grad_sumsq() counts (this rank's share: the
+  // tensors it saves, in its optimizer range), as they stand (unclipped: apply_adamw() clips on the fly).
+  std::int64_t grad_zeros();
 
   // Full activation recomputation (Megatron's --recompute-granularity full, a checkpoint per layer): each layer
   // keeps only its input and the backward runs the layer's forward again just before the layer's backward,

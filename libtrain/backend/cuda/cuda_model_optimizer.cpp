@@ -76,6 +76,18 @@ void CudaModel::set_grad_sumsq(double sumsq) {
 
 double CudaModel::grad_norm() { return std::sqrt(grad_sumsq()); }
 
+std::int64_t CudaModel::grad_zeros() {
+  auto& I = *impl_;
+  begin_pass(I, 0.0);
+  cuda::count_grad_zeros(I.params.adam_dev, I.params.norm_chunks, I.params.num_norm_chunks, I.params.zeros, I.stream);
+  I.timer.mark("grad zeros", I.stream);
+  end_pass(I, "grad zeros", false);
+  unsigned long long zeros = 0;
+  check_cuda(cudaMemcpyAsync(&zeros, I.params.zeros, sizeof zeros, cudaMemcpyDeviceToHost, I.stream), "zeros");
+  check_cuda(cudaStreamSynchronize(I.stream), "zeros");
+  return static_cast<std::int64_t>(zeros);
+}
+
 void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
   auto& I = *impl_;
   begin_pass(I, o.weight_decay);

@@ -205,6 +205,16 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       for (auto& c : chunks_) c->set_grad_sumsq(sumsq);
     return std::sqrt(sumsq);
   }
+  // The chunks' counts summed as grad_norm() sums their squares (doubles: exact below 2^53).
+  std::int64_t grad_zeros() override {
+    double zeros = 0;
+    for (auto& c : chunks_) zeros += static_cast<double>(c->grad_zeros());
+    if (parallel_.host) {
+      sum_over_model(std::span<double>(&zeros, 1));
+      if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&zeros, 1));
+    }
+    return static_cast<std::int64_t>(zeros);
+  }
   void step(const AdamWOptions& options, double lr, double max_norm) override {
     options_ = options;
     for (auto& c : chunks_) c->apply_adamw(options, lr, max_norm);

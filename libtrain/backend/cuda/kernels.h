@@ -172,6 +172,10 @@ std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors_host, int count)
 // `partial` holds num_chunks doubles.
 void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
                 double* sumsq, cudaStream_t stream);
+// The exact zeros of every gradient in `chunks` into *count (elements of an AdamWTensor's unflagged rows count as
+// zeros: they hold zeros, unread).
+void count_grad_zeros(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks,
+                      unsigned long long* count, cudaStream_t stream);
 // One step; grads are scaled by min(1, max_norm / (sqrt(sumsq) + 1e-6)) on the fly (max_norm <= 0: 1).
 void adamw_step(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, const double* sumsq,
                 double max_norm, float lr, float beta1, float beta2, float eps, int step, cudaStream_t stream);
