@@ -20,9 +20,12 @@ mkdir -p "$OUT"
 SP=/opt/torch/.venv/lib/python3.12/site-packages
 PY=${PY:-python3}
 [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
-export LD_LIBRARY_PATH=$(realpath "$C")/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+NV=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH=$(realpath "$C")/lib:${NV}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1
 date -u | tee "$OUT/date.txt"
-[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+if [ "$DEVICE" = cuda ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+fi
 $PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
 time $PY benchmarks/train/kv_study.py --bin "$C" --device "$DEVICE" --work /tmp/kvstudy --out "$OUT" "$@"

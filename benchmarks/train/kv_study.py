@@ -60,7 +60,8 @@ def train(a, log):
     ckpt = os.path.join(a.work, "ckpt")
     cmd = [os.path.join(a.bin, "dlm-train"), *SHAPES[a.shape], "--data-path", a.data, "--split", "100,0,0",
            "--data-cache-path", os.path.join(a.work, "cache"), "--seq-length", str(a.seq), "--max-position-embeddings",
-           str(a.seq), "--qk-layernorm", "--norm-epsilon", "1e-6", "--vocab-size", str(VOCAB), "--mask-token", str(MASK),
+           str(a.seq), "--qk-layernorm", "--norm-epsilon", "1e-6", "--vocab-size", str(VOCAB),
+           "--mask-token", str(MASK),
            "--micro-batch-size", str(a.micro_batch), "--global-batch-size", str(a.global_batch),
            "--train-iters", str(a.train_iters), "--exit-duration-in-mins", str(a.train_minutes),
            "--lr", str(a.lr), "--min-lr", str(a.lr / 10), "--lr-decay-style", "cosine",
@@ -139,7 +140,7 @@ def score(a, model, prompts, conts, dev, k_ratios=8, draws=2, rows_per_forward=1
     return (total / (draws * k_ratios)).tolist()
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True, help="folder with dlm-train, dlm-generate, dlm-ckpt")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -163,81 +164,109 @@ def main():
     ap.add_argument("--score-seed", type=int, default=1234)
     ap.add_argument("--work", default="/tmp/kvstudy")
     ap.add_argument("--out", default="/tmp/kvstudy-out")
-    a = ap.parse_args()
-    os.makedirs(a.work, exist_ok=True)
-    os.makedirs(a.out, exist_ok=True)
-    log = os.path.join(a.out, "kvstudy.log")
-    t_start = time.time()
-    prompts = [list(map(int, l.split())) for l in open(a.prompts)][:a.prompt_count]
-    refs = [list(map(int, l.split()))[:a.gen] for l in open(a.references)][:a.prompt_count]
-    res = dict(args=vars(a))
-    ckpt, res["train"] = train(a, log)
-    print(f"== trained {a.shape} in {res['train']['seconds']:.0f} s; loss {res['train']['losses'][-3:]}", flush=True)
-    hf = os.path.join(a.work, "hf")
-    sh([os.path.join(a.bin, "dlm-ckpt"), "convert", "--from", "native", "--to", "hf", "--dtype", "fp32", ckpt, hf],
-       log, timeout=300)
-    gens, speeds = {}, {}
-    for mode, t in SAMPLERS:
-        gens[(mode, t)], _ = dlm_generate(a, ckpt, prompts, mode, t, log)
-        for b in map(int, a.timing_batches.split(",")):
-            _, speeds[("dlm", mode, t, b)] = dlm_generate(a, ckpt, prompts[:b], mode, t, log, speed=True)
-        print(f"== dlm {mode} {t:g}: {[speeds[k]['tokens_per_s'] for k in speeds if k[1:3] == (mode, t)]} tokens/s",
-              flush=True)
-    dev = a.device
-    model, c = load_export(hf, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
-    torch_tokens = {}
-    for mode, t in SAMPLERS:
-        for b in map(int, a.timing_batches.split(",")):
-            torch_tokens[(mode, t, b)], speeds[("torch", mode, t, b)] = torch_sample(a, model, c, prompts[:b], mode, t,
-                                                                                     dev)
-        print(f"== torch {mode} {t:g}: {[speeds[k]['tokens_per_s'] for k in speeds if k[0] == 'torch' and k[1:3] == (mode, t)]}"
-              " tokens/s", flush=True)
-    scores = {k: score(a, model, prompts, v, dev) for k, v in gens.items()}
-    scores["reference"] = score(a, model, prompts, refs, dev)
-    exact = gens[("none", 0.0)]
-    n = len(prompts) * a.gen
+    return ap.parse_args()
 
-    def agree(x, y):
-        return sum(p == q for rx, ry in zip(x, y) for p, q in zip(rx, ry)) / sum(len(r) for r in x)
 
-    mean = lambda v: sum(v) / len(v)  # noqa: E731
-    lines = [f"Model: {a.shape} trained {res['train']['seconds']:.0f} s by dlm-train --device {a.device} "
-             f"(last logged loss {res['train']['losses'][-1] if res['train']['losses'] else '-'}); {len(prompts)} "
-             f"held-out prompts of {len(prompts[0])} tokens, {a.gen} new tokens, {a.gen} steps, block {a.block}, greedy.",
-             "", "| sampler | threshold | agreement with exact | score (nats/token) | score / exact |", "| --- | --- | --- | --- | --- |"]
-    for mode, t in SAMPLERS:
-        s = mean(scores[(mode, t)])
-        lines.append(f"| {mode} | {t:g} | {100 * agree(gens[(mode, t)], exact):.1f}% | {s:.3f} | "
-                     f"{s / mean(scores[('none', 0.0)]):.3f} |")
-    lines.append(f"| reference (the text's own continuation) | - | {100 * agree(refs, exact):.1f}% | "
-                 f"{mean(scores['reference']):.3f} | {mean(scores['reference']) / mean(scores[('none', 0.0)]):.3f} |")
-    lines += ["", "| sampler | threshold | batch | dlm tokens/s | dlm forwards/token | PyTorch tokens/s | "
-              "PyTorch forwards/token | dlm / PyTorch | dlm / PyTorch exact | PyTorch / PyTorch exact | "
-              "PyTorch tokens = dlm's |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+def agree(x, y):
+    """The fraction of positions where rows x and y hold the same token."""
+    return sum(p == q for rx, ry in zip(x, y) for p, q in zip(rx, ry)) / sum(len(r) for r in x)
+
+
+def quality_table(gens, scores, refs):
+    exact = scores[("none", 0.0)]
+    base = sum(exact) / len(exact)
+    lines = ["| sampler | threshold | agreement with exact | score (nats/token) | score / exact | "
+             "difference from exact (95% CI) |", "| --- | --- | --- | --- | --- | --- |"]
+    for key in [*SAMPLERS, "reference"]:
+        s = scores[key]
+        d = [x - y for x, y in zip(s, exact)]
+        mean_d = sum(d) / len(d)
+        half = 1.96 * math.sqrt(sum((v - mean_d) ** 2 for v in d) / max(1, len(d) - 1) / len(d))
+        name, t = key if key != "reference" else ("reference (the text's own continuation)", None)
+        rows = gens[key] if key != "reference" else refs
+        lines.append(f"| {name} | {'-' if t is None else f'{t:g}'} | {100 * agree(rows, gens[('none', 0.0)]):.1f}% "
+                     f"| {sum(s) / len(s):.3f} | {sum(s) / len(s) / base:.3f} | {mean_d:+.3f} +- {half:.3f} |")
+    return lines
+
+
+def speed_table(a, speeds, gens, torch_tokens):
+    lines = ["| sampler | threshold | batch | dlm tokens/s | dlm forwards/token | PyTorch tokens/s | "
+             "PyTorch forwards/token | dlm / PyTorch | dlm / PyTorch exact | PyTorch / PyTorch exact | "
+             "PyTorch tokens = dlm's |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for b in map(int, a.timing_batches.split(",")):
-        te = speeds[("torch", "none", 0.0, b)]["tokens_per_s"]
+        exact = speeds[("torch", "none", 0.0, b)]["tokens_per_s"]
         for mode, t in SAMPLERS:
             d, p = speeds[("dlm", mode, t, b)], speeds[("torch", mode, t, b)]
             same = agree(torch_tokens[(mode, t, b)], gens[(mode, t)][:b])
             lines.append(f"| {mode} | {t:g} | {b} | {d['tokens_per_s']:.1f} | {d['forwards'] / a.gen:.3f} | "
-                         f"{p['tokens_per_s']:.1f} | {p['forwards'] / a.gen:.3f} | {d['tokens_per_s'] / p['tokens_per_s']:.2f}x | "
-                         f"{d['tokens_per_s'] / te:.2f}x | {p['tokens_per_s'] / te:.2f}x | {100 * same:.1f}% |")
+                         f"{p['tokens_per_s']:.1f} | {p['forwards'] / a.gen:.3f} | "
+                         f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}x | {d['tokens_per_s'] / exact:.2f}x | "
+                         f"{p['tokens_per_s'] / exact:.2f}x | {100 * same:.1f}% |")
+    return lines
+
+
+def examples(a, prompts, gens, refs):
     try:
         from tokenizers import Tokenizer
         tok = Tokenizer.from_file(a.tokenizer)
-        lines += ["", "Prompt 0: " + repr(tok.decode(prompts[0]))]
-        lines += [f"- {mode} {t:g}: " + repr(tok.decode(gens[(mode, t)][0][:80])) for mode, t in SAMPLERS]
-        lines += ["- reference: " + repr(tok.decode(refs[0][:80]))]
     except Exception as e:  # the tables stand without the example
-        lines += ["", f"(no decoded example: {e})"]
-    lines += ["", f"{n} generated tokens per sampler; study wall time {time.time() - t_start:.0f} s."]
+        return [f"(no decoded example: {e})"]
+    return (["Prompt 0: " + repr(tok.decode(prompts[0]))] +
+            [f"- {mode} {t:g}: " + repr(tok.decode(gens[(mode, t)][0][:80])) for mode, t in SAMPLERS] +
+            ["- reference: " + repr(tok.decode(refs[0][:80]))])
+
+
+def main():
+    a = parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    os.makedirs(a.out, exist_ok=True)
+    log = os.path.join(a.out, "kvstudy.log")
+    t_start = time.time()
+    prompts = [list(map(int, line.split())) for line in open(a.prompts)][:a.prompt_count]
+    refs = [list(map(int, line.split()))[:a.gen] for line in open(a.references)][:a.prompt_count]
+    batches = [int(b) for b in a.timing_batches.split(",")]
+    res = dict(args=vars(a))
+
+    def save(**parts):  # after each stage: what was measured survives a later failure
+        res.update({k: {"/".join(map(str, key)) if isinstance(key, tuple) else key: v for key, v in d.items()}
+                    for k, d in parts.items()})
+        json.dump(res, open(os.path.join(a.out, "kvstudy.json"), "w"))
+
+    ckpt, res["train"] = train(a, log)
+    losses = res["train"]["losses"]
+    print(f"== trained {a.shape} in {res['train']['seconds']:.0f} s; loss {losses[-3:]}", flush=True)
+    hf = os.path.join(a.work, "hf")
+    sh([os.path.join(a.bin, "dlm-ckpt"), "convert", "--from", "native", "--to", "hf", "--dtype", "fp32", ckpt, hf],
+       log, timeout=300)
+    gens, speeds, torch_tokens = {}, {}, {}
+    for mode, t in SAMPLERS:
+        gens[(mode, t)], _ = dlm_generate(a, ckpt, prompts, mode, t, log)
+        for b in batches:
+            _, speeds[("dlm", mode, t, b)] = dlm_generate(a, ckpt, prompts[:b], mode, t, log, speed=True)
+        print(f"== dlm {mode} {t:g}: {[speeds[('dlm', mode, t, b)]['tokens_per_s'] for b in batches]} tokens/s",
+              flush=True)
+        save(generated=gens, speeds=speeds)
+    dev = a.device
+    model, c = load_export(hf, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
+    for mode, t in SAMPLERS:
+        for b in batches:
+            torch_tokens[(mode, t, b)], speeds[("torch", mode, t, b)] = torch_sample(a, model, c, prompts[:b], mode,
+                                                                                     t, dev)
+        print(f"== torch {mode} {t:g}: {[round(speeds[('torch', mode, t, b)]['tokens_per_s'], 1) for b in batches]} "
+              "tokens/s", flush=True)
+    save(speeds=speeds)
+    scores = {k: score(a, model, prompts, v, dev) for k, v in gens.items()}
+    scores["reference"] = score(a, model, prompts, refs, dev)
+    save(scores=scores)
+    last = losses[-1] if losses else "-"
+    lines = [f"Model: {a.shape} trained {res['train']['seconds']:.0f} s by dlm-train --device {a.device} (last logged "
+             f"(iteration, loss) {last}); {len(prompts)} held-out prompts of {len(prompts[0])} tokens, {a.gen} new "
+             f"tokens, {a.gen} steps, block {a.block}, greedy; PyTorch {'compiled' if a.torch_compile else 'eager'}.",
+             "", *quality_table(gens, scores, refs), "", *speed_table(a, speeds, gens, torch_tokens), "",
+             *examples(a, prompts, gens, refs), "", f"study wall time {time.time() - t_start:.0f} s."]
     text = "\n".join(lines)
     print(text)
     open(os.path.join(a.out, "kvstudy.md"), "w").write(text + "\n")
-    res.update(scores={f"{k[0]}/{k[1]}" if isinstance(k, tuple) else k: v for k, v in scores.items()},
-               speeds={"/".join(map(str, k)): v for k, v in speeds.items()},
-               generated={f"{k[0]}/{k[1]}": v for k, v in gens.items()})
-    json.dump(res, open(os.path.join(a.out, "kvstudy.json"), "w"))
 
 
 if __name__ == "__main__":

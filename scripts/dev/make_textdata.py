@@ -16,7 +16,8 @@ Writes into --out (git-ignored; carried to the GPU machine):
   prompts.txt, references.txt   one row of space-separated ids per line (dlm-generate's NullTokenizer form)
   tokenizer/tokenizer.json      to decode examples
   SOURCE.md                     the package versions and counts
-usage: .venv/bin/python scripts/dev/make_textdata.py [--out .textdata] [--preprocess build/tools/dlm-preprocess/dlm-preprocess]
+usage: .venv/bin/python scripts/dev/make_textdata.py [--out .textdata]
+                                                    [--preprocess build/tools/dlm-preprocess/dlm-preprocess]
 """
 import argparse
 import glob
