@@ -82,7 +82,7 @@ def dlm_generate(a, ckpt, prompts, mode, threshold, log, speed=False):
            "--kv-cache", mode, "--threshold", str(threshold), "--no-eos-stop", "--device", a.device,
            *(["--report-speed"] if speed else [])]
     out, err = sh(cmd, log, timeout=600, stdin="".join(" ".join(map(str, p)) + "\n" for p in prompts))
-    rows = [list(map(int, line.split())) for line in out.splitlines() if line.strip()]
+    rows = [list(map(int, line.split())) for line in out.splitlines() if re.fullmatch(r"\d+( \d+)*", line)]
     if len(rows) != len(prompts) or any(r[:len(p)] != p or len(r) != len(p) + a.gen for r, p in zip(rows, prompts)):
         raise SystemExit(f"kv_study: dlm-generate {mode} {threshold}: unexpected output (see {log})")
     gen = [r[len(p):] for r, p in zip(rows, prompts)]
@@ -156,7 +156,7 @@ def parse_args():
     ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--global-batch", type=int, default=64)
     ap.add_argument("--train-iters", type=int, default=1300)
-    ap.add_argument("--train-minutes", type=float, default=4.25, help="dlm-train --exit-duration-in-mins")
+    ap.add_argument("--train-minutes", type=float, default=4.0, help="dlm-train --exit-duration-in-mins")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--log-interval", type=int, default=50)
     ap.add_argument("--timing-batches", default="1,16")
