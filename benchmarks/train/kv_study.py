@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -58,6 +59,8 @@ def sh(cmd, log, timeout, stdin=None):
 
 def train(a, log):
     ckpt = os.path.join(a.work, "ckpt")
+    for old in ("ckpt", "hf", "cache"):  # a rerun on a warm machine starts over
+        shutil.rmtree(os.path.join(a.work, old), ignore_errors=True)
     cmd = [os.path.join(a.bin, "dlm-train"), *SHAPES[a.shape], "--data-path", a.data, "--split", "100,0,0",
            "--data-cache-path", os.path.join(a.work, "cache"), "--seq-length", str(a.seq), "--max-position-embeddings",
            str(a.seq), "--qk-layernorm", "--norm-epsilon", "1e-6", "--vocab-size", str(VOCAB),
