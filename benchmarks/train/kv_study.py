@@ -16,7 +16,8 @@
    generated positions equal to the exact sampler's.
 4. Speed: tokens/s of each sampler at --timing-batches prompts, dlm-generate --report-speed (a warm-up run, then the
    timed one) and PyTorch (torch_reference's generate and generate_cached on the same weights, bf16 on the GPU,
-   eager unless --torch-compile), with model forwards per generated token.
+   eager unless --torch-compile), with model forwards per generated token. PyTorch's timing runs last, and what of
+   it would start after --budget-minutes of the study is skipped (the device call has a hard limit).
 Writes OUT/kvstudy.md (the tables) and OUT/kvstudy.json.
 """
 import argparse
@@ -164,6 +165,8 @@ def parse_args():
     ap.add_argument("--log-interval", type=int, default=50)
     ap.add_argument("--timing-batches", default="1,16")
     ap.add_argument("--torch-compile", action="store_true")
+    ap.add_argument("--budget-minutes", type=float, default=8.6,
+                    help="PyTorch's timing rows still to run past this many minutes of the study are skipped")
     ap.add_argument("--score-seed", type=int, default=1234)
     ap.add_argument("--work", default="/tmp/kvstudy")
     ap.add_argument("--out", default="/tmp/kvstudy-out")
@@ -197,13 +200,17 @@ def speed_table(a, speeds, gens, torch_tokens):
              "PyTorch forwards/token | dlm / PyTorch | dlm / PyTorch exact | PyTorch / PyTorch exact | "
              "PyTorch tokens = dlm's |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for b in map(int, a.timing_batches.split(",")):
-        exact = speeds[("torch", "none", 0.0, b)]["tokens_per_s"]
+        exact = speeds.get(("torch", "none", 0.0, b), {}).get("tokens_per_s")
         for mode, t in SAMPLERS:
-            d, p = speeds[("dlm", mode, t, b)], speeds[("torch", mode, t, b)]
+            d, p = speeds[("dlm", mode, t, b)], speeds.get(("torch", mode, t, b))
+            dlm_cells = f"| {mode} | {t:g} | {b} | {d['tokens_per_s']:.1f} | {d['forwards'] / a.gen:.3f} |"
+            vs_exact = f"{d['tokens_per_s'] / exact:.2f}x" if exact else "-"
+            if p is None:  # PyTorch's timing was skipped (--budget-minutes)
+                lines.append(f"{dlm_cells} - | - | - | {vs_exact} | - | - |")
+                continue
             same = agree(torch_tokens[(mode, t, b)], gens[(mode, t)][:b])
-            lines.append(f"| {mode} | {t:g} | {b} | {d['tokens_per_s']:.1f} | {d['forwards'] / a.gen:.3f} | "
-                         f"{p['tokens_per_s']:.1f} | {p['forwards'] / a.gen:.3f} | "
-                         f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}x | {d['tokens_per_s'] / exact:.2f}x | "
+            lines.append(f"{dlm_cells} {p['tokens_per_s']:.1f} | {p['forwards'] / a.gen:.3f} | "
+                         f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}x | {vs_exact} | "
                          f"{p['tokens_per_s'] / exact:.2f}x | {100 * same:.1f}% |")
     return lines
 
@@ -251,24 +258,32 @@ def main():
         save(generated=gens, speeds=speeds)
     dev = a.device
     model, c = load_export(hf, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
-    for mode, t in SAMPLERS:
-        for b in batches:
-            torch_tokens[(mode, t, b)], speeds[("torch", mode, t, b)] = torch_sample(a, model, c, prompts[:b], mode,
-                                                                                     t, dev)
-        print(f"== torch {mode} {t:g}: {[round(speeds[('torch', mode, t, b)]['tokens_per_s'], 1) for b in batches]} "
-              "tokens/s", flush=True)
-    save(speeds=speeds)
     scores = {k: score(a, model, prompts, v, dev) for k, v in gens.items()}
     scores["reference"] = score(a, model, prompts, refs, dev)
     save(scores=scores)
     last = losses[-1] if losses else "-"
-    lines = [f"Model: {a.shape} trained {res['train']['seconds']:.0f} s by dlm-train --device {a.device} (last logged "
-             f"(iteration, loss) {last}); {len(prompts)} held-out prompts of {len(prompts[0])} tokens, {a.gen} new "
-             f"tokens, {a.gen} steps, block {a.block}, greedy; PyTorch {'compiled' if a.torch_compile else 'eager'}.",
-             "", *quality_table(gens, scores, refs), "", *speed_table(a, speeds, gens, torch_tokens), "",
-             *examples(a, prompts, gens, refs), "", f"study wall time {time.time() - t_start:.0f} s."]
+    head = [f"Model: {a.shape} trained {res['train']['seconds']:.0f} s by dlm-train --device {a.device} (last logged "
+            f"(iteration, loss) {last}); {len(prompts)} held-out prompts of {len(prompts[0])} tokens, {a.gen} new "
+            f"tokens, {a.gen} steps, block {a.block}, greedy; PyTorch {'compiled' if a.torch_compile else 'eager'}.",
+            "", *quality_table(gens, scores, refs), ""]
+    print("\n".join(head), flush=True)
+    # PyTorch's timing comes last: when the run nears --budget-minutes, the rest of it is skipped, so the
+    # quality table and dlm's speeds are never lost to the device call's limit.
+    deadline = t_start + 60 * a.budget_minutes
+    for mode, t in SAMPLERS:
+        for b in batches:
+            if time.time() > deadline:
+                print(f"== torch {mode} {t:g} batch {b}: skipped (--budget-minutes {a.budget_minutes})", flush=True)
+                continue
+            torch_tokens[(mode, t, b)], speeds[("torch", mode, t, b)] = torch_sample(a, model, c, prompts[:b], mode,
+                                                                                     t, dev)
+            print(f"== torch {mode} {t:g} batch {b}: {speeds[('torch', mode, t, b)]['tokens_per_s']:.1f} tokens/s",
+                  flush=True)
+    save(speeds=speeds)
+    lines = [*head, *speed_table(a, speeds, gens, torch_tokens), "", *examples(a, prompts, gens, refs), "",
+             f"study wall time {time.time() - t_start:.0f} s."]
     text = "\n".join(lines)
-    print(text)
+    print("\n".join(lines[len(head):]))
     open(os.path.join(a.out, "kvstudy.md"), "w").write(text + "\n")
 
 
