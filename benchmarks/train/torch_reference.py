@@ -228,7 +228,8 @@ def generate_cached(fwd, prompt, gen, steps, block, mask_id, head_dim, mode, ref
     (refresh 0: i == 0 only), which stores every layer's keys and values; otherwise only the window
     [lo, L) (prefix) or [lo, hi) (dual) runs, attending to the stored keys/values around it. mode "none": a
     full forward every step. threshold > 0: every masked position above it is unmasked (the most confident
-    at least) until the block has none. The prompt holds no mask. Returns x and the number of forwards."""
+    at least) until the block has none, in at most K steps. The prompt holds no mask. Returns x and the number
+    of forwards."""
     b = prompt.shape[0]
     x = torch.cat([prompt, torch.full((b, gen), mask_id, dtype=prompt.dtype, device=prompt.device)], dim=1)
     length, p_len, blocks = x.shape[1], prompt.shape[1], gen // block
@@ -242,7 +243,9 @@ def generate_cached(fwd, prompt, gen, steps, block, mask_id, head_dim, mode, ref
         counts = (n // per_block).repeat(1, per_block)
         counts += torch.arange(per_block, device=x.device)[None, :] < (n % per_block)
         i = 0
-        while (i < per_block) if threshold <= 0 else bool((x[:, lo:hi] == mask_id).any()):
+        # Parallel decoding stops at K steps as dlm's sampler does: a model that predicts the mask id itself
+        # leaves a position masked after its step, and the block would never empty.
+        while (i < per_block) if threshold <= 0 else (i < block and bool((x[:, lo:hi] == mask_id).any())):
             if mode == "none" or i == 0 or (refresh > 0 and i % refresh == 0):
                 logits, kv = fwd(x, cos, sin)
                 first = 0
