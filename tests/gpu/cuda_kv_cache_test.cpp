@@ -64,8 +64,8 @@ double max_abs_difference(const std::vector<float>& a, const std::vector<float>&
   return m;
 }
 // bf16 tolerance of logits that went through a different rounding path: 8 units in the last place of bf16
-// (2^-8 relative) of the largest logit. The window and the full forward differ in the attention kernel (fp32
-// scores and probabilities here, cuDNN's bf16 P there) and in the GEMMs' algorithms (fewer rows), so an activation
+// (2^-8 relative) of the largest logit. The window and the full forward differ in the attention kernel (the keys
+// split over warps and tiles otherwise than cuDNN's) and in the GEMMs' algorithms (fewer rows), so an activation
 // may round the other way and carry that through the layers.
 constexpr double kBf16Ulps = 8.0 / 256.0;
 

@@ -148,8 +148,10 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
         cuda::greedy_tokens(w.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0,
                             st);
       }
+      I.timer.mark("greedy head", st);
       check_cuda(cudaGetLastError(), "greedy");
     });
+    I.timer.finish();  // with CudaOptions::profile: this forward's phases (run eagerly) into profile_report()
     // [batch, seq] out, the greedy window's columns filled, 0 elsewhere.
     const std::int64_t all_columns = b.batch * b.seq;
     greedy->assign(static_cast<std::size_t>(all_columns), 0);
