@@ -41,12 +41,12 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
   auto v_store = gpu_test::random_bf16(store_n, rng, 1.0f, v_f);
   const bf16 nan = __float2bfloat16(NAN);
   const auto v_raw = [&](std::size_t row, int g) { return row * row_n + std::size_t(g * (per + 2) + per + 1) * D; };
+  std::vector<bool> is_v(row_n, false);  // a projection row's V slots
+  for (int g = 0; g < G; ++g)
+    for (int i = 0; i < D; ++i) is_v[v_raw(0, g) + i] = true;
   for (std::size_t r = 0; r < rows; ++r) {
     for (int n = H + G; n < slots; ++n)
       for (int i = 0; i < D; ++i) rot[r * row_n + std::size_t(n) * D + i] = nan;  // V of the attention layout
-    std::vector<bool> is_v(row_n, false);
-    for (int g = 0; g < G; ++g)
-      for (int i = 0; i < D; ++i) is_v[v_raw(0, g) + i] = true;
     for (std::size_t i = 0; i < row_n; ++i)
       if (!is_v[i]) raw[r * row_n + i] = nan;
   }
