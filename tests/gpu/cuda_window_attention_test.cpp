@@ -89,10 +89,12 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
       }
 
   DeviceVec<bf16> d_rot(rot), d_raw(raw), d_k(k_store), d_v(v_store), d_out(rows * H * D);
-  const WindowAttentionShape s{c.batch, c.seq, H, G, D, c.first, c.width};
+  DeviceVec<int> d_first(std::vector<int>{c.first});
+  const WindowAttentionShape s{c.batch, c.seq, H, G, D, c.width};
   for (int query_warps : {1, 2, 4}) {
     cudaMemset(d_out.get(), 0xff, rows * H * D * sizeof(bf16));  // NaN unless written
-    window_attention(s, d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(), nullptr, query_warps);
+    window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(), nullptr,
+                     query_warps);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     const auto got = gpu_test::to_float(d_out.download());
     const double err = rel_error(got, want);

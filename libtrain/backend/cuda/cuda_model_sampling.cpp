@@ -24,6 +24,7 @@ KvStore& store_for(CudaModel::Impl& I, int name, std::int64_t batch, std::int64_
   store->batch = batch, store->seq = seq, store->serial = ++I.kv.serial;
   const std::int64_t n = batch * seq * I.groups * I.cfg.kv_channels;
   for (int l = 0; l < I.layers; ++l) store->k.push_back(store->arena.alloc<bf16>(n)), store->v.push_back(store->arena.alloc<bf16>(n));
+  store->first = store->arena.alloc<int>(1);
   slot = std::move(store);
   return *slot;
 }
@@ -100,6 +101,9 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     const std::vector<float> weights(ids.size(), 0.0f);
     if (I.acts.T < b.batch * width) I.ensure_acts(b.batch, b.seq);  // the store's shape holds every window of it
     upload_micro_batch(I, 0, {b.batch, width, false, ids, labels, positions, weights}, Upload::kWindow);
+    store.first_host = static_cast<int>(first);
+    check_cuda(cudaMemcpyAsync(store.first, &store.first_host, sizeof(int), cudaMemcpyHostToDevice, I.stream),
+               "window column");
     pass = {&store, static_cast<int>(first), static_cast<int>(width)};
   } else {
     upload_micro_batch(I, 0, b, Upload::kSampling);
@@ -120,16 +124,17 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     const std::int64_t head = window.end - window.first, rows_in = b.batch * head, skip = window.first - first;
     const bool all = head == width;
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
-    // head run as one CUDA graph, so ~300 launches cost one.
+    // head run as one CUDA graph, so ~300 launches cost one. A window's graph reads its first column on the device
+    // (KvStore::first) and nothing else of its position: its key holds the columns relative to the window, so the
+    // dual cache's windows (one width) share one graph.
     const ForwardGraphCache::Shape shape{b.batch,
                                          b.seq,
                                          b.causal,
-                                         window.first,
-                                         window.end,
+                                         window.first - first,
+                                         window.end - first,
                                          static_cast<int>(kv.mode),
                                          pass.store ? pass.store->serial : 0,
-                                         first,
-                                         first + width};
+                                         width};
     I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled(), st, [&] {
       enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;

@@ -74,9 +74,9 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   if (window) {
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
-                                  I.cfg.kv_channels, kv->first, kv->width};
-    window_attention(ws, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)], kvs.v[static_cast<std::size_t>(l)],
-                     A.att, st);
+                                  I.cfg.kv_channels, kv->width};
+    window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
+                     kvs.v[static_cast<std::size_t>(l)], A.att, st);
     mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);

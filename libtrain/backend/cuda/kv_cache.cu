@@ -72,8 +72,8 @@ constexpr std::size_t window_smem_bytes() {
 // D: head_dim; KW: the ways a block's keys are split (4 / KW warps of 16 queries each).
 template <int D, int KW>
 __global__ void __launch_bounds__(kWindowThreads)
-    window_attention_kernel(WindowAttentionShape s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                            const bf16* v_store, bf16* out, float scale2) {
+    window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
+                            const bf16* k_store, const bf16* v_store, bf16* out, float scale2) {
   constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kWindowThreads)
   const std::int64_t row0 = static_cast<std::int64_t>(b) * s.width;              // sequence b's first window row
   const int block_j = blockIdx.x * 16 * QW, j0 = block_j + qi * 16;                  // window columns
   const bool busy = j0 < s.width;
+  const int first = *first_at;
   // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
   // past the sequence.
   const auto stage = [&](int c0, int buf) {
@@ -91,10 +92,10 @@ __global__ void __launch_bounds__(kWindowThreads)
     bf16* sv = sk + kTile * ST;
     for (int i = threadIdx.x; i < kTile * CH; i += kWindowThreads) {
       const int r = i / CH, part = (i % CH) * 8, col = c0 + r;
-      const bool live = col < s.seq, own = col >= s.first && col < s.first + s.width;
+      const bool live = col < s.seq, own = col >= first && col < first + s.width;
       const bf16 *kp, *vp;
       if (own) {
-        const std::int64_t at = (row0 + col - s.first) * ld;
+        const std::int64_t at = (row0 + col - first) * ld;
         kp = qkv_rot + at + static_cast<std::int64_t>(s.heads + g) * D;
         vp = qkv_raw + at + static_cast<std::int64_t>(g * (per + 2) + per + 1) * D;
       } else {
@@ -186,8 +187,8 @@ __global__ void __launch_bounds__(kWindowThreads)
 }
 
 template <int D, int KW>
-void launch_window(const WindowAttentionShape& s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                   const bf16* v_store, bf16* out, cudaStream_t stream) {
+void launch_window(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
+                   const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
   constexpr std::size_t smem = window_smem_bytes<D>();
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(window_attention_kernel<D, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -197,16 +198,16 @@ void launch_window(const WindowAttentionShape& s, const bf16* qkv_rot, const bf1
   const dim3 grid((s.width + queries - 1) / queries, s.heads, s.batch);
   const float scale2 = kLog2e / sqrtf(static_cast<float>(D));
   window_attention_kernel<D, KW>
-      <<<grid, kWindowThreads, smem, stream>>>(s, qkv_rot, qkv_raw, k_store, v_store, out, scale2);
+      <<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, scale2);
 }
 
 template <int D>
-void window_d(const WindowAttentionShape& s, int query_warps, const bf16* qkv_rot, const bf16* qkv_raw,
-              const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
+void window_d(const WindowAttentionShape& s, int query_warps, const int* first, const bf16* qkv_rot,
+              const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
   switch (query_warps) {
-    case 4: return launch_window<D, 1>(s, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 2: return launch_window<D, 2>(s, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    default: return launch_window<D, 4>(s, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 4: return launch_window<D, 1>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 2: return launch_window<D, 2>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    default: return launch_window<D, 4>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
   }
 }
 
@@ -228,15 +229,15 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
   kv_store_kernel<<<blocks, kThreads, 0, stream>>>(qkv_rot, qkv_raw, tokens, heads, groups, head_dim, k, v);
 }
 
-void window_attention(const WindowAttentionShape& s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                      const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps) {
+void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
+                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps) {
   if (s.batch <= 0 || s.width <= 0) return;
   const int qw = query_warps > 0 ? query_warps : window_query_warps(s);
   switch (s.head_dim) {
-    case 16: return window_d<16>(s, qw, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 32: return window_d<32>(s, qw, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 64: return window_d<64>(s, qw, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 128: return window_d<128>(s, qw, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 16: return window_d<16>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 32: return window_d<32>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 64: return window_d<64>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 128: return window_d<128>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
     default: return;  // the model refuses other head sizes (attention.cu's set) before it gets here
   }
 }
