@@ -170,8 +170,8 @@ int main(int argc, char** argv) {
     // Warm-up at the timed run's shapes, two steps per block (as the torch side: a full forward and, with the
     // cache, a window): cuDNN's graphs and cuBLASLt's algorithms are chosen per shape, and a warm-up at another
     // length left that in the timing. Twice: a forward shape runs eagerly at its first call and is captured as a
-    // CUDA graph at its second (forward_graphs.h), so the timed run replays every shape (a block's window and its
-    // storing forward are shapes of their own).
+    // CUDA graph at its second (forward_graphs.h), so the timed run replays every shape (a prefix window's width,
+    // and so its shape, changes with the block).
     generate(2 * (gen / block));
     generate(2 * (gen / block));
     *full_clock = {}, *window_clock = {};

@@ -123,27 +123,28 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     // are decoded, later ones are not yet eligible), and the head is the largest GEMM of a short sequence.
     const std::int64_t head = window.end - window.first, rows_in = b.batch * head, skip = window.first - first;
     const bool all = head == width;
+    if (!all) {
+      // The greedy window's rows of every sequence, by index on the device (head_rows is free in a forward-only
+      // pass), so that a captured forward holds no column position.
+      std::vector<int> rows(static_cast<std::size_t>(rows_in));
+      for (std::int64_t r = 0; r < b.batch; ++r)
+        for (std::int64_t j = 0; j < head; ++j)
+          rows[static_cast<std::size_t>(r * head + j)] = static_cast<int>(r * width + skip + j);
+      check_cuda(cudaMemcpyAsync(in.head_rows, rows.data(), rows.size() * sizeof(int), cudaMemcpyHostToDevice, st),
+                 "greedy rows");
+    }
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
-    // head run as one CUDA graph, so ~300 launches cost one. A window's graph reads its first column on the device
-    // (KvStore::first) and nothing else of its position: its key holds the columns relative to the window, so the
-    // dual cache's windows (one width) share one graph.
-    const ForwardGraphCache::Shape shape{b.batch,
-                                         b.seq,
-                                         b.causal,
-                                         window.first - first,
-                                         window.end - first,
-                                         static_cast<int>(kv.mode),
-                                         pass.store ? pass.store->serial : 0,
-                                         width};
+    // head run as one CUDA graph, so ~300 launches cost one. The graph holds no column position (a window reads its
+    // first column on the device, KvStore::first; the greedy rows are gathered by index), so one serves every block:
+    // the exact sampler's and the storing forwards, and the dual cache's windows (one width).
+    const ForwardGraphCache::Shape shape{b.batch, b.seq, b.causal, head, static_cast<int>(kv.mode),
+                                         pass.store ? pass.store->serial : 0, width};
     I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled(), st, [&] {
       enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;
       if (!all) {
-        // The greedy window's rows of every sequence, packed (tmp is free once the forward has run).
-        const auto row = [&](std::int64_t columns) { return static_cast<std::size_t>(columns * d) * sizeof(bf16); };
-        check_cuda(cudaMemcpy2DAsync(w.tmp, row(head), w.hf + skip * d, row(width), row(head),
-                                     static_cast<std::size_t>(b.batch), cudaMemcpyDeviceToDevice, st),
-                   "greedy rows");
+        // Packed into tmp, which is free once the forward has run.
+        cuda::gather_rows(w.hf, in.head_rows, static_cast<int>(rows_in), d, w.tmp, st);
         head_in = w.tmp;
       }
       for (std::int64_t c0 = 0; c0 < rows_in; c0 += chunk) {

@@ -62,8 +62,9 @@ __device__ __forceinline__ void acc_to_a(std::uint32_t* a, const float* lo, cons
 // parts: the raw scores S = Q K^T (qf: the queries' A fragments over D; sk: the tile's keys, rows of stride st);
 // then, with the caller's scale and mask applied (-inf for a masked key), the online softmax: m = the rows' running
 // max, l (this lane's share of) the running sum, acc rescaled by e^(m_old - m_new) and sc turned into e^(s - m);
-// then acc += P V (sv: the tile's values, rows of stride st; any [BN, D] tile, as dS K in the backward). Base 2: the scale holds log2(e). A tile whose keys are
-// all masked leaves the state as it was (m starts at -FLT_MAX, so no -inf - -inf arises).
+// then acc += P V (sv: the tile's values, rows of stride st; any [BN, D] tile, as dS K in the backward). Base 2:
+// the scale holds log2(e). A tile whose keys are all masked leaves the state as it was (m starts at -FLT_MAX, so
+// no -inf - -inf arises).
 template <int BN, int D>
 __device__ __forceinline__ void tile_scores(float (&sc)[BN / 8][4], const std::uint32_t (&qf)[D / 16][4],
                                             const bf16* sk, int st, int g, int c) {
