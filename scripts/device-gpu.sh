@@ -108,8 +108,8 @@ if [[ $WHAT == *kvcache* ]]; then
     --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
 fi
 if [[ $WHAT == *kvperf* ]]; then
-  echo "== the block KV cache's tests (window attention kernel, window vs full forward, cached vs exact sampler)"
-  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='Windows/WindowAttentionTest.*:CudaKvCache.*' > "$OUT/kvperf_tests.log" 2>&1
+  echo "== the block KV cache's tests and the attention kernels' (attention.cu shares mma.cuh with kv_cache.cu)"
+  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='Windows/WindowAttentionTest.*:CudaKvCache.*:Shapes/AttentionTest.*' > "$OUT/kvperf_tests.log" 2>&1
   echo "exit $?"; grep -E "^\[kv |FAILED|Failure|Expected|Which is|PASSED" "$OUT/kvperf_tests.log" | head -60
   for batch in 1 16; do
     for run in "none 0" "prefix 0" "dual 0" "prefix 0.9" "dual 0.9"; do
