@@ -7,6 +7,8 @@
 # optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone), kvcache (sampling beside
 # PyTorch's exact sampler and its Fast-dLLM block KV cache, prefix and dual, thresholds 0 and 0.9),
 # BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
+# kvperf (dlm alone, no PyTorch: the block KV cache's tests, then cuda_sample_bench megadlm-1.7b for none/prefix/dual
+# at batch 1 and 16 with full_ms/window_ms per call, and the --profile phases of each mode's forwards at batch 1).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
 set -uo pipefail
@@ -104,4 +106,21 @@ if [[ $WHAT == *kvcache* ]]; then
   echo "== sampling with the block KV cache (dlm's diffusion_generate_cached beside PyTorch's generate_cached)"
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes none,prefix,dual \
     --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
+fi
+if [[ $WHAT == *kvperf* ]]; then
+  echo "== the block KV cache's tests and the attention kernels' (attention.cu shares mma.cuh with kv_cache.cu)"
+  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='Windows/WindowAttentionTest.*:CudaKvCache.*:Shapes/AttentionTest.*' > "$OUT/kvperf_tests.log" 2>&1
+  echo "exit $?"; grep -E "^\[kv |FAILED|Failure|Expected|Which is|PASSED" "$OUT/kvperf_tests.log" | head -60
+  for batch in 1 16; do
+    for run in "none 0" "prefix 0" "dual 0" "prefix 0.9" "dual 0.9"; do
+      set -- $run
+      echo "== cuda_sample_bench megadlm-1.7b $batch 64 256 256 32 $1 $2"
+      timeout 240 "$C/cuda_sample_bench" megadlm-1.7b $batch 64 256 256 32 $1 $2 2>&1 | tee -a "$OUT/kvperf.log" | tail -1
+    done
+  done
+  for mode in none prefix dual; do
+    echo "== phases, batch 1, $mode (--profile: every forward eager with events, slower than unprofiled)"
+    CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_sample_bench" --profile megadlm-1.7b 1 64 256 256 32 $mode 0 2>&1 \
+      | tee -a "$OUT/kvperf_profile.log" | grep -vE "^\s*$" | head -120
+  done
 fi

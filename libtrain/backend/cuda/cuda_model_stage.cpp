@@ -74,16 +74,19 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   if (window) {
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
-                                  I.cfg.kv_channels, kv->first, kv->width};
-    window_attention(ws, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)], kvs.v[static_cast<std::size_t>(l)],
-                     A.att, st);
+                                  I.cfg.kv_channels, kv->width};
+    window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
+                     kvs.v[static_cast<std::size_t>(l)], A.att, st);
+    mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
-    if (kv)
+    mark("attention fwd");
+    if (kv) {
       kv_store(A.qkv_rot, A.qkv_raw, T, I.heads, I.groups, I.cfg.kv_channels, kv->store->k[static_cast<std::size_t>(l)],
                kv->store->v[static_cast<std::size_t>(l)], st);
+      mark("kv store");
+    }
   }
-  mark("attention fwd");
   gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
   I.scatter_sum(w.tmp_full, w.tmp);
   mark("gemm proj fwd");

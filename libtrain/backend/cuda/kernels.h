@@ -200,15 +200,17 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // [tokens, groups, head_dim]. window_attention: the window's queries (rows b * width + j of qkv_rot, columns first + j
 // of sequence b) over every column of their sequence: the window's own K, V inside [first, first + width), the
 // store's ([batch, seq, groups, head_dim]) elsewhere; bidirectional, unmasked, o [batch * width, heads * head_dim].
-// head_dim in {16, 32, 64, 128}.
+// `first` is in device memory, read by the kernel: a captured launch serves a window of its width at every position.
+// head_dim in {16, 32, 64, 128}. query_warps: the queries of a block in warps of 16 (4, 2 or 1; 0 chooses from the
+// shape and the GPU, as CudaModel calls it; tests name each).
 struct WindowAttentionShape {
   int batch, seq, heads, groups, head_dim;
-  int first, width;
+  int width;
 };
 void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
               bf16* v, cudaStream_t stream);
-void window_attention(const WindowAttentionShape& s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                      const bf16* v_store, bf16* out, cudaStream_t stream);
+void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
+                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps = 0);
 
 // rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0
 // (every row r < rows written). bf16 rows of dim elements, dim % 8 == 0.
