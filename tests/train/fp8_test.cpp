@@ -7,8 +7,11 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "dlm/common/error.h"
+#include "train_args.h"
 
 namespace dlm::train {
 namespace {
@@ -89,6 +92,59 @@ TEST(Fp8Options, ParsersTakeMegatronsNames) {
   EXPECT_FLOAT_EQ(o.grad_max(), kFp8E5m2Max);  // hybrid
   o.format = Fp8Options::Format::kE4m3;
   EXPECT_FLOAT_EQ(o.grad_max(), kFp8E4m3Max);
+}
+
+tools::TrainArgs parse_fp8(std::vector<std::string> extra) {
+  std::vector<std::string> words = {"dlm-train", "--seq-length", "64", "--train-iters", "10", "--data-path", "d",
+                                    "--num-layers", "4"};
+  words.insert(words.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  return tools::parse_train_args(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(Fp8Flags, FillCudaOptions) {
+  EXPECT_FALSE(parse_fp8({}).cuda.fp8.enabled);
+  const auto a = parse_fp8({"--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-margin", "2",
+                            "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max",
+                            "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "2",
+                            "--num-layers-at-end-in-bf16", "0", "--device", "cuda"});
+  const Fp8Options& f = a.cuda.fp8;
+  EXPECT_TRUE(f.enabled);
+  EXPECT_EQ(f.format, Fp8Options::Format::kHybrid);
+  EXPECT_EQ(f.recipe, Fp8Options::Recipe::kTensorwise);
+  EXPECT_EQ(f.margin, 2);
+  EXPECT_EQ(f.amax_history_len, 1024);
+  EXPECT_EQ(f.amax_algo, Fp8Options::AmaxAlgo::kMax);
+  EXPECT_TRUE(f.first_last_layers_bf16);
+  EXPECT_EQ(f.layers_at_start_in_bf16, 2);
+  EXPECT_EQ(f.layers_at_end_in_bf16, 0);
+  const auto d = parse_fp8({"--fp8-format", "e4m3"});  // Megatron's defaults for the rest
+  EXPECT_EQ(d.cuda.fp8.format, Fp8Options::Format::kE4m3);
+  EXPECT_EQ(d.cuda.fp8.recipe, Fp8Options::Recipe::kDelayed);
+  EXPECT_EQ(d.cuda.fp8.amax_history_len, 1);
+  EXPECT_EQ(d.cuda.fp8.amax_algo, Fp8Options::AmaxAlgo::kMostRecent);
+}
+
+TEST(Fp8Flags, RefusalsNameTheFlag) {
+  const auto error_of = [](std::vector<std::string> extra) -> std::string {
+    try {
+      parse_fp8(std::move(extra));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of({"--fp8-format", "hybrid", "--device", "cpu"}).find("--fp8-format"), std::string::npos);
+  EXPECT_NE(error_of({"--fp8-format", "e5m2"}).find("--fp8-format"), std::string::npos);
+  EXPECT_NE(error_of({"--fp8-recipe", "blockwise"}).find("--fp8-recipe"), std::string::npos);
+  EXPECT_NE(error_of({"--fp8-format", "hybrid", "--first-last-layers-bf16"}).find("--first-last-layers-bf16"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--first-last-layers-bf16",
+                      "--num-layers-at-start-in-bf16", "5"})
+                .find("--num-layers-at-start-in-bf16"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--fp8-format", "hybrid", "--device", "cuda"}), "");
 }
 
 }  // namespace
