@@ -161,7 +161,10 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
   fp8 = fp8 && I.fp8;
-  if (fp8) I.fp8->begin_forward(I.params, I.acts.T, st);
+  if (fp8) {
+    I.fp8->begin_forward(I.params, I.acts.T, st);
+    mark("fp8 scales + weight casts");
+  }
   if (I.pre) {
     // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
     // embedding, under SP straight into the rank's token rows.
