@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "dlm/common/error.h"
+#include "dlm/train/cuda_memory_plan.h"
+#include "dlm/train/parallel_plan.h"
 #include "train_args.h"
 
 namespace dlm::train {
@@ -145,6 +147,27 @@ TEST(Fp8Flags, RefusalsNameTheFlag) {
                 .find("--num-layers-at-start-in-bf16"),
             std::string::npos);
   EXPECT_EQ(error_of({"--fp8-format", "hybrid", "--device", "cuda"}), "");
+}
+
+// The dry run's GPU plan counts the FP8 layers' weight copies (2 bytes a linear weight of each FP8 layer) and, once
+// per model, the casts' work buffers.
+TEST(Fp8Plan, CountsTheWeightCopiesAndTheCastBuffers) {
+  ckpt::ModelConfig c;
+  c.num_layers = 6, c.hidden_size = 256, c.ffn_hidden_size = 768, c.num_attention_heads = 8, c.num_query_groups = 4;
+  c.kv_channels = 32, c.vocab_size = 1000;
+  PlanOptions o;
+  o.cuda_backend = true, o.bf16 = true, o.seq_length = 128, o.micro_batch_size = 2, o.global_batch_size = 2;
+  const auto bf16 = plan_parallel(c, o).stages.at(0);
+  o.fp8.enabled = true;
+  const auto fp8 = plan_parallel(c, o).stages.at(0);
+  const CudaFp8Bytes f = cuda_fp8_bytes(c, 256, 1);
+  // qkv 512 x 256, proj 256 x 256, fc1 1536 x 256, fc2 256 x 768: 2 bytes each; work 256 rows x (768 + 2 x 1536).
+  EXPECT_EQ(f.per_layer, 2.0 * (512 * 256 + 256 * 256 + 1536 * 256 + 256 * 768));
+  EXPECT_EQ(f.work, 256.0 * (768 + 2 * 1536));
+  EXPECT_EQ(fp8.weights - bf16.weights, 6 * f.per_layer);
+  EXPECT_EQ(fp8.activations - bf16.activations, f.work);
+  o.fp8.recipe = Fp8Options::Recipe::kTensorwise, o.fp8.first_last_layers_bf16 = true;
+  EXPECT_EQ(plan_parallel(c, o).stages.at(0).weights - bf16.weights, 4 * f.per_layer);
 }
 
 }  // namespace
