@@ -7,6 +7,11 @@
 # CARRIED_DIR: scripts/device-pack.sh's output (bundle.tar.xz). torchao is not on the machine: its wheel
 # (torchao==0.18.0, cp310-abi3, fetched with `pip download torchao==0.18.0 --no-deps --only-binary :all: -d
 # build-cuda/wheels`) is carried in $WHEELS and installed with --no-deps into a folder on PYTHONPATH.
+# One device command may run 10 minutes: the tests and each configuration's comparison fit one call each, e.g.
+#   scripts/device-fp8.sh build-cuda/devcarry 350m tests      (carry build-cuda/devcarry)
+#   scripts/device-fp8.sh build-cuda/devcarry 350m bench      (carry build-cuda/devcarry and build-cuda/wheels)
+#   scripts/device-fp8.sh build-cuda/devcarry megadlm-1.7b bench
+# STEPS (default 10): timed steps of every peer.
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,megadlm-1.7b}
