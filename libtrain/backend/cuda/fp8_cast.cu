@@ -50,30 +50,43 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
   store_scale(c, s);
 }
 
-// 32 x 32 tiles through shared memory, blockDim (32, 8): rows are read coalesced, the transpose written coalesced.
-constexpr int kTile = 32;
-__global__ void quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c, fp8* out, fp8* out_t) {
-  __shared__ fp8 tile[kTile][kTile + 4];
+// 64 x 64 tiles through shared memory, 256 threads: each thread reads two 16-byte vectors of a tile's rows (and
+// writes their row-major cast, 8 bytes each), then 16 bytes of one column of the tile as a row of the transpose: a
+// column's 64 bytes are four threads' consecutive stores. Rows and columns beyond the tensor are skipped whole
+// (cols % 8 == 0, rows % 16 == 0).
+constexpr int kTile = 64, kTileThreads = 256;
+__global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
+                                                                   fp8* out, fp8* out_t) {
+  __shared__ __align__(16) fp8 tile[kTile][kTile + 8];  // rows of 72 bytes: 8-byte stores stay aligned
   const float s = cast_scale(c);
   const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
   float m = 0.0f;
-  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-    const int r = r0 + i, col = c0 + threadIdx.x;
-    fp8 q = 0;
+  for (int v = threadIdx.x; v < kTile * kTile / 8; v += kTileThreads) {
+    const int lr = v / (kTile / 8), lc = v % (kTile / 8) * 8, r = r0 + lr, col = c0 + lc;
+    union {
+      fp8 b[8];
+      uint2 u;
+    } p;
+    p.u = make_uint2(0, 0);
     if (r < rows && col < cols) {
-      const float v = __bfloat162float(x[static_cast<std::int64_t>(r) * cols + col]);
-      m = fmaxf(m, fabsf(v));
-      q = to_fp8(v * s, c.e5m2);
-      if (out) out[static_cast<std::int64_t>(r) * cols + col] = q;
+      const std::int64_t at = static_cast<std::int64_t>(r) * cols + col;
+      float a[8];
+      unpack8(*reinterpret_cast<const Bf16x8*>(x + at), a);
+      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[i])), p.b[i] = to_fp8(a[i] * s, c.e5m2);
+      if (out) *reinterpret_cast<uint2*>(out + at) = p.u;
     }
-    tile[i][threadIdx.x] = q;
+    *reinterpret_cast<uint2*>(&tile[lr][lc]) = p.u;
   }
   __syncthreads();
-  if (out_t)
-    for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-      const int col = c0 + i, r = r0 + threadIdx.x;
-      if (col < cols && r < rows) out_t[static_cast<std::int64_t>(col) * rows + r] = tile[threadIdx.x][i];
-    }
+  const int lc = threadIdx.x / 4, lr = threadIdx.x % 4 * 16, col = c0 + lc, r = r0 + lr;
+  if (out_t && col < cols && r < rows) {
+    union {
+      fp8 b[16];
+      uint4 u;
+    } q;
+    for (int i = 0; i < 16; ++i) q.b[i] = tile[lr + i][lc];
+    *reinterpret_cast<uint4*>(out_t + static_cast<std::int64_t>(col) * rows + r) = q.u;
+  }
   if (!c.current) warp_amax_commit(m, c.slot);
   store_scale(c, s);
 }
@@ -114,8 +127,8 @@ void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* o
     quantize_rows<<<grid_for(vecs), kThreads, 0, stream>>>(x, vecs, cast, out);
     return;
   }
-  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile), block(kTile, 8);
-  quantize_transpose<<<grid, block, 0, stream>>>(x, rows, cols, cast, out, out_t);
+  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+  quantize_transpose<<<grid, kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
 }
 
 void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin_factor,
