@@ -46,6 +46,9 @@ if [[ $WHAT == *bench* ]]; then
   cd "$HERE/benchmarks/train" && $PY compare_fp8.py --bench "$(realpath $C)/cuda_train_bench" --configs "$CONFIGS" \
     --steps "$STEPS" --python "$PY" 2>&1 | tee "$OUT/fp8_bench.log" | grep -vE "^\s*$" | tail -40
   cd "$HERE"
+  echo "== FP8 GEMMs beside bf16 at the step's shapes, the casts' bandwidth (benchmarks/train/fp8_bench.cpp)"
+  timeout 120 "$C/fp8_bench" > "$OUT/fp8_kernels.log" 2>&1; echo "exit $?"
+  cat "$OUT/fp8_kernels.log"
   echo "== the FP8 step's phases (350m, tensorwise)"
   timeout 180 "$C/cuda_train_bench" --profile --fp8 tensorwise 350m 5 2 > "$OUT/fp8_profile.log" 2>&1; echo "exit $?"
   tail -40 "$OUT/fp8_profile.log"
