@@ -7,7 +7,8 @@
 # CARRIED_DIR: scripts/device-pack.sh's output (bundle.tar.xz). torchao is not on the machine: its wheel
 # (torchao==0.18.0, cp310-abi3, fetched with `pip download torchao==0.18.0 --no-deps --only-binary :all: -d
 # build-cuda/wheels`) is carried in $WHEELS and installed with --no-deps into a folder on PYTHONPATH.
-# One device command may run 10 minutes: the tests and each configuration's comparison fit one call each, e.g.
+# One device command may run 10 minutes: the tests (the FP8 ones, the FP8 layouts on 2 ranks, then the rest of
+# dlm_gpu_tests) and each configuration's comparison fit one call each, e.g.
 #   scripts/device-fp8.sh build-cuda/devcarry 350m tests      (carry build-cuda/devcarry)
 #   scripts/device-fp8.sh build-cuda/devcarry 350m bench      (carry build-cuda/devcarry and build-cuda/wheels)
 #   scripts/device-fp8.sh build-cuda/devcarry megadlm-1.7b bench
@@ -32,6 +33,10 @@ if [[ $WHAT == *tests* ]]; then
   timeout 480 "$C/dlm_gpu_tests" --gtest_filter='Fp8*:CudaFp8*:Gemm.*' > "$OUT/fp8_tests.log" 2>&1
   echo "dlm_gpu_tests (FP8) exit $?"
   grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|actual|\[fp8 " "$OUT/fp8_tests.log" | head -120
+  echo "== FP8 under TP2+SP and PP2 against the whole model's FP8 (2 ranks sharing the GPU, groups staged through MPI)"
+  timeout 300 "${MPI2[@]}" "$C/dlm_cuda_parallel_tests" --gtest_filter='CudaModelParallel.Fp8*' \
+    > "$OUT/fp8_layouts.log" 2>&1; echo "exit $?"
+  grep -E "gpu layouts\]|FAILED|Failure|Expected|Which is|PASSED" "$OUT/fp8_layouts.log" | head -20
   echo "== the rest of the GPU tests (the bf16 path must be unchanged)"
   timeout 480 "$C/dlm_gpu_tests" --gtest_filter='-Fp8*:CudaFp8*' > "$OUT/gpu_tests.log" 2>&1
   echo "dlm_gpu_tests (others) exit $?"
