@@ -34,12 +34,18 @@ def run(cmd, timeout):
     return json.loads(lines[-1])
 
 
-def main():
+def parser(configs):
+    """The arguments every comparison takes: the benchmark binary, the configurations, timed steps, PyTorch's python."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
-    ap.add_argument("--configs", default="350m,qwen3-1.7b")
+    ap.add_argument("--configs", default=configs)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--python", default=sys.executable)
+    return ap
+
+
+def main():
+    ap = parser("350m,qwen3-1.7b")
     ap.add_argument("--accumulate", type=int, default=1)
     ap.add_argument("--baseline", default=None)
     args = ap.parse_args()

@@ -1,12 +1,13 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE
-//        [BATCH]]]]]
+// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed] CONFIG [STEPS [WARMUP
+//        [ACCUMULATE [RECOMPUTE [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
 // --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
-// between them for the host, on stderr.
+// between them for the host, on stderr. --fp8 RECIPE: the layers' linear GEMMs in FP8 (CudaOptions::fp8, format
+// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which.
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
@@ -23,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "dlm/train/cuda_model.h"
+#include "dlm/train/fp8.h"
 #include "dlm/train/objective.h"
 
 namespace {
@@ -47,10 +49,16 @@ bool lookup(const std::string& name, Shape& s) {
 int main(int argc, char** argv) {
   dlm::train::CudaOptions options;
   bool dense_embedding = false, gaps = false;
+  std::string precision = "bf16";
   std::vector<char*> args;  // argv without the flags
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--profile") options.profile = true;
+    if (a == "--fp8" && i + 1 < argc) {
+      options.fp8.enabled = true;
+      options.fp8.recipe = std::string(argv[++i]) == "tensorwise" ? dlm::train::Fp8Options::Recipe::kTensorwise
+                                                                   : dlm::train::Fp8Options::Recipe::kDelayed;
+      precision = std::string("fp8-hybrid-") + argv[i];
+    } else if (a == "--profile") options.profile = true;
     else if (a == "--dense-embedding") dense_embedding = true;
     else if (a == "--gaps") gaps = true;
     else if (a == "--deterministic") options.deterministic = true;
@@ -60,6 +68,7 @@ int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
+                         "[--fp8 tensorwise|delayed] "
                          "350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE [off|full [BATCH]]]]]\n");
     return 2;
   }
@@ -68,9 +77,10 @@ int main(int argc, char** argv) {
   const int accumulate = argc > 4 ? std::atoi(argv[4]) : 1;
   const std::string recompute = argc > 5 ? argv[5] : "off";
   if (argc > 6) s.batch = std::atoi(argv[6]);
-  if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full")) {
+  if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full") ||
+      (precision != "bf16" && precision != "fp8-hybrid-tensorwise" && precision != "fp8-hybrid-delayed")) {
     std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0, ACCUMULATE >= 1, RECOMPUTE off or full, "
-                         "BATCH >= 1\n");
+                         "BATCH >= 1, --fp8 tensorwise or delayed\n");
     return 2;
   }
   try {
@@ -152,9 +162,10 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"accumulate\": %d, "
         "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, "
-        "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\"}\n",
+        "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\", \"precision\": \"%s\"}\n",
         argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
-        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str());
+        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str(),
+        precision.c_str());
     if (options.profile) std::fprintf(stderr, "%s", model.profile_report().c_str());
     if (gaps && marks.size() >= 2) {
       double inside = 0, between = 0;

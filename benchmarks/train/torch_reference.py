@@ -13,7 +13,8 @@ The sampler is MegaDLMs' generate (the same as LLaDA's): no cache, greedy x0, lo
 its float64 softmax, per-row top-k, blocks left to right; with --kv-cache prefix|dual (and/or --threshold) it is
 generate_cached, Fast-dLLM's block KV cache and parallel decoding written the same way (dlm's --kv-cache).
 
-usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --accumulate 8 --no-compile]
+usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --accumulate 8 --no-compile
+                              --float8 tensorwise|rowwise]
        torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --sample-steps 256 --block 32
                               --kv-cache none|prefix|dual --cache-refresh N --threshold T --tokens]
 Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads.
@@ -153,6 +154,12 @@ def train(args):
     b, s = args.batch or c["batch"], args.seq or c["seq"]
     torch.manual_seed(0)
     model = Model(c).to(dev)
+    if args.float8 != "none":
+        # torchao's float8 training on the blocks' linear layers (the output layer, like dlm's, stays bf16), swapped
+        # before torch.compile as torchao's examples do.
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "out",
+                                   config=Float8LinearConfig.from_recipe_name(args.float8))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=dev == "cuda")
     loss_fn = torch.compile(diffusion_loss) if args.compile else diffusion_loss
@@ -186,7 +193,7 @@ def train(args):
     tps = b * s * n / dt
     flops = model_flops_per_token(c, s)
     out = dict(peer="torch", mode="train", config=args.config, batch=b, seq=s, accumulate=n, compile=args.compile,
-               step_ms=dt * 1e3, tokens_per_s=tps, mfu=tps * flops / (PEAK_TFLOPS * 1e12),
+               float8=args.float8, step_ms=dt * 1e3, tokens_per_s=tps, mfu=tps * flops / (PEAK_TFLOPS * 1e12),
                loss=float(losses[-1]), flops_per_token=flops,
                peak_gib=torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0)
     print(json.dumps(out), flush=True)
@@ -325,6 +332,8 @@ def main():
     ap.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step (train)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--float8", choices=["none", "tensorwise", "rowwise"], default="none",
+                    help="train: torchao float8 training of the blocks' linear layers (torchao on PYTHONPATH)")
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--sample-steps", type=int, default=256)

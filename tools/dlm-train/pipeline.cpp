@@ -273,6 +273,8 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   const train::Device device = train::resolve_device(args.device);
   if (args.bf16 && device == train::Device::kCpu)
     log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  if (args.cuda.fp8.enabled && device == train::Device::kCpu)
+    fail("--fp8-format: the CPU backend has no FP8 training (train FP8 with --device cuda)");
   if (args.cuda.profile && device == train::Device::kCpu)
     log::warning("--cuda-profile: the CPU backend has no phase timer; the flag applies to the GPU backend");
   if (!args.save.empty()) {

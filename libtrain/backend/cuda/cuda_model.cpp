@@ -8,6 +8,7 @@
 #include "dlm/train/cuda_model.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -99,6 +100,12 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
   I.fresh.fresh.assign(P.specs.size(), 0);
   I.build_zero_runs();
   I.gemm = std::make_unique<Gemm>(!options.deterministic);
+  if (options.fp8.enabled) {
+    options.fp8.validate(I.cfg.num_layers, layout.pp);
+    std::vector<std::array<int, Fp8Linears::kLinears>> linears;
+    for (const auto& L : I.lp) linears.push_back({L.qkv, L.proj, L.fc1, L.fc2});
+    I.fp8 = std::make_unique<Fp8Linears>(options.fp8, I.params, linears, I.first_layer, I.cfg.num_layers, I.stream);
+  }
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
   I.attention = std::make_unique<Attention>(
       options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
@@ -129,6 +136,7 @@ CudaModel::~CudaModel() {
   I.tables.release();
   I.params.arena.release();
   I.gemm.reset();
+  I.fp8.reset();
   I.swiglu_gemm.reset();
   I.attention.reset();
   if (I.stream && I.owns_stream) cudaStreamDestroy(I.stream);
@@ -150,7 +158,7 @@ std::string CudaModel::profile_report() { return impl_->timer.report(); }
 std::size_t CudaModel::device_bytes() const {
   const auto& I = *impl_;
   return I.params.arena.bytes() + I.tables.bytes() + I.deferred.arena.bytes() + I.acts.arena.bytes() +
-         I.inputs.arena.bytes() + I.attention->workspace_bytes();
+         I.inputs.arena.bytes() + I.attention->workspace_bytes() + (I.fp8 ? I.fp8->device_bytes() : 0);
 }
 void CudaModel::set_recompute_layers(bool full) {
   auto& I = *impl_;
@@ -208,6 +216,7 @@ void CudaModel::init(std::uint64_t seed) {
   }
   for (float* buffer : {global, local})
     if (buffer) check_cuda(cudaFreeAsync(buffer, I.stream), "init");
+  I.weights_changed();
   synchronize();
 }
 
@@ -223,6 +232,7 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
              "import");
   check_cuda(cudaMemcpyAsync(scratch, values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
   I.params.set_weights(p, scratch);
+  I.weights_changed();
   check_cuda(cudaFreeAsync(scratch, I.stream), "import");
   synchronize();
 }

@@ -25,6 +25,7 @@
 #include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/cuda_model.h"
 #include "forward_graphs.h"
+#include "fp8_linear.h"
 #include "gemm.h"
 #include "grad_freshness.h"
 #include "kernels.h"
@@ -66,6 +67,7 @@ struct CudaModel::Impl {
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<SwigluBackwardGemm> swiglu_gemm;  // the fc2 data GEMM with SwiGLU's backward fused
   std::unique_ptr<Attention> attention;
+  std::unique_ptr<Fp8Linears> fp8;  // CudaOptions::fp8 enabled: the FP8 linear layers (fp8_linear.h)
   float *rope_cos = nullptr, *rope_sin = nullptr;  // [max_position_embeddings + 1, kv_channels / 2]
   DeviceArena tables;                              // the RoPE tables'
   ParameterStore params;
@@ -103,6 +105,10 @@ struct CudaModel::Impl {
   void build_zero_runs() { fresh.build_zero_runs(params, deferred.on ? emb : -1); }
   // The tensor list to the device, the sparse embedding's rows flagged in it (adamw.cu skips or defers the rest).
   void upload_adam_list(double weight_decay);
+  // The bf16 weights changed (init, import, the optimizer): the FP8 copies are cast again before the next forward.
+  void weights_changed() {
+    if (fp8) fp8->mark_weights_changed();
+  }
 
   // Before anything enqueued writes the weights or the moments: after a checkpoint's copies of them (state_copy.h).
   void before_state_write() { state_copy.order_writes(stream); }
@@ -148,7 +154,9 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, Uploa
 // cuda_model_stage.cpp: the forward of one micro-batch's layers (the samplers' forward as well).
 // With `kv` (the samplers' block KV cache, kv_store.h): a storing forward keeps each layer's K and V in kv->store; a
 // window forward runs kv->rows() rows (the activations' first rows) and attends over the store.
-void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr);
+// `fp8`: the linear layers in FP8 where CudaOptions::fp8 chooses (the training stages; the samplers' stay bf16).
+void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr,
+                     bool fp8 = false);
 
 inline std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
   std::vector<float> out(static_cast<std::size_t>(n));

@@ -47,6 +47,7 @@ void enqueue_adamw(CudaModel::Impl& I, const AdamWOptions& o, double lr, double 
                    static_cast<float>(lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
                    static_cast<float>(o.eps), ++I.params.steps, I.stream);
   I.timer.mark("adamw", I.stream);
+  I.weights_changed();
 }
 // Ends the pass (phases, launch errors) and, when `read`, waits for the sum of squares and returns it.
 double end_pass(CudaModel::Impl& I, const char* what, bool read) {
@@ -180,6 +181,7 @@ void CudaModel::master_weights_written() {
       cuda::join_master(I.params.w16 + I.params.offset[i], I.params.w_lo + I.params.offset[i],
                         I.params.norms32 + I.params.norm_offset[i], I.params.numel(static_cast<int>(i)), I.stream);
   check_cuda(cudaGetLastError(), "join_master");
+  I.weights_changed();
   synchronize();
 }
 
@@ -193,6 +195,7 @@ void CudaModel::share_updated_weights(DeviceGroup& data) {
   // AdamW wrote the upper halves (the bf16 weights) of exactly the range it updated: gather the ranges in place.
   data.all_gather(I.params.w16 + I.params.opt_first, I.params.w16, static_cast<std::size_t>(I.params.opt_numel),
                   DeviceElement::kBF16, I.stream);
+  I.weights_changed();
   // The norms' fp32 copies: each rank's norms_owned holds the elements it owns over zeros, and the group's sum
   // gives every rank the owners' values exactly (x + 0 = x).
   if (I.params.norm_total == 0) return;

@@ -15,6 +15,7 @@
 namespace dlm::train::cuda {
 
 using bf16 = __nv_bfloat16;
+struct Fp8Out;  // fp8_cast.h: a cast fused into a producer of a GEMM operand
 
 // The current device's multiprocessor count: grids sized as blocks a multiprocessor (tuned on the H100's 132)
 // fill any GPU in one wave.
@@ -23,8 +24,9 @@ int multiprocessors();
 // rmsnorm.cu: fused residual add + RMSNorm.
 //   forward: s = x + add (add may be null: s = x); y = s * rstd * w, rstd = 1 / sqrt(mean(s^2) + eps).
 //   s_out receives s (may alias x when add is null it is not written).
+//   fp8 (may be null): y is also cast to FP8 (fp8_cast.h, Fp8Out).
 void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd,
-                     int rows, int dim, float eps, cudaStream_t stream);
+                     int rows, int dim, float eps, cudaStream_t stream, const Fp8Out* fp8 = nullptr);
 //   backward: with g = dy * w and xh = s * rstd, ds = rstd * (g - xh * mean(g * xh));
 //   dres = bf16(dres + ds) when `accumulate`, else bf16(ds) (dres is not read): the residual stream's gradient,
 //   carried in bf16 as Megatron carries it (the sum in fp32, rounded once per norm), and the next GEMMs' input;
@@ -65,7 +67,9 @@ void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv,
 std::int64_t qk_norm_partial_floats(const QkvShape& s);
 
 // swiglu.cu: gu = [gate | up] per row (the fc1 layout), h = silu(gate) * up.
-void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream);
+//   fp8 (may be null): h is also cast to FP8 (fp8_cast.h, Fp8Out).
+void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream,
+                    const Fp8Out* fp8 = nullptr);
 //   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream);
 
