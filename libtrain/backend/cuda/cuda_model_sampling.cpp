@@ -120,7 +120,7 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     const std::int64_t head = window.end - window.first, rows_in = b.batch * head, skip = window.first - first;
     const bool all = head == width;
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
-    // head run as one CUDA graph, so ~300 launches cost one.
+    // head run as one CUDA graph, so ~300 launches cost one. MoE layers wait on the host (moe_layer.h): eager.
     const ForwardGraphCache::Shape shape{b.batch,
                                          b.seq,
                                          b.causal,
@@ -130,7 +130,7 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
                                          pass.store ? pass.store->serial : 0,
                                          first,
                                          first + width};
-    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled(), st, [&] {
+    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled() || I.cfg.num_experts > 0, st, [&] {
       enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;
       if (!all) {

@@ -107,6 +107,11 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   rmsnorm_forward(residual, block_out, A.res2, ps.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st);
   I.gather(h2, A.h2);
   mark("rmsnorm fwd");
+  if (P.moe()) {  // no tensor parallelism, no packed rows: rows == T
+    enqueue_moe_forward(I, A, l, T, recompute);
+    if (recompute) return I.timer.mark("recompute", st);
+    return mark("moe fwd");
+  }
   gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   mark("gemm fc1 fwd");
   swiglu_forward(A.gu, A.act, rows, F, st);
@@ -244,19 +249,24 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T}, by_k{Gemm::RowFamily::kK, T};
     const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
     I.gather(w.dres16, w.dres16_full);
-    gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
-    if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
-      mark("gemm fc2 bwd + swiglu bwd");
+    if (P.moe()) {
+      enqueue_moe_backward(I, in, A, l);
+      mark("moe bwd");
     } else {
-      gm.run(false, false, rows, F, d, w.dres16_full, d, ps.W(P.fc2), F, w.dact, false, F, 0, st, fam_m);
-      mark("gemm fc2 bwd");
-      swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
-      mark("swiglu bwd");
+      gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
+      if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
+        mark("gemm fc2 bwd + swiglu bwd");
+      } else {
+        gm.run(false, false, rows, F, d, w.dres16_full, d, ps.W(P.fc2), F, w.dact, false, F, 0, st, fam_m);
+        mark("gemm fc2 bwd");
+        swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
+        mark("swiglu bwd");
+      }
+      gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
+      gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
+      I.scatter_sum(w.dh_full, w.dh);
+      mark("gemm fc1 bwd");
     }
-    gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
-    gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
-    I.scatter_sum(w.dh_full, w.dh);
-    mark("gemm fc1 bwd");
     rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
                      d, st);
     if (packed) {
