@@ -9,6 +9,7 @@
 # BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
+# moe (the MoE GPU tests, a tiny MoE step, the moe-2.8b phase times and its benchmark beside PyTorch).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
@@ -104,4 +105,16 @@ if [[ $WHAT == *kvcache* ]]; then
   echo "== sampling with the block KV cache (dlm's diffusion_generate_cached beside PyTorch's generate_cached)"
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes none,prefix,dual \
     --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
+fi
+if [[ $WHAT == *moe* ]]; then
+  echo "== MoE: tests/gpu/cuda_moe_test.cpp (router, sort, grouped GEMMs, MoE models against the CPU backend)"
+  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='CudaMoe*' > "$OUT/moe_tests.log" 2>&1; echo "MoE tests exit $?"
+  grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|moe parity|error" "$OUT/moe_tests.log" | head -60
+  echo "== tiny MoE step"
+  timeout 60 "$C/cuda_train_bench" moe-tiny 5 2 2>&1 | tail -3
+  echo "== moe-2.8b phase times (--profile)"
+  CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_train_bench" --profile moe-2.8b 3 2 2>&1 | tee "$OUT/moe_profile.log" | tail -30
+  echo "== moe-2.8b beside PyTorch (torch._grouped_mm, torch.compile, bf16 autocast)"
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs moe-2.8b 2>&1 \
+    | tee "$OUT/moe_bench.log" | grep -vE "^\s*$" | tail -20
 fi

@@ -3,8 +3,8 @@
 // bf16 operands and output, fp32 accumulation, C overwritten. cuBLAS takes the groups' sizes on the host and the
 // operands' addresses on the device: the caller downloads the experts' row counts once per layer (a host wait
 // per MoE layer's forward), leaves out the groups with no rows, and writes the address arrays (one entry a group).
-// The weight gradients come out in bf16 too (cuBLAS's grouped GEMM has no fp32 output for bf16 operands), and are
-// added into the fp32 gradients by moe_accumulate_experts.
+// Every output is bf16, the weight gradients too (one output type, the operands' own), which
+// moe_accumulate_experts adds into the fp32 gradients.
 #pragma once
 
 #include <cublas_v2.h>
