@@ -3,9 +3,9 @@
 //     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
 //   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts;
 //   - the grouped GEMMs against a host reference, empty experts left out and their weight gradient untouched;
-//   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns) against the CPU backend's
-//     Model on the same weights and micro-batch: the loss, the logits, every gradient by cosine, and the tokens each
-//     expert got per layer, equal. The router reads a spike that each token's embedding row carries, so its top-k
+//   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
+//     CPU backend's Model on the same weights and micro-batch: the loss, the logits, every gradient by cosine, and the
+//     tokens each expert got per layer, equal. The router reads a spike that each token's embedding row carries, so its top-k
 //     has gaps far larger than bf16's rounding and the GPU routes every token as the CPU does.
 #include <gtest/gtest.h>
 
@@ -307,10 +307,22 @@ TEST(CudaMoeParity, SigmoidRouterAndMixedLayers) {
   check_moe_model(plain, false, "softmax without normalisation, layers MoE + dense");
 }
 
+// A shared expert (a dense SwiGLU of width 48 beside the routed ones) on every MoE layer, without recomputation and
+// with it (the rerun computes the shared expert's activations too).
+TEST(CudaMoeParity, SharedExpert) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_shared_expert_intermediate_size = 48;
+  check_moe_model(c, false, "softmax, shared expert");
+  c.moe_layer_pattern = {0, 1};
+  check_moe_model(c, true, "softmax, shared expert, layers dense + MoE, causal");
+}
+
 // Full recomputation reruns the routing before each MoE layer's backward: the same gradients, bit for bit.
 TEST(CudaMoeParity, RecomputationGivesTheSameGradients) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  const auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_shared_expert_intermediate_size = 48;
   auto plain = gpu_test::deterministic_model(c, 3), again = gpu_test::deterministic_model(c, 3);
   again->set_recompute_layers(true);
   const MoeBatch mb = moe_batch(23);

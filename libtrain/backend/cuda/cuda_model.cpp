@@ -46,7 +46,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
       fail(fmt::format("CudaModel: {} experts, top-{} (the GPU router takes at most {} experts and top-32)",
                        config.num_experts, config.moe_router_topk, cuda::kMaxRouterExperts));
     if (config.moe_ffn_hidden_size % 8 != 0) fail("CudaModel: moe_ffn_hidden_size must be a multiple of 8");
-    if (config.moe_shared_expert_intermediate_size > 0) fail("CudaModel: shared experts are not in dlm's model yet");
+    if (config.moe_shared_expert_intermediate_size % 8 != 0)
+      fail("CudaModel: moe_shared_expert_intermediate_size must be a multiple of 8");
   }
   if (options.deferred_embedding_steps < 1)
     fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
@@ -102,6 +103,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
       L.router = P.find_or_fail(n + "mlp.router.weight");
       L.experts_fc1 = P.find_or_fail(n + "mlp.experts.linear_fc1.weight");
       L.experts_fc2 = P.find_or_fail(n + "mlp.experts.linear_fc2.weight");
+      L.fc1 = P.find(n + "mlp.shared_experts.linear_fc1.weight");  // -1 without a shared expert
+      L.fc2 = P.find(n + "mlp.shared_experts.linear_fc2.weight");
     }
     I.lp.push_back(L);
   }
@@ -279,7 +282,9 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   const std::int64_t partial = std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs));
   acts.allocate(layout, batch, seq, partial, stream);
   if (cfg.num_experts > 0)
-    moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size}, T);
+    moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
+                  cfg.moe_shared_expert_intermediate_size},
+                 T);
 }
 
 }  // namespace dlm::train

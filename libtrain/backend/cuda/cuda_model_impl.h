@@ -42,8 +42,8 @@ namespace dlm::train {
 using namespace dlm::train::cuda;
 
 namespace cuda_detail {
-// The parameters of one layer: indices into ParameterStore's tensors. An MoE layer has a router and experts
-// (fc1 and fc2 -1), a dense one fc1 and fc2 (the others -1).
+// The parameters of one layer: indices into ParameterStore's tensors. An MoE layer has a router and experts, and
+// fc1 and fc2 are its shared expert's (-1 without one); a dense layer has fc1 and fc2 (the others -1).
 struct LayerParams {
   int ln1, qkv, qn, kn, proj, ln2, fc1, fc2;
   int router = -1, experts_fc1 = -1, experts_fc2 = -1;

@@ -1,8 +1,7 @@
 // CudaModel's MoE layers (moe_layer.h): their buffers, and the forward and backward of one layer's MLP.
-#include <fmt/format.h>
+#include <algorithm>
 
 #include "cuda_model_impl.h"
-#include "dlm/common/error.h"
 #include "moe_kernels.h"
 
 namespace dlm::train {
@@ -20,9 +19,10 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   release();
   shape_ = shape, tokens_ = tokens;
   const std::int64_t E = shape.experts, rows = tokens * shape.topk, F = shape.ffn, d = shape.hidden;
+  const std::int64_t act = std::max(rows * F, tokens * shape.shared);  // the experts' or the shared expert's
   MoeWork& w = work_;
   w.xs = arena_.alloc<bf16>(rows * d), w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
-  w.dact = arena_.alloc<bf16>(rows * F), w.dgu = arena_.alloc<bf16>(rows * 2 * F);
+  w.dact = arena_.alloc<bf16>(act), w.dgu = arena_.alloc<bf16>(2 * act);
   w.dlogits = arena_.alloc<bf16>(tokens * E), w.part = arena_.alloc<bf16>(E * 2 * F * d);
   w.dw = arena_.alloc<float>(rows);
   w.sort = arena_.alloc<int>(cuda::moe_sort_scratch_ints(rows, shape.experts));
@@ -51,6 +51,8 @@ MoeLayerActs* MoeBuffers::layer(int s, int l) {
   m->idx = arena_.alloc<int>(rows), m->where = arena_.alloc<int>(rows), m->order = arena_.alloc<int>(rows);
   m->offsets = arena_.alloc<int>(E + 1);
   m->gu = arena_.alloc<bf16>(rows * 2 * F), m->act = arena_.alloc<bf16>(rows * F);
+  if (const std::int64_t S = shape_.shared; S > 0)
+    m->shared_gu = arena_.alloc<bf16>(tokens_ * 2 * S), m->shared_act = arena_.alloc<bf16>(tokens_ * S);
   const std::int64_t addresses = kMoeGemms * 3 * E;
   m->addresses = static_cast<const void**>(static_cast<void*>(arena_.alloc<void*>(addresses)));
   m->staged = static_cast<const void**>(pinned(sizeof(void*) * static_cast<std::size_t>(addresses)));
@@ -134,16 +136,35 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   const MoeShape& s = I.moe.shape();
   const int E = s.experts, k = s.topk, F = s.ffn, d = s.hidden, rows = tokens * k;
   const cudaStream_t st = I.stream;
+  auto mark = [&](const char* phase) {
+    if (!recompute) I.timer.mark(phase, st);
+  };
   I.gemm->run(false, true, tokens, E, d, A.h2, d, I.params.W(P.router), d, M.logits, true, E, 0, st);
   moe_router_forward(router_shape(I, tokens), M.logits, M.idx, M.w, st);
+  mark("moe router fwd");
   moe_sort_by_expert(M.idx, rows, E, w.sort, M.offsets, M.where, M.order, st);
   plan_groups(I, M, l, P);
   moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
+  mark("moe permute (host wait)");
   grouped(I, M, kMoeFc1, false, true, 0, 2 * F, d, d, d, 2 * F, TokensIn::kM);
+  mark("moe grouped fc1 fwd");
   moe_swiglu_forward(M.gu, M.w, M.order, rows, F, M.act, st);
+  mark("moe swiglu fwd");
+  const int S = s.shared;
+  if (S > 0) {
+    I.gemm->run(false, true, tokens, 2 * S, d, A.h2, d, I.params.W(P.fc1), d, M.shared_gu, false, 2 * S, 0, st);
+    swiglu_forward(M.shared_gu, M.shared_act, tokens, S, st);
+    mark("moe shared fc1 + swiglu fwd");
+  }
   if (recompute) return;
   grouped(I, M, kMoeFc2, false, true, 0, d, F, F, F, d, TokensIn::kM);
+  mark("moe grouped fc2 fwd");
   moe_combine(w.ys, M.where, tokens, k, d, I.acts.shared.tmp, st);
+  mark("moe combine fwd");
+  if (S > 0) {
+    I.gemm->run(false, true, tokens, d, S, M.shared_act, S, I.params.W(P.fc2), S, I.acts.shared.tmp, false, d, 1.0f, st);
+    mark("moe shared fc2 fwd");
+  }
 }
 
 void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
@@ -154,17 +175,37 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   const MoeShape& s = I.moe.shape();
   const int T = static_cast<int>(I.acts.T), E = s.experts, k = s.topk, F = s.ffn, d = s.hidden, rows = T * k;
   const cudaStream_t st = I.stream;
+  auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   // xs was overwritten by the later layers' forwards: gathered again.
   moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
   moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
+  mark("moe permute bwd");
   grouped(I, M, kMoeFc2Data, false, false, 0, F, d, d, F, F, TokensIn::kM);
+  mark("moe grouped fc2 bwd data");
   grouped(I, M, kMoeFc2Weight, true, false, d, F, 0, d, F, F, TokensIn::kK);
+  mark("moe grouped fc2 bwd weight");
   moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(d) * F, I.params.G(P.experts_fc2), st);
+  mark("moe weight gradient add");
   moe_swiglu_backward(w.dact, M.gu, M.w, M.order, rows, F, w.dgu, w.dw, st);
+  mark("moe swiglu bwd");
   grouped(I, M, kMoeFc1Weight, true, false, 2 * F, d, 0, 2 * F, d, d, TokensIn::kK);
+  mark("moe grouped fc1 bwd weight");
   moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(2) * F * d, I.params.G(P.experts_fc1), st);
+  mark("moe weight gradient add");
   grouped(I, M, kMoeFc1Data, false, false, 0, d, 2 * F, 2 * F, d, d, TokensIn::kM);
+  mark("moe grouped fc1 bwd data");
   moe_combine(w.ys, M.where, T, k, d, sh.dh, st);
+  mark("moe combine bwd");
+  if (const int S = s.shared; S > 0) {
+    auto& gm = *I.gemm;
+    const ParameterStore& ps = I.params;
+    gm.run(true, false, d, S, T, sh.dres16_full, d, M.shared_act, S, ps.G(P.fc2), true, S, I.grad_beta(P.fc2), st);
+    gm.run(false, false, T, S, d, sh.dres16_full, d, ps.W(P.fc2), S, w.dact, false, S, 0, st);
+    swiglu_backward(w.dact, M.shared_gu, w.dgu, T, S, st);
+    gm.run(true, false, 2 * S, d, T, w.dgu, 2 * S, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st);
+    gm.run(false, false, T, d, 2 * S, w.dgu, 2 * S, ps.W(P.fc1), d, sh.dh, false, d, 1.0f, st);
+    mark("moe shared expert bwd");
+  }
   // The router losses' gradients, weighted as the CPU model weights them (Model::backward's router_loss_weight).
   const auto& c = I.cfg;
   const double lw = in.router_loss_weight, n = static_cast<double>(T);
@@ -173,6 +214,7 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   moe_router_backward(router_shape(I, T), M.logits, M.idx, M.w, w.dw, M.offsets, aux, z, w.dlogits, st);
   I.gemm->run(true, false, E, d, T, w.dlogits, E, A.h2, d, I.params.G(P.router), true, d, I.grad_beta(P.router), st);
   I.gemm->run(false, false, T, d, E, w.dlogits, E, I.params.W(P.router), d, sh.dh, false, d, 1.0f, st);
+  mark("moe router bwd");
 }
 
 std::vector<std::vector<std::int64_t>> CudaModel::moe_tokens_per_expert() const {

@@ -107,10 +107,10 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   rmsnorm_forward(residual, block_out, A.res2, ps.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st);
   I.gather(h2, A.h2);
   mark("rmsnorm fwd");
-  if (P.moe()) {  // no tensor parallelism, no packed rows: rows == T
+  if (P.moe()) {  // no tensor parallelism, no packed rows: rows == T; marks its own phases
     enqueue_moe_forward(I, A, l, T, recompute);
-    if (recompute) return I.timer.mark("recompute", st);
-    return mark("moe fwd");
+    if (recompute) I.timer.mark("recompute", st);
+    return;
   }
   gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   mark("gemm fc1 fwd");
@@ -250,8 +250,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
     I.gather(w.dres16, w.dres16_full);
     if (P.moe()) {
-      enqueue_moe_backward(I, in, A, l);
-      mark("moe bwd");
+      enqueue_moe_backward(I, in, A, l);  // marks its own phases
     } else {
       gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
       if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {

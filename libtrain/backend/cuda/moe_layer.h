@@ -6,6 +6,8 @@
 // and the backward in reverse: the gathered output gradient dys -> dact = dys W2_e, dW2_e = dys^T act ->
 // dgu and dw (moe_swiglu_backward) -> dW1_e = dgu^T xs, dxs = dgu W1_e -> dh = sum of each token's dxs rows,
 // then the router: dlogits (aux and z losses included) -> dWr += dlogits^T h2, dh += dlogits Wr.
+// A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose fc2 adds into the
+// combined output (beta 1), and whose data gradient adds into dh the same way.
 // The forward waits once per layer for the experts' row counts (the grouped GEMM's sizes live on the host), so
 // a model with MoE layers runs its sampling forwards eagerly (no CUDA graphs).
 #pragma once
@@ -28,6 +30,7 @@ struct MoeLayerActs {
   float* w = nullptr;                                                          // [T, k] routing weights
   int *idx = nullptr, *where = nullptr, *order = nullptr, *offsets = nullptr;  // [T, k], [T k], [T k], [E + 1]
   bf16 *gu = nullptr, *act = nullptr;                                          // [T k, 2 F], [T k, F]
+  bf16 *shared_gu = nullptr, *shared_act = nullptr;                            // [T, 2 S], [T, S]
   const void** addresses = nullptr;  // device: kMoeGemms x 3 x E operand addresses
   const void** staged = nullptr;     // their pinned host copy
   // The groups of the last forward: the experts with rows, their row counts and first rows (host).
@@ -41,7 +44,7 @@ struct MoeLayerActs {
 // The work buffers the MoE layers share (every micro-batch, every layer), for T tokens.
 struct MoeWork {
   bf16 *xs = nullptr, *ys = nullptr, *dys = nullptr;  // [T k, d]; ys is also the backward's dxs
-  bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F]
+  bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F] (or the shared expert's, if larger)
   bf16* dlogits = nullptr;                            // [T, E]
   bf16* part = nullptr;                               // [E, 2 F, d]: one weight gradient before it is added
   float* dw = nullptr;                                // [T, k]
@@ -51,6 +54,7 @@ struct MoeWork {
 
 struct MoeShape {
   int experts = 0, topk = 0, ffn = 0, hidden = 0;
+  int shared = 0;  // the shared expert's width S (0: none)
 };
 
 class MoeBuffers {
