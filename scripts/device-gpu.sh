@@ -9,7 +9,7 @@
 # BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
-# moe (the MoE GPU tests, a tiny MoE step, the moe-2.8b phase times and its benchmark beside PyTorch).
+# moe (the MoE GPU tests, a tiny MoE step, the moe-2.9b phase times and its benchmark beside PyTorch).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
@@ -112,9 +112,9 @@ if [[ $WHAT == *moe* ]]; then
   grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|moe parity|error" "$OUT/moe_tests.log" | head -60
   echo "== tiny MoE step"
   timeout 60 "$C/cuda_train_bench" moe-tiny 5 2 2>&1 | tail -3
-  echo "== moe-2.8b phase times (--profile)"
-  CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_train_bench" --profile moe-2.8b 3 2 2>&1 | tee "$OUT/moe_profile.log" | tail -30
-  echo "== moe-2.8b beside PyTorch (torch._grouped_mm, torch.compile, bf16 autocast)"
-  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs moe-2.8b 2>&1 \
+  echo "== moe-2.9b phase times (--profile)"
+  CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_train_bench" --profile moe-2.9b 3 2 2>&1 | tee "$OUT/moe_profile.log" | tail -30
+  echo "== moe-2.9b beside PyTorch (torch._grouped_mm, torch.compile, bf16 autocast)"
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs moe-2.9b 2>&1 \
     | tee "$OUT/moe_bench.log" | grep -vE "^\s*$" | tail -20
 fi

@@ -2,8 +2,8 @@
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
 // usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE
 //        [BATCH]]]]]
-//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.8b | moe-tiny (torch_reference.py's CONFIGS; an MoE
-//   configuration's MFU counts its active parameters: the router and top-k experts of each layer)
+//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
+//   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
 // --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
@@ -32,7 +32,7 @@ struct Shape {
   int layers, hidden, heads, groups, head_dim, ffn;
   long long vocab;
   int seq, batch;
-  int experts = 0, topk = 0, moe_ffn = 0;  // every layer MoE when experts > 0 (softmax router, aux loss 1e-2)
+  int experts = 0, topk = 0, moe_ffn = 0, shared = 0;  // every layer MoE when experts > 0 (softmax, aux 1e-2)
 };
 
 bool lookup(const std::string& name, Shape& s) {
@@ -40,8 +40,8 @@ bool lookup(const std::string& name, Shape& s) {
   else if (name == "qwen3-1.7b") s = {28, 2048, 16, 8, 128, 6144, 151936, 2048, 4};
   else if (name == "megadlm-1.7b") s = {28, 2048, 16, 16, 128, 6144, 50304, 2048, 4};
   else if (name == "tiny") s = {2, 64, 4, 2, 16, 176, 256, 32, 2};
-  else if (name == "moe-2.8b") s = {12, 2048, 16, 8, 128, 1024, 50304, 2048, 4, 32, 4, 1024};
-  else if (name == "moe-tiny") s = {2, 64, 4, 2, 16, 64, 256, 32, 2, 8, 2, 64};
+  else if (name == "moe-2.9b") s = {12, 2048, 16, 8, 128, 1024, 50304, 2048, 4, 32, 4, 1024, 1024};
+  else if (name == "moe-tiny") s = {2, 64, 4, 2, 16, 64, 256, 32, 2, 8, 2, 64, 32};
   else return false;
   return true;
 }
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
-                         "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.8b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
+                         "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.9b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
                          "[BATCH]]]]]\n");
     return 2;
   }
@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
     c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
     c.num_experts = s.experts, c.moe_router_topk = s.topk, c.moe_ffn_hidden_size = s.moe_ffn;
+    c.moe_shared_expert_intermediate_size = s.shared;
     c.moe_aux_loss_coeff = s.experts > 0 ? 1e-2 : 0.0;
     dlm::train::CudaModel model(c, {}, options);
     model.set_recompute_layers(recompute == "full");
@@ -154,7 +155,8 @@ int main(int argc, char** argv) {
     model.synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
     const double q = double(s.heads) * s.head_dim, kv = double(s.groups) * s.head_dim, d = s.hidden;
-    const double mlp = s.experts > 0 ? d * s.experts + 3.0 * s.topk * d * s.moe_ffn : 3.0 * d * s.ffn;
+    const double mlp =
+        s.experts > 0 ? d * s.experts + 3.0 * d * (double(s.topk) * s.moe_ffn + s.shared) : 3.0 * d * s.ffn;
     const double per_layer = d * (q + 2 * kv) + q * d + mlp + 2 * d + 2 * s.head_dim;
     const double params = s.layers * per_layer + d + double(s.vocab) * d;
     const double flops = 6 * params + 12.0 * s.layers * s.seq * q;

@@ -39,12 +39,13 @@ CONFIGS = {
     "tiny": dict(layers=2, hidden=64, heads=4, groups=2, head_dim=16, ffn=172, vocab=256, qk_norm=True, seq=32,
                  batch=2),
     # A fine-grained mixture of experts that fits one GPU with its optimizer state: every layer's MLP is 32
-    # experts of FFN 1024, top-4 (softmax router, norm_topk_prob, Megatron's aux loss 1e-2); 2.8B parameters,
-    # 0.63B active ones besides the input embedding. dlm's cuda_train_bench has the same configuration.
-    "moe-2.8b": dict(layers=12, hidden=2048, heads=16, groups=8, head_dim=128, ffn=1024, vocab=50304, qk_norm=True,
-                     seq=2048, batch=4, experts=32, topk=4, moe_ffn=1024, aux_coeff=1e-2),
+    # experts of FFN 1024, top-4 (softmax router, norm_topk_prob, Megatron's aux loss 1e-2) and one shared expert
+    # of FFN 1024; 2.85B parameters, 0.63B active ones besides the input embedding. dlm's cuda_train_bench has the
+    # same configuration.
+    "moe-2.9b": dict(layers=12, hidden=2048, heads=16, groups=8, head_dim=128, ffn=1024, vocab=50304, qk_norm=True,
+                     seq=2048, batch=4, experts=32, topk=4, moe_ffn=1024, shared=1024, aux_coeff=1e-2),
     "moe-tiny": dict(layers=2, hidden=64, heads=4, groups=2, head_dim=16, ffn=64, vocab=256, qk_norm=True, seq=32,
-                     batch=2, experts=8, topk=2, moe_ffn=64, aux_coeff=1e-2),
+                     batch=2, experts=8, topk=2, moe_ffn=64, shared=32, aux_coeff=1e-2),
 }
 
 
@@ -52,8 +53,9 @@ def model_flops_per_token(c, seq, causal=False):
     """6 x (parameters but the input embedding) + attention, per token of a training step."""
     d, hd = c["hidden"], c["head_dim"]
     q, kv = c["heads"] * hd, c["groups"] * hd
-    # An MoE layer counts its active parameters: the router and k experts.
-    mlp = (d * c["experts"] + c["topk"] * 3 * d * c["moe_ffn"]) if c.get("experts") else 3 * d * c["ffn"]
+    # An MoE layer counts its active parameters: the router, k experts and the shared expert.
+    moe = d * c["experts"] + 3 * d * (c["topk"] * c["moe_ffn"] + c["shared"]) if c.get("experts") else 0
+    mlp = moe if c.get("experts") else 3 * d * c["ffn"]
     per_layer = d * (q + 2 * kv) + q * d + mlp + 2 * d + (2 * hd if c["qk_norm"] else 0)
     params = c["layers"] * per_layer + d + c["vocab"] * d
     attention = 12 * c["layers"] * seq * q * (0.5 if causal else 1.0)
@@ -77,7 +79,8 @@ def rope(x, cos, sin):
 class MoeMlp(torch.nn.Module):
     """dlm's MoE MLP (docs/moe.md) written as a PyTorch user would with grouped GEMMs (torchtitan's form): softmax
     router, top-k, renormalised weights; the token copies sorted by expert (a stable argsort), each expert's rows
-    through torch._grouped_mm (one launch per GEMM), the weighted rows summed back; Megatron's switch aux loss."""
+    through torch._grouped_mm (one launch per GEMM), the weighted rows summed back; a shared expert (a dense
+    SwiGLU every token runs) added; Megatron's switch aux loss."""
 
     def __init__(self, c):
         super().__init__()
@@ -86,6 +89,10 @@ class MoeMlp(torch.nn.Module):
         self.router = torch.nn.Linear(d, e, bias=False)
         self.w1 = torch.nn.Parameter(torch.empty(e, 2 * f, d))  # rows [gate | up], as dlm's experts.linear_fc1
         self.w2 = torch.nn.Parameter(torch.empty(e, d, f))
+        self.shared = None
+        if c["shared"]:
+            self.shared = torch.nn.Sequential(torch.nn.Linear(d, 2 * c["shared"], bias=False),
+                                              torch.nn.Linear(c["shared"], d, bias=False))
 
     def forward(self, h):
         shape = h.shape
@@ -105,6 +112,9 @@ class MoeMlp(torch.nn.Module):
         y = torch._grouped_mm(F.silu(gate) * up, self.w2.to(torch.bfloat16).transpose(-2, -1), offs=offs)
         y = y * w.flatten()[order].unsqueeze(-1).to(y.dtype)
         out = torch.zeros_like(x).index_add_(0, token, y)
+        if self.shared is not None:
+            gate, up = self.shared[0](x).chunk(2, dim=-1)
+            out = out + self.shared[1](F.silu(gate) * up)
         aux = self.coeff * self.e / (self.k * n * n) * (counts.float() * probs.sum(dim=0)).sum()
         return out.view(shape), aux
 
