@@ -6,12 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-cuda}
 ninja -C "$B" -j2 dlm_gpu_smoke_tests dlm_gpu_tests dlm_gpu_tool_tests dlm_cuda_parallel_tests cuda_train_bench \
-  cuda_sample_bench gemm_bench attention_bench adamw_bench norm_bench dlm-train dlm-generate save_bench
+  cuda_sample_bench gemm_bench attention_bench adamw_bench norm_bench grouped_gemm_bench dlm-train dlm-generate save_bench
 D=$B/devcarry
 rm -rf "$D" && mkdir -p "$D/lib"
 cp "$B/tests/gpu/dlm_gpu_smoke_tests" "$B/tests/gpu/dlm_gpu_tests" "$B/tests/gpu/dlm_gpu_tool_tests" \
   "$B/tests/nccl/dlm_cuda_parallel_tests" \
-  "$B/benchmarks/train/cuda_train_bench" "$B/benchmarks/train/cuda_sample_bench" "$B/benchmarks/train/gemm_bench" "$B/benchmarks/train/attention_bench" "$B/benchmarks/train/adamw_bench" "$B/benchmarks/train/norm_bench" \
+  "$B/benchmarks/train/cuda_train_bench" "$B/benchmarks/train/cuda_sample_bench" "$B/benchmarks/train/gemm_bench" "$B/benchmarks/train/attention_bench" "$B/benchmarks/train/adamw_bench" "$B/benchmarks/train/norm_bench" "$B/benchmarks/train/grouped_gemm_bench" \
   "$B/tools/dlm-train/dlm-train" \
   "$B/tools/dlm-generate/dlm-generate" "$B/benchmarks/ckpt/save_bench" "$D/"
 strip "$D"/dlm-train "$D"/dlm-generate "$D"/dlm_gpu_tool_tests 2>/dev/null || true
