@@ -2,7 +2,8 @@
 //   - the router kernel on the same fp32 logits as dlm::train::route(): the same experts (no near ties drawn),
 //     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
 //   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts;
-//   - the grouped GEMMs against a host reference, empty experts left out and their weight gradient untouched;
+//   - the grouped GEMMs against a host reference, empty experts left out and their weight gradient untouched
+//     (through the bf16 C and the add, and in place into an fp32 C where cuBLAS computes one);
 //   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
 //     CPU backend's Model on the same weights and micro-batch: the loss, the logits, every gradient by cosine, and the
 //     tokens each expert got per layer, equal. The router reads a spike that each token's embedding row carries, so its top-k
@@ -193,6 +194,22 @@ TEST(CudaMoeGroupedGemm, UnevenAndEmptyExpertsMatchReference) {
   for (int e : {0, 3})
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(N) * K; ++i)
       ASSERT_EQ(got_g[static_cast<std::size_t>(e * N * K + i)], sentinel) << "expert " << e;
+
+  // Where cuBLAS writes an fp32 C, the weight gradients added in place (beta 1), as the model then runs them.
+  std::printf("[moe grouped gemm] fp32 output %s\n", gemm.fp32_output() ? "computed (in place)" : "not computed");
+  if (!gemm.fp32_output()) return;
+  DeviceVec<float> in_place(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
+  std::vector<const void*> gc32;
+  for (int e = 0; e < E; ++e)
+    if (counts[e] > 0) gc32.push_back(in_place.get() + static_cast<std::int64_t>(e) * N * K);
+  DeviceVec<const void*> pgc32(gc32);
+  grad.c = pgc32.get(), grad.c_f32 = true, grad.beta = 1.0f;
+  gemm.run(grad, nullptr);
+  const auto got32 = in_place.download();
+  EXPECT_LT(gpu_test::rel_error(got32, want_g), 1e-3);
+  for (int e : {0, 3})
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(N) * K; ++i)
+      ASSERT_EQ(got32[static_cast<std::size_t>(e * N * K + i)], sentinel) << "expert " << e << ", fp32 C";
 }
 
 // ---- whole models ----

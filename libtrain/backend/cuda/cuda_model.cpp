@@ -283,7 +283,7 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   acts.allocate(layout, batch, seq, partial, stream);
   if (cfg.num_experts > 0)
     moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
-                  cfg.moe_shared_expert_intermediate_size},
+                  cfg.moe_shared_expert_intermediate_size, grouped->fp32_output()},
                  T);
 }
 

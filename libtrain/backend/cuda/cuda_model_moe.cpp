@@ -23,7 +23,8 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   MoeWork& w = work_;
   w.xs = arena_.alloc<bf16>(rows * d), w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
   w.dact = arena_.alloc<bf16>(act), w.dgu = arena_.alloc<bf16>(2 * act);
-  w.dlogits = arena_.alloc<bf16>(tokens * E), w.part = arena_.alloc<bf16>(E * 2 * F * d);
+  w.dlogits = arena_.alloc<bf16>(tokens * E);
+  w.part = arena_.alloc<bf16>(shape.weight_gradients_in_place ? 0 : E * 2 * F * d);
   w.dw = arena_.alloc<float>(rows);
   w.sort = arena_.alloc<int>(cuda::moe_sort_scratch_ints(rows, shape.experts));
   w.offsets_host = static_cast<int*>(pinned(sizeof(int) * static_cast<std::size_t>(E + 1)));
@@ -94,6 +95,9 @@ void plan_groups(Impl& I, MoeLayerActs& M, int l, const cuda_detail::LayerParams
   if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1);
   last[static_cast<std::size_t>(l)] = M.tokens_per_expert;
   const bf16 *w1 = I.params.W(P.experts_fc1), *w2 = I.params.W(P.experts_fc2);
+  // The weight gradients go straight into the fp32 gradients where the grouped GEMM writes fp32, else into `part`.
+  const bool in_place = I.grouped->fp32_output();
+  float *g1 = I.params.G(P.experts_fc1), *g2 = I.params.G(P.experts_fc2);
   const auto at = [&](MoeGemm g, int operand, std::size_t i) -> const void*& {
     return M.staged[(static_cast<std::size_t>(g) * 3 + operand) * E + i];
   };
@@ -104,17 +108,18 @@ void plan_groups(Impl& I, MoeLayerActs& M, int l, const cuda_detail::LayerParams
     at(kMoeFc2, 0, i) = M.act + r * F, at(kMoeFc2, 1, i) = w2e, at(kMoeFc2, 2, i) = w.ys + r * d;
     at(kMoeFc2Data, 0, i) = w.dys + r * d, at(kMoeFc2Data, 1, i) = w2e, at(kMoeFc2Data, 2, i) = w.dact + r * F;
     at(kMoeFc2Weight, 0, i) = w.dys + r * d, at(kMoeFc2Weight, 1, i) = M.act + r * F;
-    at(kMoeFc2Weight, 2, i) = w.part + e * d * F;
+    at(kMoeFc2Weight, 2, i) = in_place ? static_cast<const void*>(g2 + e * d * F) : w.part + e * d * F;
     at(kMoeFc1Data, 0, i) = w.dgu + r * 2 * F, at(kMoeFc1Data, 1, i) = w1e, at(kMoeFc1Data, 2, i) = w.ys + r * d;
     at(kMoeFc1Weight, 0, i) = w.dgu + r * 2 * F, at(kMoeFc1Weight, 1, i) = w.xs + r * d;
-    at(kMoeFc1Weight, 2, i) = w.part + e * 2 * F * d;
+    at(kMoeFc1Weight, 2, i) = in_place ? static_cast<const void*>(g1 + e * 2 * F * d) : w.part + e * 2 * F * d;
   }
   check_cuda(cudaMemcpyAsync(M.addresses, M.staged, sizeof(void*) * kMoeGemms * 3 * static_cast<std::size_t>(E),
                              cudaMemcpyHostToDevice, st),
              "expert addresses");
 }
 
-// One grouped GEMM of the layer: per group, rows = its row count in the dimension the tokens run along.
+// One grouped GEMM of the layer: per group, rows = its row count in the dimension the tokens run along (k: a weight
+// gradient, added into the fp32 gradient where the grouped GEMM writes fp32, else written in bf16 to `part`).
 enum class TokensIn { kM, kK };
 void grouped(Impl& I, const MoeLayerActs& M, MoeGemm g, bool trans_a, bool trans_b, int m, int n, int k, int lda,
              int ldb, int ldc, TokensIn tokens) {
@@ -123,6 +128,7 @@ void grouped(Impl& I, const MoeLayerActs& M, MoeGemm g, bool trans_a, bool trans
   p.trans_a = trans_a, p.trans_b = trans_b, p.lda = lda, p.ldb = ldb, p.ldc = ldc;
   p.m.assign(M.rows.size(), m), p.n.assign(M.rows.size(), n), p.k.assign(M.rows.size(), k);
   (tokens == TokensIn::kM ? p.m : p.k) = M.rows;
+  if (tokens == TokensIn::kK && I.grouped->fp32_output()) p.c_f32 = true, p.beta = 1.0f;
   p.a = M.gemm_operand(g, 0, E), p.b = M.gemm_operand(g, 1, E), p.c = M.gemm_operand(g, 2, E);
   I.grouped->run(p, I.stream);
 }
@@ -182,16 +188,21 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   mark("moe permute bwd");
   grouped(I, M, kMoeFc2Data, false, false, 0, F, d, d, F, F, TokensIn::kM);
   mark("moe grouped fc2 bwd data");
+  const bool in_place = I.grouped->fp32_output();  // else the weight gradients come through `part`
   grouped(I, M, kMoeFc2Weight, true, false, d, F, 0, d, F, F, TokensIn::kK);
   mark("moe grouped fc2 bwd weight");
-  moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(d) * F, I.params.G(P.experts_fc2), st);
-  mark("moe weight gradient add");
+  if (!in_place) {
+    moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(d) * F, I.params.G(P.experts_fc2), st);
+    mark("moe weight gradient add");
+  }
   moe_swiglu_backward(w.dact, M.gu, M.w, M.order, rows, F, w.dgu, w.dw, st);
   mark("moe swiglu bwd");
   grouped(I, M, kMoeFc1Weight, true, false, 2 * F, d, 0, 2 * F, d, d, TokensIn::kK);
   mark("moe grouped fc1 bwd weight");
-  moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(2) * F * d, I.params.G(P.experts_fc1), st);
-  mark("moe weight gradient add");
+  if (!in_place) {
+    moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(2) * F * d, I.params.G(P.experts_fc1), st);
+    mark("moe weight gradient add");
+  }
   grouped(I, M, kMoeFc1Data, false, false, 0, d, 2 * F, 2 * F, d, d, TokensIn::kM);
   mark("moe grouped fc1 bwd data");
   moe_combine(w.ys, M.where, T, k, d, sh.dh, st);

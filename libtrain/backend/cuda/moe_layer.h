@@ -4,7 +4,8 @@
 //   -> xs = h2 gathered in that order -> gu = xs W1_e^T (one grouped GEMM) -> act = w * SwiGLU(gu)
 //   -> ys = act W2_e^T (one grouped GEMM) -> out[n] = sum_j ys[where[n, j]]
 // and the backward in reverse: the gathered output gradient dys -> dact = dys W2_e, dW2_e = dys^T act ->
-// dgu and dw (moe_swiglu_backward) -> dW1_e = dgu^T xs, dxs = dgu W1_e -> dh = sum of each token's dxs rows,
+// dgu and dw (moe_swiglu_backward) -> dW1_e = dgu^T xs, dxs = dgu W1_e -> dh = sum of each token's dxs rows
+// (the weight gradients added into the fp32 gradients in the GEMM or after it: grouped_gemm.h),
 // then the router: dlogits (aux and z losses included) -> dWr += dlogits^T h2, dh += dlogits Wr.
 // A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose fc2 adds into the
 // combined output (beta 1), and whose data gradient adds into dh the same way.
@@ -46,7 +47,7 @@ struct MoeWork {
   bf16 *xs = nullptr, *ys = nullptr, *dys = nullptr;  // [T k, d]; ys is also the backward's dxs
   bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F] (or the shared expert's, if larger)
   bf16* dlogits = nullptr;                            // [T, E]
-  bf16* part = nullptr;                               // [E, 2 F, d]: one weight gradient before it is added
+  bf16* part = nullptr;  // [E, 2 F, d]: one weight gradient before it is added (unless they are added in place)
   float* dw = nullptr;                                // [T, k]
   int* sort = nullptr;                                // moe_sort_scratch_ints
   int* offsets_host = nullptr;                        // pinned [E + 1]
@@ -55,6 +56,7 @@ struct MoeWork {
 struct MoeShape {
   int experts = 0, topk = 0, ffn = 0, hidden = 0;
   int shared = 0;  // the shared expert's width S (0: none)
+  bool weight_gradients_in_place = false;  // GroupedGemm::fp32_output(): no `part`
 };
 
 class MoeBuffers {
