@@ -36,16 +36,19 @@ struct RouterCase {
   bool norm;
 };
 
-// Logits whose k-th and (k+1)-th scores of every token are at least 1e-3 apart (redrawn otherwise).
+// Logits whose k + 1 largest of every token are at least 1e-3 apart (redrawn otherwise): the top-k, its order and
+// the first one left out are decided by more than float rounding, for softmax and sigmoid scores alike.
 std::vector<float> untied_logits(std::mt19937& rng, int tokens, int experts, int k) {
-  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
   std::vector<float> out(static_cast<std::size_t>(tokens) * experts), row(static_cast<std::size_t>(experts));
   for (int n = 0; n < tokens; ++n) {
     for (;;) {
       for (auto& v : row) v = dist(rng);
       std::vector<float> sorted = row;
       std::sort(sorted.begin(), sorted.end(), std::greater<>());
-      if (sorted[static_cast<std::size_t>(k) - 1] - sorted[static_cast<std::size_t>(k)] > 1e-3f) break;
+      bool apart = true;
+      for (int j = 0; j < k; ++j) apart = apart && sorted[static_cast<std::size_t>(j)] - sorted[j + 1u] > 1e-3f;
+      if (apart) break;
     }
     std::copy(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(n) * experts);
   }
