@@ -76,7 +76,8 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
       for (std::size_t i = 0; i < starts.size(); ++i) s.pieces.push_back({dim, starts[i], static_cast<std::int64_t>(i) * part, part});
     };
     const std::int64_t f = c.ffn_hidden_size;
-    if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos) {
+    if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos ||
+        n.find(".mlp.shared_experts.") != std::string::npos) {
       s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole (MoE layers only under tp 1: validate())
       s.saved = saved && tp_rank == 0;
     } else if (n.ends_with("linear_qkv.weight") || n == "embedding.word_embeddings.weight" || n == "output_layer.weight") {

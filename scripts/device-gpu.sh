@@ -11,6 +11,7 @@
 # at batch 1 and 16 with full_ms/window_ms per call, and the --profile phases of each mode's forwards at batch 1).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
+# moe (the MoE GPU tests, a tiny MoE step, the moe-2.9b phase times and its benchmark beside PyTorch).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
@@ -123,4 +124,17 @@ if [[ $WHAT == *kvperf* ]]; then
     CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_sample_bench" --profile megadlm-1.7b 1 64 256 256 32 $mode 0 2>&1 \
       | tee -a "$OUT/kvperf_profile.log" | grep -vE "^\s*$" | head -120
   done
+if [[ $WHAT == *moe* ]]; then
+  echo "== MoE: tests/gpu/cuda_moe_test.cpp (router, sort, grouped GEMMs, MoE models against the CPU backend)"
+  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='CudaMoe*' > "$OUT/moe_tests.log" 2>&1; echo "MoE tests exit $?"
+  grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|moe parity|error" "$OUT/moe_tests.log" | head -60
+  echo "== the experts' grouped GEMMs beside one dense GEMM of the same size (moe-2.9b's micro-batch)"
+  timeout 120 "$C/grouped_gemm_bench" 2>&1 | tee "$OUT/moe_grouped_gemm.log"
+  echo "== tiny MoE step"
+  timeout 60 "$C/cuda_train_bench" moe-tiny 5 2 2>&1 | tail -3
+  echo "== moe-2.9b phase times (--profile)"
+  CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_train_bench" --profile moe-2.9b 3 2 2>&1 | tee "$OUT/moe_profile.log" | tail -30
+  echo "== moe-2.9b beside PyTorch (torch._grouped_mm, torch.compile, bf16 autocast)"
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs moe-2.9b 2>&1 \
+    | tee "$OUT/moe_bench.log" | grep -vE "^\s*$" | tail -20
 fi

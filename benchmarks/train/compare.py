@@ -1,5 +1,6 @@
 """dlm's CUDA training step beside the PyTorch reference, in one run on one GPU: tokens/s, MFU (989 TFLOP/s)
-and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both).
+and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both; an MoE
+configuration such as moe-2.9b counts its active parameters).
 
 usage: compare.py --bench build/benchmarks/train/cuda_train_bench [--configs 350m,qwen3-1.7b] [--steps 10]
                   [--accumulate 8] [--baseline OTHER_BUILD/cuda_train_bench]

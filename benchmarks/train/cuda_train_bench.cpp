@@ -2,7 +2,8 @@
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
 // usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed] CONFIG [STEPS [WARMUP
 //        [ACCUMULATE [RECOMPUTE [BATCH]]]]]
-//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
+//   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
 // --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
@@ -33,6 +34,7 @@ struct Shape {
   int layers, hidden, heads, groups, head_dim, ffn;
   long long vocab;
   int seq, batch;
+  int experts = 0, topk = 0, moe_ffn = 0, shared = 0;  // every layer MoE when experts > 0 (softmax, aux 1e-2)
 };
 
 bool lookup(const std::string& name, Shape& s) {
@@ -40,6 +42,8 @@ bool lookup(const std::string& name, Shape& s) {
   else if (name == "qwen3-1.7b") s = {28, 2048, 16, 8, 128, 6144, 151936, 2048, 4};
   else if (name == "megadlm-1.7b") s = {28, 2048, 16, 16, 128, 6144, 50304, 2048, 4};
   else if (name == "tiny") s = {2, 64, 4, 2, 16, 176, 256, 32, 2};
+  else if (name == "moe-2.9b") s = {12, 2048, 16, 8, 128, 1024, 50304, 2048, 4, 32, 4, 1024, 1024};
+  else if (name == "moe-tiny") s = {2, 64, 4, 2, 16, 64, 256, 32, 2, 8, 2, 64, 32};
   else return false;
   return true;
 }
@@ -69,7 +73,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
                          "[--fp8 tensorwise|delayed] "
-                         "350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE [off|full [BATCH]]]]]\n");
+                         "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.9b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
+                         "[BATCH]]]]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
@@ -88,6 +93,9 @@ int main(int argc, char** argv) {
     c.num_layers = s.layers, c.hidden_size = s.hidden, c.num_attention_heads = s.heads;
     c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
+    c.num_experts = s.experts, c.moe_router_topk = s.topk, c.moe_ffn_hidden_size = s.moe_ffn;
+    c.moe_shared_expert_intermediate_size = s.shared;
+    c.moe_aux_loss_coeff = s.experts > 0 ? 1e-2 : 0.0;
     dlm::train::CudaModel model(c, {}, options);
     model.set_recompute_layers(recompute == "full");
     // The embedding's gradient as dlm-train keeps it on one replica.
@@ -119,7 +127,9 @@ int main(int argc, char** argv) {
     int input = 0;
     auto upload = [&](std::uint64_t i, int m) {
       const auto mb = make(i, m);
-      model.upload_inputs(input, {mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
+      // The router losses weighted 1 / micro-batches, as the trainer weights them (and the reference its loss).
+      model.upload_inputs(input, {mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights,
+                                  1.0 / accumulate});
     };
     upload(0, 0);
     // --gaps: an event on the model's stream before each timed step's first kernel and after its last,
@@ -155,7 +165,9 @@ int main(int argc, char** argv) {
     model.synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
     const double q = double(s.heads) * s.head_dim, kv = double(s.groups) * s.head_dim, d = s.hidden;
-    const double per_layer = d * (q + 2 * kv) + q * d + d * 2 * s.ffn + double(s.ffn) * d + 2 * d + 2 * s.head_dim;
+    const double mlp =
+        s.experts > 0 ? d * s.experts + 3.0 * d * (double(s.topk) * s.moe_ffn + s.shared) : 3.0 * d * s.ffn;
+    const double per_layer = d * (q + 2 * kv) + q * d + mlp + 2 * d + 2 * s.head_dim;
     const double params = s.layers * per_layer + d + double(s.vocab) * d;
     const double flops = 6 * params + 12.0 * s.layers * s.seq * q;
     const double tps = double(s.batch) * s.seq * accumulate / dt;

@@ -91,6 +91,10 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
       A.moe_weights = f32({n, k});
       A.gate_up = f32({n * k, 2 * mf});
       A.act = f32({n * k, mf});
+      if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
+        A.shared_gate_up = f32({n, 2 * s});
+        A.shared_act = f32({n, s});
+      }
     } else {
       A.gate_up = f32({n, 2 * f});
       A.act = f32({n, f});
@@ -98,6 +102,7 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
     a->layers.push_back(std::move(A));
   }
   a->xf = f32({nl, h});
+  if (c.num_experts > 0 && c.moe_shared_expert_intermediate_size > 0) a->shared_out = f32({n, h});
   if (post_process()) {
     a->xnf = f32({nl, h});
     if (sp) a->xnfg = f32({n, h});

@@ -47,26 +47,43 @@ class GpuTool : public ToolTest {
     for (const auto& t : text) out.push_back(std::stod(t));
     return out;
   }
+
+  // 12 iterations on the CPU and on the GPU from the same seed with `model` flags added: every loss within 2e-2.
+  void expect_losses_follow_the_cpu_run(const std::vector<std::string>& model, const char* what) {
+    const auto cpu = dir_ / "cpu.jsonl", gpu = dir_ / "gpu.jsonl";
+    auto with = [&](std::vector<std::string> a) {
+      a.insert(a.end(), model.begin(), model.end());
+      return a;
+    };
+    auto r = run(argv_on("cpu", with({"--train-iters", "12", "--metrics-file", cpu.string()})));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run(argv_on("cuda", with({"--train-iters", "12", "--metrics-file", gpu.string()})));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("on the GPU"), std::string::npos) << r.err;
+    const auto want = numbers(losses(cpu)), got = numbers(losses(gpu));
+    ASSERT_EQ(want.size(), 12u);
+    ASSERT_EQ(got.size(), 12u);
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double rel = std::abs(got[i] - want[i]) / std::abs(want[i]);
+      worst = std::max(worst, rel);
+      EXPECT_LT(rel, 2e-2) << what << ", iteration " << i + 1 << ": cpu " << want[i] << " gpu " << got[i];
+    }
+    std::printf("[gpu tool] %s, 12 iterations: worst relative loss difference GPU vs CPU %.3g (first %.6f / %.6f, "
+                "last %.6f / %.6f)\n",
+                what, worst, want.front(), got.front(), want.back(), got.back());
+  }
 };
 
-TEST_F(GpuTool, LossesFollowTheCpuRun) {
-  const auto cpu = dir_ / "cpu.jsonl", gpu = dir_ / "gpu.jsonl";
-  auto r = run(argv_on("cpu", {"--train-iters", "12", "--metrics-file", cpu.string()}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = run(argv_on("cuda", {"--train-iters", "12", "--metrics-file", gpu.string()}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("on the GPU"), std::string::npos) << r.err;
-  const auto want = numbers(losses(cpu)), got = numbers(losses(gpu));
-  ASSERT_EQ(want.size(), 12u);
-  ASSERT_EQ(got.size(), 12u);
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double rel = std::abs(got[i] - want[i]) / std::abs(want[i]);
-    worst = std::max(worst, rel);
-    EXPECT_LT(rel, 2e-2) << "iteration " << i + 1 << ": cpu " << want[i] << " gpu " << got[i];
-  }
-  std::printf("[gpu tool] 12 iterations: worst relative loss difference GPU vs CPU %.3g (first %.6f / %.6f, last %.6f / %.6f)\n",
-              worst, want.front(), got.front(), want.back(), got.back());
+TEST_F(GpuTool, LossesFollowTheCpuRun) { expect_losses_follow_the_cpu_run({}, "dense"); }
+
+// An MoE model through the trainer (the router losses weighted per micro-batch, a shared expert, every other layer
+// dense) on the GPU follows the CPU run.
+TEST_F(GpuTool, MoeLossesFollowTheCpuRun) {
+  expect_losses_follow_the_cpu_run({"--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                                    "--moe-layer-freq", "2", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff",
+                                    "0.001", "--moe-shared-expert-intermediate-size", "32"},
+                                   "MoE");
 }
 
 // Megatron's monitoring on the GPU: --log-memory-to-tensorboard writes the device's memory (in use by every context,

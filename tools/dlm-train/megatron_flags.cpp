@@ -117,7 +117,6 @@ const FlagNote kRefused[] = {
     {"use-dist-ckpt", "dlm writes its own checkpoint format (--ckpt-format is accepted and says where)"},
     {"tp-comm-overlap", "dlm overlaps no tensor-parallel communication with GEMMs"},
     {"moe-expert-capacity-factor", "dlm's MoE routing is dropless (no capacity factor yet)", "FACTOR"},
-    {"moe-shared-expert-intermediate-size", "shared experts are not in dlm's model yet", "SIZE"},
 };
 
 using Values = std::vector<std::string>;

@@ -47,6 +47,8 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
       ("num-experts", po::value(&f.num_experts)->default_value(0), "experts per MoE layer (0: a dense model)")
       ("moe-router-topk", po::value(&f.topk)->default_value(f.topk), "experts per token")
       ("moe-ffn-hidden-size", po::value(&f.ffn_hidden_size), "each expert's SwiGLU size (default --ffn-hidden-size)")
+      ("moe-shared-expert-intermediate-size", po::value(&f.shared_expert_size)->default_value(0),
+       "a shared expert's SwiGLU size: every token runs it beside its routed experts (0: none)")
       ("moe-layer-freq", po::value(&f.layer_freq)->default_value(f.layer_freq),
        "N: layer i is MoE when i % N == 0; or [1,0,...]: one 0/1 per layer")
       ("moe-router-score-function", po::value(&f.score_function)->default_value(f.score_function), "softmax | sigmoid")
@@ -77,6 +79,7 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   in_range("moe-aux-loss-coeff", f.aux_loss_coeff, 0, 1e6);
   in_range("moe-z-loss-coeff", f.z_loss_coeff, 0, 1e6);
   if (vm.count("moe-ffn-hidden-size")) in_range("moe-ffn-hidden-size", f.ffn_hidden_size, 1, 1 << 22);
+  in_range("moe-shared-expert-intermediate-size", f.shared_expert_size, 0, 1 << 22);
   if (f.num_experts == 0) {
     // A dense model: the MoE flags change nothing, but a malformed value is still refused.
     ckpt::ModelConfig unused = m;
@@ -88,6 +91,7 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.num_experts = f.num_experts;
   m.moe_router_topk = f.topk;
   m.moe_ffn_hidden_size = vm.count("moe-ffn-hidden-size") ? f.ffn_hidden_size : m.ffn_hidden_size;
+  m.moe_shared_expert_intermediate_size = f.shared_expert_size;
   layer_frequency(f.layer_freq, m.num_layers, m);
   const bool sigmoid = f.score_function == "sigmoid";
   m.moe_router_score_function = sigmoid ? ckpt::MoeScoreFunction::kSigmoid : ckpt::MoeScoreFunction::kSoftmax;

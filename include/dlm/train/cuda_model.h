@@ -38,6 +38,9 @@ struct CudaBatch {
   bool causal = false;
   std::span<const std::int32_t> ids, labels, positions;
   std::span<const float> weights;
+  // The MoE router losses' weight in the backward (objective.h's ModelBatch::router_loss_weight; Megatron's
+  // MoEAuxLossAutoScaler scale, 1 / micro-batches).
+  double router_loss_weight = 1.0;
 };
 
 // This rank's part of the model: its tensor rank and pipeline stage under `layout` (with virtual stages, one
@@ -251,6 +254,8 @@ class CudaModel {
   // Nothing without shards.
   void share_updated_weights(DeviceGroup& data);
   void synchronize() const;
+  // Per MoE layer of this rank (in order), the tokens routed to each expert by the last forward (empty before one).
+  std::vector<std::vector<std::int64_t>> moe_tokens_per_expert() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;
   // Which attention ran the last step: "cudnn <version>" or "own kernel (why)".

@@ -1,6 +1,7 @@
 // A training step of CudaModel as pipeline-stage calls, with the tensor-parallel collectives where
 // Megatron puts them (cuda_model.h). Everything is enqueued on the model's stream; the only host waits are
-// take_loss() and the uploads, which run before a step's first collective.
+// take_loss() and the uploads, which run before a step's first collective, and one in each MoE layer's forward
+// (moe_layer.h: the grouped GEMMs' sizes), which waits for the work enqueued before it.
 //
 // Per layer, with Ts of the T token rows on this rank (Ts = T / TP under SP, else T):
 //   h1 = gather(RMSNorm(res1))            [Ts, d] -> [T, d]   (SP: all-gather; else nothing)
@@ -122,7 +123,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     gather_rows(w.tmp, in.head_rows, packed, d, into_block_out, st);
     residual = into_residual, block_out = into_block_out;
   }
-  const bool f8_mlp = f8 && f8->use(l, rows);
+  const bool f8_mlp = f8 && !P.moe() && f8->use(l, rows);
   Fp8Out h2_cast{}, act_cast{};
   if (f8_mlp && !I.sp) h2_cast = f8->producer_out(l, Fp8Linears::kFc1, st);
   bf16* h2 = I.sp ? w.hloc : A.h2;
@@ -130,6 +131,11 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
                   h2_cast.slot ? &h2_cast : nullptr);
   I.gather(h2, A.h2);
   mark("rmsnorm fwd");
+  if (P.moe()) {  // no tensor parallelism, no packed rows: rows == T; marks its own phases
+    enqueue_moe_forward(I, A, l, T, recompute);
+    if (recompute) I.timer.mark("recompute", st);
+    return;
+  }
   if (f8_mlp) {
     f8->cast_input(l, Fp8Linears::kFc1, A.h2, rows, h2_cast.slot != nullptr, st);
     f8->forward(gm, l, Fp8Linears::kFc1, rows, A.gu, st);
@@ -284,12 +290,17 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T}, by_k{Gemm::RowFamily::kK, T};
     const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
     I.gather(w.dres16, w.dres16_full);
-    const bool f8_mlp = f8 && f8->use(l, rows), f8_attention = f8 && f8->use(l, T);
-    if (f8_mlp) {
+    const bool f8_mlp = f8 && !P.moe() && f8->use(l, rows), f8_attention = f8 && f8->use(l, T);
+    if (P.moe()) {
+      enqueue_moe_backward(I, in, A, l);  // marks its own phases
+    } else if (f8_mlp) {
       f8->backward(gm, l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
       mark("gemm fc2 bwd");
       swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
       mark("swiglu bwd");
+      f8->backward(gm, l, Fp8Linears::kFc1, rows, w.dgu, A.h2, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
+      I.scatter_sum(w.dh_full, w.dh);
+      mark("gemm fc1 bwd");
     } else {
       gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
       if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
@@ -300,15 +311,11 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
         swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
         mark("swiglu bwd");
       }
-    }
-    if (f8_mlp) {
-      f8->backward(gm, l, Fp8Linears::kFc1, rows, w.dgu, A.h2, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
-    } else {
       gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
       gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
+      I.scatter_sum(w.dh_full, w.dh);
+      mark("gemm fc1 bwd");
     }
-    I.scatter_sum(w.dh_full, w.dh);
-    mark("gemm fc1 bwd");
     rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
                      d, st);
     if (packed) {

@@ -24,7 +24,7 @@ namespace dlm::train {
 namespace {
 
 CudaBatch cuda_batch(const ModelBatch& b) {
-  return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights};
+  return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights, b.router_loss_weight};
 }
 
 // CudaModel's stage calls as the pipeline schedule drives them. With `reducer`, the chunk's last backward of
