@@ -124,6 +124,7 @@ if [[ $WHAT == *kvperf* ]]; then
     CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_sample_bench" --profile megadlm-1.7b 1 64 256 256 32 $mode 0 2>&1 \
       | tee -a "$OUT/kvperf_profile.log" | grep -vE "^\s*$" | head -120
   done
+fi
 if [[ $WHAT == *moe* ]]; then
   echo "== MoE: tests/gpu/cuda_moe_test.cpp (router, sort, grouped GEMMs, MoE models against the CPU backend)"
   timeout 300 "$C/dlm_gpu_tests" --gtest_filter='CudaMoe*' > "$OUT/moe_tests.log" 2>&1; echo "MoE tests exit $?"
