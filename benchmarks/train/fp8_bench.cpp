@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
   try {
     // Slot 0 e4m3, slot 1 e5m2, both at scale 1 (the operands are uniform in [-0.5, 0.5)).
-    const std::vector<cuda::Fp8Slot> init = {{0, 1, 1, 448}, {0, 1, 1, 57344}};
+    const std::vector<cuda::Fp8Slot> init = {{.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 448},
+                                                  {.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 57344}};
     cuda::Fp8Slot* slots = dlm::bench::device_alloc<cuda::Fp8Slot>(init.size());
     cuda::check_cuda(cudaMemcpy(slots, init.data(), sizeof(cuda::Fp8Slot) * init.size(), cudaMemcpyHostToDevice), "slots");
     cuda::Gemm gemm(true);

@@ -23,7 +23,7 @@ using gpu_test::DeviceVec;
 // Fresh slots: amax 0, scale 1 (Transformer Engine's initial scale; the first slot's may be given), the format's max.
 DeviceVec<Fp8Slot> slots(const std::vector<float>& maxima, float first_scale = 1.0f) {
   std::vector<Fp8Slot> s;
-  for (float m : maxima) s.push_back({0.0f, s.empty() ? first_scale : 1.0f, 1.0f, m});
+  for (float m : maxima) s.push_back({.scale_inv = 1.0f, .amax = 0.0f, .scale = s.empty() ? first_scale : 1.0f, .fp8_max = m});
   return DeviceVec<Fp8Slot>(s);
 }
 // Tensorwise: the tensor's own amax, then the cast with the scale derived from it.

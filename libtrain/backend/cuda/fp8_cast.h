@@ -15,8 +15,10 @@ namespace dlm::train::cuda {
 using fp8 = std::uint8_t;  // one e4m3 or e5m2 value, as cuBLASLt reads it
 
 // One FP8 tensor's scaling state (16 bytes, device memory). fp8_max: the format's largest value (448 or 57344).
-struct Fp8Slot {
-  float amax, scale, scale_inv, fp8_max;
+// scale_inv comes first and the slot is 16-byte aligned: cuBLASLt refuses (CUBLAS_STATUS_NOT_SUPPORTED) a scale
+// pointer that is not 16-byte aligned.
+struct alignas(16) Fp8Slot {
+  float scale_inv, amax, scale, fp8_max;
 };
 
 // How one tensor is cast. current: tensorwise (the scale is derived from slot->amax, the tensor's own amax, which

@@ -33,7 +33,7 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
   slot_count_ = static_cast<int>(weights_.size()) * kOperands;
   std::vector<Fp8Slot> init;
   for (std::size_t i = 0; i < weights_.size(); ++i)
-    for (int o = 0; o < kOperands; ++o) init.push_back({0.0f, 1.0f, 1.0f, o == kDy ? options.grad_max() : kFp8E4m3Max});
+    for (int o = 0; o < kOperands; ++o) init.push_back({.scale_inv = 1.0f, .amax = 0.0f, .scale = 1.0f, .fp8_max = o == kDy ? options.grad_max() : kFp8E4m3Max});
   slots_ = slot_arena_.alloc<Fp8Slot>(slot_count_);
   history_ = slot_arena_.alloc<float>(std::int64_t{slot_count_} * options.amax_history_len);
   check_cuda(cudaMemcpyAsync(slots_, init.data(), init.size() * sizeof(Fp8Slot), cudaMemcpyHostToDevice, stream),

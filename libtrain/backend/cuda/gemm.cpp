@@ -150,6 +150,8 @@ void Gemm::run_fp8(int m, int n, int k, const Fp8Operand& a, const Fp8Operand& b
   if (!fp8_gemm_fits(m, n, k, a.ld, b.ld, ldc))
     fail(fmt::format("FP8 GEMM: {}x{}x{} (lda {}, ldb {}, ldc {}) is not in multiples of 16", m, n, k, a.ld, b.ld, ldc));
   if (a.e5m2 && b.e5m2) fail("FP8 GEMM: e5m2 x e5m2 has no cuBLASLt kernel (one operand must be e4m3)");
+  if (reinterpret_cast<std::uintptr_t>(a.scale_inv) % 16 != 0 || reinterpret_cast<std::uintptr_t>(b.scale_inv) % 16 != 0)
+    fail("FP8 GEMM: a scale pointer is not 16-byte aligned (cuBLASLt refuses it)");
   const Key key{false, true, m, n, k, a.ld, b.ld, ldc, c_f32, fp8_type(a.e5m2), fp8_type(b.e5m2), fast_accum};
   Descriptors g(key);
   g.scales(a.scale_inv, b.scale_inv);
