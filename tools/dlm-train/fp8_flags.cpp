@@ -1,5 +1,7 @@
 #include "fp8_flags.h"
 
+#include "flag_checks.h"
+
 namespace po = boost::program_options;
 
 namespace dlm::tools {
@@ -25,6 +27,11 @@ void add_fp8_flags(po::options_description& group, Fp8Flags& f) {
 }
 
 train::Fp8Options apply_fp8_flags(const Fp8Flags& f) {
+  // Checked with or without --fp8-format, as every other flag's range is: a bad value is a usage error at once.
+  in_range("fp8-margin", f.margin, 0, 64);
+  in_range("fp8-amax-history-len", f.amax_history_len, 1, 1 << 20);
+  in_range("num-layers-at-start-in-bf16", f.layers_at_start, 0, 1 << 20);
+  in_range("num-layers-at-end-in-bf16", f.layers_at_end, 0, 1 << 20);
   train::Fp8Options o;
   o.enabled = !f.format.empty();
   if (o.enabled) o.format = train::parse_fp8_format(f.format);
