@@ -51,7 +51,7 @@ TEST_F(MoeTrainTool, TrainsAndResumesTheSameRunBitForBit) {
 
 TEST_F(MoeTrainTool, WhatDlmDoesNotHaveIsRefusedInOneLine) {
   for (const auto& [flag, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"--expert-model-parallel-size", "2", "expert parallelism is not in dlm yet"},
+           {"--expert-model-parallel-size", "3", "does not divide --num-experts 4"},
            {"--moe-router-load-balancing-type", "seq_aux_loss", "dlm offers aux_loss"},
            {"--moe-expert-capacity-factor", "1.25", "dropless"},
            {"--moe-layer-freq", "([1]*1+[0]*1)*1", "expected an integer N or a list"}}) {

@@ -59,13 +59,12 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
       ("moe-grouped-gemm", po::bool_switch(&f.grouped_gemm), "accepted: dlm's experts run as one grouped op")
       ("moe-token-dispatcher-type", po::value(&f.dispatcher)->default_value(f.dispatcher),
        "alltoall (one expert-parallel rank: tokens never leave the process)")
-      ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1), "1 (expert parallelism is not in dlm yet)");
+      ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1),
+       "EP: each MoE layer's experts split over EP data-parallel ranks, tokens exchanged by all-to-all");
 }
 
 void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::ModelConfig& m) {
-  if (f.expert_parallel != 1)
-    fail(fmt::format("--expert-model-parallel-size {}: not supported: expert parallelism is not in dlm yet (1)",
-                     f.expert_parallel));
+  in_range("expert-model-parallel-size", f.expert_parallel, 1, 1 << 16);
   if (f.load_balancing != "aux_loss")
     fail(fmt::format("--moe-router-load-balancing-type {}: not supported: dlm offers aux_loss", f.load_balancing));
   if (f.dispatcher != "alltoall")
@@ -77,6 +76,10 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   in_range("moe-aux-loss-coeff", f.aux_loss_coeff, 0, 1e6);
   in_range("moe-z-loss-coeff", f.z_loss_coeff, 0, 1e6);
   if (vm.count("moe-ffn-hidden-size")) in_range("moe-ffn-hidden-size", f.ffn_hidden_size, 1, 1 << 22);
+  if (f.num_experts == 0 && f.expert_parallel > 1)
+    fail(fmt::format("--expert-model-parallel-size {} needs --num-experts (a mixture-of-experts model)", f.expert_parallel));
+  if (f.num_experts > 0 && f.num_experts % f.expert_parallel != 0)
+    fail(fmt::format("--expert-model-parallel-size {} does not divide --num-experts {}", f.expert_parallel, f.num_experts));
   if (f.num_experts == 0) {
     // A dense model: the MoE flags change nothing, but a malformed value is still refused.
     ckpt::ModelConfig unused = m;
