@@ -92,6 +92,16 @@ std::vector<double> valid_losses(const fs::path& metrics) {
   return out;
 }
 
+// The values of one key of a metrics file, in order.
+std::vector<double> values_of(const fs::path& metrics, const std::string& key) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  const std::string field = "\"" + key + "\": ";
+  for (std::string line; std::getline(in, line);)
+    if (const auto at = line.find(field); at != std::string::npos) out.push_back(std::stod(line.substr(at + field.size())));
+  return out;
+}
+
 std::vector<double> numbers(const std::vector<std::string>& text) {
   std::vector<double> out;
   for (const auto& t : text) out.push_back(std::stod(t));
@@ -337,7 +347,11 @@ TEST_F(ParallelTool, ExpertParallelLayoutsGiveTheSingleProcessLossesAndTheirChec
     r = run(mpi(with(metrics, layouts[k].flags), {}, layouts[k].ranks));
     ASSERT_EQ(r.exit_code, 0) << "layout " << k << ": " << r.err;
     expect_close(numbers(losses(metrics)), want);
+    // The MoE metrics are the whole step's on every layout (summed over the ranks' micro-batches and layers).
+    for (const std::string key : {"load_balancing_loss", "z_loss", "moe_max_load"})
+      expect_close(values_of(metrics, key), values_of(dir_ / "single.jsonl", key));
   }
+  ASSERT_EQ(values_of(dir_ / "single.jsonl", "load_balancing_loss").size(), 6u);
 
   // EP2 x DP2 with the distributed optimizer saves at 3 and exits; EP1 and EP4 continue.
   const auto ckpt = (dir_ / "ep_ckpt").string();
