@@ -353,6 +353,19 @@ TEST_F(ParallelTool, ExpertParallelLayoutsGiveTheSingleProcessLossesAndTheirChec
   }
   ASSERT_EQ(values_of(dir_ / "single.jsonl", "load_balancing_loss").size(), 6u);
 
+  // Token dropping (--moe-expert-capacity-factor 0.5: each expert keeps at most 8 of a micro-batch's 64 routed slots)
+  // drops the same tokens on every layout: the capacity is each micro-batch's, where the router runs.
+  const std::vector<std::string> dropping = {"--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "position"};
+  r = run(with(dir_ / "drop_single.jsonl", dropping));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ep_dropping = dropping;
+  ep_dropping.insert(ep_dropping.end(), {"--expert-model-parallel-size", "2"});
+  r = run(mpi(with(dir_ / "drop_ep2.jsonl", ep_dropping)));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto dropped = numbers(losses(dir_ / "drop_single.jsonl"));
+  expect_close(numbers(losses(dir_ / "drop_ep2.jsonl")), dropped);
+  EXPECT_NE(dropped, want);
+
   // EP2 x DP2 with the distributed optimizer saves at 3 and exits; EP1 and EP4 continue.
   const auto ckpt = (dir_ / "ep_ckpt").string();
   const auto first = dir_ / "ep_first.jsonl";

@@ -3,6 +3,7 @@
 // MoE model's gradients (cross-entropy plus router losses) against finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "dlm/common/error.h"
@@ -75,11 +76,43 @@ TEST(MoeRouter, SigmoidScoresAndRouterLossesFollowMegatron) {
   EXPECT_THROW(route(o, std::vector<float>{0, 1, NAN, 2}), Error);
 }
 
+// Capacity factor 1 with 4 tokens, 2 experts, top-1: C = ceil(4 / 2 * 1) = 2. Tokens 0, 1, 2 choose expert 0 with
+// weights sigmoid(2), sigmoid(0.5), sigmoid(1) (softmax of two logits); token 3 chooses expert 1. By probs expert 0
+// keeps tokens 0 and 2, by position tokens 0 and 1; the dropped weight is 0, the counts and the aux loss follow.
+TEST(MoeRouter, CapacityDropsTheTokensMegatronDrops) {
+  const std::vector<float> logits = {2.0f, 0.0f, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f, 3.0f};
+  RouterOptions o = options(2, 1, false);
+  o.capacity_factor = 1.0;
+  o.aux_loss_coeff = 1.0;
+  const auto sig = [](double x) { return 1 / (1 + std::exp(-x)); };
+  const Routing probs = route(o, logits);
+  EXPECT_EQ(probs.capacity, 2);
+  EXPECT_EQ(probs.experts, (std::vector<std::int32_t>{0, 0, 0, 1}));
+  EXPECT_EQ(probs.kept, (std::vector<std::uint8_t>{1, 0, 1, 1}));
+  EXPECT_NEAR(probs.weights[0], sig(2), 1e-6);
+  EXPECT_EQ(probs.weights[1], 0.0f);
+  EXPECT_NEAR(probs.weights[2], sig(1), 1e-6);
+  EXPECT_NEAR(probs.weights[3], sig(3), 1e-6);
+  EXPECT_EQ(probs.tokens_per_expert, (std::vector<std::int64_t>{2, 1}));
+  // aux = E / (k N^2) sum_e c_e sum_n s[n, e] with the kept counts.
+  const double p0 = sig(2) + sig(0.5) + sig(1) + sig(-3);
+  EXPECT_NEAR(probs.aux_loss, 2.0 / 16 * (2 * p0 + 1 * (4 - p0)), 1e-6);
+  o.drop_policy = ckpt::MoeDropPolicy::kPosition;
+  const Routing position = route(o, logits);
+  EXPECT_EQ(position.kept, (std::vector<std::uint8_t>{1, 1, 0, 1}));
+  EXPECT_EQ(position.weights[2], 0.0f);
+  // A factor that leaves room drops nothing.
+  o.capacity_factor = 1.5;
+  EXPECT_EQ(route(o, logits).kept, (std::vector<std::uint8_t>{1, 1, 1, 1}));
+}
+
 // d(loss_weight * (aux + z) + sum dw . w) / d logits against finite differences, every router variant.
 TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
   for (auto score : {ckpt::MoeScoreFunction::kSoftmax, ckpt::MoeScoreFunction::kSigmoid})
-    for (bool norm : {false, true}) {
+    for (bool norm : {false, true})
+    for (double capacity : {0.0, 0.5}) {
       RouterOptions o = options(6, 3, norm, score);
+      o.capacity_factor = capacity;  // 0.5: C = ceil(15 / 6 * 0.5) = 2 of each expert's tokens
       o.aux_loss_coeff = 0.3;
       o.z_loss_coeff = 0.05;
       std::vector<float> logits = random_vector(5 * 6, 11, 1.5f);
@@ -95,8 +128,9 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
       std::vector<float> analytic(logits.size());
       route_backward(o, r, dw, weight, analytic);
       const auto numeric = numeric_gradient(logits, loss, 1e-3f);
+      if (capacity > 0) EXPECT_GT(std::count(r.kept.begin(), r.kept.end(), 0), 0);
       EXPECT_LT(relative_error(analytic, numeric), 2e-3) << "sigmoid " << (score == ckpt::MoeScoreFunction::kSigmoid)
-                                                          << " norm " << norm;
+                                                          << " norm " << norm << " capacity " << capacity;
     }
 }
 

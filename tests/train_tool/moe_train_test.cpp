@@ -85,7 +85,7 @@ TEST_F(MoeTrainTool, WhatDlmDoesNotHaveIsRefusedInOneLine) {
   for (const auto& [flag, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"--expert-model-parallel-size", "3", "does not divide --num-experts 4"},
            {"--moe-router-load-balancing-type", "seq_aux_loss", "dlm offers aux_loss"},
-           {"--moe-expert-capacity-factor", "1.25", "dropless"},
+           {"--moe-token-drop-policy", "random", "expected probs or position"},
            {"--moe-layer-freq", "([1]*1+[0]*1)*1", "expected an integer N or a list"}}) {
     const auto r = run(train_argv(with({"--train-iters", "2", flag, value}, kMoe)));
     EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;

@@ -59,6 +59,12 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
       ("moe-grouped-gemm", po::bool_switch(&f.grouped_gemm), "accepted: dlm's experts run as one grouped op")
       ("moe-token-dispatcher-type", po::value(&f.dispatcher)->default_value(f.dispatcher),
        "alltoall (one expert-parallel rank: tokens never leave the process)")
+      ("moe-expert-capacity-factor", po::value(&f.capacity_factor),
+       "each expert keeps at most ceil(tokens x topk / experts x FACTOR) tokens of a micro-batch (default: dropless)")
+      ("moe-token-drop-policy", po::value(&f.drop_policy)->default_value(f.drop_policy),
+       "probs (an expert over capacity keeps its highest weights) | position (its earliest tokens)")
+      ("moe-pad-expert-input-to-capacity", po::bool_switch(&f.pad_to_capacity),
+       "accepted with a capacity factor: the results are the same (dlm runs the kept tokens, unpadded)")
       ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1),
        "EP: each MoE layer's experts split over EP data-parallel ranks, tokens exchanged by all-to-all");
 }
@@ -76,6 +82,11 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   in_range("moe-aux-loss-coeff", f.aux_loss_coeff, 0, 1e6);
   in_range("moe-z-loss-coeff", f.z_loss_coeff, 0, 1e6);
   if (vm.count("moe-ffn-hidden-size")) in_range("moe-ffn-hidden-size", f.ffn_hidden_size, 1, 1 << 22);
+  if (f.drop_policy != "probs" && f.drop_policy != "position")
+    fail(fmt::format("--moe-token-drop-policy {}: expected probs or position", f.drop_policy));
+  if (vm.count("moe-expert-capacity-factor")) in_range("moe-expert-capacity-factor", f.capacity_factor, 1e-6, 1e6);
+  if (f.pad_to_capacity && !vm.count("moe-expert-capacity-factor"))
+    fail("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (as in Megatron)");
   if (f.num_experts == 0 && f.expert_parallel > 1)
     fail(fmt::format("--expert-model-parallel-size {} needs --num-experts (a mixture-of-experts model)", f.expert_parallel));
   if (f.num_experts > 0 && f.num_experts % f.expert_parallel != 0)
@@ -98,6 +109,8 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.moe_norm_topk_prob = sigmoid ? f.topk > 1 : !f.pre_softmax;
   m.moe_aux_loss_coeff = f.aux_loss_coeff;
   m.moe_z_loss_coeff = f.z_loss_coeff;
+  m.moe_expert_capacity_factor = vm.count("moe-expert-capacity-factor") ? f.capacity_factor : 0.0;
+  m.moe_token_drop_policy = f.drop_policy == "position" ? ckpt::MoeDropPolicy::kPosition : ckpt::MoeDropPolicy::kProbs;
 }
 
 }  // namespace dlm::tools
