@@ -85,7 +85,8 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
       const std::int64_t part = spec.shape[0] / layout.ep;
       split(0, part, {ep_rank * part});
       s.saved = saved && tp_rank == 0;
-    } else if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos) {
+    } else if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos ||
+               n.find(".mlp.shared_experts.") != std::string::npos) {
       s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole (MoE layers only under tp 1: validate())
       s.saved = saved && tp_rank == 0;
     } else if (n.ends_with("linear_qkv.weight") || n == "embedding.word_embeddings.weight" || n == "output_layer.weight") {

@@ -21,9 +21,6 @@ void Model::check_config(const ckpt::ModelConfig& c) {
     fail(fmt::format("invalid model config: make_vocab_size_divisible_by must be positive, got {}",
                      c.make_vocab_size_divisible_by));
   if (!(c.init_method_std >= 0)) fail("invalid model config: init_method_std must not be negative");
-  if (c.num_experts > 0 && c.moe_shared_expert_intermediate_size > 0)
-    fail(fmt::format("invalid model config: moe_shared_expert_intermediate_size {}: shared experts are not in dlm's model yet",
-                     c.moe_shared_expert_intermediate_size));
 }
 
 Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
@@ -86,6 +83,8 @@ Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
       l.router = at(i, "mlp.router.weight");
       l.experts_fc1 = at(i, "mlp.experts.linear_fc1.weight");
       l.experts_fc2 = at(i, "mlp.experts.linear_fc2.weight");
+      l.shared_fc1 = at(i, "mlp.shared_experts.linear_fc1.weight");
+      l.shared_fc2 = at(i, "mlp.shared_experts.linear_fc2.weight");
     } else {
       l.norm2 = at(i, "mlp.linear_fc1.layer_norm_weight");
       l.fc1 = at(i, "mlp.linear_fc1.weight");

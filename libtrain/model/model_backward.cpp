@@ -39,6 +39,10 @@ void Model::allocate_gradients() {
   if (c.num_experts > 0) {
     a.drouter_logits = f32({n, c.num_experts});
     a.dmoe_weights = f32({n, c.moe_router_topk});
+    if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
+      a.dshared_act = f32({n, s});
+      a.dshared_gate_up = f32({n, 2 * s});
+    }
   }
 }
 
@@ -130,8 +134,8 @@ void Model::backward_layers() {
     column_input_backward(a.dxn_full, a.dxn);
     be.rmsnorm_backward(a.dxn, A.x, params_[P.norm1].value, A.rstd1, a.dtmp, params_[P.norm1].grad);
     be.add(a.dx, a.dtmp);
-    for (int param : {P.fc2, P.fc1, P.experts_fc2, P.experts_fc1, P.router, P.norm2, P.proj, P.q_norm, P.k_norm, P.qkv,
-                      P.norm1})
+    for (int param : {P.fc2, P.fc1, P.shared_fc2, P.shared_fc1, P.experts_fc2, P.experts_fc1, P.router, P.norm2, P.proj,
+                      P.q_norm, P.k_norm, P.qkv, P.norm1})
       gradient_done(param);
   }
   if (pre_process()) {

@@ -91,6 +91,11 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
       A.moe_weights = f32({n, k});
       A.gate_up = f32({n * k, 2 * mf});
       A.act = f32({n * k, mf});
+      if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
+        A.shared_gate_up = f32({n, 2 * s});
+        A.shared_act = f32({n, s});
+        A.shared_out = f32({n, c.hidden_size});
+      }
     } else {
       A.gate_up = f32({n, 2 * f});
       A.act = f32({n, f});

@@ -1,6 +1,7 @@
 // A mixture-of-experts layer's MLP (docs/moe.md): router logits = b Wr^T on the backend, routing on the host
-// (moe_router.h: the logits are [N, E], small), the experts as one backend op (moe_experts_*). MoE layers run
-// without tensor parallelism (ParallelLayout::validate), so b is the whole A.xn2.
+// (moe_router.h: the logits are [N, E], small), the experts as one backend op (moe_experts_*), and with a shared
+// expert (Megatron's SharedExpertMLP, ungated) its SwiGLU of every token added: y = routed + (silu(b G^T) * b U^T) D^T.
+// MoE layers run without tensor parallelism (ParallelLayout::validate), so b is the whole A.xn2.
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -25,12 +26,17 @@ void Model::moe_forward(std::size_t l, const Tensor& out) {
   for (std::size_t e = 0; e + 2 < width; ++e) sums[e + 2] += static_cast<double>(A.routing.tokens_per_expert[e]);
   if (shard_.expert) {
     expert_parallel_forward(l, out);
-    return;
+  } else {
+    be.copy_from_host(A.moe_experts, std::span<const std::int32_t>(A.routing.experts));
+    be.copy_from_host(A.moe_weights, std::span<const float>(A.routing.weights));
+    be.moe_experts_forward(A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
+                           params_[P.experts_fc2].value, out, A.gate_up, A.act);
   }
-  be.copy_from_host(A.moe_experts, std::span<const std::int32_t>(A.routing.experts));
-  be.copy_from_host(A.moe_weights, std::span<const float>(A.routing.weights));
-  be.moe_experts_forward(A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
-                         params_[P.experts_fc2].value, out, A.gate_up, A.act);
+  if (P.shared_fc1 < 0) return;
+  be.linear_forward(A.xn2, params_[P.shared_fc1].value, A.shared_gate_up);
+  be.swiglu_forward(A.shared_gate_up, A.shared_act);
+  be.linear_forward(A.shared_act, params_[P.shared_fc2].value, A.shared_out);
+  be.add(out, A.shared_out);
 }
 
 // d loss / d(layer output) is a.dx; leaves d loss / d b in a.dxn (a.dtmp is scratch).
@@ -51,6 +57,11 @@ void Model::moe_backward(std::size_t l) {
   route_backward(RouterOptions::of(config_), A.routing, dweights, router_loss_weight_, dlogits);
   be.copy_from_host(a.drouter_logits, std::span<const float>(dlogits));
   be.linear_backward(a.drouter_logits, A.xn2, params_[P.router].value, a.dtmp, params_[P.router].grad);
+  be.add(a.dxn, a.dtmp);
+  if (P.shared_fc1 < 0) return;
+  be.linear_backward(a.dx, A.shared_act, params_[P.shared_fc2].value, a.dshared_act, params_[P.shared_fc2].grad);
+  be.swiglu_backward(a.dshared_act, A.shared_gate_up, a.dshared_gate_up);
+  be.linear_backward(a.dshared_gate_up, A.xn2, params_[P.shared_fc1].value, a.dtmp, params_[P.shared_fc1].grad);
   be.add(a.dxn, a.dtmp);
 }
 

@@ -9,7 +9,8 @@
 // are what it allocates instead (cuda_memory_plan.h).
 // A mixture-of-experts layer keeps instead of the dense MLP's 3F e / t (balanced routing, tp 1): the router's
 // logits and scores, 2E 4 (fp32); the k routed rows' fc1 and SwiGLU outputs, 3 k F_moe e; under expert
-// parallelism the exchanged rows (the received inputs, their outputs, the outputs sent back), 3 k h e. Its
+// parallelism the exchanged rows (the received inputs, their outputs, the outputs sent back), 3 k h e; a shared
+// expert's fc1 and SwiGLU outputs, 3 S e. Its
 // all-to-all sends (EP - 1) / EP of the k h e routed bytes of each token four times a step (dispatch and combine,
 // forward and backward). The CUDA backend has no MoE buffers to plan yet: an MoE model's plan uses the estimate.
 #include "dlm/train/parallel_plan.h"
@@ -66,7 +67,8 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   const double layer_full = tokens * per_token_layer;
   const double k = c.moe_router_topk, fm = c.moe_ffn_hidden_size, experts = c.num_experts, ep = o.expert;
   const double moe_layer_full =
-      tokens * (per_token_layer - 3 * f * e / t + 8 * experts + 3 * k * fm * e + (ep > 1 ? 3 * k * h * e : 0));
+      tokens * (per_token_layer - 3 * f * e / t + 8 * experts + 3 * k * fm * e + (ep > 1 ? 3 * k * h * e : 0) +
+                3.0 * c.moe_shared_expert_intermediate_size * e);
   const double moe_a2a = 4 * tokens * k * h * e * (ep - 1) / ep;  // one MoE layer, one micro-batch
   const double layer_input = tokens * h * e / sp;
   const double last_extra = tokens * (2 * h * e / sp + 4 * v / t);

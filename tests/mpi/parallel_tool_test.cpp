@@ -354,8 +354,10 @@ TEST_F(ParallelTool, ExpertParallelLayoutsGiveTheSingleProcessLossesAndTheirChec
   ASSERT_EQ(values_of(dir_ / "single.jsonl", "load_balancing_loss").size(), 6u);
 
   // Token dropping (--moe-expert-capacity-factor 0.5: each expert keeps at most 8 of a micro-batch's 64 routed slots)
-  // drops the same tokens on every layout: the capacity is each micro-batch's, where the router runs.
-  const std::vector<std::string> dropping = {"--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "position"};
+  // drops the same tokens on every layout: the capacity is each micro-batch's, where the router runs. A shared expert
+  // (replicated, a dense tensor) rides along.
+  const std::vector<std::string> dropping = {"--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "position",
+                                             "--moe-shared-expert-intermediate-size", "8"};
   r = run(with(dir_ / "drop_single.jsonl", dropping));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto ep_dropping = dropping;

@@ -204,7 +204,14 @@ TEST_F(MoeExperts, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(relative_error(host(d2), numeric_gradient(fc2, loss)), 5e-3);
 }
 
-ckpt::ModelConfig tiny_moe_config(ckpt::MoeScoreFunction score, bool norm) {
+struct MoeVariant {
+  ckpt::MoeScoreFunction score = ckpt::MoeScoreFunction::kSoftmax;
+  bool norm = false;
+  int shared_expert = 0;   // moe_shared_expert_intermediate_size
+  double capacity = 0;     // moe_expert_capacity_factor
+};
+
+ckpt::ModelConfig tiny_moe_config(const MoeVariant& v) {
   ckpt::ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 8;
@@ -222,19 +229,21 @@ ckpt::ModelConfig tiny_moe_config(ckpt::MoeScoreFunction score, bool norm) {
   c.moe_router_topk = 2;
   c.moe_ffn_hidden_size = 6;
   c.moe_layer_freq = 2;  // layer 0 MoE, layer 1 dense (Megatron's --moe-layer-freq 2)
-  c.moe_router_score_function = score;
-  c.moe_norm_topk_prob = norm;
+  c.moe_router_score_function = v.score;
+  c.moe_norm_topk_prob = v.norm;
   c.moe_aux_loss_coeff = 0.2;
   c.moe_z_loss_coeff = 0.05;
+  c.moe_shared_expert_intermediate_size = v.shared_expert;
+  c.moe_expert_capacity_factor = v.capacity;
   return c;
 }
 
-class MoeModelGradients : public ::testing::TestWithParam<std::pair<ckpt::MoeScoreFunction, bool>> {};
+class MoeModelGradients : public ::testing::TestWithParam<MoeVariant> {};
 
 // The loss sum_i w_i ce_i + router_loss_weight * (aux + z): every parameter against finite differences.
 TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferences) {
   auto be = make_cpu_backend(2);
-  Model m(tiny_moe_config(GetParam().first, GetParam().second), *be);
+  Model m(tiny_moe_config(GetParam()), *be);
   m.init(3);
   EXPECT_TRUE(m.config().is_moe_layer(0));
   EXPECT_FALSE(m.config().is_moe_layer(1));
@@ -259,9 +268,12 @@ TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routers, MoeModelGradients,
-                         ::testing::Values(std::pair{ckpt::MoeScoreFunction::kSoftmax, false},
-                                           std::pair{ckpt::MoeScoreFunction::kSoftmax, true},
-                                           std::pair{ckpt::MoeScoreFunction::kSigmoid, true}));
+                         ::testing::Values(MoeVariant{ckpt::MoeScoreFunction::kSoftmax, false},
+                                           MoeVariant{ckpt::MoeScoreFunction::kSoftmax, true},
+                                           MoeVariant{ckpt::MoeScoreFunction::kSigmoid, true},
+                                           // a shared expert of width 5; a capacity that drops some of the 20 slots
+                                           MoeVariant{ckpt::MoeScoreFunction::kSoftmax, true, 5},
+                                           MoeVariant{ckpt::MoeScoreFunction::kSoftmax, true, 0, 0.6}));
 
 TEST(MoeConfig, BadMoeConfigsAreRefusedNamingTheField) {
   auto be = make_cpu_backend(1);
@@ -273,16 +285,16 @@ TEST(MoeConfig, BadMoeConfigsAreRefusedNamingTheField) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  auto c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  auto c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_router_topk = 5;
   refused(c, "moe_router_topk 5 is more than num_experts 4");
-  c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_ffn_hidden_size = 0;
   refused(c, "moe_ffn_hidden_size");
-  c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
-  c.moe_shared_expert_intermediate_size = 16;
-  refused(c, "shared experts are not in dlm's model yet");
-  c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
+  c.moe_expert_capacity_factor = -1;
+  refused(c, "moe_expert_capacity_factor -1");
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_layer_pattern = {1, 0, 1};
   refused(c, "moe_layer_pattern has 3 entries for 2 layers");
 }

@@ -119,7 +119,6 @@ const FlagNote kRefused[] = {
     {"profile-step-end", "use --cuda-profile (the step's phases) or nsys", "N"},
     {"use-dist-ckpt", "dlm writes its own checkpoint format (--ckpt-format is accepted and says where)"},
     {"tp-comm-overlap", "dlm overlaps no tensor-parallel communication with GEMMs"},
-    {"moe-shared-expert-intermediate-size", "shared experts are not in dlm's model yet", "SIZE"},
 };
 
 using Values = std::vector<std::string>;

@@ -65,6 +65,10 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
        "probs (an expert over capacity keeps its highest weights) | position (its earliest tokens)")
       ("moe-pad-expert-input-to-capacity", po::bool_switch(&f.pad_to_capacity),
        "accepted with a capacity factor: the results are the same (dlm runs the kept tokens, unpadded)")
+      ("moe-shared-expert-intermediate-size", po::value(&f.shared_expert),
+       "a shared expert of this SwiGLU width added to every token of an MoE layer (Megatron's, ungated)")
+      ("moe-shared-expert-overlap", po::bool_switch(&f.shared_expert_overlap),
+       "accepted: the same results; dlm runs the shared expert after the routed experts, not during the dispatch")
       ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1),
        "EP: each MoE layer's experts split over EP data-parallel ranks, tokens exchanged by all-to-all");
 }
@@ -87,6 +91,9 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   if (vm.count("moe-expert-capacity-factor")) in_range("moe-expert-capacity-factor", f.capacity_factor, 1e-6, 1e6);
   if (f.pad_to_capacity && !vm.count("moe-expert-capacity-factor"))
     fail("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (as in Megatron)");
+  if (vm.count("moe-shared-expert-intermediate-size")) in_range("moe-shared-expert-intermediate-size", f.shared_expert, 1, 1 << 22);
+  if (f.shared_expert_overlap && !vm.count("moe-shared-expert-intermediate-size"))
+    fail("--moe-shared-expert-overlap needs --moe-shared-expert-intermediate-size (as in Megatron)");
   if (f.num_experts == 0 && f.expert_parallel > 1)
     fail(fmt::format("--expert-model-parallel-size {} needs --num-experts (a mixture-of-experts model)", f.expert_parallel));
   if (f.num_experts > 0 && f.num_experts % f.expert_parallel != 0)
@@ -109,6 +116,7 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.moe_norm_topk_prob = sigmoid ? f.topk > 1 : !f.pre_softmax;
   m.moe_aux_loss_coeff = f.aux_loss_coeff;
   m.moe_z_loss_coeff = f.z_loss_coeff;
+  m.moe_shared_expert_intermediate_size = vm.count("moe-shared-expert-intermediate-size") ? f.shared_expert : 0;
   m.moe_expert_capacity_factor = vm.count("moe-expert-capacity-factor") ? f.capacity_factor : 0.0;
   m.moe_token_drop_policy = f.drop_policy == "position" ? ckpt::MoeDropPolicy::kPosition : ckpt::MoeDropPolicy::kProbs;
 }
