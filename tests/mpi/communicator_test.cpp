@@ -86,9 +86,15 @@ TEST(MpiCommunicator, ProcessGroupsOfEveryLayoutAreMegatrons) {
     EXPECT_EQ(train::expert_data_parallel_ranks(config, w.rank()), expert_data[r]);
     auto groups = train::make_process_groups(w, config);
     ASSERT_TRUE(groups.expert && groups.expert_data);
-    EXPECT_EQ(groups.expert->size(), ep);
-    EXPECT_EQ(groups.expert->world_rank(groups.expert->rank()), w.rank());
-    EXPECT_EQ(groups.expert_data->size(), config.expert_data());
+    // A collective on each group sums exactly its members' world ranks (and keeps every member in the group until
+    // all have connected: Gloo's peers would otherwise see a group closed under them).
+    for (const auto& [g, want] : {std::pair{groups.expert.get(), expert[r]}, {groups.expert_data.get(), expert_data[r]}}) {
+      EXPECT_EQ(g->size(), static_cast<int>(want.size())) << g->name();
+      EXPECT_EQ(g->world_rank(g->rank()), w.rank()) << g->name();
+      std::int64_t sum = w.rank();
+      g->all_reduce(std::span<std::int64_t>(&sum, 1));
+      EXPECT_EQ(sum, std::accumulate(want.begin(), want.end(), std::int64_t{0})) << g->name();
+    }
   }
   EXPECT_THROW(train::derive_parallel_config(w.size(), 2, 1, 4), Error);  // EP 4 does not divide DP 2
 }
