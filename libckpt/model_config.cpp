@@ -86,7 +86,7 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
       out.push_back({p + "mlp.router.weight", {e, h}});
       out.push_back({p + "mlp.experts.linear_fc1.weight", {e, 2 * mf, h}});
       out.push_back({p + "mlp.experts.linear_fc2.weight", {e, h, mf}});
-      if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {  // Megatron's SharedExpertMLP
+      if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
         out.push_back({p + "mlp.shared_experts.linear_fc1.weight", {2 * s, h}});
         out.push_back({p + "mlp.shared_experts.linear_fc2.weight", {h, s}});
       }

@@ -7,8 +7,11 @@
 # optimizer step on both sides), sample (beside PyTorch), dlmsample (dlm's alone), kvcache (sampling beside
 # PyTorch's exact sampler and its Fast-dLLM block KV cache, prefix and dual, thresholds 0 and 0.9),
 # BASELINE=path/to/another/cuda_train_bench: bench times it too, in the same run (compare.py --baseline).
+# kvperf (dlm alone, no PyTorch: the block KV cache's tests, then cuda_sample_bench megadlm-1.7b for none/prefix/dual
+# at batch 1 and 16 with full_ms/window_ms per call, and the --profile phases of each mode's forwards at batch 1).
 # train (dlm-train --device cuda on the 350M and 1.7B shapes over $DLM_GPU_DATA, a Megatron .bin/.idx prefix
 # copied to the machine, then dlm-generate --device cuda from the 350M checkpoint).
+# moe (the MoE GPU tests, a tiny MoE step, the moe-2.9b phase times and its benchmark beside PyTorch).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,qwen3-1.7b}
@@ -104,4 +107,35 @@ if [[ $WHAT == *kvcache* ]]; then
   echo "== sampling with the block KV cache (dlm's diffusion_generate_cached beside PyTorch's generate_cached)"
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes none,prefix,dual \
     --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
+fi
+if [[ $WHAT == *kvperf* ]]; then
+  echo "== the block KV cache's tests and the attention kernels' (attention.cu shares mma.cuh with kv_cache.cu)"
+  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='Windows/WindowAttentionTest.*:CudaKvCache.*:Shapes/AttentionTest.*' > "$OUT/kvperf_tests.log" 2>&1
+  echo "exit $?"; grep -E "^\[kv |FAILED|Failure|Expected|Which is|PASSED" "$OUT/kvperf_tests.log" | head -60
+  for batch in 1 16; do
+    for run in "none 0" "prefix 0" "dual 0" "prefix 0.9" "dual 0.9"; do
+      set -- $run
+      echo "== cuda_sample_bench megadlm-1.7b $batch 64 256 256 32 $1 $2"
+      timeout 240 "$C/cuda_sample_bench" megadlm-1.7b $batch 64 256 256 32 $1 $2 2>&1 | tee -a "$OUT/kvperf.log" | tail -1
+    done
+  done
+  for mode in none prefix dual; do
+    echo "== phases, batch 1, $mode (--profile: every forward eager with events, slower than unprofiled)"
+    CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_sample_bench" --profile megadlm-1.7b 1 64 256 256 32 $mode 0 2>&1 \
+      | tee -a "$OUT/kvperf_profile.log" | grep -vE "^\s*$" | head -120
+  done
+fi
+if [[ $WHAT == *moe* ]]; then
+  echo "== MoE: tests/gpu/cuda_moe_test.cpp (router, sort, grouped GEMMs, MoE models against the CPU backend)"
+  timeout 300 "$C/dlm_gpu_tests" --gtest_filter='CudaMoe*' > "$OUT/moe_tests.log" 2>&1; echo "MoE tests exit $?"
+  grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|moe parity|error" "$OUT/moe_tests.log" | head -60
+  echo "== the experts' grouped GEMMs beside one dense GEMM of the same size (moe-2.9b's micro-batch)"
+  timeout 120 "$C/grouped_gemm_bench" 2>&1 | tee "$OUT/moe_grouped_gemm.log"
+  echo "== tiny MoE step"
+  timeout 60 "$C/cuda_train_bench" moe-tiny 5 2 2>&1 | tail -3
+  echo "== moe-2.9b phase times (--profile)"
+  CUDA_MODULE_LOADING=EAGER timeout 240 "$C/cuda_train_bench" --profile moe-2.9b 3 2 2>&1 | tee "$OUT/moe_profile.log" | tail -30
+  echo "== moe-2.9b beside PyTorch (torch._grouped_mm, torch.compile, bf16 autocast)"
+  $PY benchmarks/train/compare.py --python "$PY" --bench "$C/cuda_train_bench" --configs moe-2.9b 2>&1 \
+    | tee "$OUT/moe_bench.log" | grep -vE "^\s*$" | tail -20
 fi

@@ -5,8 +5,9 @@
 #   1. the disk's own O_DIRECT rate (dd bs=64M oflag=direct conv=fsync) and a blocking save of the same state from
 #      host memory (save_bench: the trainer's save path, its dd in the same run) -> ratio;
 #   2. dlm-train --device cuda: a blocking save, then --async-save: the pause at the save point, the background
-#      write's rate, and the step time of the steps during the background write against the steps before
-#      (criterion: within 10%);
+#      write's rate, the step time of the steps during the background write against the steps before, and the
+#      mean step time over a save window of WINDOW steps (default 10: iterations 30..39, the save point's pause
+#      after iteration 30 counted in) against the mean of the steps without saving (criterion: within 10%);
 #   3. --async-save SIGKILLed while the background thread writes iteration 8: `latest` must still name
 #      iter_0000004, and dlm-train --load must resume from it.
 # The binaries come from scripts/device-pack.sh (bundle.tar.xz); the data is the .gpudata corpus
@@ -17,7 +18,8 @@ C=${1:-build-cuda/devcarry}
 OUT=${OUT:-/tmp/dlm-out}
 S=${SAVE_DIR:-/tmp/dlm-save}
 PARTS=${PARTS:-1,2a,2b,3}  # which of the parts below to run (the summary shows nan for the others)
-DD= HOST= SYNC_HELD= SYNC_RATE= ASYNC_HELD= ASYNC_HELD2= ASYNC_RATE= ASYNC_WRITE= BEFORE= DURING=
+WINDOW=${WINDOW:-10}       # 2b: the steps of the save window (the save point's iteration and those after it)
+DD= HOST= SYNC_HELD= SYNC_RATE= ASYNC_HELD= ASYNC_HELD2= ASYNC_RATE= ASYNC_WRITE= BEFORE= DURING= PLAIN_MEAN= WINDOW_MEAN=
 KILLED= LATEST= TMP_LEFT= RESUMED=
 if [ -f "$C/bundle.tar.xz" ]; then
   mkdir -p /tmp/devcarry && tar -C /tmp/devcarry -xJf "$C/bundle.tar.xz" && C=/tmp/devcarry
@@ -43,13 +45,19 @@ if [[ ,$PARTS, == *,1,* ]]; then
   HOST=$(field "$OUT/save_bench.log" save_gbps)
 
 fi
-# step_seconds METRICS FIRST LAST: the median step time of iterations FIRST..LAST (tokens / tokens_per_second).
+# step_seconds METRICS FIRST LAST [mean [PAUSE]]: the median (or mean) step time of iterations FIRST..LAST (tokens /
+# tokens_per_second; a step's time excludes a save point's pause after it); PAUSE seconds are added to the window
+# before the mean is taken.
 step_seconds() {
   python3 - "$@" <<'EOF'
 import json, statistics, sys
 path, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+how = sys.argv[4] if len(sys.argv) > 4 else "median"
+pause = float(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else 0.0
 t = [16 * 2048 / r["tokens_per_second"] for r in map(json.loads, open(path)) if "loss" in r and first <= r["iteration"] <= last]
-print(f"{statistics.median(t):.3f}" if t else "nan")
+if not t: print("nan")
+elif how == "mean": print(f"{(sum(t) + pause) / len(t):.4f}")
+else: print(f"{statistics.median(t):.3f}")
 EOF
 }
 
@@ -80,6 +88,13 @@ if [[ ,$PARTS, == *,2b,* ]]; then
   # (31..36: the write of 20.8 GB takes longer than six steps at any rate this disk reaches).
   BEFORE=$(step_seconds "$OUT/async.jsonl" 4 30)
   DURING=$(step_seconds "$OUT/async.jsonl" 31 36)
+  # The save window: iterations 30 .. 30+WINDOW-1 with the pause after iteration 30, per step, against the mean step
+  # of 4..29 (no save point among them).
+  PLAIN_MEAN=$(step_seconds "$OUT/async.jsonl" 4 29 mean)
+  WINDOW_MEAN=$(step_seconds "$OUT/async.jsonl" 30 $((29 + WINDOW)) mean "$ASYNC_HELD")
+  echo "save-point pause (iteration 30): ${ASYNC_HELD} s; iteration 60: ${ASYNC_HELD2} s"
+  echo "mean step over the save window (iterations 30-$((29 + WINDOW)), pause included): ${WINDOW_MEAN} s;" \
+       "without saving (4-29): ${PLAIN_MEAN} s"
   rm -rf "$S/async"
 
 fi
@@ -110,22 +125,25 @@ if [[ ,$PARTS, == *,3,* ]]; then
 
 fi
 python3 - "$DD" "$HOST" "$SYNC_HELD" "$SYNC_RATE" "$ASYNC_HELD" "$ASYNC_HELD2" "$ASYNC_RATE" "$ASYNC_WRITE" "$BEFORE" "$DURING" \
-  "$KILLED" "$LATEST" "$TMP_LEFT" "$RESUMED" <<'EOF' | tee "$OUT/summary.txt"
+  "$PLAIN_MEAN" "$WINDOW_MEAN" "$KILLED" "$LATEST" "$TMP_LEFT" "$RESUMED" "$WINDOW" <<'EOF' | tee "$OUT/summary.txt"
 import sys
 a = sys.argv[1:]
 f = lambda x: float(x) if x not in ("", "nan") else float("nan")
-dd, host, sync_held, sync_rate, async_held, async_held2, async_rate, async_write, before, during = map(f, a[:10])
-killed, latest, tmp_left, resumed = a[10:]
+dd, host, sync_held, sync_rate, async_held, async_held2, async_rate, async_write, before, during, plain, window = map(f, a[:12])
+killed, latest, tmp_left, resumed, n = a[12:]
 rows = [
     ("disk: dd bs=64M oflag=direct conv=fsync", f"{dd:.2f} GB/s", ""),
     ("blocking save from host memory (save_bench, 20.8 GB)", f"{host:.2f} GB/s", f"{host / dd:.2f}x dd (goal >= 0.8)"),
     ("dlm-train blocking save: training held", f"{sync_held:.1f} s", f"written at {sync_rate:.2f} GB/s = {sync_rate / dd:.2f}x dd"),
-    ("dlm-train --async-save: training held at the save point", f"{async_held:.1f} s", "first save: allocates the host buffers"),
-    ("--async-save: held at the second save point (iteration 60)", f"{async_held2:.1f} s", "device copies + host snapshot"),
+    ("dlm-train --async-save: training held at the save point", f"{async_held:.2f} s", "first save (buffers pinned at start-up)"),
+    ("--async-save: held at the second save point (iteration 60)", f"{async_held2:.2f} s", "copies enqueued only"),
     ("--async-save background write + commit", f"{async_write:.1f} s", f"{async_rate:.2f} GB/s = {async_rate / dd:.2f}x dd"),
     ("step time before any save (iterations 4-30, median)", f"{before:.3f} s", ""),
     ("step time during the background write (31-36, median)", f"{during:.3f} s",
      f"{during / before - 1:+.1%}: {'within' if during <= 1.1 * before else 'NOT within'} 10%"),
+    ("step time without saving (iterations 4-29, mean)", f"{plain:.4f} s", ""),
+    (f"save window of {n} steps (30-{29 + int(n)}, pause included, mean)", f"{window:.4f} s",
+     f"ratio {window / plain:.3f}: {'within' if window <= 1.1 * plain else 'NOT within'} 10%"),
     ("SIGKILL during the background write of iteration 8", f"killed {killed}, write hit {tmp_left}",
      f"latest {latest} ({'ok' if latest == 'iter_0000004' else 'WRONG'}), resumed from it: {resumed}"),
 ]

@@ -1,5 +1,6 @@
 """dlm's CUDA training step beside the PyTorch reference, in one run on one GPU: tokens/s, MFU (989 TFLOP/s)
-and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both).
+and the ratio, per model configuration (torch_reference.py's CONFIGS; the FLOP count is the same in both; an MoE
+configuration such as moe-2.9b counts its active parameters).
 
 usage: compare.py --bench build/benchmarks/train/cuda_train_bench [--configs 350m,qwen3-1.7b] [--steps 10]
                   [--accumulate 8] [--baseline OTHER_BUILD/cuda_train_bench]
@@ -34,12 +35,18 @@ def run(cmd, timeout):
     return json.loads(lines[-1])
 
 
-def main():
+def parser(configs):
+    """The arguments every comparison takes: the benchmark binary, the configurations, timed steps, PyTorch's python."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
-    ap.add_argument("--configs", default="350m,qwen3-1.7b")
+    ap.add_argument("--configs", default=configs)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--python", default=sys.executable)
+    return ap
+
+
+def main():
+    ap = parser("350m,qwen3-1.7b")
     ap.add_argument("--accumulate", type=int, default=1)
     ap.add_argument("--baseline", default=None)
     args = ap.parse_args()

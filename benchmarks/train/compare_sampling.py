@@ -5,7 +5,9 @@ generate, eager and torch.compile) in one run: tokens/s and the ratio for batch 
 diffusion_generate_cached on the GPU, cuda_sample_bench's KV_CACHE argument) and --thresholds its parallel
 decoding, each row beside the exact PyTorch sampler of the same batch. With the benchmark's random weights every
 confidence is low, so a threshold unmasks about one position per step; the forwards columns show how many model
-calls each side made.
+calls each side made, and in brackets per generated position (1.00: one forward a token, as the exact sampler at
+256 steps for 256 tokens; below 1 only where parallel decoding unmasks several positions in a step). The same
+samplers on a trained model, where confidences are real: kv_study.py (scripts/device-kvstudy.sh).
 
 usage: compare_sampling.py --bench build/benchmarks/train/cuda_sample_bench [--config megadlm-1.7b] [--batches 1,16]
                            [--modes none,prefix,dual] [--thresholds 0,0.9]
@@ -17,6 +19,13 @@ import sys
 from compare import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def per_token(result):
+    """Forwards of a run, and per generated position of a row."""
+    if "forwards" not in result:
+        return "-"
+    return f"{result['forwards']} ({result['forwards'] / result['gen']:.2f})"
 
 
 def main():
@@ -42,14 +51,14 @@ def main():
                 if mode == "none" and t == 0:
                     exact = ref
                 rows.append((b, mode, t, ours, ref, exact))
-    print("| batch | KV cache | threshold | dlm tokens/s | dlm forwards | PyTorch (torch.compile) tokens/s | "
-          "PyTorch forwards | ratio | dlm vs the exact PyTorch sampler | PyTorch vs its exact sampler |")
+    print("| batch | KV cache | threshold | dlm tokens/s | dlm forwards (per token) | "
+          "PyTorch (torch.compile) tokens/s | PyTorch forwards (per token) | ratio | dlm vs the exact PyTorch sampler | PyTorch vs its exact sampler |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for b, mode, t, ours, ref, exact in rows:
         o = f"{ours['tokens_per_s']:.1f}" if ours else "failed"
-        ours_calls = str(ours.get("forwards", "-")) if ours else "-"
+        ours_calls = per_token(ours) if ours else "-"
         r = f"{ref['tokens_per_s']:.1f}" if ref else "failed"
-        calls = str(ref["forwards"]) if ref else "-"
+        calls = per_token(ref) if ref else "-"
         ratio = f"{ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ours and ref else "-"
         ours_speedup = f"{ours['tokens_per_s'] / exact['tokens_per_s']:.2f}x" if ours and exact else "-"
         speedup = f"{ref['tokens_per_s'] / exact['tokens_per_s']:.2f}x" if ref and exact else "-"

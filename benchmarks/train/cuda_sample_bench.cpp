@@ -5,11 +5,17 @@
 // KV_CACHE prefix|dual (and/or THRESHOLD > 0) runs dlm's sampler instead (diffusion_generate_cached, Fast-dLLM's
 // block KV cache with REFRESH, and its parallel decoding; the greedy fast path on the device), as
 // torch_reference.py's generate_cached on the PyTorch side.
-// Random weights (as the torch side); prints one JSON line in torch_reference.py's form.
-// usage: cuda_sample_bench CONFIG BATCH [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
+// Random weights (as the torch side); prints one JSON line in torch_reference.py's form. With the cache, the line
+// adds the mean wall time of a storing (full) and of a window forward call of the timed run (full_ms, window_ms: GPU
+// work, the upload and the read-back), the rest of a step being the sampler's host work.
+// usage: cuda_sample_bench [--profile] CONFIG BATCH [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
 //   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny; KV_CACHE: none (default) | prefix | dual; THRESHOLD 0; REFRESH 0
+// --profile: CudaOptions::profile (every forward eager, events after each phase: slower than unprofiled); after
+// the timed run, the GPU time per phase on stderr of the forwards a step runs at the first and the last block: the
+// exact forward, or the storing forward and the window forward of KV_CACHE.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -59,12 +65,44 @@ struct Run {
   }
 };
 
+// Wall time of the calls of a sampler's model function.
+struct CallClock {
+  double seconds = 0;
+  long long calls = 0;
+  double ms() const { return calls ? 1e3 * seconds / static_cast<double>(calls) : 0.0; }
+};
+template <typename Fn>
+Fn clocked(Fn fn, std::shared_ptr<CallClock> clock) {
+  if (!fn) return fn;
+  return [fn, clock](auto&&... args) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(args...);
+    clock->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++clock->calls;
+  };
+}
+
+// --profile: the phases of `call` (one forward) over `reps` calls after one unreported call, on stderr.
+template <typename Call>
+void print_phases(dlm::train::CudaModel& model, const std::string& what, int reps, Call&& call) {
+  call();
+  (void)model.profile_report();
+  for (int i = 0; i < reps; ++i) call();
+  std::fprintf(stderr, "== phases: %s\n%s", what.c_str(), model.profile_report().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  dlm::train::CudaOptions options;
+  std::vector<char*> args;  // argv without the flags
+  for (int i = 0; i < argc; ++i)
+    if (std::string(argv[i]) == "--profile") options.profile = true;
+    else args.push_back(argv[i]);
+  argc = static_cast<int>(args.size()), argv = args.data();
   if (argc < 3) {
-    std::fprintf(stderr, "usage: cuda_sample_bench megadlm-1.7b|qwen3-1.7b|tiny BATCH [PROMPT GEN STEPS BLOCK "
-                         "[KV_CACHE [THRESHOLD [REFRESH]]]]\n");
+    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] megadlm-1.7b|qwen3-1.7b|tiny BATCH [PROMPT GEN STEPS "
+                         "BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]\n");
     return 2;
   }
   const std::string name = argv[1];
@@ -88,7 +126,7 @@ int main(int argc, char** argv) {
   c.qk_layernorm = true, c.max_position_embeddings = prompt + gen + 1;
   c.mask_token_id = static_cast<int>(c.vocab_size - 1);
   try {
-    auto model = std::make_shared<dlm::train::CudaModel>(c);
+    auto model = std::make_shared<dlm::train::CudaModel>(c, dlm::train::CudaShard{}, options);
     model->init(1);
     std::mt19937 rng(0);
     std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * prompt);
@@ -96,6 +134,7 @@ int main(int argc, char** argv) {
     const int mask = static_cast<int>(c.vocab_size - 1);
     std::int64_t forwards = steps;
     std::function<std::vector<std::int32_t>(int)> generate;  // the generated part of every row, given the steps
+    const auto full_clock = std::make_shared<CallClock>(), window_clock = std::make_shared<CallClock>();
     if (kv_cache == "none" && threshold <= 0) {
       generate = [&, run = Run{*model, batch, prompt, mask}](int s) mutable {
         auto x = run.generate(prompts, gen, s, block);
@@ -106,7 +145,11 @@ int main(int argc, char** argv) {
         return out;
       };
     } else {
-      const dlm::train::CudaSampling sampling = dlm::train::cuda_sampling(model);
+      dlm::train::CudaSampling sampling = dlm::train::cuda_sampling(model);
+      auto& cached = sampling.cached;
+      cached.full = clocked(cached.full, full_clock), cached.full_greedy = clocked(cached.full_greedy, full_clock);
+      cached.window = clocked(cached.window, window_clock);
+      cached.window_greedy = clocked(cached.window_greedy, window_clock);
       std::vector<std::vector<std::int32_t>> rows;
       for (int r = 0; r < batch; ++r)
         rows.emplace_back(prompts.begin() + static_cast<std::ptrdiff_t>(r) * prompt,
@@ -126,18 +169,55 @@ int main(int argc, char** argv) {
     }
     // Warm-up at the timed run's shapes, two steps per block (as the torch side: a full forward and, with the
     // cache, a window): cuDNN's graphs and cuBLASLt's algorithms are chosen per shape, and a warm-up at another
-    // length left that in the timing.
+    // length left that in the timing. Twice: a forward shape runs eagerly at its first call and is captured as a
+    // CUDA graph at its second (forward_graphs.h), so the timed run replays every shape (a prefix window's width,
+    // and so its shape, changes with the block).
     generate(2 * (gen / block));
+    generate(2 * (gen / block));
+    *full_clock = {}, *window_clock = {};
+    (void)model->profile_report();
     const auto t0 = std::chrono::steady_clock::now();
     const auto x = generate(steps);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto left = std::count(x.begin(), x.end(), mask);
+    std::string calls;
+    if (full_clock->calls + window_clock->calls > 0)
+      calls = "\"full_forwards\": " + std::to_string(full_clock->calls) + ", \"full_ms\": " +
+              std::to_string(full_clock->ms()) + ", \"window_forwards\": " + std::to_string(window_clock->calls) +
+              ", \"window_ms\": " + std::to_string(window_clock->ms()) + ", ";
     std::printf("{\"peer\": \"dlm\", \"mode\": \"sample\", \"config\": \"%s\", \"batch\": %d, \"prompt\": %d, \"gen\": %d, "
                 "\"steps\": %d, \"block\": %d, \"kv_cache\": \"%s\", \"cache_refresh\": %d, \"threshold\": %g, "
-                "\"forwards\": %lld, \"seconds\": %.4f, \"tokens_per_s\": %.2f, \"first\": %d, \"masks_left\": %lld}\n",
+                "\"forwards\": %lld, %s\"seconds\": %.4f, \"tokens_per_s\": %.2f, \"first\": %d, \"masks_left\": %lld}\n",
                 name.c_str(), batch, prompt, gen, steps, block, kv_cache.c_str(), refresh, threshold,
-                static_cast<long long>(forwards), dt, batch * gen / dt, x.empty() ? -1 : x[0],
+                static_cast<long long>(forwards), calls.c_str(), dt, batch * gen / dt, x.empty() ? -1 : x[0],
                 static_cast<long long>(left));
+    if (options.profile) {
+      std::fprintf(stderr, "== phases: every forward of the timed run\n%s", model->profile_report().c_str());
+      // The forwards of a step on their own, at the first block and the last (a prefix window spans the rest).
+      const int L = prompt + gen;
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(batch) * L, mask), tok;
+      std::vector<float> conf;
+      for (int r = 0; r < batch; ++r)
+        std::copy_n(prompts.begin() + r * prompt, prompt, ids.begin() + static_cast<std::ptrdiff_t>(r) * L);
+      using Mode = dlm::train::KvCacheUse::Mode;
+      for (const int blk : {0, gen / block - 1}) {
+        const int lo = prompt + blk * block, hi = kv_cache == "dual" ? lo + block : L;
+        const dlm::train::ColumnWindow head{lo, lo + block};
+        if (kv_cache == "none") {
+          print_phases(*model, "exact forward, block " + std::to_string(blk), 10,
+                       [&] { model->greedy_tokens(batch, L, false, ids, {}, tok, conf, head); });
+          continue;
+        }
+        print_phases(*model, "storing forward, block " + std::to_string(blk), 10,
+                     [&] { model->greedy_tokens(batch, L, false, ids, {}, tok, conf, head, {Mode::kStore, 0}); });
+        print_phases(*model,
+                     "window forward [" + std::to_string(lo) + ", " + std::to_string(hi) + "), block " +
+                         std::to_string(blk),
+                     20, [&] {
+                       model->greedy_tokens(batch, L, false, ids, {}, tok, conf, head, {Mode::kWindow, 0, {lo, hi}});
+                     });
+      }
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_sample_bench: %s\n", e.what());
     return 1;

@@ -1,12 +1,14 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE
-//        [BATCH]]]]]
-//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny
+// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed] CONFIG [STEPS [WARMUP
+//        [ACCUMULATE [RECOMPUTE [BATCH]]]]]
+//   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
+//   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
 // --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
-// between them for the host, on stderr.
+// between them for the host, on stderr. --fp8 RECIPE: the layers' linear GEMMs in FP8 (CudaOptions::fp8, format
+// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which.
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
@@ -23,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "dlm/train/cuda_model.h"
+#include "dlm/train/fp8.h"
 #include "dlm/train/objective.h"
 
 namespace {
@@ -31,6 +34,7 @@ struct Shape {
   int layers, hidden, heads, groups, head_dim, ffn;
   long long vocab;
   int seq, batch;
+  int experts = 0, topk = 0, moe_ffn = 0, shared = 0;  // every layer MoE when experts > 0 (softmax, aux 1e-2)
 };
 
 bool lookup(const std::string& name, Shape& s) {
@@ -38,6 +42,8 @@ bool lookup(const std::string& name, Shape& s) {
   else if (name == "qwen3-1.7b") s = {28, 2048, 16, 8, 128, 6144, 151936, 2048, 4};
   else if (name == "megadlm-1.7b") s = {28, 2048, 16, 16, 128, 6144, 50304, 2048, 4};
   else if (name == "tiny") s = {2, 64, 4, 2, 16, 176, 256, 32, 2};
+  else if (name == "moe-2.9b") s = {12, 2048, 16, 8, 128, 1024, 50304, 2048, 4, 32, 4, 1024, 1024};
+  else if (name == "moe-tiny") s = {2, 64, 4, 2, 16, 64, 256, 32, 2, 8, 2, 64, 32};
   else return false;
   return true;
 }
@@ -47,10 +53,16 @@ bool lookup(const std::string& name, Shape& s) {
 int main(int argc, char** argv) {
   dlm::train::CudaOptions options;
   bool dense_embedding = false, gaps = false;
+  std::string precision = "bf16";
   std::vector<char*> args;  // argv without the flags
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--profile") options.profile = true;
+    if (a == "--fp8" && i + 1 < argc) {
+      options.fp8.enabled = true;
+      options.fp8.recipe = std::string(argv[++i]) == "tensorwise" ? dlm::train::Fp8Options::Recipe::kTensorwise
+                                                                   : dlm::train::Fp8Options::Recipe::kDelayed;
+      precision = std::string("fp8-hybrid-") + argv[i];
+    } else if (a == "--profile") options.profile = true;
     else if (a == "--dense-embedding") dense_embedding = true;
     else if (a == "--gaps") gaps = true;
     else if (a == "--deterministic") options.deterministic = true;
@@ -60,7 +72,9 @@ int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
-                         "350m|qwen3-1.7b|megadlm-1.7b|tiny [STEPS [WARMUP [ACCUMULATE [off|full [BATCH]]]]]\n");
+                         "[--fp8 tensorwise|delayed] "
+                         "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.9b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
+                         "[BATCH]]]]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10, warmup = argc > 3 ? std::atoi(argv[3]) : 3;
@@ -68,9 +82,10 @@ int main(int argc, char** argv) {
   const int accumulate = argc > 4 ? std::atoi(argv[4]) : 1;
   const std::string recompute = argc > 5 ? argv[5] : "off";
   if (argc > 6) s.batch = std::atoi(argv[6]);
-  if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full")) {
+  if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full") ||
+      (precision != "bf16" && precision != "fp8-hybrid-tensorwise" && precision != "fp8-hybrid-delayed")) {
     std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0, ACCUMULATE >= 1, RECOMPUTE off or full, "
-                         "BATCH >= 1\n");
+                         "BATCH >= 1, --fp8 tensorwise or delayed\n");
     return 2;
   }
   try {
@@ -78,6 +93,9 @@ int main(int argc, char** argv) {
     c.num_layers = s.layers, c.hidden_size = s.hidden, c.num_attention_heads = s.heads;
     c.num_query_groups = s.groups, c.kv_channels = s.head_dim, c.ffn_hidden_size = s.ffn, c.vocab_size = s.vocab;
     c.max_position_embeddings = s.seq + 1, c.qk_layernorm = true, c.mask_token_id = static_cast<int>(s.vocab - 1);
+    c.num_experts = s.experts, c.moe_router_topk = s.topk, c.moe_ffn_hidden_size = s.moe_ffn;
+    c.moe_shared_expert_intermediate_size = s.shared;
+    c.moe_aux_loss_coeff = s.experts > 0 ? 1e-2 : 0.0;
     dlm::train::CudaModel model(c, {}, options);
     model.set_recompute_layers(recompute == "full");
     // The embedding's gradient as dlm-train keeps it on one replica.
@@ -109,7 +127,9 @@ int main(int argc, char** argv) {
     int input = 0;
     auto upload = [&](std::uint64_t i, int m) {
       const auto mb = make(i, m);
-      model.upload_inputs(input, {mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights});
+      // The router losses weighted 1 / micro-batches, as the trainer weights them (and the reference its loss).
+      model.upload_inputs(input, {mb.batch, mb.seq, mb.causal, mb.input_ids, mb.labels, mb.position_ids, mb.weights,
+                                  1.0 / accumulate});
     };
     upload(0, 0);
     // --gaps: an event on the model's stream before each timed step's first kernel and after its last,
@@ -145,16 +165,19 @@ int main(int argc, char** argv) {
     model.synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
     const double q = double(s.heads) * s.head_dim, kv = double(s.groups) * s.head_dim, d = s.hidden;
-    const double per_layer = d * (q + 2 * kv) + q * d + d * 2 * s.ffn + double(s.ffn) * d + 2 * d + 2 * s.head_dim;
+    const double mlp =
+        s.experts > 0 ? d * s.experts + 3.0 * d * (double(s.topk) * s.moe_ffn + s.shared) : 3.0 * d * s.ffn;
+    const double per_layer = d * (q + 2 * kv) + q * d + mlp + 2 * d + 2 * s.head_dim;
     const double params = s.layers * per_layer + d + double(s.vocab) * d;
     const double flops = 6 * params + 12.0 * s.layers * s.seq * q;
     const double tps = double(s.batch) * s.seq * accumulate / dt;
     std::printf(
         "{\"peer\": \"dlm\", \"mode\": \"train\", \"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"accumulate\": %d, "
         "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"loss\": %.5f, \"flops_per_token\": %.0f, "
-        "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\"}\n",
+        "\"peak_gib\": %.2f, \"attention\": \"%s\", \"recompute\": \"%s\", \"precision\": \"%s\"}\n",
         argv[1], s.batch, s.seq, accumulate, dt * 1e3, tps, tps * flops / 989e12, loss, flops,
-        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str());
+        double(model.device_bytes()) / (1ull << 30), model.attention_engine().c_str(), recompute.c_str(),
+        precision.c_str());
     if (options.profile) std::fprintf(stderr, "%s", model.profile_report().c_str());
     if (gaps && marks.size() >= 2) {
       double inside = 0, between = 0;

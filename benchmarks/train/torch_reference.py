@@ -13,7 +13,8 @@ The sampler is MegaDLMs' generate (the same as LLaDA's): no cache, greedy x0, lo
 its float64 softmax, per-row top-k, blocks left to right; with --kv-cache prefix|dual (and/or --threshold) it is
 generate_cached, Fast-dLLM's block KV cache and parallel decoding written the same way (dlm's --kv-cache).
 
-usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --accumulate 8 --no-compile]
+usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --accumulate 8 --no-compile
+                              --float8 tensorwise|rowwise]
        torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --sample-steps 256 --block 32
                               --kv-cache none|prefix|dual --cache-refresh N --threshold T --tokens]
 Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads.
@@ -38,6 +39,14 @@ CONFIGS = {
                          qk_norm=True, seq=2048, batch=4),
     "tiny": dict(layers=2, hidden=64, heads=4, groups=2, head_dim=16, ffn=172, vocab=256, qk_norm=True, seq=32,
                  batch=2),
+    # A fine-grained mixture of experts that fits one GPU with its optimizer state: every layer's MLP is 32
+    # experts of FFN 1024, top-4 (softmax router, norm_topk_prob, Megatron's aux loss 1e-2) and one shared expert
+    # of FFN 1024; 2.85B parameters, 0.63B active ones besides the input embedding. dlm's cuda_train_bench has the
+    # same configuration.
+    "moe-2.9b": dict(layers=12, hidden=2048, heads=16, groups=8, head_dim=128, ffn=1024, vocab=50304, qk_norm=True,
+                     seq=2048, batch=4, experts=32, topk=4, moe_ffn=1024, shared=1024, aux_coeff=1e-2),
+    "moe-tiny": dict(layers=2, hidden=64, heads=4, groups=2, head_dim=16, ffn=64, vocab=256, qk_norm=True, seq=32,
+                     batch=2, experts=8, topk=2, moe_ffn=64, shared=32, aux_coeff=1e-2),
 }
 
 
@@ -45,7 +54,10 @@ def model_flops_per_token(c, seq, causal=False):
     """6 x (parameters but the input embedding) + attention, per token of a training step."""
     d, hd = c["hidden"], c["head_dim"]
     q, kv = c["heads"] * hd, c["groups"] * hd
-    per_layer = d * (q + 2 * kv) + q * d + d * 2 * c["ffn"] + c["ffn"] * d + 2 * d + (2 * hd if c["qk_norm"] else 0)
+    # An MoE layer counts its active parameters: the router, k experts and the shared expert.
+    moe = d * c["experts"] + 3 * d * (c["topk"] * c["moe_ffn"] + c["shared"]) if c.get("experts") else 0
+    mlp = moe if c.get("experts") else 3 * d * c["ffn"]
+    per_layer = d * (q + 2 * kv) + q * d + mlp + 2 * d + (2 * hd if c["qk_norm"] else 0)
     params = c["layers"] * per_layer + d + c["vocab"] * d
     attention = 12 * c["layers"] * seq * q * (0.5 if causal else 1.0)
     return 6 * params + attention
@@ -65,6 +77,49 @@ def rope(x, cos, sin):
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
 
 
+class MoeMlp(torch.nn.Module):
+    """dlm's MoE MLP (docs/moe.md) written as a PyTorch user would with grouped GEMMs (torchtitan's form): softmax
+    router, top-k, renormalised weights; the token copies sorted by expert (a stable argsort), each expert's rows
+    through torch._grouped_mm (one launch per GEMM), the weighted rows summed back; a shared expert (a dense
+    SwiGLU every token runs) added; Megatron's switch aux loss."""
+
+    def __init__(self, c):
+        super().__init__()
+        d, e, f = c["hidden"], c["experts"], c["moe_ffn"]
+        self.e, self.k, self.coeff = e, c["topk"], c["aux_coeff"]
+        self.router = torch.nn.Linear(d, e, bias=False)
+        self.w1 = torch.nn.Parameter(torch.empty(e, 2 * f, d))  # rows [gate | up], as dlm's experts.linear_fc1
+        self.w2 = torch.nn.Parameter(torch.empty(e, d, f))
+        self.shared = None
+        if c["shared"]:
+            self.shared = torch.nn.Sequential(torch.nn.Linear(d, 2 * c["shared"], bias=False),
+                                              torch.nn.Linear(c["shared"], d, bias=False))
+
+    def forward(self, h):
+        shape = h.shape
+        x = h.reshape(-1, shape[-1]).to(torch.bfloat16)
+        n = x.shape[0]
+        probs = torch.softmax(self.router(x).float(), dim=-1)
+        w, idx = torch.topk(probs, self.k, dim=-1)
+        w = w / w.sum(dim=-1, keepdim=True)
+        flat = idx.flatten()
+        counts = torch.zeros(self.e, dtype=torch.int32, device=x.device).scatter_add_(
+            0, flat, torch.ones_like(flat, dtype=torch.int32))
+        order = torch.argsort(flat, stable=True)
+        token = order // self.k
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        gu = torch._grouped_mm(x[token], self.w1.to(torch.bfloat16).transpose(-2, -1), offs=offs)
+        gate, up = gu.chunk(2, dim=-1)
+        y = torch._grouped_mm(F.silu(gate) * up, self.w2.to(torch.bfloat16).transpose(-2, -1), offs=offs)
+        y = y * w.flatten()[order].unsqueeze(-1).to(y.dtype)
+        out = torch.zeros_like(x).index_add_(0, token, y)
+        if self.shared is not None:
+            gate, up = self.shared[0](x).chunk(2, dim=-1)
+            out = out + self.shared[1](F.silu(gate) * up)
+        aux = self.coeff * self.e / (self.k * n * n) * (counts.float() * probs.sum(dim=0)).sum()
+        return out.view(shape), aux
+
+
 class Block(torch.nn.Module):
     def __init__(self, c, causal):
         super().__init__()
@@ -76,14 +131,20 @@ class Block(torch.nn.Module):
         self.kn = torch.nn.Parameter(torch.ones(hd)) if c["qk_norm"] else None
         self.proj = torch.nn.Linear(self.h * hd, d, bias=False)
         self.ln2 = torch.nn.Parameter(torch.ones(d))
-        self.fc1 = torch.nn.Linear(d, 2 * c["ffn"], bias=False)
-        self.fc2 = torch.nn.Linear(c["ffn"], d, bias=False)
+        self.moe = MoeMlp(c) if c.get("experts") else None
+        if self.moe is None:
+            self.fc1 = torch.nn.Linear(d, 2 * c["ffn"], bias=False)
+            self.fc2 = torch.nn.Linear(c["ffn"], d, bias=False)
 
-    def forward(self, x, cos, sin):
-        return self.forward_kv(x, cos, sin)[0]
+    def mlp(self, h):
+        """The MLP's output and its router's aux loss (0 for a dense layer)."""
+        if self.moe is not None:
+            return self.moe(h)
+        gate, up = self.fc1(h).chunk(2, dim=-1)
+        return self.fc2(F.silu(gate) * up), 0.0
 
     def forward_kv(self, x, cos, sin, before=None, after=None):
-        """The layer, and its keys (after QK-norm and RoPE) and values [B, S, G, D]. With the block cache
+        """The layer, its keys (after QK-norm and RoPE) and values [B, S, G, D], and its MLP's aux loss. With the block cache
         (generate_cached), x holds a window of columns whose queries also attend to the stored keys/values of
         the columns before (`before`) and after (`after`) it: (k, v) pairs, or None."""
         b, s, _ = x.shape
@@ -100,8 +161,8 @@ class Block(torch.nn.Module):
         a = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
                                            is_causal=self.causal, enable_gqa=self.g != self.h)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, self.h * self.hd))
-        gate, up = self.fc1(F.rms_norm(x, (x.shape[-1],), self.ln2, 1e-6)).chunk(2, dim=-1)
-        return x + self.fc2(F.silu(gate) * up), k, v
+        y, aux = self.mlp(F.rms_norm(x, (x.shape[-1],), self.ln2, 1e-6))
+        return x + y, k, v, aux
 
 
 class Model(torch.nn.Module):
@@ -113,28 +174,33 @@ class Model(torch.nn.Module):
         self.ln_f = torch.nn.Parameter(torch.ones(c["hidden"]))
         self.out = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
         for p in self.parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:
                 torch.nn.init.normal_(p, std=0.02)
 
     def forward(self, ids):
+        return self.forward_aux(ids)[0]
+
+    def forward_aux(self, ids):
+        """Logits and the sum of the MoE layers' aux losses (0 for a dense model)."""
         cos, sin = rope_tables(ids.shape[1], self.c["head_dim"], 10000.0, ids.device)
-        x = self.emb(ids)
+        x, aux = self.emb(ids), 0.0
         for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6))
+            x, _, _, a = layer.forward_kv(x, cos, sin)
+            aux = aux + a
+        return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6)), aux
 
     def forward_kv(self, ids, cos, sin, before=None, after=None):
         """Logits of ids (a window of columns at RoPE tables cos, sin) and every layer's (k, v); before/after:
         per layer the stored (k, v) of the columns around the window (Block.forward_kv), or None."""
         x, kv = self.emb(ids), []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer.forward_kv(x, cos, sin, before and before[i], after and after[i])
+            x, k, v, _ = layer.forward_kv(x, cos, sin, before and before[i], after and after[i])
             kv.append((k, v))
         return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6)), kv
 
 
 def diffusion_loss(model, tokens, mask_id):
-    """MegaDLMs' difflm-noshift loss on a batch of clean sequences (loss mask all ones)."""
+    """MegaDLMs' difflm-noshift loss on a batch of clean sequences (loss mask all ones), plus the MoE aux losses."""
     b, l = tokens.shape
     t = torch.rand(b, 1, device=tokens.device)
     masked = torch.rand(b, l, device=tokens.device) < t
@@ -142,9 +208,9 @@ def diffusion_loss(model, tokens, mask_id):
     forced = torch.randint(0, l, (b,), device=tokens.device)
     masked[torch.arange(b, device=tokens.device), forced] |= none
     p_mask = masked.float().mean(dim=1, keepdim=True)
-    logits = model(torch.where(masked, torch.full_like(tokens, mask_id), tokens))
+    logits, aux = model.forward_aux(torch.where(masked, torch.full_like(tokens, mask_id), tokens))
     ce = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten(), reduction="none").view(b, l)
-    return (ce * masked / p_mask).sum() / (b * l)
+    return (ce * masked / p_mask).sum() / (b * l) + aux
 
 
 def train(args):
@@ -153,6 +219,12 @@ def train(args):
     b, s = args.batch or c["batch"], args.seq or c["seq"]
     torch.manual_seed(0)
     model = Model(c).to(dev)
+    if args.float8 != "none":
+        # torchao's float8 training on the blocks' linear layers (the output layer, like dlm's, stays bf16), swapped
+        # before torch.compile as torchao's examples do.
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "out",
+                                   config=Float8LinearConfig.from_recipe_name(args.float8))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=dev == "cuda")
     loss_fn = torch.compile(diffusion_loss) if args.compile else diffusion_loss
@@ -186,7 +258,7 @@ def train(args):
     tps = b * s * n / dt
     flops = model_flops_per_token(c, s)
     out = dict(peer="torch", mode="train", config=args.config, batch=b, seq=s, accumulate=n, compile=args.compile,
-               step_ms=dt * 1e3, tokens_per_s=tps, mfu=tps * flops / (PEAK_TFLOPS * 1e12),
+               float8=args.float8, step_ms=dt * 1e3, tokens_per_s=tps, mfu=tps * flops / (PEAK_TFLOPS * 1e12),
                loss=float(losses[-1]), flops_per_token=flops,
                peak_gib=torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0)
     print(json.dumps(out), flush=True)
@@ -228,7 +300,8 @@ def generate_cached(fwd, prompt, gen, steps, block, mask_id, head_dim, mode, ref
     (refresh 0: i == 0 only), which stores every layer's keys and values; otherwise only the window
     [lo, L) (prefix) or [lo, hi) (dual) runs, attending to the stored keys/values around it. mode "none": a
     full forward every step. threshold > 0: every masked position above it is unmasked (the most confident
-    at least) until the block has none. The prompt holds no mask. Returns x and the number of forwards."""
+    at least) until the block has none, in at most K steps. The prompt holds no mask. Returns x and the number
+    of forwards."""
     b = prompt.shape[0]
     x = torch.cat([prompt, torch.full((b, gen), mask_id, dtype=prompt.dtype, device=prompt.device)], dim=1)
     length, p_len, blocks = x.shape[1], prompt.shape[1], gen // block
@@ -242,7 +315,9 @@ def generate_cached(fwd, prompt, gen, steps, block, mask_id, head_dim, mode, ref
         counts = (n // per_block).repeat(1, per_block)
         counts += torch.arange(per_block, device=x.device)[None, :] < (n % per_block)
         i = 0
-        while (i < per_block) if threshold <= 0 else bool((x[:, lo:hi] == mask_id).any()):
+        # Parallel decoding stops at K steps as dlm's sampler does: a model that predicts the mask id itself
+        # leaves a position masked after its step, and the block would never empty.
+        while (i < per_block) if threshold <= 0 else (i < block and bool((x[:, lo:hi] == mask_id).any())):
             if mode == "none" or i == 0 or (refresh > 0 and i % refresh == 0):
                 logits, kv = fwd(x, cos, sin)
                 first = 0
@@ -322,6 +397,8 @@ def main():
     ap.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step (train)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--float8", choices=["none", "tensorwise", "rowwise"], default="none",
+                    help="train: torchao float8 training of the blocks' linear layers (torchao on PYTHONPATH)")
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--sample-steps", type=int, default=256)

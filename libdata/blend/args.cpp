@@ -25,6 +25,13 @@ std::array<std::int64_t, 3> megatron_split_sizes(const MegatronDataArgs& a) {
   return {train_samples, (train_iters / a.eval_interval + 1) * a.eval_iters * gbs, a.eval_iters * gbs};
 }
 
+std::array<std::optional<std::int64_t>, 3> megatron_split_request(const MegatronDataArgs& a) {
+  const auto sizes = megatron_split_sizes(a);
+  std::array<std::optional<std::int64_t>, 3> request{sizes[0], sizes[1], sizes[2]};
+  if (a.full_validation) request[1].reset();
+  return request;
+}
+
 BuilderConfig builder_config(const MegatronDataArgs& a) {
   BuilderConfig c;
   if (a.seq_length <= 1) fail("--seq-length must be at least 2");
@@ -33,8 +40,7 @@ BuilderConfig builder_config(const MegatronDataArgs& a) {
   c.gpt.add_extra_token_to_sequence = a.add_extra_token_to_sequence;
   c.gpt.cache_path = a.data_cache_path;
   if (!a.tokenizer_identifiers.empty()) c.gpt.tokenizer_identifiers = a.tokenizer_identifiers;
-  const auto sizes = megatron_split_sizes(a);
-  for (std::size_t i = 0; i < 3; ++i) c.sizes[i] = sizes[i];
+  c.sizes = megatron_split_request(a);
   const bool per_split = !a.train_data_path.empty() || !a.valid_data_path.empty() || !a.test_data_path.empty();
   if (!a.data_path.empty() && per_split) fail("--data-path cannot be combined with --train/valid/test-data-path");
   if (!a.data_path.empty()) {
@@ -47,6 +53,10 @@ BuilderConfig builder_config(const MegatronDataArgs& a) {
   } else {
     fail("no data: give --data-path, or --train-data-path / --valid-data-path / --test-data-path");
   }
+  const auto& valid = c.blend ? c.blend : c.blend_per_split[1];
+  if (a.full_validation && valid && valid->weights)
+    fail("--full-validation evaluates one epoch of the validation split, which a weighted blend has not (Megatron "
+         "asserts the same): give the validation prefixes without weights");
   return c;
 }
 

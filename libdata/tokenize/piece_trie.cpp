@@ -20,6 +20,7 @@ PieceTrie::PieceTrie(Keys keys) {
   for (std::size_t i = 1; i < nodes_.size(); ++i)
     if (nodes_[i].tail != kFree && nodes_[i].base == 0) nodes_[i].base = leaves;
   nodes_.resize(nodes_.size() + 257);
+  root_base_ = nodes_[0].base;
   skip_ = {};
   base_used_ = {};
 }

@@ -34,14 +34,11 @@ class PieceTrie {
   // end with a NUL byte (no key holds one), where the walk stops at the latest.
   template <class OnKey>
   void prefixes(const unsigned char* text, OnKey&& on_key) const {
-    std::uint32_t base = nodes_[0].base;
-    for (std::size_t length = 1;; ++length) {
-      const unsigned c = text[length - 1];
-      const Slot s = nodes_[base + c];
-      if ((s.tail & kLabelMask) != c) return;
-      if ((s.tail & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>((s.tail >> 9) & kMaxValue));
-      base = s.base;
-    }
+    // The first three steps written out: most walks end within them, and the branch where a walk
+    // ends is then predicted apart for each of them.
+    std::uint32_t base = root_base_;
+    if (!step(text, 1, base, on_key) || !step(text, 2, base, on_key) || !step(text, 3, base, on_key)) return;
+    for (std::size_t length = 4; step(text, length, base, on_key);) ++length;
   }
   float weight(std::int32_t value) const { return weights_[static_cast<std::size_t>(value)]; }
 
@@ -54,12 +51,24 @@ class PieceTrie {
     std::uint32_t tail = kFree;  // bits 0-8: the byte that leads here; 9-30: the key's value; 31: a key ends here
   };
   using Keys = std::vector<Key>;
+  // Takes the walk's step to `length` bytes from the node whose base is `base`: false where no key
+  // goes on with text[length - 1], else on_key where a key ends and `base` moved on.
+  template <class OnKey>
+  bool step(const unsigned char* text, std::size_t length, std::uint32_t& base, OnKey& on_key) const {
+    const unsigned c = text[length - 1];
+    const Slot s = nodes_[base + c];
+    if ((s.tail & kLabelMask) != c) return false;
+    if ((s.tail & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>((s.tail >> 9) & kMaxValue));
+    base = s.base;
+    return true;
+  }
   void build(const Keys& keys);
   std::uint32_t place(const std::vector<unsigned char>& labels);
   std::size_t free_from(std::size_t pos);  // the first free slot at or after `pos`
   void grow(std::size_t size);
 
   std::vector<Slot> nodes_ = std::vector<Slot>(257);
+  std::uint32_t root_base_ = 0;  // nodes_[0].base
   std::vector<bool> base_used_ = std::vector<bool>(257);
   std::vector<float> weights_;       // by value
   std::vector<std::uint32_t> skip_;  // for a taken slot: a later slot to look at (building only)

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <unordered_map>
 
 namespace dlm::data::tok {
@@ -21,9 +22,9 @@ std::size_t one_char_len(unsigned char b) { return "\1\1\1\1\1\1\1\1\1\1\1\1\2\2
 constexpr float kUnkPenalty = 10.0f;
 constexpr float kScoreResetThreshold = 100000.0f;
 
-// The best path that ends at a byte position: its score, where its last node starts, and its id.
-struct Best {
-  float score;
+// How the best path that ends at a byte position ends: where its last node starts, and its id. Its
+// score lives apart (the lattice's hot loop reads scores only).
+struct Back {
   std::int32_t start;
   std::int32_t id;
 };
@@ -70,6 +71,7 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
       const float score =
           p.type == Type::kUserDefined ? static_cast<float>(0.1 * (static_cast<int>(p.piece.size()) - 1)) : p.score;
       keys.push_back({p.piece, id, score});
+      reach_ = std::max(reach_, p.piece.size());
     }
   }
   trie_ = PieceTrie(std::move(keys));
@@ -93,35 +95,41 @@ void SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
 void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const {
   const std::size_t n = s.size();
   if (n == 0) return;
-  thread_local std::vector<Best> best;
-  best.assign(n + 1, Best{0.0f, -1, -1});
+  // An unreached end scores -inf, so any (finite) offer beats it, as any offer replaces none; and a
+  // rescale leaves it unreached.
+  thread_local std::vector<float> score;
+  thread_local std::vector<Back> back;  // read only where an offer was taken
+  score.assign(n + 1, -std::numeric_limits<float>::infinity());
+  score[0] = 0.0f;
+  if (back.size() < n + 1) back.resize(n + 1);
   const auto* text = reinterpret_cast<const unsigned char*>(s.data());
-  std::size_t frontier = 0;  // the furthest end any offer reached
   for (std::size_t start = 0; start < n;) {
-    float here = best[start].score;
+    float here = score[start];
     if (here < -kScoreResetThreshold || here > kScoreResetThreshold) {
-      for (std::size_t i = start; i <= frontier; ++i)
-        if (i == start || best[i].start >= 0) best[i].score -= here;
+      // Every end an offer reached lies within the longest node of a start before this one.
+      const std::size_t reach = std::min(n, start + reach_);
+      for (std::size_t i = start; i <= reach; ++i) score[i] -= here;
       here = 0.0f;
     }
     const std::size_t mblen = std::min(one_char_len(text[start]), n - start);
     bool covered = false;  // some piece is exactly the character at `start`
-    std::size_t last = 0;  // the end of the longest piece at `start`
     // std::string ends with a NUL, on which every walk stops.
     trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id) {
       const std::size_t end = start + length;
-      last = end;
       const float offer = trie_.weight(id) + here;
-      Best& b = best[end];
-      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), id};
-      covered = covered || length == mblen;
+      if (offer > score[end]) {
+        score[end] = offer;
+        back[end] = Back{static_cast<std::int32_t>(start), id};
+      }
+      covered |= length == mblen;
     });
-    frontier = std::max(frontier, last);
     if (!covered) {
-      frontier = std::max(frontier, start + mblen);
       const float offer = unk_score_ + here;
-      Best& b = best[start + mblen];
-      if (b.start < 0 || offer > b.score) b = Best{offer, static_cast<std::int32_t>(start), unk_};
+      const std::size_t end = start + mblen;
+      if (offer > score[end]) {
+        score[end] = offer;
+        back[end] = Back{static_cast<std::int32_t>(start), unk_};
+      }
     }
     start += mblen;
   }
@@ -130,7 +138,7 @@ void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<s
   const std::size_t first = out.size();
   bool prev_unk = false;
   for (std::size_t end = n; end > 0;) {
-    const Best& b = best[end];
+    const Back& b = back[end];
     const auto start = static_cast<std::size_t>(b.start);
     const bool unk = b.id == unk_;
     if (unk && byte_fallback_) {
@@ -142,7 +150,10 @@ void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<s
     end = start;
   }
   std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-  if (best.capacity() > (std::size_t{8} << 20)) std::vector<Best>().swap(best);
+  if (score.capacity() > (std::size_t{8} << 20)) {
+    std::vector<float>().swap(score);
+    std::vector<Back>().swap(back);
+  }
 }
 
 }  // namespace dlm::data::tok

@@ -45,6 +45,7 @@ class SentencePieceUnigram {
  private:
   SentencePieceNormalizer normalizer_;
   PieceTrie trie_;
+  std::size_t reach_ = 4;  // the most bytes one node spans: the longest matched piece, or a character
   float unk_score_ = 0;
   std::int32_t unk_ = 0;
   bool byte_fallback_ = false;

@@ -83,8 +83,10 @@ Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
       l.router = at(i, "mlp.router.weight");
       l.experts_fc1 = at(i, "mlp.experts.linear_fc1.weight");
       l.experts_fc2 = at(i, "mlp.experts.linear_fc2.weight");
-      l.shared_fc1 = at(i, "mlp.shared_experts.linear_fc1.weight");
-      l.shared_fc2 = at(i, "mlp.shared_experts.linear_fc2.weight");
+      if (config_.moe_shared_expert_intermediate_size > 0) {
+        l.fc1 = at(i, "mlp.shared_experts.linear_fc1.weight");
+        l.fc2 = at(i, "mlp.shared_experts.linear_fc2.weight");
+      }
     } else {
       l.norm2 = at(i, "mlp.linear_fc1.layer_norm_weight");
       l.fc1 = at(i, "mlp.linear_fc1.weight");

@@ -134,8 +134,8 @@ void Model::backward_layers() {
     column_input_backward(a.dxn_full, a.dxn);
     be.rmsnorm_backward(a.dxn, A.x, params_[P.norm1].value, A.rstd1, a.dtmp, params_[P.norm1].grad);
     be.add(a.dx, a.dtmp);
-    for (int param : {P.fc2, P.fc1, P.shared_fc2, P.shared_fc1, P.experts_fc2, P.experts_fc1, P.router, P.norm2, P.proj,
-                      P.q_norm, P.k_norm, P.qkv, P.norm1})
+    for (int param : {P.fc2, P.fc1, P.experts_fc2, P.experts_fc1, P.router, P.norm2, P.proj, P.q_norm, P.k_norm, P.qkv,
+                      P.norm1})
       gradient_done(param);
   }
   if (pre_process()) {

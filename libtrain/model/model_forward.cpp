@@ -94,7 +94,6 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
       if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
         A.shared_gate_up = f32({n, 2 * s});
         A.shared_act = f32({n, s});
-        A.shared_out = f32({n, c.hidden_size});
       }
     } else {
       A.gate_up = f32({n, 2 * f});
@@ -103,6 +102,7 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
     a->layers.push_back(std::move(A));
   }
   a->xf = f32({nl, h});
+  if (c.num_experts > 0 && c.moe_shared_expert_intermediate_size > 0) a->shared_out = f32({n, h});
   if (post_process()) {
     a->xnf = f32({nl, h});
     if (sp) a->xnfg = f32({n, h});

@@ -8,11 +8,11 @@
 
 namespace dlm::train {
 
-// Indices into Model::params_ of one layer's tensors (-1 when absent: QK-norm off; fc1/fc2 in an MoE layer,
-// router/experts in a dense one). norm2 is the MLP's input norm either way.
+// Indices into Model::params_ of one layer's tensors (-1 when absent: QK-norm off; router/experts in a dense layer;
+// in an MoE layer fc1/fc2 are its shared expert's, -1 without one). norm2 is the MLP's input norm either way.
 struct Model::Layer {
   int norm1 = -1, qkv = -1, q_norm = -1, k_norm = -1, proj = -1, norm2 = -1, fc1 = -1, fc2 = -1;
-  int router = -1, experts_fc1 = -1, experts_fc2 = -1, shared_fc1 = -1, shared_fc2 = -1;  // shared: -1 without
+  int router = -1, experts_fc1 = -1, experts_fc2 = -1;
   bool moe() const { return router >= 0; }
 };
 
@@ -38,9 +38,9 @@ struct Model::Activations {
     // MoE layers: the router's logits [N, E], the chosen experts [N, k] and combine weights [N, k] (also on the
     // host in `routing`); gate_up and act then hold N * k rows of moe_ffn width.
     Tensor router_logits, moe_experts, moe_weights;
-    Tensor shared_gate_up, shared_act, shared_out;  // the shared expert's fc1 and SwiGLU outputs, its output
     Routing routing;
     ExpertExchange exchange;  // expert parallelism only
+    Tensor shared_gate_up, shared_act;  // the shared expert's [N, 2 S], [N, S]
   };
   std::int64_t batch = 0, seq = 0;
   AttentionKind attention = AttentionKind::kBidirectional;
@@ -54,7 +54,7 @@ struct Model::Activations {
   // dfull / dxn_full are the N-row versions under sequence parallelism (aliases of dx / dxn otherwise).
   Tensor dx, dtmp, dxn, dxn_full, dfull, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
   Tensor drouter_logits, dmoe_weights;  // MoE layers: [N, E], [N, k]
-  Tensor dshared_act, dshared_gate_up;  // the shared expert's: [N, S], [N, 2S]
+  Tensor shared_out, dshared_act, dshared_gate_up;  // the shared experts': [N, hidden], [N, S], [N, 2 S]
 };
 
 // The keys and values forward_storing_kv() kept, per layer [batch, seq, groups, head_dim], and the

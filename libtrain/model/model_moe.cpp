@@ -32,11 +32,12 @@ void Model::moe_forward(std::size_t l, const Tensor& out) {
     be.moe_experts_forward(A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
                            params_[P.experts_fc2].value, out, A.gate_up, A.act);
   }
-  if (P.shared_fc1 < 0) return;
-  be.linear_forward(A.xn2, params_[P.shared_fc1].value, A.shared_gate_up);
+  if (P.fc1 < 0) return;
+  Activations& a = *acts_;
+  be.linear_forward(A.xn2, params_[P.fc1].value, A.shared_gate_up);
   be.swiglu_forward(A.shared_gate_up, A.shared_act);
-  be.linear_forward(A.shared_act, params_[P.shared_fc2].value, A.shared_out);
-  be.add(out, A.shared_out);
+  be.linear_forward(A.shared_act, params_[P.fc2].value, a.shared_out);
+  be.add(out, a.shared_out);
 }
 
 // d loss / d(layer output) is a.dx; leaves d loss / d b in a.dxn (a.dtmp is scratch).
@@ -58,10 +59,10 @@ void Model::moe_backward(std::size_t l) {
   be.copy_from_host(a.drouter_logits, std::span<const float>(dlogits));
   be.linear_backward(a.drouter_logits, A.xn2, params_[P.router].value, a.dtmp, params_[P.router].grad);
   be.add(a.dxn, a.dtmp);
-  if (P.shared_fc1 < 0) return;
-  be.linear_backward(a.dx, A.shared_act, params_[P.shared_fc2].value, a.dshared_act, params_[P.shared_fc2].grad);
+  if (P.fc1 < 0) return;
+  be.linear_backward(a.dx, A.shared_act, params_[P.fc2].value, a.dshared_act, params_[P.fc2].grad);
   be.swiglu_backward(a.dshared_act, A.shared_gate_up, a.dshared_gate_up);
-  be.linear_backward(a.dshared_gate_up, A.xn2, params_[P.shared_fc1].value, a.dtmp, params_[P.shared_fc1].grad);
+  be.linear_backward(a.dshared_gate_up, A.xn2, params_[P.fc1].value, a.dtmp, params_[P.fc1].grad);
   be.add(a.dxn, a.dtmp);
 }
 

@@ -6,6 +6,15 @@
 
 namespace dlm::train {
 
+CudaFp8Bytes cuda_fp8_bytes(const ckpt::ModelConfig& c, std::int64_t tokens, int tensor) {
+  const std::int64_t d = c.hidden_size, heads = c.num_attention_heads / tensor, groups = c.num_query_groups / tensor;
+  const std::int64_t q = heads * c.kv_channels, qkv = (heads + 2 * groups) * c.kv_channels;
+  const std::int64_t ffn = c.ffn_hidden_size / tensor;
+  const std::int64_t widest_in = std::max({d, q, ffn}), widest_out = std::max({qkv, d, 2 * ffn});
+  return {2.0 * static_cast<double>(qkv * d + d * q + 2 * ffn * d + d * ffn),
+          static_cast<double>(tokens) * static_cast<double>(widest_in + 2 * widest_out)};
+}
+
 CudaActivationLayout cuda_activation_layout(const ckpt::ModelConfig& c, std::int64_t tokens, int tensor,
                                             bool sequence_parallel, bool pre, bool post) {
   const bool sp = sequence_parallel && tensor > 1;

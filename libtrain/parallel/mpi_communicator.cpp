@@ -210,7 +210,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Request request = MPI_REQUEST_NULL;
     int rc = start(&request);
     if (rc != MPI_SUCCESS) roll_call(describe(), "failed: " + mpi_error(rc), begin);
-    int polls = 0;
+    // MPI moves a non-blocking operation's bytes only inside MPI calls (Open MPI has no progress thread): a large
+    // message without single-copy shared memory goes in fragments, a batch per call on each side. So while the
+    // operation may still be moving bytes (1 ms, plus its bytes at 1 GB/s) the loop polls without sleeping, only
+    // yielding the core to a thread with work; past that a peer is late (still computing) and the loop naps,
+    // doubling, so that waiting ranks leave the cores to the ones still computing.
+    const auto spin_until =
+        begin + std::chrono::microseconds(1000 + static_cast<long long>(count * data_type_size(type) / 1000));
     auto nap = std::chrono::microseconds(20);
     for (;;) {
       int done = 0;
@@ -220,12 +226,12 @@ class MpiCommunicator final : public Communicator {
       w.answer();
       if (std::chrono::duration<double>(Clock::now() - begin).count() > wait_seconds)
         roll_call(describe(), fmt::format("did not complete within {:g} min (--distributed-timeout-minutes)", total / 60), begin);
-      // Spin briefly (collectives on one node finish in microseconds), then sleep so that waiting ranks
-      // leave the cores to the ones still computing.
-      if (++polls > 64) {
-        std::this_thread::sleep_for(nap);
-        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      if (Clock::now() < spin_until) {
+        std::this_thread::yield();
+        continue;
       }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
   }
 

@@ -95,6 +95,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
     const double stored_moe = o.recompute_full ? layer_input : moe_layer_full;
     bool first = false, last = false;
     int sends = 0;
+    double fp8_weights = 0;
     for (int v = 0; v < V; ++v) {
       const int stage = v * o.pipeline + s;
       const auto range = ckpt::stage_layer_range(c, layout, stage);
@@ -115,6 +116,11 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
                                   o.recompute_full);
         p.activations += held * range.count * b.per_layer_slot + b.shared + n * b.per_micro_batch_inputs +
                          (post ? std::max(held - 1, 0.0) * b.per_extra_head_slot : 0);
+        int fp8_layers = 0;
+        for (int l = range.first; l < range.first + range.count; ++l) fp8_layers += o.fp8.layer_in_fp8(l, c.num_layers);
+        const CudaFp8Bytes f = cuda_fp8_bytes(c, o.seq_length * o.micro_batch_size, o.tensor);
+        fp8_weights += fp8_layers * f.per_layer;
+        p.activations += fp8_layers > 0 ? f.work : 0.0;
       } else {
         p.activations += held * ((range.count - moe) * stored + moe * stored_moe);
       }
@@ -123,7 +129,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
       sends += (stage == layout.pp - 1 ? 0 : 1) + (stage == 0 ? 0 : 1);
     }
     const double params = static_cast<double>(p.parameters);
-    p.weights = params * e;
+    p.weights = params * e + fp8_weights;
     p.gradients = params * g;
     // The distributed optimizer shards the experts' state over the expert-data-parallel group (d / EP ranks).
     const double expert_params = static_cast<double>(p.expert_parameters), dense_params = params - expert_params;
@@ -166,7 +172,8 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
       o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "",
       o.expert > 1 ? fmt::format(", EP {}", o.expert) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
       o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
-      o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32",
+      std::string(o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32") +
+          (o.cuda_backend && o.fp8.enabled ? " (FP8 linear layers: their FP8 weight copies in weights)" : ""),
       o.recompute_full ? "full" : "off",
       o.cuda_backend && c.num_experts == 0 ? "; activations as the CUDA backend allocates them, its runtime included" : "");
   out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",

@@ -52,6 +52,20 @@ StateViews snapshot_of(const StateViews& live, HostSnapshot& snapshot) {
   return s;
 }
 
+// A device snapshot's state, once its copies have landed.
+StateViews finished(DeviceSnapshot& snapshot, std::int64_t optimizer_steps) {
+  StateViews v;
+  snapshot.finish(v.params, v.exp_avg, v.exp_avg_sq);
+  v.optimizer_steps = optimizer_steps;
+  return v;
+}
+
+double bytes_of(const StateViews& v) {
+  double bytes = 0;
+  for (const auto& p : v.params) bytes += static_cast<double>(p.value.size_bytes()) * (v.exp_avg.empty() ? 1 : 3);
+  return bytes;
+}
+
 }  // namespace
 
 // The background save in flight. `error` is written by its thread and read after the join.
@@ -102,6 +116,15 @@ void CheckpointSaver::wait() const {
   if (failed) fail(fmt::format("background save of iteration {} to {} failed on another rank", b.iteration, b.dir));
 }
 
+bool CheckpointSaver::writes() const {
+  const bool rank_zero = !target_.world || target_.world->rank() == 0;
+  return target_.placement ? target_.data_parallel_rank_zero : rank_zero;
+}
+
+void CheckpointSaver::reserve(TrainableModel& model) const {
+  if (DeviceTraining* device = model.device_training(); device && writes()) device->reserve_snapshot();
+}
+
 void CheckpointSaver::save(const std::string& dir, bool non_persistent, const TrainProgress& progress,
                            TrainableModel& model, const AdamW& optimizer) const {
   wait();  // a second save waits for the first (and fails here if that one did)
@@ -111,26 +134,30 @@ void CheckpointSaver::save(const std::string& dir, bool non_persistent, const Tr
   static const CheckpointPlacement whole_model;
   const CheckpointPlacement placement = t.placement ? *t.placement : whole_model;
   // Tensor/pipeline shards: every position's data-parallel rank 0 writes its own. Otherwise rank 0 writes the whole
-  // model; a GPU model with the distributed optimizer gathers its weights from every rank's range when asked for
-  // its parameters (device.h), a collective every rank takes part in.
-  const bool writes = t.placement ? t.data_parallel_rank_zero : rank_zero;
-  const DeviceTraining* device = model.device_training();
-  const bool parameters_collective = t.placement || (device && device->optimizer_shards() > 1);
+  // model.
+  const bool writes = this->writes();
+  // A GPU model's state: copied to host memory behind training's back where it can be (DeviceSnapshot). Else, with
+  // the distributed optimizer, its weights and moments gathered from every rank's range when asked for (device.h),
+  // a collective every rank takes part in.
+  DeviceTraining* device = model.device_training();
+  std::unique_ptr<DeviceSnapshot> snapshot;
+  if (device && writes) snapshot = device->begin_snapshot();
+  const bool collective = t.placement || (device && device->optimizer_shards() > 1);
   std::vector<ParamRef> params;
-  if (writes || parameters_collective) params = model.parameters();
+  const AdamW* whole = &optimizer;  // a device model's SaveFn gets the step count only (trainer.h)
+  AdamW device_state(optimizer.options());
+  if (!snapshot && (writes || collective)) {
+    if (device) device_state = device->optimizer_state(), whole = &device_state;
+    params = model.parameters();
+  }
 
   const auto started = std::chrono::steady_clock::now();
   auto writer = std::make_shared<ckpt::CheckpointWriter>(dir, progress.iteration, t.config, placement.layout);
   if (rank_zero) writer->begin();  // before any rank writes
   if (t.world) t.world->barrier();
   const ckpt::TrainingState state = training_state(optimizer.steps(), progress, t.metadata);
-  // This rank's bytes, for the log line's rate.
-  double bytes = 0;
-  if (writes) {
-    const StateViews v = state_views(params, optimizer);
-    for (const auto& p : v.params) bytes += static_cast<double>(p.value.size_bytes()) * (v.exp_avg.empty() ? 1 : 3);
-  }
-  const auto commit = [writer, state, dir, non_persistent, iteration = progress.iteration, started, bytes] {
+  // `bytes`: this rank's, for the log line's rate.
+  const auto commit = [writer, state, dir, non_persistent, iteration = progress.iteration, started](double bytes) {
     writer->commit(state);
     write_megatron_tracker(dir, iteration);
     if (non_persistent) remove_older_checkpoints(dir, iteration);
@@ -145,10 +172,15 @@ void CheckpointSaver::save(const std::string& dir, bool non_persistent, const Tr
   };
 
   if (!t.async) {
+    double bytes = 0;
     try {  // a failed save (a full disk) leaves no temp folder behind
-      if (writes) write_rank_shards(*writer, t.config, state_views(params, optimizer), placement);
+      if (writes) {
+        const StateViews views = snapshot ? finished(*snapshot, optimizer.steps()) : state_views(params, *whole);
+        bytes = bytes_of(views);
+        write_rank_shards(*writer, t.config, views, placement);
+      }
       if (t.world) t.world->barrier();
-      if (rank_zero) commit();
+      if (rank_zero) commit(bytes);
     } catch (...) {
       if (one_process) remove_temp();
       throw;
@@ -163,15 +195,21 @@ void CheckpointSaver::save(const std::string& dir, bool non_persistent, const Tr
   b.iteration = progress.iteration;
   b.dir = dir;
   if (!writes && !rank_zero) return;
+  // A host model's state changes in place at the next step: it is copied here, on the training thread.
   StateViews copies;
-  if (writes) copies = snapshot_of(state_views(params, optimizer), b.snapshot);
+  if (writes && !snapshot) copies = snapshot_of(state_views(params, *whole), b.snapshot);
   params.clear();
-  b.thread = std::thread([&b, writer, copies = std::move(copies), config = t.config, placement, writes, rank_zero,
-                          commit, one_process, remove_temp] {
+  b.thread = std::thread([&b, writer, copies = std::move(copies), snapshot = std::move(snapshot), config = t.config,
+                          placement, writes, rank_zero, commit, one_process, remove_temp, steps = optimizer.steps(),
+                          before_write = t.before_write] {
     try {
+      double bytes = 0;
       if (writes) {
         try {
-          write_rank_shards(*writer, config, copies, placement);
+          const StateViews views = snapshot ? finished(*snapshot, steps) : copies;
+          if (before_write) before_write();
+          bytes = bytes_of(views);
+          write_rank_shards(*writer, config, views, placement);
         } catch (const std::exception& e) {
           if (!rank_zero) {
             try {  // best effort: rank 0 then fails its commit with this message instead of waiting
@@ -191,7 +229,7 @@ void CheckpointSaver::save(const std::string& dir, bool non_persistent, const Tr
           if (now > give_up) fail("the run ended before every rank had written its shard");
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        commit();
+        commit(bytes);
       }
     } catch (const std::exception& e) {
       b.error = user_message(e);

@@ -63,8 +63,14 @@ class DeviceStep final : public GradientStep {
 
   // Collective under the model's distributed optimizer (it gathers the moments from every range).
   void with_optimizer_state(const std::function<void(const AdamW&)>& use) override { use(device_.optimizer_state()); }
+  void with_checkpoint_state(const std::function<void(const AdamW&)>& use) override {
+    AdamW steps(adam_);
+    steps.set_steps(device_.optimizer_steps());
+    use(steps);
+  }
   void load_optimizer_state(AdamW state) override { device_.load_optimizer_state(state); }
   std::size_t overlapped_buckets() const override { return device_.buckets_reduced_in_backward(); }
+  std::int64_t zeros_in_gradients() override { return device_.grad_zeros(); }
 
  private:
   TrainableModel& model_;

@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 
 #include "dlm/train/communicator.h"
@@ -42,16 +41,16 @@ class GradientStep {
   // Calls `use` with the whole optimizer state, moments per parameter in model order (collective over the
   // data-parallel group where the state is sharded: every rank must call it).
   virtual void with_optimizer_state(const std::function<void(const AdamW&)>& use) = 0;
+  // What a SaveFn gets (trainer.h): the whole state, or on the device only its options and step count.
+  virtual void with_checkpoint_state(const std::function<void(const AdamW&)>& use) { with_optimizer_state(use); }
   // A checkpoint's whole state; each arrangement keeps what it holds of it.
   virtual void load_optimizer_state(AdamW state) = 0;
   // Of the last step's gradient buckets, those whose reduction started before the backward pass ended.
   virtual std::size_t overlapped_buckets() const = 0;
   // --log-num-zeros-in-grad: the zeros in the last step's summed gradients over the whole model (Megatron's
   // count_zeros_fp32: replicas of other model-parallel ranks' tensors not counted); collective over the model and,
-  // sharded, the data-parallel group. Only where counts_zeros(): the host arrangements (the device one keeps its
-  // gradients on the GPU, where nothing counts them).
-  virtual bool counts_zeros() const { return false; }
-  virtual std::optional<std::int64_t> zeros_in_gradients() { return std::nullopt; }
+  // sharded, the data-parallel group. The device arrangement counts on the GPU (DeviceTraining::grad_zeros()).
+  virtual std::int64_t zeros_in_gradients() = 0;
 };
 
 // The arrangement for `model` and the groups: device when the model has DeviceTraining, sharded host with

@@ -89,7 +89,7 @@ void HostStep::load_optimizer_state(AdamW state) { optimizer_ = std::move(state)
 
 std::size_t HostStep::overlapped_buckets() const { return overlapping() ? buffer_->buckets_started_early() : 0; }
 
-std::optional<std::int64_t> HostStep::zeros_in_gradients() {
+std::int64_t HostStep::zeros_in_gradients() {
   double expert_zeros = zeros_in(expert_params());
   if (Communicator* ep = model_.expert_parallel()) ep->all_reduce(std::span<double>(&expert_zeros, 1));
   double zeros = zeros_in(dense_params()) + expert_zeros;

@@ -23,8 +23,7 @@ class HostStep : public GradientStep {
   void with_optimizer_state(const std::function<void(const AdamW&)>& use) override;
   void load_optimizer_state(AdamW state) override;
   std::size_t overlapped_buckets() const override;
-  bool counts_zeros() const override { return true; }
-  std::optional<std::int64_t> zeros_in_gradients() override;
+  std::int64_t zeros_in_gradients() override;
 
  protected:
   // --overlap-grad-reduce over the buffer: the buckets were reduced during the backward.

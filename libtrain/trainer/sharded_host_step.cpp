@@ -51,7 +51,7 @@ class ShardedHostStep final : public HostStep {
   }
 
   // Each rank's reduced range, summed over the group.
-  std::optional<std::int64_t> zeros_in_gradients() override {
+  std::int64_t zeros_in_gradients() override {
     double zeros = zeros_in(buffer_->shard_params(dense_params()));
     dp_->all_reduce(std::span<double>(&zeros, 1));
     double expert_zeros = zeros_in(expert_shard_of(expert_params()));

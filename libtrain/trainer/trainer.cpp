@@ -23,6 +23,23 @@ namespace {
 constexpr std::uint64_t kValidationSeedSalt = 0x9e3779b97f4a7c15ull;
 constexpr std::uint64_t kTestSeedSalt = 0xbf58476d1ce4e5b9ull;
 
+// Rows [batch, rows) of `b` made copies of its row 0 with weight 0: the model keeps one shape, the loss stays b's.
+void pad_rows(ModelBatch& b, std::int64_t rows) {
+  if (b.batch >= rows) return;
+  const auto seq = static_cast<std::size_t>(b.seq), missing = static_cast<std::size_t>(rows - b.batch);
+  const auto copy_row_0 = [&](auto& column) {
+    if (column.empty()) return;
+    const std::vector row(column.begin(), column.begin() + static_cast<std::ptrdiff_t>(seq));
+    for (std::size_t r = 0; r < missing; ++r) column.insert(column.end(), row.begin(), row.end());
+  };
+  copy_row_0(b.input_ids);
+  copy_row_0(b.labels);
+  copy_row_0(b.position_ids);
+  copy_row_0(b.masked);
+  b.weights.resize(b.weights.size() + missing * seq, 0.0f);
+  b.batch = rows;
+}
+
 void check_options(const TrainerOptions& o) {
   if (o.train_iters <= 0) fail(fmt::format("--train-iters: {} must be positive", o.train_iters));
   BatchPlan(o.global_batch_size, o.micro_batch_size);  // the batch sizes' own errors, in flag order
@@ -47,22 +64,18 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, const SampleSour
   if (train.size() < needed)
     fail(fmt::format("the training data has {} samples; --train-iters {} x --global-batch-size {} needs {}",
                      train.size(), options_.train_iters, options_.global_batch_size, needed));
-  // Megatron's do_valid: validation data and eval_iters > 0; without them nothing is evaluated.
-  if (valid_ && options_.eval_iters > 0) {
+  // Megatron's do_valid: validation data and eval_iters > 0 (or --full-validation); else nothing is evaluated.
+  if (valid_ && options_.full_validation) {
+    if (valid_->size() == 0) fail("--full-validation: the validation split has no samples");
+    if (dp_rank_ == 0 && model_.reports())
+      log::info("--full-validation: each evaluation reads the whole validation split, {} samples", valid_->size());
+  } else if (valid_ && options_.eval_iters > 0) {
     const auto eval_needed = static_cast<std::uint64_t>(options_.eval_iters * options_.global_batch_size);
     if (valid_->size() < eval_needed)
       fail(fmt::format("the validation data has {} samples; --eval-iters {} x --global-batch-size {} needs {}",
                        valid_->size(), options_.eval_iters, options_.global_batch_size, eval_needed));
   }
   step_ = make_gradient_step(options_, model_, dp_, device_data_parallel);
-  // A launch script written for Megatron passes the flag on any device: where the gradients stay on the GPU it is
-  // named once and the count left out of the line, rather than stopping the run.
-  if (options_.monitor.log_num_zeros_in_grad && !step_->counts_zeros()) {
-    options_.monitor.log_num_zeros_in_grad = false;
-    if (dp_rank_ == 0 && model_.reports())
-      log::warning("--log-num-zeros-in-grad: the GPU backend does not count the gradient's zeros; the log line has no "
-                   "num zeros (--device cpu counts them)");
-  }
 }
 
 Trainer::~Trainer() = default;
@@ -86,7 +99,11 @@ AdamW Trainer::optimizer_state() const {
 }
 
 SampleBatch Trainer::read_batch(const SampleSource& source, std::uint64_t first) const {
-  const std::int64_t b = options_.micro_batch_size, l = options_.seq_length;
+  return read_rows(source, first, options_.micro_batch_size);
+}
+
+SampleBatch Trainer::read_rows(const SampleSource& source, std::uint64_t first, std::int64_t b) const {
+  const std::int64_t l = options_.seq_length;
   SampleBatch s;
   s.batch = b;
   s.seq = l;
@@ -186,8 +203,43 @@ double Trainer::evaluate_batches(const SampleSource& source, std::int64_t first,
   return total / static_cast<double>(batches * micro);
 }
 
+double Trainer::evaluate_whole(const SampleSource& source, std::uint64_t seed) {
+  const auto samples = static_cast<std::int64_t>(source.size());
+  const std::int64_t rows = options_.micro_batch_size, micro = (samples + rows - 1) / rows;
+  ObjectiveOptions objective = options_.objective;
+  objective.seed ^= seed;
+  double total = 0;
+  std::vector<ModelBatch> batches;
+  // As many micro-batches a call as a step has, the last call's filled up with weight-0 copies: a pipeline's
+  // schedule (the interleaved one takes no other count) and memory as in training.
+  const auto run = [&] {
+    if (batches.empty()) return;
+    while (static_cast<std::int64_t>(batches.size()) < plan_.micro_batches_per_rank()) {
+      batches.push_back(batches.front());
+      std::fill(batches.back().weights.begin(), batches.back().weights.end(), 0.0f);
+    }
+    total += model_.forward_loss_all(batches);
+    batches.clear();
+  };
+  for (std::int64_t g = dp_rank_; g < micro; g += plan_.data_parallel()) {
+    const std::int64_t first = g * rows, n = std::min(rows, samples - first);
+    ModelBatch batch = make_model_batch(objective, read_rows(source, static_cast<std::uint64_t>(first), n),
+                                        {g, micro, g, false});
+    // The micro-batch's loss is the mean over its rows: weighted by them, the sum over micro-batches is the
+    // sum over samples.
+    for (float& w : batch.weights) w *= static_cast<float>(n);
+    pad_rows(batch, rows);
+    batches.push_back(std::move(batch));
+    if (static_cast<std::int64_t>(batches.size()) == plan_.micro_batches_per_rank()) run();
+  }
+  run();
+  if (plan_.data_parallel() > 1) dp_->all_reduce(std::span<double>(&total, 1));
+  return total / static_cast<double>(samples);
+}
+
 double Trainer::evaluate() {
-  if (!valid_ || options_.eval_iters <= 0) return std::nan("");
+  if (!validates()) return std::nan("");
+  if (options_.full_validation) return evaluate_whole(*valid_, kValidationSeedSalt);
   const double loss = evaluate_batches(*valid_, valid_batches_, options_.eval_iters, kValidationSeedSalt, "validation");
   valid_batches_ += options_.eval_iters;
   return loss;
@@ -210,7 +262,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   // the step time.
   const auto save_through = [&](const SaveFn& fn) {
     const auto t0 = std::chrono::steady_clock::now();
-    step_->with_optimizer_state([&](const AdamW& whole) { fn(progress_, model_, whole); });
+    step_->with_checkpoint_state([&](const AdamW& state) { fn(progress_, model_, state); });
     if (reporting)
       log::info("iteration {}: the checkpoint held training {:.2f} s", progress_.iteration,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -224,7 +276,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
   std::vector<IterationStats> stats;
   const double tokens_per_iteration = static_cast<double>(options_.global_batch_size * options_.seq_length);
   std::int64_t skipped_in_a_row = 0;
-  const bool do_valid = valid_ && options_.eval_iters > 0;
+  const bool do_valid = validates();
   bool stopped_early = false;
   while (progress_.iteration < options_.train_iters) {
     const std::int64_t i = progress_.iteration;

@@ -480,6 +480,32 @@ TEST_F(BlendFiles, BadInputsGiveOneLineErrors) {
   expect_error([&] { builder_config(m); }, {"--train-samples", "--train-iters"});
 }
 
+// --full-validation: the validation split is asked for no sample count (one epoch of it, Megatron's None), the
+// others as without the flag; a weighted validation blend, which needs a count, is refused naming the flag.
+TEST(MegatronDataArgs, FullValidationAsksOneEpochOfTheValidationSplit) {
+  MegatronDataArgs a;
+  a.data_path = {"/data/a"};
+  a.seq_length = 8;
+  a.train_iters = 10;
+  a.global_batch_size = 4;
+  a.eval_iters = 2, a.eval_interval = 5;
+  EXPECT_EQ(megatron_split_request(a)[1], std::optional<std::int64_t>(24));  // (10 / 5 + 1) x 2 x 4
+  a.full_validation = true;
+  const auto request = megatron_split_request(a);
+  EXPECT_EQ(request[0], std::optional<std::int64_t>(40));
+  EXPECT_FALSE(request[1].has_value());
+  EXPECT_EQ(request[2], std::optional<std::int64_t>(8));
+  EXPECT_FALSE(builder_config(a).sizes[1].has_value());
+  a.data_path = {"1", "/data/a", "1", "/data/b"};
+  expect_error([&] { builder_config(a); }, {"--full-validation", "weighted blend"});
+  a.data_path.clear();
+  a.train_data_path = {"/data/t"};
+  a.valid_data_path = {"/data/a", "/data/b"};  // unweighted: one epoch of each
+  EXPECT_FALSE(builder_config(a).sizes[1].has_value());
+  a.valid_data_path = {"1", "/data/a", "1", "/data/b"};
+  expect_error([&] { builder_config(a); }, {"--full-validation", "weighted blend"});
+}
+
 // The tool reports each of these on one line of stderr and exits 1.
 TEST_F(BlendFiles, ToolPrintsOneLineErrors) {
   const std::string tool = std::string(DLM_BINARY_DIR) + "/tools/dlm-blend/dlm-blend";

@@ -4,7 +4,8 @@
 // its own columns' ids and the store elsewhere; with a refresh every step the cached sampler is the exact GPU
 // sampler token for token (greedy fast path, stochastic, parallel decoding; prompts of three lengths, so three
 // padding groups, each with its own store); with refreshes at block starts only it agrees with the CPU's cached
-// sampler on the same weights as closely as bf16 lets two samplers agree.
+// sampler on the same weights as closely as bf16 lets two samplers agree; one captured forward serves every block
+// position.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,8 +65,8 @@ double max_abs_difference(const std::vector<float>& a, const std::vector<float>&
   return m;
 }
 // bf16 tolerance of logits that went through a different rounding path: 8 units in the last place of bf16
-// (2^-8 relative) of the largest logit. The window and the full forward differ in the attention kernel (fp32
-// scores and probabilities here, cuDNN's bf16 P there) and in the GEMMs' algorithms (fewer rows), so an activation
+// (2^-8 relative) of the largest logit. The window and the full forward differ in the attention kernel (the keys
+// split over warps and tiles otherwise than cuDNN's) and in the GEMMs' algorithms (fewer rows), so an activation
 // may round the other way and carry that through the layers.
 constexpr double kBf16Ulps = 8.0 / 256.0;
 
@@ -121,6 +122,41 @@ TEST_F(CudaKvCache, AStoringForwardIsThePlainForwardAndAWindowAfterItIsTheFullFo
         EXPECT_EQ(tokens[i], std::max_element(row, row + V) - row) << "call " << call << " row " << b << " column " << j;
       }
   }
+}
+
+// A sampling forward's graph holds no column position (a window reads its first column on the device, the greedy
+// rows are gathered by index), so one graph serves every block: the graphed model gives the eager model's tokens and
+// confidences bit for bit at each position, on calls eager (the first), captured (the second, at another position)
+// and replayed, for the exact forward, the storing forward and the dual cache's window (one width).
+TEST_F(CudaKvCache, OneGraphServesEveryBlockPosition) {
+  CudaOptions graphed, eager;
+  graphed.deterministic = eager.deterministic = true;  // the same GEMM algorithms in both models
+  eager.cuda_graphs = false;
+  const auto a = gpu_test::model_with(kv_config(2), graphed, 25), e = gpu_test::model_with(kv_config(2), eager, 25);
+  const std::int64_t batch = 2, seq = 32, width = 8;
+  std::mt19937 rng(6);
+  const auto ids = random_ids(rng, batch * seq);
+  a->forward_logits(batch, seq, false, ids, {}, {Mode::kStore, 0});
+  e->forward_logits(batch, seq, false, ids, {}, {Mode::kStore, 0});
+  std::vector<std::int32_t> tokens_a, tokens_e;
+  std::vector<float> confidence_a, confidence_e;
+  for (const Mode mode : {Mode::kNone, Mode::kStore, Mode::kWindow})
+    for (int round = 0; round < 3; ++round)
+      for (std::int64_t first : {0, 8, 24, 16}) {
+        auto x = ids;  // the block's columns as a step finds them: some decoded since the store was filled
+        for (std::int64_t b = 0; b < batch; ++b)
+          for (std::int64_t j = first; j < first + width; ++j)
+            x[static_cast<std::size_t>(b * seq + j)] = rng() % 3 == 0 ? static_cast<std::int32_t>(rng() % 499) : 499;
+        const ColumnWindow w{first, first + width};
+        // A storing forward fills store 1; the windows read store 0.
+        const KvCacheUse kv = mode == Mode::kWindow ? KvCacheUse{mode, 0, w} : KvCacheUse{mode, 1, {}};
+        a->greedy_tokens(batch, seq, false, x, {}, tokens_a, confidence_a, w, kv);
+        e->greedy_tokens(batch, seq, false, x, {}, tokens_e, confidence_e, w, kv);
+        const std::string at = "mode " + std::to_string(int(mode)) + " round " + std::to_string(round) + " block at " +
+                               std::to_string(first);
+        EXPECT_EQ(tokens_a, tokens_e) << at;
+        EXPECT_EQ(confidence_a, confidence_e) << at;
+      }
 }
 
 // One layer: a column's K and V depend on its own id and position only, so a window whose ids changed (the store

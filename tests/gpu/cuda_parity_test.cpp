@@ -64,14 +64,8 @@ void check_batch(const ckpt::ModelConfig& c, ModelBatch b, const std::string& wh
   Pair pair(c, options);
   const double want = pair.cpu_loss(b), got = pair.gpu_loss(b);
   EXPECT_NEAR(got, want, 1e-2 * std::abs(want)) << what;
-  double worst = 1;
   std::string worst_name;
-  for (const auto& p : pair.model.parameters()) {
-    const auto g = pair.gpu.export_gradient(p.spec.name), w = pair.model.export_gradient(p.spec.name);
-    const double cos = gpu_test::cosine(g, w);
-    EXPECT_GE(cos, 0.999) << what << ": " << p.spec.name;
-    if (cos < worst) worst = cos, worst_name = p.spec.name;
-  }
+  const double worst = gpu_test::expect_gradients_match(pair.model, pair.gpu, what, worst_name);
   std::printf("[parity] %s: loss cpu %.6f gpu %.6f, worst cosine %.6f (%s)\n", what.c_str(), want, got, worst,
               worst_name.c_str());
 }

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,15 @@ void expect_same_state(CudaModel& dense, CudaModel& sparse, const char* when) {
     EXPECT_EQ(dense.export_exp_avg(t.name), sparse.export_exp_avg(t.name)) << when << ": " << t.name;
     EXPECT_EQ(dense.export_exp_avg_sq(t.name), sparse.export_exp_avg_sq(t.name)) << when << ": " << t.name;
   }
+}
+
+// One training step of both models on `x` (AdamW at lr 1e-2, clipping at 1): the same loss and norm.
+void step_both(CudaModel& dense, CudaModel& sparse, const Columns& x, std::int64_t batch, std::int64_t seq) {
+  const CudaBatch b{batch, seq, false, x.ids, x.labels, {}, x.weights};
+  const AdamWOptions adam;
+  EXPECT_EQ(sparse.forward_backward(b), dense.forward_backward(b));
+  EXPECT_EQ(sparse.adamw_step(adam, 1e-2, 1.0), dense.adamw_step(adam, 1e-2, 1.0));
+  dense.zero_grad(), sparse.zero_grad();
 }
 
 std::int64_t nonzero(const std::vector<float>& v) {
@@ -133,15 +143,9 @@ TEST(CudaSparseEmbedding, CheckpointExportsAreThePerTensorExports) {
   auto [dense, sparse] = dense_and_deferred(c);
   const std::int64_t batch = 2, seq = 64, n = batch * seq;
   std::mt19937 rng(41);
-  AdamWOptions adam;
   for (int save = 0; save < 2; ++save) {
-    for (int step = 0; step < 3 + 2 * save; ++step) {
-      const Columns x = columns_on_rows(rng, n, 90 * step, 60, *c.mask_token_id);
-      const CudaBatch b{batch, seq, false, x.ids, x.labels, {}, x.weights};
-      EXPECT_EQ(sparse->forward_backward(b), dense->forward_backward(b));
-      EXPECT_EQ(sparse->adamw_step(adam, 1e-2, 1.0), dense->adamw_step(adam, 1e-2, 1.0));
-      dense->zero_grad(), sparse->zero_grad();
-    }
+    for (int step = 0; step < 3 + 2 * save; ++step)
+      step_both(*dense, *sparse, columns_on_rows(rng, n, 90 * step, 60, *c.mask_token_id), batch, seq);
     const auto weights = sparse->export_parameters();
     std::vector<std::vector<float>> m, v;
     sparse->export_moments(m, v);
@@ -154,6 +158,42 @@ TEST(CudaSparseEmbedding, CheckpointExportsAreThePerTensorExports) {
       EXPECT_EQ(m[k], dense->export_exp_avg(specs[k].name)) << "save " << save << ": " << specs[k].name;
       EXPECT_EQ(v[k], dense->export_exp_avg_sq(specs[k].name)) << "save " << save << ": " << specs[k].name;
     }
+  }
+}
+
+// The checkpoint state copy (state_copy.h) with the embedding's updates deferred: begin_state_copy() returns with
+// the copies in flight and the next step enqueued right behind them; the copies are the state before that step (the
+// per-tensor exports taken then) bit for bit, the step itself is the dense model's, and a second copy after more
+// steps reuses the buffers.
+TEST(CudaSparseEmbedding, StateCopyIsTheStateAtItsCallWhileTheNextStepRuns) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = gpu_test::small_config();
+  auto [dense, sparse] = dense_and_deferred(c);
+  const std::int64_t n = 2 * 64;
+  std::mt19937 rng(43);
+  const auto step = [&](int k) {
+    step_both(*dense, *sparse, columns_on_rows(rng, n, 90 * (k % 3), 60, *c.mask_token_id), 2, 64);
+  };
+  const auto& specs = dense->tensors();
+  for (int save = 0; save < 2; ++save) {
+    for (int k = 0; k < 3 + 2 * save; ++k) step(k);
+    std::vector<std::vector<float>> w, m, v;
+    for (const auto& spec : specs) {
+      w.push_back(dense->export_parameter(spec.name));
+      m.push_back(dense->export_exp_avg(spec.name));
+      v.push_back(dense->export_exp_avg_sq(spec.name));
+    }
+    sparse->begin_state_copy(true);
+    step(7);  // enqueued while the copies may still run: its AdamW must wait for them on the device
+    sparse->finish_state_copy();
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+      const int p = static_cast<int>(k);
+      const auto as_vector = [](std::span<const float> s) { return std::vector<float>(s.begin(), s.end()); };
+      EXPECT_EQ(as_vector(sparse->copied_parameter(p)), w[k]) << "save " << save << ": " << specs[k].name;
+      EXPECT_EQ(as_vector(sparse->copied_exp_avg(p)), m[k]) << "save " << save << ": " << specs[k].name;
+      EXPECT_EQ(as_vector(sparse->copied_exp_avg_sq(p)), v[k]) << "save " << save << ": " << specs[k].name;
+    }
+    expect_same_state(*dense, *sparse, "after the step behind the copy");
   }
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
@@ -169,6 +170,20 @@ inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {
     ab += double{a[i]} * b[i], aa += double{a[i]} * a[i], bb += double{b[i]} * b[i];
   }
   return ab / std::sqrt(std::max(aa * bb, 1e-300));
+}
+
+// Every parameter's gradient on `gpu` against `cpu`'s: each cosine at least `least` (a failure names `what` and the
+// tensor); returns the worst cosine and names its tensor in `worst_name`.
+inline double expect_gradients_match(const train::Model& cpu, const train::CudaModel& gpu, const std::string& what,
+                                     std::string& worst_name, double least = 0.999) {
+  double worst = 1;
+  for (const auto& p : cpu.parameters()) {
+    const auto g = gpu.export_gradient(p.spec.name), w = cpu.export_gradient(p.spec.name);
+    const double cos = cosine(g, w);
+    EXPECT_GE(cos, least) << what << ": " << p.spec.name;
+    if (cos < worst) worst = cos, worst_name = p.spec.name;
+  }
+  return worst;
 }
 
 }  // namespace dlm::gpu_test

@@ -434,6 +434,38 @@ TEST_F(ParallelTool, DryRunNeedsNoDataAndPrintsEveryStage) {
   EXPECT_NE(out.find("    1        8-15     2-3         45376"), std::string::npos) << out;
 }
 
+// --full-validation under every layout: the whole validation split, its micro-batches spread over the data-parallel
+// ranks (some running one more than others) or run through a pipeline's schedule (the last call short), gives one
+// process's validation losses.
+TEST_F(ParallelTool, FullValidationIsTheSingleProcesssUnderEveryLayout) {
+  const std::vector<std::string> common = {"--num-layers", "4", "--train-iters", "4", "--global-batch-size", "8",
+                                           "--eval-interval", "2", "--eval-iters", "0", "--full-validation",
+                                           "--metrics-file"};
+  const auto single = dir_ / "single.jsonl";
+  auto r = run(layout_argv(common, single, {}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = valid_losses(single);
+  ASSERT_EQ(want.size(), 3u);  // at 2, at 4 and at the end of training
+  // The split's samples do not fill whole rounds of 4 ranks x 2 rows: the ranks run different counts.
+  const std::string said = "reads the whole validation split, ";
+  const auto at = r.err.find(said);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const long samples = std::stol(r.err.substr(at + said.size()));
+  EXPECT_NE(samples % 8, 0) << samples;
+  const std::vector<std::vector<std::string>> layouts = {
+      {},
+      {"--use-distributed-optimizer"},
+      {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"},
+      {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto metrics = dir_ / fmt::format("full{}.jsonl", k);
+    r = run(mpi(layout_argv(common, metrics, layouts[k])));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    SCOPED_TRACE(fmt::format("layout {}", k));
+    expect_close(valid_losses(metrics), want);
+  }
+}
+
 // --log-params-norm and --log-num-zeros-in-grad count the whole model once, whatever the layout: the distributed
 // optimizer's ranges summed over DP, TP's replicated norms and the pipeline's stages summed over the model's ranks.
 TEST_F(ParallelTool, ParamsNormAndGradientZerosAreTheWholeModelsUnderEveryLayout) {

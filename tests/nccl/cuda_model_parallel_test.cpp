@@ -1,13 +1,14 @@
 // CudaModel under tensor (with and without sequence parallelism) and pipeline parallelism (1F1B, and
 // interleaved over two chunks per rank) on 2 ranks, against the whole model on one GPU: the same initial
 // weights (each shard the slice of the whole model's init), the same micro-batches, eight AdamW steps through
-// the trainer's calls (forward_backward_all, finish_gradients, grad_norm, step). Losses and gradient norms must agree within bf16 noise. Per tensor, the first gradient is
-// measured against the fp32 CPU model's (same weights, same micro-batches) as 1 - cosine: a layout may stand as
-// far from that reference as the whole GPU model does, up to kSlack times (a layout rounds elsewhere: each
-// rank's partial sums are bf16 before they are added), never more. A small tensor whose gradient is a
-// near-cancelling sum (a QK-norm weight: softmax is blind to a shift shared by every key) shows bf16 noise
-// most (1 - cosine ~1e-3 on the whole GPU model, ~2e-5 for the rest), so one fixed bound for every tensor
-// would be either loose or wrong. The update after eight steps is checked more coarsely: Adam's per-element
+// the trainer's calls (forward_backward_all, finish_gradients, grad_norm, grad_zeros, step). Losses and gradient
+// norms must agree within bf16 noise, the gradients' zero counts (the whole model's, once) up to a rare rounding.
+// Per tensor, the first gradient is measured against the fp32 CPU model's (same weights, same micro-batches) as
+// 1 - cosine: a layout may stand as far from that reference as the whole GPU model does, up to kSlack times (a
+// layout rounds elsewhere: each rank's partial sums are bf16 before they are added), never more. A small tensor
+// whose gradient is a near-cancelling sum (a QK-norm weight: softmax is blind to a shift shared by every key)
+// shows bf16 noise most (1 - cosine ~1e-3 on the whole GPU model, ~2e-5 for the rest), so one fixed bound for
+// every tensor would be either loose or wrong. The update after eight steps is checked more coarsely: Adam's per-element
 // normalisation turns the sign noise of a near-zero gradient entry into a whole step, so one run's distance
 // is no bound for a small tensor; 1 - cosine <= 1e-2 (8 degrees; the bf16 residual gradient's drift took a tied
 // TP2+SP tensor to 5.9e-3) still catches an update that is missing or applied to the wrong slice.
@@ -83,6 +84,7 @@ std::vector<ModelBatch> batches(int count, std::uint32_t seed) {
 
 struct Run {
   std::vector<double> losses, norms;
+  std::vector<std::int64_t> zeros;  // DeviceTraining::grad_zeros() of each step (--log-num-zeros-in-grad)
   std::vector<ParamRef> before, after;
   std::vector<std::vector<float>> before_values, after_values;
   std::vector<std::vector<float>> first_gradients;  // per parameter (parameters() order), after the first step's
@@ -104,6 +106,7 @@ Run train(TrainableModel& model, const std::vector<ModelBatch>& data, int steps)
     if (s == 0)
       for (const auto& r : run.before) run.first_gradients.push_back(device.gradient(r.name));
     run.norms.push_back(device.grad_norm());
+    run.zeros.push_back(device.grad_zeros());
     device.step(AdamWOptions{}, 1e-3, 1.0);
   }
   copy(model, run.after, run.after_values);
@@ -140,6 +143,22 @@ Run train_on_cpu(const ckpt::ModelConfig& config, const Run& gpu_whole, const st
   return run;
 }
 
+// The gradients' zeros counted once over the whole model whatever the layout (Megatron's count_zeros_fp32: a
+// replica another rank holds left out, the optimizer ranges summed over the data-parallel group): the whole model's
+// count. The zeros are structural (the embedding rows and padded vocabulary no token reaches), the same under any
+// rounding; a value rounding to exactly zero in one run only is allowed for, rarely.
+void expect_whole_models_zeros(const Run& got, const Run& want, const std::string& what) {
+  std::int64_t parameters = 0;
+  for (const auto& v : want.before_values) parameters += static_cast<std::int64_t>(v.size());
+  ASSERT_EQ(got.zeros.size(), want.zeros.size()) << what;
+  for (std::size_t s = 0; s < want.zeros.size(); ++s) {
+    EXPECT_GT(want.zeros[s], 0) << what << ": step " << s + 1;
+    EXPECT_NEAR(static_cast<double>(got.zeros[s]), static_cast<double>(want.zeros[s]),
+                1e-4 * static_cast<double>(parameters))
+        << what << ": zeros of step " << s + 1;
+  }
+}
+
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   double ab = 0, aa = 0, bb = 0;
   for (std::size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
@@ -167,6 +186,28 @@ bool use_nccl(int devices) {
   return nccl;
 }
 
+// The model-parallel groups of a TP x PP layout over the two ranks: NCCL's with a GPU per rank, else staged through
+// MPI. Collective over the world.
+struct LayoutGroups {
+  ProcessGroups groups;
+  DeviceGroups nccl_groups;
+  std::unique_ptr<DeviceGroup> staged_tensor, staged_pipeline;
+  CudaParallelGroups parallel;
+  LayoutGroups(int tp, int pp, bool sp, int chunks, bool nccl)
+      : groups(make_process_groups(mpi_world(), derive_parallel_config(2, tp, pp))),
+        parallel{&groups, nullptr, nullptr, sp} {
+    parallel.virtual_stages = chunks;
+    if (nccl) {
+      nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0,
+                                       torchrun_store());
+      parallel.tensor = nccl_groups.tensor_group.get(), parallel.pipeline = nccl_groups.pipeline_group.get();
+    } else {
+      if (tp > 1) staged_tensor = staged_device_group(*groups.tensor), parallel.tensor = staged_tensor.get();
+      if (pp > 1) staged_pipeline = staged_device_group(*groups.pipeline), parallel.pipeline = staged_pipeline.get();
+    }
+  }
+};
+
 void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   const int devices = gpus();
   if (devices == 0) GTEST_SKIP() << "needs a GPU";
@@ -181,20 +222,9 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   whole.reset();
   const Run cpu = train_on_cpu(config, want, data, kSteps);
 
-  ProcessGroups groups = make_process_groups(mpi_world(), derive_parallel_config(2, tp, pp));
-  DeviceGroups nccl_groups;
-  std::unique_ptr<DeviceGroup> staged_tensor, staged_pipeline;
-  CudaParallelGroups parallel{&groups, nullptr, nullptr, sp};
-  parallel.virtual_stages = chunks;
-  if (nccl) {
-    nccl_groups = make_device_groups(mpi_world(), groups.config, launch_info_from_environment().local_rank, 60.0,
-                                     torchrun_store());
-    parallel.tensor = nccl_groups.tensor_group.get(), parallel.pipeline = nccl_groups.pipeline_group.get();
-  } else {
-    if (tp > 1) staged_tensor = staged_device_group(*groups.tensor), parallel.tensor = staged_tensor.get();
-    if (pp > 1) staged_pipeline = staged_device_group(*groups.pipeline), parallel.pipeline = staged_pipeline.get();
-  }
-  auto model = make_cuda_trainable(config, 5, parallel);
+  LayoutGroups layout(tp, pp, sp, chunks, nccl);
+  const ProcessGroups& groups = layout.groups;
+  auto model = make_cuda_trainable(config, 5, layout.parallel);
   const Run got = train(*model, data, kSteps);
 
   const std::string what = fmt::format("TP{}{} PP{}{}{} ({})", tp, sp ? "+SP" : "", pp,
@@ -215,6 +245,7 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
   EXPECT_LE(first_norm, 2e-2) << what;
   EXPECT_LE(worst_norm, 0.25) << what;
   EXPECT_LT(got.losses.back(), got.losses.front()) << what << ": the loss did not fall";
+  expect_whole_models_zeros(got, want, what);
 
   // Per local tensor: 1 - cosine of its first gradient and of its update over the run against the CPU's
   // slices, allowed kSlack times the whole GPU model's distance or a floor, whichever is larger (see the top).
@@ -274,6 +305,37 @@ void check_layout(int tp, int pp, bool sp, bool tied, int chunks = 1) {
                 cpu_loss, worst_norm, first_norm, worst[0], worst[1]);
 }
 
+// FP8 (hybrid, tensorwise: CudaOptions::fp8) under a layout against the whole model in FP8 on one GPU. Each rank
+// scales its own tensors (a weight shard's amax is its own, not the whole weight's), so a layout's casts round
+// differently from the whole model's; FP8's rounding (~4% of a GEMM output's norm at these widths,
+// tests/gpu/cuda_fp8_test.cpp) then moves the losses by far more than bf16's 2e-3: they are held to 2% over the
+// eight steps, and must fall.
+void check_fp8_layout(int tp, int pp, bool sp) {
+  const int devices = gpus();
+  if (devices == 0) GTEST_SKIP() << "needs a GPU";
+  ASSERT_EQ(mpi_world().size(), 2);
+  const bool nccl = use_nccl(devices);
+  const ckpt::ModelConfig config = tiny(false);  // every local linear width a multiple of 16 at TP2
+  const auto data = batches(4, 7);               // 96 token rows: FP8 GEMMs take multiples of 16
+  constexpr int kSteps = 8;
+  CudaOptions options;
+  options.fp8.enabled = true, options.fp8.recipe = Fp8Options::Recipe::kTensorwise;
+  auto whole = make_cuda_trainable(config, 5, {}, options);
+  const Run want = train(*whole, data, kSteps);
+  whole.reset();
+  LayoutGroups layout(tp, pp, sp, 1, nccl);
+  auto model = make_cuda_trainable(config, 5, layout.parallel, options);
+  const Run got = train(*model, data, kSteps);
+  double worst = 0;
+  for (int s = 0; s < kSteps; ++s) worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+  const std::string what = fmt::format("FP8 TP{}{} PP{} ({})", tp, sp ? "+SP" : "", pp, nccl ? "NCCL" : "staged");
+  EXPECT_LE(worst, 2e-2) << what;
+  EXPECT_LT(got.losses.back(), got.losses.front()) << what << ": the loss did not fall";
+  if (mpi_world().rank() == 0)
+    std::printf("[gpu layouts] %s: losses %.6f..%.6f (whole FP8 %.6f..%.6f), worst loss rel %.2e\n", what.c_str(),
+                got.losses.front(), got.losses.back(), want.losses.front(), want.losses.back(), worst);
+}
+
 // Two data-parallel ranks (and nothing else) with their data group over device memory: NCCL with a GPU per
 // rank, else staged through MPI. Collective over the world.
 struct DataParallelPair {
@@ -321,6 +383,7 @@ DataParallelGap compare_with_whole(const Run& got, const Run& want, Communicator
   // 4.3e-4 of an update measured after 8 steps, against 2e-5-class with an fp32 residual gradient).
   EXPECT_LE(gap.loss, 5e-4) << what;
   EXPECT_LE(gap.norm, 1e-2) << what;
+  expect_whole_models_zeros(got, want, what);
   EXPECT_EQ(got.after.size(), want.after.size()) << what;
   for (std::size_t i = 0; i < std::min(got.after.size(), want.after.size()); ++i) {
     EXPECT_EQ(got.after[i].name, want.after[i].name);
@@ -494,6 +557,8 @@ TEST(CudaModelParallel, PipelineParallel) { check_layout(1, 2, false, false); }
 TEST(CudaModelParallel, PipelineParallelTiedEmbeddings) { check_layout(1, 2, false, true); }
 TEST(CudaModelParallel, InterleavedPipeline) { check_layout(1, 2, false, false, 2); }
 TEST(CudaModelParallel, InterleavedPipelineTiedEmbeddings) { check_layout(1, 2, false, true, 2); }
+TEST(CudaModelParallel, Fp8TensorAndSequenceParallel) { check_fp8_layout(2, 1, true); }
+TEST(CudaModelParallel, Fp8PipelineParallel) { check_fp8_layout(1, 2, false); }
 TEST(CudaModelParallel, DistributedOptimizer) { check_distributed_optimizer(); }
 TEST(CudaModelParallel, OverlappedDataParallel) { check_overlapped_data_parallel(); }
 

@@ -1,13 +1,17 @@
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -108,6 +112,23 @@ class SyntheticSource final : public SampleSource {
 
  private:
   std::uint64_t n_;
+};
+
+// SyntheticSource's first n samples, each read recorded (in any order: the reads may come from several threads).
+class Recording final : public SampleSource {
+ public:
+  explicit Recording(std::uint64_t n) : n_(n) {}
+  std::uint64_t size() const override { return n_; }
+  void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
+    std::lock_guard lock(mutex_);
+    reads.push_back(index);
+    SyntheticSource(n_).read(index, tokens);
+  }
+  mutable std::vector<std::uint64_t> reads;
+
+ private:
+  std::uint64_t n_;
+  mutable std::mutex mutex_;
 };
 
 TrainerOptions options(std::int64_t iters) {
@@ -330,6 +351,43 @@ TEST(TrainCheckpoint, ResumeFromDiskIsBitForBit) {
   EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000016\n");
 }
 
+// --async-save: a save point returns to training before the shards are written. The hook holds the write until the
+// save point has returned, so a saver that wrote on the training thread (or waited for the write) would reach it
+// first, and a saver that never wrote would leave no checkpoint.
+TEST(TrainCheckpoint, AsyncSavePointReturnsBeforeTheWrite) {
+  const std::string dir = ::testing::TempDir() + "/dlm_train_async_point";
+  std::filesystem::remove_all(dir);
+  TableModel model;
+  AdamW optimizer(options(16).adam);
+  std::promise<void> returned;
+  std::shared_future<void> returned_future = returned.get_future().share();
+  std::atomic<bool> write_after_return{false};
+  std::thread::id writer_thread;
+  CheckpointTarget target;
+  target.dir = dir;
+  target.config = table_config();
+  target.async = true;
+  target.before_write = [&] {
+    writer_thread = std::this_thread::get_id();
+    write_after_return = returned_future.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  };
+  CheckpointSaver saver(target);
+  TrainProgress progress;
+  progress.iteration = 3;
+  const std::vector<float> saved = model.table();
+  saver(progress, model, optimizer);
+  model.table()[0] += 1.0f;  // training goes on: the checkpoint keeps the save point's values
+  returned.set_value();
+  saver.wait();
+  EXPECT_TRUE(write_after_return);
+  EXPECT_NE(writer_thread, std::this_thread::get_id());
+  EXPECT_EQ(read_text_file(dir + "/latest"), "iter_0000003\n");
+  TableModel loaded;
+  auto params = loaded.parameters();
+  restore_weights(load_train_checkpoint(dir, params, options(16).adam), params);
+  EXPECT_EQ(loaded.table(), saved);
+}
+
 TEST(TrainCheckpoint, ConfigDisagreeingWithTheFlagsIsAnError) {
   ckpt::ModelConfig flags, saved;
   saved.hidden_size = 128;
@@ -359,21 +417,8 @@ TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {
 // Megatron's evaluation: the validation iterator continues from one evaluation to the next (and across a resume,
 // from (iteration / eval_interval) * eval_iters batches), and the test split is read once from its start at the end.
 TEST(Trainer, ValidationContinuesAndTheTestSplitIsReadAtTheEnd) {
-  class Recording final : public SampleSource {
-   public:
-    std::uint64_t size() const override { return 100; }
-    void read(std::uint64_t index, std::span<std::int32_t> tokens) const override {
-      std::lock_guard lock(mutex_);
-      reads.push_back(index);
-      SyntheticSource(100).read(index, tokens);
-    }
-    mutable std::vector<std::uint64_t> reads;
-
-   private:
-    mutable std::mutex mutex_;
-  };
   SyntheticSource train(1000);
-  Recording valid, test;
+  Recording valid(100), test(100);
   TableModel m;
   auto o = options(10);
   o.eval_interval = 5;
@@ -398,6 +443,57 @@ TEST(Trainer, ValidationContinuesAndTheTestSplitIsReadAtTheEnd) {
   want.resize(8);
   std::iota(want.begin(), want.end(), 8u);
   EXPECT_EQ(valid.reads, want);
+}
+
+// Megatron's --full-validation: each evaluation reads every sample of the validation split once, from its first, with
+// --eval-iters 0 too (13 samples: the last micro-batch of 2 rows is short), and its loss is the mean over the samples
+// of each one's loss alone, whatever the micro-batch size (the noise is keyed by the sample).
+TEST(Trainer, FullValidationEvaluatesEverySampleOnce) {
+  SyntheticSource train(1000);
+  Recording valid(13);
+  const auto reads_of_each = [&] {
+    std::map<std::uint64_t, int> n;
+    for (std::uint64_t i : valid.reads) ++n[i];
+    return n;
+  };
+  TableModel m;
+  auto o = options(10);
+  o.eval_interval = 5;
+  o.eval_iters = 0;
+  o.full_validation = true;
+  o.eod_mask_loss = false;  // every sample weighs the same in its micro-batch's loss
+  o.objective.kind = ObjectiveKind::kAutoregressive;
+  Trainer trainer(o, m, train, &valid);
+  trainer.run(nullptr);  // evaluations at 5, 10 and the end
+  auto reads = reads_of_each();
+  ASSERT_EQ(reads.size(), 13u);
+  EXPECT_EQ(reads.rbegin()->first, 12u);
+  for (const auto& [index, count] : reads) EXPECT_EQ(count, 3) << "sample " << index;
+
+  valid.reads.clear();
+  const double got = trainer.evaluate();
+  reads = reads_of_each();
+  ASSERT_EQ(reads.size(), 13u);
+  for (const auto& [index, count] : reads) EXPECT_EQ(count, 1) << "sample " << index;
+  double want = 0;
+  std::vector<std::int32_t> sample(static_cast<std::size_t>(o.seq_length + 1));
+  for (std::uint64_t i = 0; i < 13; ++i) {
+    SyntheticSource(13).read(i, sample);
+    SampleBatch one;
+    one.batch = 1, one.seq = o.seq_length;
+    one.tokens.assign(sample.begin(), sample.end() - 1);
+    one.labels.assign(sample.begin() + 1, sample.end());
+    one.loss_mask.assign(one.tokens.size(), 1.0f);
+    one.sample_index = {i};
+    want += m.forward_loss(make_model_batch(o.objective, one, {0, 1, 0, false})) / 13;
+  }
+  EXPECT_NEAR(got, want, 1e-6);
+
+  // The diffusion objective: micro-batches of 1 and of 2 rows give the same mean.
+  o.objective.kind = ObjectiveKind::kDiffusion;
+  const double two_rows = Trainer(o, m, train, &valid).evaluate();
+  o.micro_batch_size = 1;
+  EXPECT_NEAR(Trainer(o, m, train, &valid).evaluate(), two_rows, 1e-6);
 }
 
 TEST(Trainer, RejectsBadOptionsBeforeAnyCompute) {

@@ -241,9 +241,9 @@ ckpt::ModelConfig tiny_moe_config(const MoeVariant& v) {
 class MoeModelGradients : public ::testing::TestWithParam<MoeVariant> {};
 
 // The loss sum_i w_i ce_i + router_loss_weight * (aux + z): every parameter against finite differences.
-TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferences) {
+void expect_moe_gradients_match(const ckpt::ModelConfig& c) {
   auto be = make_cpu_backend(2);
-  Model m(tiny_moe_config(GetParam()), *be);
+  Model m(c, *be);
   m.init(3);
   EXPECT_TRUE(m.config().is_moe_layer(0));
   EXPECT_FALSE(m.config().is_moe_layer(1));
@@ -265,6 +265,17 @@ TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferences) {
   EXPECT_GT(m.moe_stats()[0].aux_loss, 0.0);
   m.backward(weights, router_weight);
   expect_parameter_gradients_match(m, loss, 1e-3f, 1e-2, false);
+}
+
+TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferences) {
+  expect_moe_gradients_match(tiny_moe_config(GetParam()));
+}
+
+// A shared expert (Megatron's --moe-shared-expert-intermediate-size): its SwiGLU's output added to the experts'.
+TEST(MoeModelGradientsShared, EveryParameterMatchesFiniteDifferences) {
+  auto c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
+  c.moe_shared_expert_intermediate_size = 5;
+  expect_moe_gradients_match(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routers, MoeModelGradients,
@@ -294,6 +305,9 @@ TEST(MoeConfig, BadMoeConfigsAreRefusedNamingTheField) {
   c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_expert_capacity_factor = -1;
   refused(c, "moe_expert_capacity_factor -1");
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
+  c.moe_shared_expert_intermediate_size = -1;
+  refused(c, "moe_shared_expert_intermediate_size must not be negative");
   c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_layer_pattern = {1, 0, 1};
   refused(c, "moe_layer_pattern has 3 entries for 2 layers");

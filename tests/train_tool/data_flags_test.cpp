@@ -1,10 +1,14 @@
 // dlm-train's Megatron data flags as a user meets them: --data-args-path and --per-split-data-args-path stand for
 // the words they hold (the same run as the words on the command line), their one-line errors, the evaluation at
-// the end of training (the validation split once more, the test split once) with Megatron's lines, --mock-data,
-// and a checkpoint's recorded epsilon under Megatron's default.
+// the end of training (the validation split once more, the test split once) with Megatron's lines,
+// --full-validation, --mock-data, and a checkpoint's recorded epsilon under Megatron's default.
 #include <algorithm>
 #include <fstream>
 
+#include <fmt/format.h>
+
+#include "dlm/data/blend.h"
+#include "dlm/data/blend_args.h"
 #include "tool_fixture.h"
 
 namespace dlm::test {
@@ -98,6 +102,48 @@ TEST_F(DataFlags, TrainingEndsWithTheValidationAndTestSplits) {
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_EQ(metric(early, "valid_loss").size(), 1u);
   EXPECT_TRUE(metric(early, "test_loss").empty());
+}
+
+// --full-validation (Megatron's): the validation split is built as one epoch of its documents (no sample count), and
+// every evaluation reads all of it from its first sample, so the evaluation after iteration 4 and the one at the
+// end give the same loss; a weighted validation blend has no epoch to take and is refused naming the flag.
+TEST_F(DataFlags, FullValidationEvaluatesTheWholeValidationSplit) {
+  const auto metrics = dir_ / "full.jsonl";
+  auto r = run(train_argv({"--train-iters", "4", "--split", "80,10,10", "--eval-interval", "2", "--eval-iters", "1",
+                           "--full-validation", "--metrics-file", metrics.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  data::MegatronDataArgs d;
+  d.data_path = {prefix_};
+  d.split = "80,10,10";
+  d.seq_length = 16;
+  d.train_iters = 4;
+  d.global_batch_size = 4;
+  d.eval_iters = 1, d.eval_interval = 2;
+  d.seed = 7;
+  d.full_validation = true;
+  const auto splits = data::build_datasets(data::builder_config(d));
+  ASSERT_TRUE(splits[1].has_value());
+  const auto& index = splits[1]->datasets.at(0)->index();
+  EXPECT_EQ(index.num_epochs, 1);
+  const auto samples = static_cast<std::size_t>((index.tokens_per_epoch - 1) / 16);  // GPTDataset's one epoch
+  EXPECT_EQ(splits[1]->size(), samples);
+  EXPECT_GT(samples, 3u * 4u);  // more than --eval-iters 1 would have read over the run's three evaluations
+  EXPECT_NE(r.err.find(fmt::format("--full-validation: each evaluation reads the whole validation split, {} samples",
+                                   samples)),
+            std::string::npos)
+      << r.err;
+  const auto valid = metric(metrics, "valid_loss");
+  ASSERT_EQ(valid.size(), 3u);  // at 2, at 4 and at the end
+  EXPECT_NE(valid[0], valid[1]);
+  EXPECT_EQ(valid[1], valid[2]);
+
+  auto argv = without(train_argv({"--train-iters", "4", "--eval-interval", "2", "--full-validation"}), "--data-path");
+  argv.insert(argv.end(), {"--data-path", "0.5", prefix_, "0.5", prefix_});
+  r = run(argv);
+  EXPECT_EQ(r.exit_code, 1);  // found with the data, as the other blend errors
+  EXPECT_NE(last_error_line(r, "dlm-train").find("--full-validation evaluates one epoch of the validation split"),
+            std::string::npos)
+      << r.err;
 }
 
 // --mock-data trains on megatron-core's MockGPTDataset samples (interop_mock.py checks them token for token); it

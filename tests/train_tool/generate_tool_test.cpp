@@ -1,5 +1,7 @@
 // dlm-generate as a user runs it: from a dlm-train checkpoint and from its Hugging Face export (the same
 // text for the same seed), deterministic in --seed, and one-line errors for what cannot be opened.
+#include <regex>
+
 #include "tool_fixture.h"
 
 namespace fs = std::filesystem;
@@ -75,6 +77,31 @@ TEST_F(GenerateTool, KvCacheRefreshedEveryStepIsTheExactSampler) {
   generate(ckpt_, bad, &code);
   EXPECT_EQ(code, 2);
   EXPECT_NE(read_all(dir_ / "gen.err").find("--kv-cache suffix: expected none, prefix or dual"), std::string::npos);
+}
+
+// --report-speed samples twice and times the second run: the same text, and one stderr line whose forwards are
+// the steps (the exact sampler) or fewer (parallel decoding ends a block early only when it can).
+TEST_F(GenerateTool, ReportSpeedKeepsTheTextAndCountsForwards) {
+  const std::vector<std::string> flags = {"--prompt", "5 12 19", "--prompt", "7 8 9", "--max-new-tokens", "16",
+                                          "--sample-steps", "16", "--inference-block-size", "8", "--no-eos-stop"};
+  const std::regex speed(R"(dlm-generate: speed: 2 rows, 32 tokens in [0-9.]+ s, [0-9.]+ tokens/s, (\d+) forwards)");
+  for (const char* mode : {"none", "dual"}) {
+    auto timed = flags;
+    timed.insert(timed.end(), {"--kv-cache", mode});
+    const std::string plain = generate(ckpt_, timed);
+    timed.push_back("--report-speed");
+    EXPECT_EQ(generate(ckpt_, timed), plain) << mode;
+    std::smatch m;
+    const std::string err = read_all(dir_ / "gen.err");
+    ASSERT_TRUE(std::regex_search(err, m, speed)) << err;
+    EXPECT_EQ(m[1], "16") << mode;
+    timed.insert(timed.end(), {"--threshold", "0.5"});
+    generate(ckpt_, timed);
+    const std::string fewer = read_all(dir_ / "gen.err");
+    ASSERT_TRUE(std::regex_search(fewer, m, speed)) << fewer;
+    EXPECT_GE(std::stoi(m[1]), 2) << mode;  // at least one forward per block
+    EXPECT_LE(std::stoi(m[1]), 16) << mode;
+  }
 }
 
 TEST_F(GenerateTool, AMissingCheckpointIsOneLine) {

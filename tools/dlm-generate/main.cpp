@@ -1,4 +1,6 @@
 // dlm-generate: samples text from a diffusion (or AR) model checkpoint, native or Hugging Face.
+#include <chrono>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <limits>
@@ -30,7 +32,7 @@ int main(int argc, char** argv) {
   double temperature = 0, top_p = 1;
   std::int64_t top_k = 0, max_new = 64, steps = 0, block = 0;
   int threads = 0;
-  bool no_eos_stop = false;
+  bool no_eos_stop = false, report_speed = false;
   po::options_description opts("dlm-generate: sample from a checkpoint (prompts from --prompt, else one per stdin line)");
   opts.add_options()
       ("load", po::value(&checkpoint)->required(), "dlm checkpoint folder or Hugging Face model folder")
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
       ("mask-token", po::value(&mask_token), "mask id (default: the config's or the tokenizer's)")
       ("no-eos-stop", po::bool_switch(&no_eos_stop), "keep tokens after the first eos")
       ("seed", po::value(&seed)->default_value(0), "sampling seed: one seed, one output")
+      ("report-speed", po::bool_switch(&report_speed),
+       "sample twice; print the second run's seconds, tokens/s and model forwards to stderr (the first warms up)")
       ("threads", po::value(&threads)->default_value(0), "CPU threads (0: all cores)")
       ("device", po::value(&device), "cpu | cuda (default: cuda when dlm has the CUDA backend and a GPU is present)")
       ("help,h", "this help");
@@ -101,7 +105,8 @@ int main(int argc, char** argv) {
                                         : mode == "diffusion";
     if (!mode.empty() && mode != "diffusion" && mode != "ar")
       throw Error(fmt::format("--mode: '{}' is not diffusion or ar", mode));
-    std::vector<std::vector<std::int32_t>> out;
+    std::int64_t forwards = 0;
+    std::function<std::vector<std::vector<std::int32_t>>()> sample;
     if (diffusion) {
       d.gen_length = max_new;
       d.steps = steps > 0 ? steps : max_new;
@@ -116,9 +121,11 @@ int main(int argc, char** argv) {
       d.pad_token = special.pad.value_or(0);
       d.seed = seed;
       d.kv_cache = train::parse_kv_cache(kv_cache);
-      out = d.kv_cache == train::KvCache::kNone
-                ? train::diffusion_generate(model.logits, model.vocab, ids, d, nullptr, model.greedy)
-                : train::diffusion_generate_cached(model.cached, model.vocab, ids, d);
+      sample = [&] {
+        return d.kv_cache == train::KvCache::kNone
+                   ? train::diffusion_generate(model.logits, model.vocab, ids, d, &forwards, model.greedy)
+                   : train::diffusion_generate_cached(model.cached, model.vocab, ids, d, &forwards);
+      };
     } else {
       ar.max_new_tokens = max_new;
       ar.temperature = temperature;
@@ -127,7 +134,19 @@ int main(int argc, char** argv) {
       ar.eos = eos;
       ar.pad_token = special.pad.value_or(0);
       ar.seed = seed;
-      out = train::ar_generate(model.logits, model.vocab, ids, ar);
+      sample = [&] { return train::ar_generate(model.logits, model.vocab, ids, ar); };
+    }
+    // --report-speed: the timed run repeats the warm-up's shapes, so per-shape algorithm choices and CUDA graph
+    // captures are not in its time; a seed gives both runs the same tokens.
+    if (report_speed) sample();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<std::vector<std::int32_t>> out = sample();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (report_speed) {
+      std::size_t tokens = 0;
+      for (const auto& row : out) tokens += row.size();
+      fmt::print(stderr, "dlm-generate: speed: {} rows, {} tokens in {:.4f} s, {:.1f} tokens/s, {} forwards\n",
+                 out.size(), tokens, seconds, tokens / seconds, diffusion ? std::to_string(forwards) : "-");
     }
     // Prompt and continuation decoded together: tokenizers that join pieces (SentencePiece's word
     // boundary, NullTokenizer's spaces) place the seam as they would inside one text.

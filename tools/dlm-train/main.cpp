@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
       target.async = args.async_save;
       target.non_persistent_dir = args.non_persistent_dir;
       saver.emplace(std::move(target));
+      saver->reserve(*setup.model);
       save = std::cref(*saver);
       save_non_persistent = [&saver](const auto& progress, auto& model, const auto& optimizer) {
         saver->save_non_persistent(progress, model, optimizer);

@@ -96,10 +96,7 @@ const FlagNote kNoEffect[] = {
 // Refused: dlm does not do what the flag asks; the line says what it offers instead.
 const FlagNote kRefused[] = {
     {"fp16", "dlm trains in bf16 (--bf16) or fp32"},
-    {"fp8-format", "dlm has no FP8 training; use --bf16", "FORMAT"},
-    {"fp8-amax-history-len", "dlm has no FP8 training; use --bf16", "N"},
-    {"fp8-amax-compute-algo", "dlm has no FP8 training; use --bf16", "ALGO"},
-    {"fp8-param-gather", "dlm has no FP8 training; use --bf16"},
+    {"fp8-param-gather", "dlm keeps bf16 weights and casts them to FP8 per step (--fp8-format); no FP8 all-gather"},
     {"add-qkv-bias", "dlm's attention has no biases (Megatron's --disable-bias-linear model)"},
     {"add-bias-linear", "dlm's linear layers have no biases"},
     {"apply-layernorm-1p", "dlm's RMSNorm multiplies by its weight (no 1 + weight)"},

@@ -47,6 +47,8 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
       ("num-experts", po::value(&f.num_experts)->default_value(0), "experts per MoE layer (0: a dense model)")
       ("moe-router-topk", po::value(&f.topk)->default_value(f.topk), "experts per token")
       ("moe-ffn-hidden-size", po::value(&f.ffn_hidden_size), "each expert's SwiGLU size (default --ffn-hidden-size)")
+      ("moe-shared-expert-intermediate-size", po::value(&f.shared_expert_size)->default_value(0),
+       "a shared expert's SwiGLU size: every token runs it beside its routed experts (0: none)")
       ("moe-layer-freq", po::value(&f.layer_freq)->default_value(f.layer_freq),
        "N: layer i is MoE when i % N == 0; or [1,0,...]: one 0/1 per layer")
       ("moe-router-score-function", po::value(&f.score_function)->default_value(f.score_function), "softmax | sigmoid")
@@ -65,8 +67,6 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
        "probs (an expert over capacity keeps its highest weights) | position (its earliest tokens)")
       ("moe-pad-expert-input-to-capacity", po::bool_switch(&f.pad_to_capacity),
        "accepted with a capacity factor: the results are the same (dlm runs the kept tokens, unpadded)")
-      ("moe-shared-expert-intermediate-size", po::value(&f.shared_expert),
-       "a shared expert of this SwiGLU width added to every token of an MoE layer (Megatron's, ungated)")
       ("moe-shared-expert-overlap", po::bool_switch(&f.shared_expert_overlap),
        "accepted: the same results; dlm runs the shared expert after the routed experts, not during the dispatch")
       ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1),
@@ -91,8 +91,8 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   if (vm.count("moe-expert-capacity-factor")) in_range("moe-expert-capacity-factor", f.capacity_factor, 1e-6, 1e6);
   if (f.pad_to_capacity && !vm.count("moe-expert-capacity-factor"))
     fail("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (as in Megatron)");
-  if (vm.count("moe-shared-expert-intermediate-size")) in_range("moe-shared-expert-intermediate-size", f.shared_expert, 1, 1 << 22);
-  if (f.shared_expert_overlap && !vm.count("moe-shared-expert-intermediate-size"))
+  in_range("moe-shared-expert-intermediate-size", f.shared_expert_size, 0, 1 << 22);
+  if (f.shared_expert_overlap && f.shared_expert_size == 0)
     fail("--moe-shared-expert-overlap needs --moe-shared-expert-intermediate-size (as in Megatron)");
   if (f.num_experts == 0 && f.expert_parallel > 1)
     fail(fmt::format("--expert-model-parallel-size {} needs --num-experts (a mixture-of-experts model)", f.expert_parallel));
@@ -109,6 +109,7 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.num_experts = f.num_experts;
   m.moe_router_topk = f.topk;
   m.moe_ffn_hidden_size = vm.count("moe-ffn-hidden-size") ? f.ffn_hidden_size : m.ffn_hidden_size;
+  m.moe_shared_expert_intermediate_size = f.shared_expert_size;
   layer_frequency(f.layer_freq, m.num_layers, m);
   const bool sigmoid = f.score_function == "sigmoid";
   m.moe_router_score_function = sigmoid ? ckpt::MoeScoreFunction::kSigmoid : ckpt::MoeScoreFunction::kSoftmax;
@@ -116,7 +117,6 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.moe_norm_topk_prob = sigmoid ? f.topk > 1 : !f.pre_softmax;
   m.moe_aux_loss_coeff = f.aux_loss_coeff;
   m.moe_z_loss_coeff = f.z_loss_coeff;
-  m.moe_shared_expert_intermediate_size = vm.count("moe-shared-expert-intermediate-size") ? f.shared_expert : 0;
   m.moe_expert_capacity_factor = vm.count("moe-expert-capacity-factor") ? f.capacity_factor : 0.0;
   m.moe_token_drop_policy = f.drop_policy == "position" ? ckpt::MoeDropPolicy::kPosition : ckpt::MoeDropPolicy::kProbs;
 }

@@ -12,7 +12,7 @@ namespace dlm::tools {
 
 // The flags' words before they are checked.
 struct MoeFlags {
-  int num_experts = 0, topk = 2, ffn_hidden_size = 0, expert_parallel = 1, shared_expert = 0;
+  int num_experts = 0, topk = 2, ffn_hidden_size = 0, expert_parallel = 1, shared_expert_size = 0;
   std::string layer_freq = "1", score_function = "softmax", load_balancing = "aux_loss", dispatcher = "alltoall";
   double aux_loss_coeff = 0, z_loss_coeff = 0, capacity_factor = 0;
   std::string drop_policy = "probs";

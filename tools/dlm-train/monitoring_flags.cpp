@@ -17,7 +17,7 @@ void add_monitoring_flags(po::options_description& d, train::TrainerOptions& t, 
   d.add_options()
       ("log-throughput", po::bool_switch(&m.log_throughput), "TFLOP/s per GPU in the log line (Megatron's FLOP count)")
       ("log-params-norm", po::bool_switch(&m.log_params_norm), "the weights' L2 norm in the log line and TensorBoard")
-      ("log-num-zeros-in-grad", po::bool_switch(&m.log_num_zeros_in_grad), "the zeros of the summed gradient in the log line and TensorBoard (CPU backend; on the GPU a start-up warning says it is not counted)")
+      ("log-num-zeros-in-grad", po::bool_switch(&m.log_num_zeros_in_grad), "the zeros of the summed gradient in the log line and TensorBoard")
       ("log-progress", po::bool_switch(&f.log_progress), "append Megatron's progress.txt in --save (job start, each checkpoint: throughput, FLOPs, tokens)")
       ("log-timers-to-tensorboard", po::bool_switch(&m.log_timers_to_tensorboard), "iteration-time (and throughput with --log-throughput) to TensorBoard")
       ("log-memory-to-tensorboard", po::bool_switch(&m.log_memory_to_tensorboard), "memory to TensorBoard under Megatron's mem-* tags: on the GPU the device's memory in use and the model's allocation; on the CPU backend the process's host memory (resident, malloc'd, peak resident)")

@@ -142,6 +142,7 @@ std::string dry_run_plan(TrainArgs& args) {
   // A plan for GPUs is made anywhere (a laptop without CUDA too): --device cuda asks for it; the default
   // plans the device this machine would train on.
   o.cuda_backend = args.device == "cuda" || (args.device.empty() && train::cuda_present());
+  o.fp8 = args.cuda.fp8;
   o.virtual_stages = train::virtual_stages_for(config, layout.pipeline, args.layers_per_virtual_stage);
   return train::format_plan(config, train::plan_parallel(config, o));
 }

@@ -124,7 +124,7 @@ struct Splits {
 // --mock-data: the three splits of megatron-core's MockGPTDataset, sized as Megatron sizes them, with the
 // tokenizer's vocabulary and eod.
 void open_mock_data(const TrainArgs& args, const data::MegatronDataArgs& d, TrainingSetup& setup) {
-  const auto sizes = data::megatron_split_sizes(d);
+  const auto sizes = data::megatron_split_request(d);
   data::GptIndexConfig config;
   config.random_seed = d.seed;
   config.sequence_length = d.seq_length;
@@ -133,15 +133,13 @@ void open_mock_data(const TrainArgs& args, const data::MegatronDataArgs& d, Trai
   if (largest >= setup.config.vocab_size)
     fail(fmt::format("--mock-data: the mock tokens reach id {}, but the model's vocabulary has {} ids", largest,
                      setup.config.vocab_size));
-  auto splits = data::build_mock_datasets({sizes[0], sizes[1], sizes[2]}, config, tokens);
+  auto splits = data::build_mock_datasets(sizes, config, tokens);
   const auto source = [&](std::size_t s) {
     return std::make_unique<MockSource>(std::make_shared<const data::MockGptDataset>(std::move(*splits[s])));
   };
   setup.train = source(0);
-  if (args.trainer.eval_iters > 0) {
-    setup.valid = source(1);
-    setup.test = source(2);
-  }
+  if (args.trainer.eval_iters > 0 || args.trainer.full_validation) setup.valid = source(1);
+  if (args.trainer.eval_iters > 0) setup.test = source(2);
   log::info("--mock-data: megatron-core's MockGPTDataset samples ({} train, {} valid, {} test)", setup.train->size(),
             setup.valid ? setup.valid->size() : 0, setup.test ? setup.test->size() : 0);
 }
@@ -169,6 +167,7 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   else d.train_iters = args.trainer.train_iters;
   d.global_batch_size = args.trainer.global_batch_size;
   d.eval_iters = args.trainer.eval_iters;
+  d.full_validation = args.trainer.full_validation;
   // Megatron sizes the validation split by its eval interval (every evaluation plus the one at the end); dlm's
   // --eval-interval 0 evaluates only at the end.
   d.eval_interval = args.trainer.eval_interval > 0 ? args.trainer.eval_interval : args.trainer.train_iters + 1;
@@ -184,14 +183,17 @@ void open_data(const TrainArgs& args, TrainingSetup& setup, std::shared_ptr<Spli
   if (!train || train->size() == 0) fail(fmt::format("--split {}: the training split is empty", args.split));
   // The split holds shared pointers of the datasets; the aliasing pointer keeps `keep` alive.
   setup.train = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*train));
-  // Megatron's do_valid and do_test: a non-empty split and --eval-iters > 0; without one it evaluates nothing.
-  if (args.trainer.eval_iters > 0) {
+  // Megatron's do_valid and do_test: a non-empty split and --eval-iters > 0 (do_valid: or --full-validation);
+  // without one it evaluates nothing.
+  if (args.trainer.eval_iters > 0 || args.trainer.full_validation) {
     auto& valid = keep->splits[1];
     if (valid && valid->size() > 0)
       setup.valid = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*valid));
     else
       log::info("no validation data ({}): no evaluation, as in Megatron",
                 d.train_data_path.empty() ? fmt::format("--split {}", args.split) : std::string("no --valid-data-path"));
+  }
+  if (args.trainer.eval_iters > 0) {
     auto& test = keep->splits[2];
     if (test && test->size() > 0)
       setup.test = std::make_unique<SplitSource>(std::shared_ptr<const data::SplitDataset>(keep, &*test));
@@ -271,6 +273,8 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
   const train::Device device = train::resolve_device(args.device);
   if (args.bf16 && device == train::Device::kCpu)
     log::warning("--bf16: the CPU backend trains in fp32; the flag applies to the GPU backend");
+  if (args.cuda.fp8.enabled && device == train::Device::kCpu)
+    fail("--fp8-format: the CPU backend has no FP8 training (train FP8 with --device cuda)");
   if (args.cuda.profile && device == train::Device::kCpu)
     log::warning("--cuda-profile: the CPU backend has no phase timer; the flag applies to the GPU backend");
   if (!args.save.empty()) {

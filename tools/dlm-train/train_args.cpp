@@ -13,6 +13,7 @@
 #include "cuda_flags.h"
 #include "dlm/common/error.h"
 #include "dlm/train/parallel.h"
+#include "fp8_flags.h"
 #include "megatron_flags.h"
 #include "monitoring_flags.h"
 #include "moe_flags.h"
@@ -39,6 +40,7 @@ struct Raw {
   std::string checkpoint_steps;
   bool untie = false, qk_layernorm = false, group_query_attention = false;
   MoeFlags moe;
+  Fp8Flags fp8;
 };
 
 po::options_description describe(TrainArgs& a, Raw& r) {
@@ -116,6 +118,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("world-size", po::value(&a.world_size)->default_value(0), "ranks the dry run plans for (default: the launcher's)");
   po::options_description gpu("GPU backend (--device cuda)");
   add_cuda_flags(gpu, a.cuda, CudaFlagsFor::kTraining);
+  add_fp8_flags(gpu, r.fp8);
   gpu.add_options()("device-groups", po::value(&r.device_groups)->default_value(r.device_groups),
                     "nccl | staged: the model's groups over NCCL, one GPU a rank; or staged through host memory so "
                     "that several ranks share one GPU (for tests of parallel layouts on one GPU; slow, and data "
@@ -150,6 +153,7 @@ po::options_description describe(TrainArgs& a, Raw& r) {
       ("async-save", po::bool_switch(&a.async_save), "write checkpoints in the background: the save point copies the state to host memory and training goes on (still crash-safe)")
       ("eval-interval", po::value(&t.eval_interval)->default_value(1000), "validate every N iterations (0: only at the end)")
       ("eval-iters", po::value(&t.eval_iters)->default_value(100), "global batches per evaluation (0: no evaluation)")
+      ("full-validation", po::bool_switch(&t.full_validation), "each evaluation the whole validation split (one epoch of it, every sample once) rather than --eval-iters batches")
       ("log-interval", po::value(&t.log_interval)->default_value(100), "iterations per log line")
       ("tensorboard-dir", po::value(&t.tensorboard_dir), "TensorBoard event files")
       ("metrics-file", po::value(&t.metrics_path), "JSONL metrics")
@@ -417,6 +421,11 @@ TrainArgs parse_train_args(int argc, char** argv) {
   if (!r.recompute.empty() && r.recompute != "full")
     fail(fmt::format("--recompute-granularity: '{}' is not full (selective recomputation is not implemented)", r.recompute));
   a.recompute_full = r.recompute == "full";
+  a.cuda.fp8 = apply_fp8_flags(r.fp8);
+  if (a.cuda.fp8.enabled && a.device == "cpu")
+    fail("--fp8-format: the CPU backend has no FP8 training (train FP8 with --device cuda)");
+  // The shape's layers are known here unless a config file or a checkpoint gives them (CudaModel checks again).
+  if (a.model_config_file.empty() && a.load.empty()) a.cuda.fp8.validate(m.num_layers, a.pipeline_parallel);
   if (r.device_groups != "nccl" && r.device_groups != "staged")
     fail(fmt::format("--device-groups: '{}' is not nccl or staged", r.device_groups));
   a.staged_device_groups = r.device_groups == "staged";

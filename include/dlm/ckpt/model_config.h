@@ -20,7 +20,10 @@
 //   decoder.layers.N.mlp.router.weight                         [experts, hidden]
 //   decoder.layers.N.mlp.experts.linear_fc1.weight             [experts, 2 * moe_ffn, hidden]  rows [gate | up]
 //   decoder.layers.N.mlp.experts.linear_fc2.weight             [experts, hidden, moe_ffn]
-//   decoder.layers.N.mlp.shared_experts.linear_fc{1,2}.weight  [2 * shared, hidden], [hidden, shared]  (shared > 0)
+// and, with a shared expert (moe_shared_expert_intermediate_size S > 0; Megatron's), a SwiGLU every token runs
+// beside the routed experts, its output added to theirs:
+//   decoder.layers.N.mlp.shared_experts.linear_fc1.weight      [2 * S, hidden]  rows [gate | up]
+//   decoder.layers.N.mlp.shared_experts.linear_fc2.weight      [hidden, S]
 #pragma once
 
 #include <cstdint>
@@ -62,7 +65,7 @@ struct ModelConfig {
   int num_experts = 0;
   int moe_router_topk = 2;
   int moe_ffn_hidden_size = 0;                   // each expert's SwiGLU width (HF moe_intermediate_size)
-  int moe_shared_expert_intermediate_size = 0;   // 0: no shared expert; else its SwiGLU width, added to every token
+  int moe_shared_expert_intermediate_size = 0;   // the shared expert's SwiGLU width (0: none)
   int moe_layer_freq = 1;
   std::vector<int> moe_layer_pattern;            // empty, or num_layers entries of 0 (dense) / 1 (MoE)
   MoeScoreFunction moe_router_score_function = MoeScoreFunction::kSoftmax;

@@ -19,11 +19,14 @@
 // fail. Under tensor/pipeline parallelism every rank takes part and data-parallel rank 0 of each position writes
 // that position's shards; world rank 0 commits once all are written.
 //
-// --async-save (CheckpointTarget::async): at the save point each writing rank copies its state into reusable host
-// buffers (HostSnapshot; from the GPU, the parameters() and optimizer-state copies first) and returns; a
-// background thread writes the shards, fsyncs and, on world rank 0, commits once every rank's shard file is in
-// place (their checksum files in the temp folder: the rendezvous needs no collective off the main thread), then
-// replaces `latest` and Megatron's tracker. The next save point, and wait() at the end of the run, first wait for
+// --async-save (CheckpointTarget::async): at the save point each writing rank takes a snapshot of its state and
+// returns. A GPU model's snapshot (DeviceTraining::begin_snapshot) is the device->host copies enqueued into pinned
+// buffers kept across saves: the training thread only enqueues them, the background thread waits for them and
+// writes from those buffers; the device holds the next AdamW step until they are done. A host model's state (or a
+// GPU one under the distributed optimizer: parameters() and optimizer_state(), collectives) is copied into reusable
+// host buffers (HostSnapshot) on the training thread. A background thread writes the shards, fsyncs and, on world
+// rank 0, commits once every rank's shard file is in place (their checksum files in the temp folder: the rendezvous
+// needs no collective off the main thread), then replaces `latest` and Megatron's tracker. The next save point, and wait() at the end of the run, first wait for
 // it; a failure on any rank fails every rank there (a collective), never lost. A crash or SIGKILL during the
 // background write leaves `latest` naming the previous checkpoint (the same commit protocol).
 //
@@ -34,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,6 +92,9 @@ struct CheckpointTarget {
   bool data_parallel_rank_zero = true;             // with a placement: this rank writes its position's shards
   bool async = false;                              // --async-save: write in the background (above)
   std::string non_persistent_dir;                  // where save_non_persistent() writes ("": --save/non_persistent)
+  // Called with --async-save on the thread that writes this rank's shards, once the state is in host memory and
+  // before the first byte is written (tests observe there that the save point returned without the write).
+  std::function<void()> before_write;
 };
 
 class CheckpointSaver {
@@ -99,6 +106,9 @@ class CheckpointSaver {
   void save_non_persistent(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer) const;
   // Waits for a background save in flight; collective like a save. Throws when it failed on any rank.
   void wait() const;
+  // Allocates, on a rank that writes, the host memory a GPU model's saves copy its state into (pinned: slow to
+  // allocate), so that the first save point does not pay for it. dlm-train calls it at start-up.
+  void reserve(TrainableModel& model) const;
   // Megatron's default folder of the non-persistent checkpoints of `save_dir`.
   static std::string default_non_persistent_dir(const std::string& save_dir);
 
@@ -106,6 +116,7 @@ class CheckpointSaver {
   struct Background;
   void save(const std::string& dir, bool non_persistent, const TrainProgress& progress, TrainableModel& model,
             const AdamW& optimizer) const;
+  bool writes() const;  // this rank writes shards (above: Who)
   CheckpointTarget target_;
   std::shared_ptr<Background> background_;  // shared by the copies a SaveFn makes; the last one joins its thread
 };

@@ -38,6 +38,9 @@ struct CudaBatch {
   bool causal = false;
   std::span<const std::int32_t> ids, labels, positions;
   std::span<const float> weights;
+  // The MoE router losses' weight in the backward (objective.h's ModelBatch::router_loss_weight; Megatron's
+  // MoEAuxLossAutoScaler scale, 1 / micro-batches).
+  double router_loss_weight = 1.0;
 };
 
 // This rank's part of the model: its tensor rank and pipeline stage under `layout` (with virtual stages, one
@@ -113,6 +116,17 @@ class CudaModel {
   // release_host_buffers() (a load, which reads the weights once, calls it: runs that never save pin nothing).
   std::vector<std::vector<float>> export_parameters();
   void release_host_buffers();
+  // For checkpoints without optimizer shards (state_copy.h): begin_state_copy() enqueues copies of the fp32 master
+  // weights and, with `moments`, AdamW's moments into pinned host memory as they stand after the work enqueued so
+  // far, and returns; the next write of that state on the device waits for them there. finish_state_copy() blocks
+  // (any thread) until they landed; the copied_* views of tensor p (tensors() order) then hold them until the next
+  // begin_state_copy(). reserve_state_copy() allocates the host memory (12 bytes a parameter) beforehand.
+  void reserve_state_copy();
+  void begin_state_copy(bool moments);
+  void finish_state_copy() const;
+  std::span<const float> copied_parameter(int p) const;
+  std::span<const float> copied_exp_avg(int p) const;
+  std::span<const float> copied_exp_avg_sq(int p) const;
   std::int64_t parameter_count() const;
 
   // Forward and backward of sum_i weights_i * CE_i over the real vocabulary; gradients accumulate (+=).
@@ -149,6 +163,9 @@ class CudaModel {
   // caller has summed the shares over the replica, set_grad_sumsq() makes that the sum apply_adamw() clips by.
   double grad_sumsq();
   void set_grad_sumsq(double sumsq);
+  // --log-num-zeros-in-grad: the exact zeros among the gradients grad_sumsq() counts (this rank's share: the
+  // tensors it saves, in its optimizer range), as they stand (unclipped: apply_adamw() clips on the fly).
+  std::int64_t grad_zeros();
 
   // Full activation recomputation (Megatron's --recompute-granularity full, a checkpoint per layer): each layer
   // keeps only its input and the backward runs the layer's forward again just before the layer's backward,
@@ -237,6 +254,8 @@ class CudaModel {
   // Nothing without shards.
   void share_updated_weights(DeviceGroup& data);
   void synchronize() const;
+  // Per MoE layer of this rank (in order), the tokens routed to each expert by the last forward (empty before one).
+  std::vector<std::vector<std::int64_t>> moe_tokens_per_expert() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;
   // Which attention ran the last step: "cudnn <version>" or "own kernel (why)".

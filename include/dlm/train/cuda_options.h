@@ -3,6 +3,8 @@
 // header needs no CUDA, so the tools fill it from their flags in every build.
 #pragma once
 
+#include "dlm/train/fp8.h"
+
 namespace dlm::train {
 
 struct CudaOptions {
@@ -26,6 +28,10 @@ struct CudaOptions {
   // up to date (the ring of recorded AdamW scalars, CudaModel::set_sparse_embedding_grad). Tests set it small
   // to exercise the wrap. Default: 1024.
   int deferred_embedding_steps = 1024;
+
+  // FP8 linear layers in training (dlm/train/fp8.h: Megatron's --fp8-* flags; libtrain/backend/cuda/fp8_linear.h).
+  // Default: off (bf16).
+  Fp8Options fp8;
 };
 
 }  // namespace dlm::train

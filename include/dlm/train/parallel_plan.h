@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
+#include "dlm/train/fp8.h"
 
 namespace dlm::train {
 
@@ -25,6 +26,9 @@ struct PlanOptions {
   // buffers and logits chunk, plus the measured runtime), not Megatron's per-layer estimate; it keeps every
   // activation (no recomputation).
   bool cuda_backend = false;
+  // --fp8-format with the CUDA backend: the FP8 layers' weight copies (in weights) and the casts' work buffers (in
+  // activations), cuda_fp8_bytes.
+  Fp8Options fp8;
 };
 
 // One pipeline stage (a pipeline rank: with virtual stages, its V chunks together); every rank of the

@@ -41,6 +41,17 @@ struct DeviceSpan {
   std::int64_t numel = 0;
 };
 
+// A checkpoint's state on its way from the device to host memory (DeviceTraining::begin_snapshot).
+class DeviceSnapshot {
+ public:
+  virtual ~DeviceSnapshot() = default;
+  // Blocks until the copies have landed (any thread; once), then gives the parameters as parameters() would (names,
+  // global shapes; no gradients), their values and the moments (in the same order; none before AdamW's first step)
+  // in host memory the model keeps until its next begin_snapshot().
+  virtual void finish(std::vector<ParamRef>& params, std::vector<std::span<const float>>& exp_avg,
+                      std::vector<std::span<const float>>& exp_avg_sq) = 0;
+};
+
 // A model whose weights, gradients and AdamW state live on an accelerator (the CUDA backend): the trainer
 // leaves clipping and the update to it, and moves the moments through it for checkpoints, so that only
 // the norm and the loss cross to the host each step. Its parameters() are then host copies of the fp32
@@ -50,11 +61,23 @@ class DeviceTraining {
   virtual ~DeviceTraining() = default;
   // The global L2 norm of the gradients (before clipping); computed on the device.
   virtual double grad_norm() = 0;
+  // --log-num-zeros-in-grad: the exact zeros of the gradients the norm counts, over the whole model (collective
+  // like grad_norm(): summed over the model's ranks and, sharded, the data-parallel group); counted on the device.
+  virtual std::int64_t grad_zeros() = 0;
   // Megatron's clipping at max_norm (<= 0: none) by the last grad_norm(), then one AdamW step at lr.
   virtual void step(const AdamWOptions& options, double lr, double max_norm) = 0;
   // The moments per parameter (model order) and the step count, as the host AdamW holds them.
   virtual AdamW optimizer_state() = 0;
   virtual void load_optimizer_state(const AdamW& state) = 0;
+  // The AdamW steps taken (optimizer_state().steps(), without the moments).
+  virtual std::int64_t optimizer_steps() const = 0;
+  // The checkpoint's state (master weights and moments) as it stands now, copied to host memory while training
+  // goes on: the call enqueues the copies and returns; the device orders its next write of that state (the next
+  // AdamW step) after them. Null where the model cannot (the distributed optimizer: whole tensors need a
+  // collective); the saver then uses parameters() and optimizer_state(). reserve_snapshot() allocates the host
+  // memory at once (a run that will snapshot calls it at start-up, so its first save point does not pay for it).
+  virtual std::unique_ptr<DeviceSnapshot> begin_snapshot() { return nullptr; }
+  virtual void reserve_snapshot() {}
   // After the host copies of parameters() were written (a checkpoint's weights): upload them.
   virtual void commit_parameters() = 0;
   // Device views for data parallelism: the fp32 gradients and the master weights' bytes (4 a parameter, to copy
@@ -155,6 +178,7 @@ struct TrainerOptions {
   std::int64_t log_interval = 1;       // --log-interval
   std::int64_t eval_interval = 0;      // --eval-interval (0: never)
   std::int64_t eval_iters = 1;         // --eval-iters
+  bool full_validation = false;        // --full-validation: each evaluation is the whole validation split
   std::int64_t save_interval = 0;      // --save-interval (0: only at the end and on signals)
   std::optional<std::int32_t> eod_token;  // with eod_mask_loss: loss_mask 0 where the label is eod
   bool eod_mask_loss = false;          // --eod-mask-loss
@@ -182,7 +206,8 @@ struct TrainProgress {
 
 // Saves the model, optimizer and progress (libckpt behind it; dlm-train's is a CheckpointSaver); called at the
 // save points of checkpoint_saver.h's SaveSchedule, on every rank of the data-parallel group, with the whole
-// (gathered) optimizer state on each.
+// (gathered) optimizer state on each; for a model with DeviceTraining, the optimizer's options and step count only:
+// the saver takes the state from the device itself (DeviceTraining::begin_snapshot or optimizer_state).
 using SaveFn = std::function<void(const TrainProgress& progress, TrainableModel& model, const AdamW& optimizer)>;
 
 struct IterationStats {
@@ -224,6 +249,12 @@ class Trainer {
   // Its iterator is never reset, so each evaluation reads the batches after the previous one's; the split is
   // sized for every evaluation of the run (eval_iters x (train_iters / eval_interval + 1) global batches), and
   // running past its end is an error naming the sizes.
+  // With full_validation (Megatron's --full-validation; eval_iters then does not matter) each evaluation reads
+  // every sample of the source once, from its first: the mean over the samples of each one's loss. The samples
+  // go in micro-batches of micro_batch_size rows (the last one short: padded with rows of weight 0, so that the
+  // model keeps its shape), global micro-batch g on data-parallel rank g mod DP, a step's count of them a call
+  // (the last call filled up with micro-batches of weight 0), each rank running its own count of calls (no
+  // forward has a collective over the data-parallel group).
   double evaluate();
   // The mean loss over the first eval_iters global batches of the test source.
   double evaluate_test();
@@ -258,6 +289,12 @@ class Trainer {
   // The mean loss of `batches` global batches of `source` from batch `first` (noise keyed by `seed`).
   double evaluate_batches(const SampleSource& source, std::int64_t first, std::int64_t batches, std::uint64_t seed,
                           const char* what);
+  // full_validation's evaluation: the mean loss of every sample of `source` (noise keyed by `seed`).
+  double evaluate_whole(const SampleSource& source, std::uint64_t seed);
+  // Megatron's do_valid: validation data, and eval_iters > 0 or full_validation.
+  bool validates() const { return valid_ && (options_.eval_iters > 0 || options_.full_validation); }
+  // Rows [first, first + rows) of a source as Megatron's GPTDataset gives them.
+  SampleBatch read_rows(const SampleSource& source, std::uint64_t first, std::int64_t rows) const;
   const SampleSource* valid_;
   const SampleSource* test_ = nullptr;
   std::int64_t valid_batches_ = 0;

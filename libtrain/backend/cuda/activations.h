@@ -15,9 +15,11 @@ namespace dlm::train::cuda {
 
 // What one layer keeps for its backward. res1/res2 (the residual stream entering each norm) and the rstds
 // hold the rank's rows (1/TP of them under SP); h1/h2 (the GEMMs' normed inputs) every row, gathered.
+struct MoeLayerActs;
 struct LayerActs {
   bf16 *res1, *h1, *qkv_raw, *qkv_rot, *att, *res2, *h2, *gu, *act;
   float *rstd1, *qk_rstd, *lse, *rstd2;
+  MoeLayerActs* moe;  // an MoE layer's routing and experts' activations (moe_layer.h, MoeBuffers'); else null
 };
 
 // The work buffers every micro-batch reuses. Under SP the *_full ones hold every row (gathered, or before a

@@ -9,6 +9,8 @@
 // The norm's sum of squares is taken per chunk in double and summed over chunks in a fixed order, so it is
 // the same number on every run; the clip factor is read on the device (no host round trip). A tensor that
 // flags its written rows (the embedding's, CudaModel::set_sparse_embedding_grad) is read only there.
+// The zero count (--log-num-zeros-in-grad, Megatron's count_zeros_fp32) walks the norm's chunks: g == 0 exactly,
+// the unflagged rows of such a tensor counted as the zeros they hold; integer sums, so exact in any order.
 #include <cmath>
 
 #include "common.cuh"
@@ -88,6 +90,27 @@ __global__ void __launch_bounds__(kThreads) sumsq_kernel(const AdamWTensor* tens
     if (may_be_written(f, r.begin, i)) acc += double(t.grad[i]) * t.grad[i];
   acc = block_sum_d(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void __launch_bounds__(kThreads) zeros_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks,
+                                                        unsigned long long* count) {
+  const AdamWChunk c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const Range r = chunk_range(t, c);
+  const RowFlags f = row_flags(t, r.begin);
+  unsigned n = 0;  // a chunk has at most kAdamWChunk elements
+  for (std::int64_t i = r.begin + 4 * threadIdx.x; i < r.end4; i += 4 * kThreads) {
+    if (!may_be_written(f, r.begin, i)) {
+      n += 4;
+      continue;
+    }
+    const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
+    n += (g.x == 0.0f) + (g.y == 0.0f) + (g.z == 0.0f) + (g.w == 0.0f);
+  }
+  for (std::int64_t i = r.end4 + threadIdx.x; i < r.end; i += kThreads)
+    n += !may_be_written(f, r.begin, i) || t.grad[i] == 0.0f;
+  for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+  if ((threadIdx.x & 31) == 0 && n > 0) atomicAdd(count, static_cast<unsigned long long>(n));
 }
 
 __global__ void __launch_bounds__(1024) sum_kernel(const double* partial, std::int64_t n, double* out) {
@@ -236,6 +259,12 @@ void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int
   }
   sumsq_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, partial);
   sum_kernel<<<1, 1024, 0, stream>>>(partial, num_chunks, sumsq);
+}
+
+void count_grad_zeros(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks,
+                      unsigned long long* count, cudaStream_t stream) {
+  cudaMemsetAsync(count, 0, sizeof(unsigned long long), stream);
+  if (num_chunks > 0) zeros_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, count);
 }
 
 AdamWStepScalars adamw_step_scalars(float lr, float beta1, float beta2, float eps, int step, float weight_decay) {

@@ -8,6 +8,7 @@
 #include "dlm/train/cuda_model.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -19,6 +20,7 @@
 
 #include "cuda_model_impl.h"
 #include "master_split.h"
+#include "moe_kernels.h"
 #include "dlm/common/error.h"
 
 namespace dlm::train {
@@ -40,8 +42,19 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     : impl_(std::make_unique<Impl>(options)) {
   auto& I = *impl_;
   config.validate();
-  if (config.num_experts > 0)
-    fail("CudaModel: mixture-of-experts layers are not in the CUDA backend yet (train MoE models with --device cpu)");
+  if (config.num_experts > 0) {
+    if (config.num_experts > cuda::kMaxRouterExperts || config.moe_router_topk > 32)
+      fail(fmt::format("CudaModel: {} experts, top-{} (the GPU router takes at most {} experts and top-32)",
+                       config.num_experts, config.moe_router_topk, cuda::kMaxRouterExperts));
+    if (config.moe_ffn_hidden_size % 8 != 0) fail("CudaModel: moe_ffn_hidden_size must be a multiple of 8");
+    if (config.moe_shared_expert_intermediate_size % 8 != 0)
+      fail("CudaModel: moe_shared_expert_intermediate_size must be a multiple of 8");
+    if (options.fp8.enabled)
+      fail("CudaModel: FP8 training of MoE models is not supported yet (train MoE models in bf16: drop --fp8-format)");
+    if (config.moe_expert_capacity_factor > 0)
+      fail(fmt::format("CudaModel: moe_expert_capacity_factor {}: the GPU router is dropless (token dropping runs on "
+                       "--device cpu)", config.moe_expert_capacity_factor));
+  }
   if (options.deferred_embedding_steps < 1)
     fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
   if (!device_available()) fail("CudaModel: no CUDA device");
@@ -86,20 +99,38 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
   I.out = I.cfg.tie_word_embeddings ? I.emb : P.find("output_layer.weight");
   for (int l = I.first_layer; l < I.first_layer + I.layers; ++l) {
     const std::string n = fmt::format("decoder.layers.{}.", l);
-    I.lp.push_back({P.find(n + "self_attention.linear_qkv.layer_norm_weight"),
-                    P.find(n + "self_attention.linear_qkv.weight"), P.find(n + "self_attention.q_layernorm.weight"),
-                    P.find(n + "self_attention.k_layernorm.weight"), P.find(n + "self_attention.linear_proj.weight"),
-                    P.find(n + "mlp.linear_fc1.layer_norm_weight"), P.find(n + "mlp.linear_fc1.weight"),
-                    P.find(n + "mlp.linear_fc2.weight")});
+    LayerParams L{P.find(n + "self_attention.linear_qkv.layer_norm_weight"),
+                  P.find(n + "self_attention.linear_qkv.weight"), P.find(n + "self_attention.q_layernorm.weight"),
+                  P.find(n + "self_attention.k_layernorm.weight"), P.find(n + "self_attention.linear_proj.weight"),
+                  P.find(n + "mlp.linear_fc1.layer_norm_weight"), P.find(n + "mlp.linear_fc1.weight"),
+                  P.find(n + "mlp.linear_fc2.weight")};
+    if (I.cfg.is_moe_layer(l)) {
+      L.ln2 = P.find_or_fail(n + "pre_mlp_layernorm.weight");
+      L.router = P.find_or_fail(n + "mlp.router.weight");
+      L.experts_fc1 = P.find_or_fail(n + "mlp.experts.linear_fc1.weight");
+      L.experts_fc2 = P.find_or_fail(n + "mlp.experts.linear_fc2.weight");
+      L.fc1 = P.find(n + "mlp.shared_experts.linear_fc1.weight");  // -1 without a shared expert
+      L.fc2 = P.find(n + "mlp.shared_experts.linear_fc2.weight");
+    }
+    I.lp.push_back(L);
   }
+  // The experts' gradients are added into (moe_accumulate_experts), so zero_grad clears them.
   I.fresh.gemm_written.assign(P.specs.size(), 0);
   for (const auto& L : I.lp)
-    for (int t : {L.qkv, L.proj, L.fc1, L.fc2}) I.fresh.gemm_written[static_cast<std::size_t>(t)] = 1;
+    for (int t : {L.qkv, L.proj, L.fc1, L.fc2, L.router})
+      if (t >= 0) I.fresh.gemm_written[static_cast<std::size_t>(t)] = 1;
   if (I.post && I.out != I.emb) I.fresh.gemm_written[static_cast<std::size_t>(I.out)] = 1;
   I.fresh.fresh.assign(P.specs.size(), 0);
   I.build_zero_runs();
   I.gemm = std::make_unique<Gemm>(!options.deterministic);
+  if (options.fp8.enabled) {
+    options.fp8.validate(I.cfg.num_layers, layout.pp);
+    std::vector<std::array<int, Fp8Linears::kLinears>> linears;
+    for (const auto& L : I.lp) linears.push_back({L.qkv, L.proj, L.fc1, L.fc2});
+    I.fp8 = std::make_unique<Fp8Linears>(options.fp8, I.params, linears, I.first_layer, I.cfg.num_layers, I.stream);
+  }
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
+  if (I.cfg.num_experts > 0) I.grouped = std::make_unique<GroupedGemm>();
   I.attention = std::make_unique<Attention>(
       options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
       options.deterministic);
@@ -129,7 +160,9 @@ CudaModel::~CudaModel() {
   I.tables.release();
   I.params.arena.release();
   I.gemm.reset();
+  I.fp8.reset();
   I.swiglu_gemm.reset();
+  I.grouped.reset();
   I.attention.reset();
   if (I.stream && I.owns_stream) cudaStreamDestroy(I.stream);
 }
@@ -150,7 +183,7 @@ std::string CudaModel::profile_report() { return impl_->timer.report(); }
 std::size_t CudaModel::device_bytes() const {
   const auto& I = *impl_;
   return I.params.arena.bytes() + I.tables.bytes() + I.deferred.arena.bytes() + I.acts.arena.bytes() +
-         I.inputs.arena.bytes() + I.attention->workspace_bytes();
+         I.inputs.arena.bytes() + I.moe.bytes() + I.attention->workspace_bytes() + (I.fp8 ? I.fp8->device_bytes() : 0);
 }
 void CudaModel::set_recompute_layers(bool full) {
   auto& I = *impl_;
@@ -167,6 +200,7 @@ void CudaModel::synchronize() const { check_cuda(cudaStreamSynchronize(impl_->st
 void CudaModel::init(std::uint64_t seed) {
   auto& I = *impl_;
   I.settle_embedding();
+  I.before_state_write();
   // Tensor t of model_tensors() draws from counter stream t over its global shape; a shard copies its pieces
   // out of the whole tensor, drawn in a scratch buffer. With optimizer shards each local tensor is made whole
   // in a second scratch buffer, so its bf16 copy comes from all of it, then the range keeps its part.
@@ -207,6 +241,7 @@ void CudaModel::init(std::uint64_t seed) {
   }
   for (float* buffer : {global, local})
     if (buffer) check_cuda(cudaFreeAsync(buffer, I.stream), "init");
+  I.weights_changed();
   synchronize();
 }
 
@@ -216,11 +251,13 @@ void CudaModel::import_parameter(std::string_view name, std::span<const float> v
   if (static_cast<std::int64_t>(values.size()) != I.params.numel(p))
     fail(fmt::format("CudaModel: '{}' has {} elements, got {}", name, I.params.numel(p), values.size()));
   I.settle_embedding();
+  I.before_state_write();
   float* scratch = nullptr;  // the whole tensor in fp32, split into the halves
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch), std::max<std::size_t>(values.size(), 1) * 4, I.stream),
              "import");
   check_cuda(cudaMemcpyAsync(scratch, values.data(), values.size() * 4, cudaMemcpyHostToDevice, I.stream), "import");
   I.params.set_weights(p, scratch);
+  I.weights_changed();
   check_cuda(cudaFreeAsync(scratch, I.stream), "import");
   synchronize();
 }
@@ -236,6 +273,17 @@ std::vector<std::vector<float>> CudaModel::export_parameters() {
 }
 
 void CudaModel::release_host_buffers() { impl_->params.release_pinned(); }
+
+void CudaModel::reserve_state_copy() { impl_->state_copy.reserve(impl_->params); }
+void CudaModel::begin_state_copy(bool moments) {
+  auto& I = *impl_;
+  I.settle_embedding();
+  I.state_copy.enqueue(I.params, I.stream, moments);
+}
+void CudaModel::finish_state_copy() const { impl_->state_copy.wait(); }
+std::span<const float> CudaModel::copied_parameter(int p) const { return impl_->state_copy.master(p); }
+std::span<const float> CudaModel::copied_exp_avg(int p) const { return impl_->state_copy.exp_avg(p); }
+std::span<const float> CudaModel::copied_exp_avg_sq(int p) const { return impl_->state_copy.exp_avg_sq(p); }
 
 std::vector<float> CudaModel::export_gradient(std::string_view name) const {
   const int p = impl_->params.find_or_fail(name);
@@ -261,6 +309,10 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   const QkvShape qs{static_cast<int>(T), heads, groups, cfg.kv_channels, cfg.qk_layernorm, 0};
   const std::int64_t partial = std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs));
   acts.allocate(layout, batch, seq, partial, stream);
+  if (cfg.num_experts > 0)
+    moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
+                  cfg.moe_shared_expert_intermediate_size, grouped->fp32_output()},
+                 T);
 }
 
 }  // namespace dlm::train

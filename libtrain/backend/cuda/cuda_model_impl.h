@@ -6,10 +6,13 @@
 //   inputs     MicroBatchInputs (micro_inputs.h): the micro-batches' columns and their pinned staging
 //   graphs     ForwardGraphCache (forward_graphs.h): the samplers' captured forwards
 //   kv         KvStores (kv_store.h): the samplers' block KV cache
+//   state_copy StateCopy (state_copy.h): the checkpoint state's pinned host copy, and the copies in flight
+//   moe        MoeBuffers (moe_layer.h): the MoE layers' routing, expert activations and work buffers
 // and, here, what the rank runs (its widths, layers and ends), the stream, the GEMM and attention engines.
 // Files: cuda_model.cpp (construction, parameters by name), cuda_model_stage.cpp (a step's stages and their
 // collectives), micro_inputs.cpp (uploads), cuda_model_optimizer.cpp (the norm, AdamW, the optimizer state's
-// import/export), cuda_sparse_embedding.cpp (the deferred rows), cuda_model_sampling.cpp (the samplers' forward).
+// import/export), cuda_sparse_embedding.cpp (the deferred rows), cuda_model_sampling.cpp (the samplers' forward),
+// cuda_model_moe.cpp (the MoE layers' MLP).
 #pragma once
 
 #include <cstdint>
@@ -24,13 +27,17 @@
 #include "dlm/train/cuda_memory_plan.h"
 #include "dlm/train/cuda_model.h"
 #include "forward_graphs.h"
+#include "fp8_linear.h"
 #include "gemm.h"
 #include "grad_freshness.h"
+#include "grouped_gemm.h"
 #include "kernels.h"
 #include "kv_store.h"
 #include "micro_inputs.h"
+#include "moe_layer.h"
 #include "parameter_store.h"
 #include "phase_timer.h"
+#include "state_copy.h"
 #include "swiglu_gemm.h"
 
 namespace dlm::train {
@@ -38,9 +45,12 @@ namespace dlm::train {
 using namespace dlm::train::cuda;
 
 namespace cuda_detail {
-// The parameters of one layer: indices into ParameterStore's tensors.
+// The parameters of one layer: indices into ParameterStore's tensors. An MoE layer has a router and experts, and
+// fc1 and fc2 are its shared expert's (-1 without one); a dense layer has fc1 and fc2 (the others -1).
 struct LayerParams {
   int ln1, qkv, qn, kn, proj, ln2, fc1, fc2;
+  int router = -1, experts_fc1 = -1, experts_fc2 = -1;
+  bool moe() const { return router >= 0; }
 };
 }  // namespace cuda_detail
 
@@ -64,6 +74,8 @@ struct CudaModel::Impl {
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<SwigluBackwardGemm> swiglu_gemm;  // the fc2 data GEMM with SwiGLU's backward fused
   std::unique_ptr<Attention> attention;
+  std::unique_ptr<Fp8Linears> fp8;  // CudaOptions::fp8 enabled: the FP8 linear layers (fp8_linear.h)
+  std::unique_ptr<GroupedGemm> grouped;  // the MoE experts' GEMMs (null without MoE layers)
   float *rope_cos = nullptr, *rope_sin = nullptr;  // [max_position_embeddings + 1, kv_channels / 2]
   DeviceArena tables;                              // the RoPE tables'
   ParameterStore params;
@@ -73,6 +85,8 @@ struct CudaModel::Impl {
   MicroBatchInputs inputs;
   ForwardGraphCache graphs;
   KvStores kv;
+  StateCopy state_copy;
+  MoeBuffers moe;
 
   int d() const { return cfg.hidden_size; }
   // Local widths (the whole model's when tp == 1).
@@ -88,9 +102,16 @@ struct CudaModel::Impl {
   void free_acts() {
     graphs.clear();  // they hold activation pointers
     acts.release();
+    moe.release();
     inputs.release();
   }
-  std::vector<LayerActs>& slot_acts(int s) { return acts.slot(s, layers); }
+  std::vector<LayerActs>& slot_acts(int s) {
+    auto& la = acts.slot(s, layers);
+    for (int l = 0; l < layers; ++l)
+      if (lp[static_cast<std::size_t>(l)].moe() && !la[static_cast<std::size_t>(l)].moe)
+        la[static_cast<std::size_t>(l)].moe = moe.layer(s, l);
+    return la;
+  }
   MicroInputs& input_set(int k) { return inputs.set(k, acts.layout.inputs); }
 
   // The gradients' freshness (grad_freshness.h) on this model's buffers and stream.
@@ -100,7 +121,13 @@ struct CudaModel::Impl {
   void build_zero_runs() { fresh.build_zero_runs(params, deferred.on ? emb : -1); }
   // The tensor list to the device, the sparse embedding's rows flagged in it (adamw.cu skips or defers the rest).
   void upload_adam_list(double weight_decay);
+  // The bf16 weights changed (init, import, the optimizer): the FP8 copies are cast again before the next forward.
+  void weights_changed() {
+    if (fp8) fp8->mark_weights_changed();
+  }
 
+  // Before anything enqueued writes the weights or the moments: after a checkpoint's copies of them (state_copy.h).
+  void before_state_write() { state_copy.order_writes(stream); }
   // The deferred embedding rows (cuda_sparse_embedding.cpp).
   bool rows_deferred() const { return deferred.deferred(params.steps); }
   AdamWTensor embedding_rows() const;
@@ -115,8 +142,9 @@ struct CudaModel::Impl {
   // every row: the head packs its rows and one GPU holds the layer's whole width (recomputing, the rerun packs its
   // inputs into dgu, which must hold two rows of d per row: ffn >= hidden).
   int loss_rows_mlp(const MicroInputs& in) const {
+    // An MoE last layer routes every row (its router losses are over all of them).
     const bool on = post && layers > 0 && in.head_packed && in.head_count > 0 && tp == 1 &&
-                    (!acts.recompute || ffn() >= d());
+                    (!acts.recompute || ffn() >= d()) && !lp.back().moe();
     return on ? in.head_count : 0;
   }
   // Device collectives of the tensor group on the model's stream (no-ops when tp == 1). Under SP, gather
@@ -143,7 +171,13 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, Uploa
 // cuda_model_stage.cpp: the forward of one micro-batch's layers (the samplers' forward as well).
 // With `kv` (the samplers' block KV cache, kv_store.h): a storing forward keeps each layer's K and V in kv->store; a
 // window forward runs kv->rows() rows (the activations' first rows) and attends over the store.
-void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr);
+// `fp8`: the linear layers in FP8 where CudaOptions::fp8 chooses (the training stages; the samplers' stay bf16).
+void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr,
+                     bool fp8 = false);
+// cuda_model_moe.cpp: layer l's MoE MLP from A.h2 (`tokens` rows) into the shared tmp (under `recompute`, the
+// backward's rerun, only up to the experts' SwiGLU), and its backward from dres16_full into dh.
+void enqueue_moe_forward(CudaModel::Impl& I, LayerActs& A, int l, int tokens, bool recompute);
+void enqueue_moe_backward(CudaModel::Impl& I, const MicroInputs& in, LayerActs& A, int l);
 
 inline std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
   std::vector<float> out(static_cast<std::size_t>(n));

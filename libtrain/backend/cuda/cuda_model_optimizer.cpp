@@ -27,6 +27,7 @@ namespace {
 // Every optimizer pass starts here: gradients still fresh after zero_grad are cleared, the tensor list (with
 // the decay AdamW applies; the norm ignores it) uploaded, the profiler's phase clock started.
 void begin_pass(CudaModel::Impl& I, double weight_decay) {
+  I.before_state_write();
   I.settle_grads();
   I.upload_adam_list(weight_decay);
   I.timer.start(I.stream);
@@ -46,6 +47,7 @@ void enqueue_adamw(CudaModel::Impl& I, const AdamWOptions& o, double lr, double 
                    static_cast<float>(lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
                    static_cast<float>(o.eps), ++I.params.steps, I.stream);
   I.timer.mark("adamw", I.stream);
+  I.weights_changed();
 }
 // Ends the pass (phases, launch errors) and, when `read`, waits for the sum of squares and returns it.
 double end_pass(CudaModel::Impl& I, const char* what, bool read) {
@@ -74,6 +76,18 @@ void CudaModel::set_grad_sumsq(double sumsq) {
 }
 
 double CudaModel::grad_norm() { return std::sqrt(grad_sumsq()); }
+
+std::int64_t CudaModel::grad_zeros() {
+  auto& I = *impl_;
+  begin_pass(I, 0.0);
+  cuda::count_grad_zeros(I.params.adam_dev, I.params.norm_chunks, I.params.num_norm_chunks, I.params.zeros, I.stream);
+  I.timer.mark("grad zeros", I.stream);
+  end_pass(I, "grad zeros", false);
+  unsigned long long zeros = 0;
+  check_cuda(cudaMemcpyAsync(&zeros, I.params.zeros, sizeof zeros, cudaMemcpyDeviceToHost, I.stream), "zeros");
+  check_cuda(cudaStreamSynchronize(I.stream), "zeros");
+  return static_cast<std::int64_t>(zeros);
+}
 
 void CudaModel::apply_adamw(const AdamWOptions& o, double lr, double max_norm) {
   auto& I = *impl_;
@@ -118,6 +132,7 @@ void CudaModel::import_moments(std::string_view name, std::span<const float> exp
                      exp_avg_sq.size(), I.params.numel(p)));
   const auto part = I.params.moment_part(p);
   if (part.numel == 0) return;
+  I.before_state_write();
   const auto bytes = static_cast<std::size_t>(part.numel) * 4;
   check_cuda(cudaMemcpyAsync(I.params.m + part.in_moments, exp_avg.data() + part.in_tensor, bytes,
                              cudaMemcpyHostToDevice, I.stream),
@@ -160,23 +175,27 @@ void CudaModel::master_weights_written() {
   auto& I = *impl_;
   if (I.params.sharded()) fail("CudaModel: master_weights_written() needs whole master weights (with optimizer shards, "
                         "share_updated_weights() publishes them)");
+  I.before_state_write();
   for (std::size_t i = 0; i < I.params.specs.size(); ++i)
     if (I.params.norm_offset[i] >= 0)
       cuda::join_master(I.params.w16 + I.params.offset[i], I.params.w_lo + I.params.offset[i],
                         I.params.norms32 + I.params.norm_offset[i], I.params.numel(static_cast<int>(i)), I.stream);
   check_cuda(cudaGetLastError(), "join_master");
+  I.weights_changed();
   synchronize();
 }
 
 void CudaModel::share_updated_weights(DeviceGroup& data) {
   auto& I = *impl_;
   if (!I.params.sharded()) return;
+  I.before_state_write();
   if (data.size() != I.shard.optimizer_shards || data.rank() != I.shard.optimizer_rank)
     fail(fmt::format("CudaModel: optimizer shard {} of {}, but the data-parallel group has rank {} of {}",
                      I.shard.optimizer_rank, I.shard.optimizer_shards, data.rank(), data.size()));
   // AdamW wrote the upper halves (the bf16 weights) of exactly the range it updated: gather the ranges in place.
   data.all_gather(I.params.w16 + I.params.opt_first, I.params.w16, static_cast<std::size_t>(I.params.opt_numel),
                   DeviceElement::kBF16, I.stream);
+  I.weights_changed();
   // The norms' fp32 copies: each rank's norms_owned holds the elements it owns over zeros, and the group's sum
   // gives every rank the owners' values exactly (x + 0 = x).
   if (I.params.norm_total == 0) return;

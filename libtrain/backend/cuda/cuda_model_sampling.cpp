@@ -24,6 +24,7 @@ KvStore& store_for(CudaModel::Impl& I, int name, std::int64_t batch, std::int64_
   store->batch = batch, store->seq = seq, store->serial = ++I.kv.serial;
   const std::int64_t n = batch * seq * I.groups * I.cfg.kv_channels;
   for (int l = 0; l < I.layers; ++l) store->k.push_back(store->arena.alloc<bf16>(n)), store->v.push_back(store->arena.alloc<bf16>(n));
+  store->first = store->arena.alloc<int>(1);
   slot = std::move(store);
   return *slot;
 }
@@ -100,6 +101,9 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     const std::vector<float> weights(ids.size(), 0.0f);
     if (I.acts.T < b.batch * width) I.ensure_acts(b.batch, b.seq);  // the store's shape holds every window of it
     upload_micro_batch(I, 0, {b.batch, width, false, ids, labels, positions, weights}, Upload::kWindow);
+    store.first_host = static_cast<int>(first);
+    check_cuda(cudaMemcpyAsync(store.first, &store.first_host, sizeof(int), cudaMemcpyHostToDevice, I.stream),
+               "window column");
     pass = {&store, static_cast<int>(first), static_cast<int>(width)};
   } else {
     upload_micro_batch(I, 0, b, Upload::kSampling);
@@ -119,26 +123,29 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     // are decoded, later ones are not yet eligible), and the head is the largest GEMM of a short sequence.
     const std::int64_t head = window.end - window.first, rows_in = b.batch * head, skip = window.first - first;
     const bool all = head == width;
+    if (!all) {
+      // The greedy window's rows of every sequence, by index on the device (head_rows is free in a forward-only
+      // pass), so that a captured forward holds no column position.
+      std::vector<int> rows(static_cast<std::size_t>(rows_in));
+      for (std::int64_t r = 0; r < b.batch; ++r)
+        for (std::int64_t j = 0; j < head; ++j)
+          rows[static_cast<std::size_t>(r * head + j)] = static_cast<int>(r * width + skip + j);
+      check_cuda(cudaMemcpyAsync(in.head_rows, rows.data(), rows.size() * sizeof(int), cudaMemcpyHostToDevice, st),
+                 "greedy rows");
+    }
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
-    // head run as one CUDA graph, so ~300 launches cost one.
-    const ForwardGraphCache::Shape shape{b.batch,
-                                         b.seq,
-                                         b.causal,
-                                         window.first,
-                                         window.end,
-                                         static_cast<int>(kv.mode),
-                                         pass.store ? pass.store->serial : 0,
-                                         first,
-                                         first + width};
-    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled(), st, [&] {
+    // head run as one CUDA graph, so ~300 launches cost one. The graph holds no column position (a window reads its
+    // first column on the device, KvStore::first; the greedy rows are gathered by index), so one serves every block:
+    // the exact sampler's and the storing forwards, and the dual cache's windows (one width). MoE layers wait on the
+    // host (moe_layer.h): eager.
+    const ForwardGraphCache::Shape shape{b.batch, b.seq, b.causal, head, static_cast<int>(kv.mode),
+                                         pass.store ? pass.store->serial : 0, width};
+    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled() || I.cfg.num_experts > 0, st, [&] {
       enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;
       if (!all) {
-        // The greedy window's rows of every sequence, packed (tmp is free once the forward has run).
-        const auto row = [&](std::int64_t columns) { return static_cast<std::size_t>(columns * d) * sizeof(bf16); };
-        check_cuda(cudaMemcpy2DAsync(w.tmp, row(head), w.hf + skip * d, row(width), row(head),
-                                     static_cast<std::size_t>(b.batch), cudaMemcpyDeviceToDevice, st),
-                   "greedy rows");
+        // Packed into tmp, which is free once the forward has run.
+        cuda::gather_rows(w.hf, in.head_rows, static_cast<int>(rows_in), d, w.tmp, st);
         head_in = w.tmp;
       }
       for (std::int64_t c0 = 0; c0 < rows_in; c0 += chunk) {
@@ -148,8 +155,10 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
         cuda::greedy_tokens(w.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0,
                             st);
       }
+      I.timer.mark("greedy head", st);
       check_cuda(cudaGetLastError(), "greedy");
     });
+    I.timer.finish();  // with CudaOptions::profile: this forward's phases (run eagerly) into profile_report()
     // [batch, seq] out, the greedy window's columns filled, 0 elsewhere.
     const std::int64_t all_columns = b.batch * b.seq;
     greedy->assign(static_cast<std::size_t>(all_columns), 0);

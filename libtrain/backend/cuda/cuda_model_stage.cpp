@@ -1,6 +1,7 @@
 // A training step of CudaModel as pipeline-stage calls, with the tensor-parallel collectives where
 // Megatron puts them (cuda_model.h). Everything is enqueued on the model's stream; the only host waits are
-// take_loss() and the uploads, which run before a step's first collective.
+// take_loss() and the uploads, which run before a step's first collective, and one in each MoE layer's forward
+// (moe_layer.h: the grouped GEMMs' sizes), which waits for the work enqueued before it.
 //
 // Per layer, with Ts of the T token rows on this rank (Ts = T / TP under SP, else T):
 //   h1 = gather(RMSNorm(res1))            [Ts, d] -> [T, d]   (SP: all-gather; else nothing)
@@ -43,8 +44,10 @@ float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.params.G(p) : nullptr;
 // run wrote, bit for bit: the residual sum was rounded to bf16 before the first run normalised it.
 // `kv` (the samplers' block KV cache): a storing forward also copies the layer's K and V into the store; a window
 // forward runs the window's rows only (the whole model: Ts = T) and attends over the store (window_attention).
+// `fp8`: the linear layers in FP8 where Fp8Linears::use says so (fp8_linear.h), the input casts fused into the
+// norms and SwiGLU where those write the GEMM's whole input (no SP gather between).
 void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, const bf16* previous, bool recompute,
-                           const KvPass* kv = nullptr) {
+                           bool fp8, const KvPass* kv = nullptr) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
@@ -61,12 +64,21 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     if (!recompute) I.timer.mark(phase, st);
   };
   const auto& P = I.lp[static_cast<std::size_t>(l)];
+  Fp8Linears* f8 = fp8 ? I.fp8.get() : nullptr;
+  const bool f8_attention = f8 && f8->use(l, T);
+  Fp8Out h1_cast{};
+  if (f8_attention && !I.sp) h1_cast = f8->producer_out(l, Fp8Linears::kQkv, st);
   bf16* h1 = I.sp ? w.hloc : A.h1;
-  if (previous) rmsnorm_forward(previous, w.tmp, A.res1, ps.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
-  else rmsnorm_forward(A.res1, nullptr, nullptr, ps.F(P.ln1), h1, A.rstd1, Ts, d, eps, st);
+  if (previous) rmsnorm_forward(previous, w.tmp, A.res1, ps.F(P.ln1), h1, A.rstd1, Ts, d, eps, st, h1_cast.slot ? &h1_cast : nullptr);
+  else rmsnorm_forward(A.res1, nullptr, nullptr, ps.F(P.ln1), h1, A.rstd1, Ts, d, eps, st, h1_cast.slot ? &h1_cast : nullptr);
   I.gather(h1, A.h1);
   mark("rmsnorm fwd");
-  gm.run(false, true, T, qkv, d, A.h1, d, ps.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+  if (f8_attention) {
+    f8->cast_input(l, Fp8Linears::kQkv, A.h1, T, h1_cast.slot != nullptr, st);
+    f8->forward(gm, l, Fp8Linears::kQkv, T, A.qkv_raw, st);
+  } else {
+    gm.run(false, true, T, qkv, d, A.h1, d, ps.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
+  }
   mark("gemm qkv fwd");
   qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                        I.rope_sin, st);
@@ -74,17 +86,25 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   if (window) {
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
-                                  I.cfg.kv_channels, kv->first, kv->width};
-    window_attention(ws, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)], kvs.v[static_cast<std::size_t>(l)],
-                     A.att, st);
+                                  I.cfg.kv_channels, kv->width};
+    window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
+                     kvs.v[static_cast<std::size_t>(l)], A.att, st);
+    mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
-    if (kv)
+    mark("attention fwd");
+    if (kv) {
       kv_store(A.qkv_rot, A.qkv_raw, T, I.heads, I.groups, I.cfg.kv_channels, kv->store->k[static_cast<std::size_t>(l)],
                kv->store->v[static_cast<std::size_t>(l)], st);
+      mark("kv store");
+    }
   }
-  mark("attention fwd");
-  gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
+  if (f8_attention) {
+    f8->cast_input(l, Fp8Linears::kProj, A.att, T, false, st);
+    f8->forward(gm, l, Fp8Linears::kProj, T, w.tmp_full, st);
+  } else {
+    gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
+  }
   I.scatter_sum(w.tmp_full, w.tmp);
   mark("gemm proj fwd");
   // The last layer's MLP on the loss rows (Impl::loss_rows_mlp): its residual input and attention output packed
@@ -103,23 +123,43 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     gather_rows(w.tmp, in.head_rows, packed, d, into_block_out, st);
     residual = into_residual, block_out = into_block_out;
   }
+  const bool f8_mlp = f8 && !P.moe() && f8->use(l, rows);
+  Fp8Out h2_cast{}, act_cast{};
+  if (f8_mlp && !I.sp) h2_cast = f8->producer_out(l, Fp8Linears::kFc1, st);
   bf16* h2 = I.sp ? w.hloc : A.h2;
-  rmsnorm_forward(residual, block_out, A.res2, ps.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st);
+  rmsnorm_forward(residual, block_out, A.res2, ps.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st,
+                  h2_cast.slot ? &h2_cast : nullptr);
   I.gather(h2, A.h2);
   mark("rmsnorm fwd");
-  gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
+  if (P.moe()) {  // no tensor parallelism, no packed rows: rows == T; marks its own phases
+    enqueue_moe_forward(I, A, l, T, recompute);
+    if (recompute) I.timer.mark("recompute", st);
+    return;
+  }
+  if (f8_mlp) {
+    f8->cast_input(l, Fp8Linears::kFc1, A.h2, rows, h2_cast.slot != nullptr, st);
+    f8->forward(gm, l, Fp8Linears::kFc1, rows, A.gu, st);
+  } else {
+    gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
+  }
   mark("gemm fc1 fwd");
-  swiglu_forward(A.gu, A.act, rows, F, st);
+  if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
+  swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
-  gm.run(false, true, rows, d, F, A.act, F, ps.W(P.fc2), F, w.tmp_full, false, d, 0, st, family);
+  if (f8_mlp) {
+    f8->cast_input(l, Fp8Linears::kFc2, A.act, rows, true, st);
+    f8->forward(gm, l, Fp8Linears::kFc2, rows, w.tmp_full, st);
+  } else {
+    gm.run(false, true, rows, d, F, A.act, F, ps.W(P.fc2), F, w.tmp_full, false, d, 0, st, family);
+  }
   I.scatter_sum(w.tmp_full, w.tmp);
   mark("gemm fc2 fwd");
 }
 
 }  // namespace
 
-void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv) {
+void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv, bool fp8) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
@@ -129,6 +169,11 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
+  fp8 = fp8 && I.fp8;
+  if (fp8) {
+    I.fp8->begin_forward(I.params, I.acts.T, st);
+    mark("fp8 scales + weight casts");
+  }
   if (I.pre) {
     // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
     // embedding, under SP straight into the rank's token rows.
@@ -139,7 +184,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
     mark("embedding fwd");
   }
   for (int l = 0; l < I.layers; ++l)
-    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false, kv);
+    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false, fp8, kv);
   const bf16* last = la.back().res2;
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.
@@ -233,30 +278,44 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
   const AttentionShape as = attention_shape(I, in.causal);
   const QkvShape qs = qkv_shape(I, as);
   auto& gm = *I.gemm;
+  Fp8Linears* f8 = I.fp8.get();
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   for (int l = I.layers - 1; l >= 0; --l) {
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = la[static_cast<std::size_t>(l)];
-    if (I.acts.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true);
+    if (I.acts.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true, true);
     // The last layer's MLP on the loss rows (as its forward ran): `rows` packed rows, then back to every row.
     const int packed = l == I.layers - 1 ? I.loss_rows_mlp(in) : 0;
     const int rows = packed ? packed : T;
     const Gemm::RowFamily by_m{Gemm::RowFamily::kM, T}, by_k{Gemm::RowFamily::kK, T};
     const Gemm::RowFamily *fam_m = packed ? &by_m : nullptr, *fam_k = packed ? &by_k : nullptr;
     I.gather(w.dres16, w.dres16_full);
-    gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
-    if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
-      mark("gemm fc2 bwd + swiglu bwd");
-    } else {
-      gm.run(false, false, rows, F, d, w.dres16_full, d, ps.W(P.fc2), F, w.dact, false, F, 0, st, fam_m);
+    const bool f8_mlp = f8 && !P.moe() && f8->use(l, rows), f8_attention = f8 && f8->use(l, T);
+    if (P.moe()) {
+      enqueue_moe_backward(I, in, A, l);  // marks its own phases
+    } else if (f8_mlp) {
+      f8->backward(gm, l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
       mark("gemm fc2 bwd");
       swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
       mark("swiglu bwd");
+      f8->backward(gm, l, Fp8Linears::kFc1, rows, w.dgu, A.h2, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
+      I.scatter_sum(w.dh_full, w.dh);
+      mark("gemm fc1 bwd");
+    } else {
+      gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
+      if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
+        mark("gemm fc2 bwd + swiglu bwd");
+      } else {
+        gm.run(false, false, rows, F, d, w.dres16_full, d, ps.W(P.fc2), F, w.dact, false, F, 0, st, fam_m);
+        mark("gemm fc2 bwd");
+        swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
+        mark("swiglu bwd");
+      }
+      gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
+      gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
+      I.scatter_sum(w.dh_full, w.dh);
+      mark("gemm fc1 bwd");
     }
-    gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
-    gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
-    I.scatter_sum(w.dh_full, w.dh);
-    mark("gemm fc1 bwd");
     rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
                      d, st);
     if (packed) {
@@ -268,16 +327,24 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     }
     mark("rmsnorm bwd");
     I.gather(w.dres16, w.dres16_full);
-    gm.run(true, false, d, qd, T, w.dres16_full, d, A.att, qd, ps.G(P.proj), true, qd, I.grad_beta(P.proj), st);
-    gm.run(false, false, T, qd, d, w.dres16_full, d, ps.W(P.proj), qd, w.datt, false, qd, 0, st);
+    if (f8_attention) {
+      f8->backward(gm, l, Fp8Linears::kProj, T, w.dres16_full, A.att, ps.G(P.proj), I.grad_beta(P.proj), w.datt, st);
+    } else {
+      gm.run(true, false, d, qd, T, w.dres16_full, d, A.att, qd, ps.G(P.proj), true, qd, I.grad_beta(P.proj), st);
+      gm.run(false, false, T, qd, d, w.dres16_full, d, ps.W(P.proj), qd, w.datt, false, qd, 0, st);
+    }
     mark("gemm proj bwd");
     I.attention->backward(as, A.qkv_rot, A.qkv_raw, A.att, w.datt, A.lse, w.delta, w.dqkv_rot, w.dqkv, st);
     mark("attention bwd");
     qk_norm_rope_backward(qs, w.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                           I.rope_sin, w.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), w.partial, st);
     mark("qk-norm+rope bwd");
-    gm.run(true, false, qkv, d, T, w.dqkv, qkv, A.h1, d, ps.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
-    gm.run(false, false, T, d, qkv, w.dqkv, qkv, ps.W(P.qkv), d, w.dh_full, false, d, 0, st);
+    if (f8_attention) {
+      f8->backward(gm, l, Fp8Linears::kQkv, T, w.dqkv, A.h1, ps.G(P.qkv), I.grad_beta(P.qkv), w.dh_full, st);
+    } else {
+      gm.run(true, false, qkv, d, T, w.dqkv, qkv, A.h1, d, ps.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
+      gm.run(false, false, T, d, qkv, w.dqkv, qkv, ps.W(P.qkv), d, w.dh_full, false, d, 0, st);
+    }
     I.scatter_sum(w.dh_full, w.dh);
     mark("gemm qkv bwd");
     rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st);
@@ -315,7 +382,7 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
   auto& I = *impl_;
   const MicroInputs& in = I.inputs.uploaded(k);
   if (I.post) I.acts.use_head(slot);
-  enqueue_forward(I, in, I.slot_acts(slot));
+  enqueue_forward(I, in, I.slot_acts(slot), nullptr, true);
   if (!I.post) return;
   if (!training) enqueue_head(I, in, false);
 }

@@ -22,6 +22,7 @@ AdamWTensor CudaModel::Impl::embedding_rows() const {
 
 void CudaModel::Impl::catch_up_rows(const int* ids, int tokens) {
   if (!rows_deferred()) return;
+  before_state_write();
   cuda::mark_rows(ids, tokens, deferred.needed, stream);
   cuda::adamw_catch_up(embedding_rows(), deferred.needed, params.steps, deferred.history, deferred.history_steps,
                        stream);
@@ -30,6 +31,7 @@ void CudaModel::Impl::catch_up_rows(const int* ids, int tokens) {
 
 void CudaModel::Impl::settle_embedding() {
   if (!rows_deferred()) return;
+  before_state_write();
   cuda::adamw_catch_up(embedding_rows(), nullptr, params.steps, deferred.history, deferred.history_steps, stream);
   check_cuda(cudaGetLastError(), "embedding catch-up");
   deferred.settled = params.steps;

@@ -24,7 +24,7 @@ namespace dlm::train {
 namespace {
 
 CudaBatch cuda_batch(const ModelBatch& b) {
-  return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights};
+  return {b.batch, b.seq, b.causal, b.input_ids, b.labels, b.position_ids, b.weights, b.router_loss_weight};
 }
 
 // CudaModel's stage calls as the pipeline schedule drives them. With `reducer`, the chunk's last backward of
@@ -205,6 +205,16 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       for (auto& c : chunks_) c->set_grad_sumsq(sumsq);
     return std::sqrt(sumsq);
   }
+  // The chunks' counts summed as grad_norm() sums their squares (doubles: exact below 2^53).
+  std::int64_t grad_zeros() override {
+    double zeros = 0;
+    for (auto& c : chunks_) zeros += static_cast<double>(c->grad_zeros());
+    if (parallel_.host) {
+      sum_over_model(std::span<double>(&zeros, 1));
+      if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&zeros, 1));
+    }
+    return static_cast<std::int64_t>(zeros);
+  }
   void step(const AdamWOptions& options, double lr, double max_norm) override {
     options_ = options;
     for (auto& c : chunks_) c->apply_adamw(options, lr, max_norm);
@@ -238,6 +248,18 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
         }
       }
     return state;
+  }
+  std::int64_t optimizer_steps() const override { return first().optimizer_steps(); }
+  // The chunks' StateCopy (state_copy.h); with optimizer shards none (whole tensors need sum_shards).
+  std::unique_ptr<DeviceSnapshot> begin_snapshot() override {
+    if (sharded()) return nullptr;
+    const bool moments = first().optimizer_steps() > 0;
+    for (auto& c : chunks_) c->begin_state_copy(moments);
+    return std::make_unique<Snapshot>(chunks_, moments);
+  }
+  void reserve_snapshot() override {
+    if (!sharded())
+      for (auto& c : chunks_) c->reserve_state_copy();
   }
   void load_optimizer_state(const AdamW& state) override {
     options_ = state.options();
@@ -277,6 +299,33 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   }
 
  private:
+  class Snapshot final : public DeviceSnapshot {
+   public:
+    Snapshot(const std::vector<std::unique_ptr<CudaModel>>& chunks, bool moments)
+        : chunks_(chunks), moments_(moments) {}
+    void finish(std::vector<ParamRef>& params, std::vector<std::span<const float>>& exp_avg,
+                std::vector<std::span<const float>>& exp_avg_sq) override {
+      for (const auto& c : chunks_) {
+        c->finish_state_copy();
+        const auto& specs = c->tensors();
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+          const int p = static_cast<int>(i);
+          const std::span<const float> values = c->copied_parameter(p);
+          // The writer only reads them (ParamRef's value is mutable for the optimizers' sake).
+          params.push_back({specs[i].name, {const_cast<float*>(values.data()), values.size()}, {},
+                            !specs[i].is_norm, specs[i].global_shape, specs[i].saved});
+          if (!moments_) continue;
+          exp_avg.push_back(c->copied_exp_avg(p));
+          exp_avg_sq.push_back(c->copied_exp_avg_sq(p));
+        }
+      }
+    }
+
+   private:
+    const std::vector<std::unique_ptr<CudaModel>>& chunks_;
+    bool moments_;
+  };
+
   CudaModel& first() const { return *chunks_.front(); }
   std::vector<DeviceSpan> per_chunk(CudaModel::Span (CudaModel::*buffer)() const) const {
     std::vector<DeviceSpan> out;

@@ -19,15 +19,15 @@ namespace dlm::train::cuda {
 
 class ForwardGraphCache {
  public:
-  // The batch, the columns whose rows reach the output layer, and the KV cache's use (CudaModel's KvCacheUse: its
-  // mode, the store's serial, the window's columns).
+  // The batch, how many columns of a row reach the output layer (not where: their rows are gathered by index on the
+  // device), and the KV cache's use (CudaModel's KvCacheUse: its mode, the store's serial, the columns run).
   struct Shape {
     std::int64_t batch, seq;
     bool causal;
-    std::int64_t first, end;
+    std::int64_t head;
     int kv_mode;
     std::uint64_t kv_store;
-    std::int64_t kv_first, kv_end;
+    std::int64_t kv_width;
     bool operator==(const Shape&) const = default;
   };
   // off: CudaOptions::cuda_graphs false.

@@ -1,5 +1,6 @@
 #include "gemm.h"
 
+#include <cstdint>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -19,20 +20,32 @@ void check_lt(cublasStatus_t status, const char* what) {
 struct Gemm::Descriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  Descriptors(bool trans_a, bool trans_b, int m, int n, int k, int lda, int ldb, bool c_f32, int ldc) {
+  explicit Descriptors(const Key& key) {
+    const bool trans_a = std::get<kKeyTransA>(key), trans_b = std::get<kKeyTransB>(key), c_f32 = std::get<kKeyF32>(key);
+    const int m = std::get<kKeyM>(key), n = std::get<kKeyN>(key), k = std::get<kKeyK>(key);
+    const auto type_a = static_cast<cudaDataType_t>(std::get<kKeyTypeA>(key)),
+               type_b = static_cast<cudaDataType_t>(std::get<kKeyTypeB>(key));
     check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
     const cublasOperation_t first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof(first));
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second));
+    if (type_a != CUDA_R_16BF) {
+      const std::int8_t fast = std::get<kKeyFastAccum>(key) ? 1 : 0;
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
+    }
     // Column-major views: B's memory is [n x k] (or [k x n] transposed), A's is [k x m] (or [m x k]).
-    check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_b ? k : n, trans_b ? n : k, ldb), "layout B");
-    check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? m : k, trans_a ? k : m, lda), "layout A");
-    check_lt(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, ldc), "layout C");
+    check_lt(cublasLtMatrixLayoutCreate(&la, type_b, trans_b ? k : n, trans_b ? n : k, std::get<kKeyLdb>(key)),
+             "layout B");
+    check_lt(cublasLtMatrixLayoutCreate(&lb, type_a, trans_a ? m : k, trans_a ? k : m, std::get<kKeyLda>(key)),
+             "layout A");
+    check_lt(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, std::get<kKeyLdc>(key)),
+             "layout C");
   }
-  explicit Descriptors(const Key& key)
-      : Descriptors(std::get<kKeyTransA>(key), std::get<kKeyTransB>(key), std::get<kKeyM>(key), std::get<kKeyN>(key),
-                    std::get<kKeyK>(key), std::get<kKeyLda>(key), std::get<kKeyLdb>(key), std::get<kKeyF32>(key),
-                    std::get<kKeyLdc>(key)) {}
+  // The FP8 operands' dequantization scales (cuBLASLt's A is the row-major B).
+  void scales(const float* a_scale_inv, const float* b_scale_inv) {
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv));
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv));
+  }
   ~Descriptors() {
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
@@ -42,6 +55,14 @@ struct Gemm::Descriptors {
   Descriptors(const Descriptors&) = delete;
   Descriptors& operator=(const Descriptors&) = delete;
 };
+
+namespace {
+
+constexpr int kBf16 = CUDA_R_16BF;
+
+int fp8_type(bool e5m2) { return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
+
+}  // namespace
 
 Gemm::Gemm(bool tune) : tune_(tune) {
   check_lt(cublasLtCreate(&handle_), "create");
@@ -97,7 +118,7 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Descriptors& g, const Key& key,
   return fit->second ? algo : cached(key);
 }
 
-void Gemm::tune(const Descriptors& g, const Key& key, const bf16* a, const bf16* b, void* c, cudaStream_t stream) {
+void Gemm::tune(const Descriptors& g, const Key& key, const void* a, const void* b, void* c, cudaStream_t stream) {
   tuned_.insert(key);
   const auto algos = heuristic(g, kTuneCandidates);
   if (algos.size() < 2) return;
@@ -114,13 +135,35 @@ void Gemm::tune(const Descriptors& g, const Key& key, const bf16* a, const bf16*
 
 void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda, const bf16* b, int ldb,
                void* c, bool c_f32, int ldc, float beta, cudaStream_t stream, const RowFamily* family) {
-  const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
   // beta is not part of the key: the heuristic does not see it, and a gradient GEMM must run the same algorithm
   // whether it overwrites (the first micro-batch after zero_grad) or adds.
-  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32};
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32, kBf16, kBf16, false};
+  launch(Descriptors(key), key, a, b, c, beta, stream, family);
+}
+
+bool Gemm::fp8_gemm_fits(int m, int n, int k, int lda, int ldb, int ldc) {
+  return m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0 && ldc % 16 == 0;
+}
+
+void Gemm::run_fp8(int m, int n, int k, const Fp8Operand& a, const Fp8Operand& b, void* c, bool c_f32, int ldc,
+                   float beta, bool fast_accum, cudaStream_t stream) {
+  if (!fp8_gemm_fits(m, n, k, a.ld, b.ld, ldc))
+    fail(fmt::format("FP8 GEMM: {}x{}x{} (lda {}, ldb {}, ldc {}) is not in multiples of 16", m, n, k, a.ld, b.ld, ldc));
+  if (a.e5m2 && b.e5m2) fail("FP8 GEMM: e5m2 x e5m2 has no cuBLASLt kernel (one operand must be e4m3)");
+  if (reinterpret_cast<std::uintptr_t>(a.scale_inv) % 16 != 0 || reinterpret_cast<std::uintptr_t>(b.scale_inv) % 16 != 0)
+    fail("FP8 GEMM: a scale pointer is not 16-byte aligned (cuBLASLt refuses it)");
+  const Key key{false, true, m, n, k, a.ld, b.ld, ldc, c_f32, fp8_type(a.e5m2), fp8_type(b.e5m2), fast_accum};
+  Descriptors g(key);
+  g.scales(a.scale_inv, b.scale_inv);
+  launch(g, key, a.data, b.data, c, beta, stream, nullptr);
+}
+
+void Gemm::launch(const Descriptors& g, const Key& key, const void* a, const void* b, void* c, float beta,
+                  cudaStream_t stream, const RowFamily* family) {
   // Tuning times the call's own GEMM into C, which only a beta-0 call may do; the head's row families keep the
   // heuristic's choice (their largest shape is not this call's).
-  if (tune_ && !family && beta == 0.0f && 2.0 * m * n * k >= kTuneFlops && !tuned_.count(key)) {
+  const double flops = 2.0 * std::get<kKeyM>(key) * std::get<kKeyN>(key) * std::get<kKeyK>(key);
+  if (tune_ && !family && beta == 0.0f && flops >= kTuneFlops && !tuned_.count(key)) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     check_cuda(cudaStreamIsCapturing(stream, &capture), "capture status");
     if (capture == cudaStreamCaptureStatusNone) tune(g, key, a, b, c, stream);
@@ -135,12 +178,13 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, i
 std::vector<double> Gemm::time_candidates(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, int lda,
                                           const bf16* b, int ldb, void* c, bool c_f32, int ldc, float beta, int count,
                                           int repeats, cudaStream_t stream) {
-  const Descriptors g(trans_a, trans_b, m, n, k, lda, ldb, c_f32, ldc);
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32, kBf16, kBf16, false};
+  const Descriptors g(key);
   return time_algorithms(g, heuristic(g, count), a, b, c, beta, repeats, stream);
 }
 
 std::vector<double> Gemm::time_algorithms(const Descriptors& g, const std::vector<cublasLtMatmulAlgo_t>& algos,
-                                          const bf16* a, const bf16* b, void* c, float beta, int repeats,
+                                          const void* a, const void* b, void* c, float beta, int repeats,
                                           cudaStream_t stream) {
   std::vector<double> ms;
   cudaEvent_t start = nullptr, stop = nullptr;

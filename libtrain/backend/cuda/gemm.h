@@ -7,6 +7,9 @@
 // the fastest is kept, because the heuristic's first is not the fastest at some of the training step's shapes
 // (benchmarks/train/gemm_bench times them). Timing picks by the clock, so a run may pick another algorithm than
 // the last (rounding differs); untuned (CudaOptions::deterministic) keeps the heuristic's first.
+// FP8 (run_fp8): e4m3 or e5m2 operands (not both e5m2) with per-tensor dequantization scales, fp32 accumulation,
+// bf16 or fp32 output. Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
+// operands K-contiguous, and 16-byte-aligned leading dimensions: fp8_gemm_fits says which shapes qualify.
 #pragma once
 
 #include <cublasLt.h>
@@ -49,19 +52,40 @@ class Gemm {
                                       const bf16* b, int ldb, void* c, bool c_f32, int ldc, float beta, int count,
                                       int repeats, cudaStream_t stream);
 
+  // One FP8 operand: its values (row-major, K contiguous), format and dequantization scale (device pointer to one
+  // float, the Fp8Slot's scale_inv: read when the GEMM runs, so a cast enqueued before it may write it).
+  struct Fp8Operand {
+    const void* data;
+    int ld;
+    bool e5m2;
+    const float* scale_inv;
+  };
+  // C[m, n] = (a.scale_inv * b.scale_inv) A[m, k] B[n, k]^T + beta C, tuned as run() is. fast_accum: Hopper's
+  // faster FP8 accumulation (partial sums kept at lower precision: Transformer Engine's choice for the forward;
+  // the backward's GEMMs take the full one).
+  void run_fp8(int m, int n, int k, const Fp8Operand& a, const Fp8Operand& b, void* c, bool c_f32, int ldc, float beta,
+               bool fast_accum, cudaStream_t stream);
+  // Whether cuBLASLt's FP8 GEMM takes the shape on Hopper: m, n, k and the leading dimensions multiples of 16.
+  static bool fp8_gemm_fits(int m, int n, int k, int lda, int ldb, int ldc);
+
  private:
-  // A GEMM's shape: trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32 (fields named by the enum).
-  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
-  enum KeyField { kKeyTransA, kKeyTransB, kKeyM, kKeyN, kKeyK, kKeyLda, kKeyLdb, kKeyLdc, kKeyF32 };
+  // A GEMM's shape: trans_a, trans_b, m, n, k, lda, ldb, ldc, c_f32, the operands' types (cudaDataType of A and
+  // of B) and FP8's fast accumulation (fields named by the enum).
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, int, int, bool>;
+  enum KeyField { kKeyTransA, kKeyTransB, kKeyM, kKeyN, kKeyK, kKeyLda, kKeyLdb, kKeyLdc, kKeyF32, kKeyTypeA,
+                  kKeyTypeB, kKeyFastAccum };
   struct Descriptors;
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Descriptors& g, int count);
   // The heuristic's first algorithm for the shape, asked once (or the tuned one).
   const cublasLtMatmulAlgo_t& cached(const Key& key);
   // Times the heuristic's first candidates for `key` on the call's operands and caches the fastest.
-  void tune(const Descriptors& g, const Key& key, const bf16* a, const bf16* b, void* c, cudaStream_t stream);
+  void tune(const Descriptors& g, const Key& key, const void* a, const void* b, void* c, cudaStream_t stream);
+  // The tuning rule (see the header's comment) and the call, shared by run() and run_fp8().
+  void launch(const Descriptors& g, const Key& key, const void* a, const void* b, void* c, float beta,
+              cudaStream_t stream, const RowFamily* family);
   // Milliseconds per call of each algorithm over `repeats` calls after one warm-up; -1 where one refuses.
   std::vector<double> time_algorithms(const Descriptors& g, const std::vector<cublasLtMatmulAlgo_t>& algos,
-                                      const bf16* a, const bf16* b, void* c, float beta, int repeats,
+                                      const void* a, const void* b, void* c, float beta, int repeats,
                                       cudaStream_t stream);
   // run()'s algorithm: the shape's own, or its family's where cuBLASLt accepts that for the shape.
   const cublasLtMatmulAlgo_t& algo_for(const Descriptors& g, const Key& key, const RowFamily* family);

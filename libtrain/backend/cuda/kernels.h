@@ -15,6 +15,7 @@
 namespace dlm::train::cuda {
 
 using bf16 = __nv_bfloat16;
+struct Fp8Out;  // fp8_cast.h: a cast fused into a producer of a GEMM operand
 
 // The current device's multiprocessor count: grids sized as blocks a multiprocessor (tuned on the H100's 132)
 // fill any GPU in one wave.
@@ -23,8 +24,9 @@ int multiprocessors();
 // rmsnorm.cu: fused residual add + RMSNorm.
 //   forward: s = x + add (add may be null: s = x); y = s * rstd * w, rstd = 1 / sqrt(mean(s^2) + eps).
 //   s_out receives s (may alias x when add is null it is not written).
+//   fp8 (may be null): y is also cast to FP8 (fp8_cast.h, Fp8Out).
 void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd,
-                     int rows, int dim, float eps, cudaStream_t stream);
+                     int rows, int dim, float eps, cudaStream_t stream, const Fp8Out* fp8 = nullptr);
 //   backward: with g = dy * w and xh = s * rstd, ds = rstd * (g - xh * mean(g * xh));
 //   dres = bf16(dres + ds) when `accumulate`, else bf16(ds) (dres is not read): the residual stream's gradient,
 //   carried in bf16 as Megatron carries it (the sum in fp32, rounded once per norm), and the next GEMMs' input;
@@ -65,7 +67,9 @@ void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv,
 std::int64_t qk_norm_partial_floats(const QkvShape& s);
 
 // swiglu.cu: gu = [gate | up] per row (the fc1 layout), h = silu(gate) * up.
-void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream);
+//   fp8 (may be null): h is also cast to FP8 (fp8_cast.h, Fp8Out).
+void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream,
+                    const Fp8Out* fp8 = nullptr);
 //   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream);
 
@@ -172,6 +176,10 @@ std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors_host, int count)
 // `partial` holds num_chunks doubles.
 void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
                 double* sumsq, cudaStream_t stream);
+// The exact zeros of every gradient in `chunks` into *count (elements of an AdamWTensor's unflagged rows count as
+// zeros: they hold zeros, unread).
+void count_grad_zeros(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks,
+                      unsigned long long* count, cudaStream_t stream);
 // One step; grads are scaled by min(1, max_norm / (sqrt(sumsq) + 1e-6)) on the fly (max_norm <= 0: 1).
 void adamw_step(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, const double* sumsq,
                 double max_norm, float lr, float beta1, float beta2, float eps, int step, cudaStream_t stream);
@@ -196,15 +204,17 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // [tokens, groups, head_dim]. window_attention: the window's queries (rows b * width + j of qkv_rot, columns first + j
 // of sequence b) over every column of their sequence: the window's own K, V inside [first, first + width), the
 // store's ([batch, seq, groups, head_dim]) elsewhere; bidirectional, unmasked, o [batch * width, heads * head_dim].
-// head_dim in {16, 32, 64, 128}.
+// `first` is in device memory, read by the kernel: a captured launch serves a window of its width at every position.
+// head_dim in {16, 32, 64, 128}. query_warps: the queries of a block in warps of 16 (4, 2 or 1; 0 chooses from the
+// shape and the GPU, as CudaModel calls it; tests name each).
 struct WindowAttentionShape {
   int batch, seq, heads, groups, head_dim;
-  int first, width;
+  int width;
 };
 void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
               bf16* v, cudaStream_t stream);
-void window_attention(const WindowAttentionShape& s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                      const bf16* v_store, bf16* out, cudaStream_t stream);
+void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
+                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps = 0);
 
 // rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0
 // (every row r < rows written). bf16 rows of dim elements, dim % 8 == 0.

@@ -7,23 +7,26 @@
 //     of that row, with K[c] = the window's own (computed in this pass) for c inside the window and the store's
 //     otherwise (V alike); bidirectional, no mask (CudaModel runs each padding group without its pad columns), GQA
 //     (head h reads group h / (heads / groups)):
-//       s_c = q . K[c] / sqrt(d),  o = sum_c e^(s_c - m) V[c] / sum_c e^(s_c - m),  m = max_c s_c,
-//     in fp32, the max and the sum carried online over tiles of keys (rescaled by e^(m_old - m_new) as a tile
-//     raises the max). One block per (query tile, head, row), a warp per query; each tile of keys and values is
-//     staged in shared memory once for the block's queries. Plain CUDA cores, no tensor cores: a window step's
-//     attention is small beside its GEMMs.
+//       s_c = q . K[c] / sqrt(d),  o = sum_c e^(s_c - m) V[c] / sum_c e^(s_c - m),  m = max_c s_c.
+//     FlashAttention-2's arithmetic (attention.cu's forward): bf16 tensor cores, fp32 scores, max and sum, the
+//     probabilities rounded to bf16 for P V. A window is short (a block of 32 columns over a sequence of a few
+//     hundred) and a step runs it once per layer, so the kernel is laid out for latency: a block of 4 warps takes
+//     16 x QW queries of one (row, head), its warps split the keys KW = 4 / QW ways (each warp a 64 / KW-key slice
+//     of every 64-key tile), tiles are staged by cp.async two deep (the next one loads while this one is
+//     multiplied), and the warps' partial (m, l, o) are merged in shared memory at the end. QW is the largest of
+//     4, 2, 1 that still gives every multiprocessor a block; a window of one batch row gets QW = 1, its keys split
+//     four ways.
 #include <algorithm>
 #include <cfloat>
 
 #include "common.cuh"
 #include "kernels.h"
+#include "mma.cuh"
 
 namespace dlm::train::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kQueries = kThreads / 32;  // a warp per query
-constexpr int kKeys = 64;                // keys per staged tile: two per lane in the score pass
+constexpr int kThreads = 256;  // kv_store
 
 __global__ void __launch_bounds__(kThreads)
     kv_store_kernel(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim,
@@ -42,80 +45,178 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// D: head_dim; each lane owns dims lane, lane + 32, ... of the output (kDims of them).
+constexpr int kWarps = 4, kWindowThreads = 32 * kWarps;
+constexpr int kTile = 64;  // keys staged per round
+
+// 16 bytes global -> shared without passing through registers; zeros when !valid (then src is not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+// Shared memory of a block: two staged tiles of K and V (rows of D + 8, the stride attention.cu's fragments read
+// without bank conflicts), reused at the end for each warp's partial o [16][D], m [16] and l [16].
 template <int D>
-__global__ void __launch_bounds__(kThreads)
-    window_attention_kernel(WindowAttentionShape s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                            const bf16* v_store, bf16* out) {
-  constexpr int kDims = D < 32 ? 1 : D / 32;
-  constexpr int kStride = D + 2;  // K rows padded: (D + 2) / 2 words is odd, so a lane per key hits its own bank
-  __shared__ __nv_bfloat162 ks[kKeys * kStride / 2];
-  __shared__ __nv_bfloat162 vs[kKeys * D / 2];
-  __shared__ float qs[kQueries][D];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int b = blockIdx.z, h = blockIdx.y, per = s.heads / s.groups, g = h / per;
-  const int j = blockIdx.x * kQueries + warp;  // the warp's query: column first + j
-  const bool live = j < s.width;
-  const std::int64_t row = static_cast<std::int64_t>(s.heads + 2 * s.groups) * D;
-  const std::int64_t window_row0 = static_cast<std::int64_t>(b) * s.width;  // the window's rows of sequence b
-  const float scale = rsqrtf(static_cast<float>(D));
-  if (live)
-    for (int d = lane; d < D; d += 32)
-      qs[warp][d] = __bfloat162float(qkv_rot[(window_row0 + j) * row + h * D + d]) * scale;
-  float m = -FLT_MAX, l = 0.0f, o[kDims];
-  for (int i = 0; i < kDims; ++i) o[i] = 0.0f;
-  for (int c0 = 0; c0 < s.seq; c0 += kKeys) {
-    const int n = min(kKeys, s.seq - c0);
-    __syncthreads();  // the previous tile is read (and, first time, qs written)
-    for (int e = threadIdx.x; e < n * (D / 2); e += kThreads) {
-      const int key = e / (D / 2), pair = e % (D / 2), c = c0 + key;
-      const bool own = c >= s.first && c < s.first + s.width;
-      const std::int64_t at = window_row0 + c - s.first;
-      const bf16* kp = own ? qkv_rot + at * row + (s.heads + g) * D
-                           : k_store + ((static_cast<std::int64_t>(b) * s.seq + c) * s.groups + g) * D;
-      const bf16* vp = own ? qkv_raw + at * row + (g * (per + 2) + per + 1) * D
-                           : v_store + ((static_cast<std::int64_t>(b) * s.seq + c) * s.groups + g) * D;
-      ks[key * (kStride / 2) + pair] = reinterpret_cast<const __nv_bfloat162*>(kp)[pair];
-      vs[key * (D / 2) + pair] = reinterpret_cast<const __nv_bfloat162*>(vp)[pair];
-    }
-    __syncthreads();
-    if (!live) continue;
-    // Scores: lane owns keys lane and lane + 32 of the tile (-inf past its end).
-    float sc[2];
-    for (int half = 0; half < 2; ++half) {
-      const int key = lane + 32 * half;
-      float acc = -FLT_MAX;
-      if (key < n) {
-        acc = 0.0f;
-        const __nv_bfloat162* kr = ks + key * (kStride / 2);
-        for (int p = 0; p < D / 2; ++p) {
-          const float2 kf = __bfloat1622float2(kr[p]);
-          acc += qs[warp][2 * p] * kf.x + qs[warp][2 * p + 1] * kf.y;
-        }
+constexpr std::size_t window_smem_bytes() {
+  const std::size_t tiles = std::size_t{2} * 2 * kTile * (D + 8) * sizeof(bf16);
+  const std::size_t merge = std::size_t{kWarps} * 16 * ((D + 2) + 2) * sizeof(float);  // o rows, then m and l
+  return tiles > merge ? tiles : merge;
+}
+
+// D: head_dim; KW: the ways a block's keys are split (4 / KW warps of 16 queries each).
+template <int D, int KW>
+__global__ void __launch_bounds__(kWindowThreads)
+    window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
+                            const bf16* k_store, const bf16* v_store, bf16* out, float scale2) {
+  constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, c = lane % 4;
+  const int h = blockIdx.y, b = blockIdx.z, per = s.heads / s.groups, g = h / per;
+  const int qi = warp / KW, ks = warp % KW;  // the warp's 16 queries and its slice of each tile's keys
+  const std::int64_t ld = static_cast<std::int64_t>(s.heads + 2 * s.groups) * D;  // a QKV row, either layout
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * s.width;              // sequence b's first window row
+  const int block_j = blockIdx.x * 16 * QW, j0 = block_j + qi * 16;                  // window columns
+  const bool busy = j0 < s.width;
+  const int first = *first_at;
+  // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
+  // past the sequence.
+  const auto stage = [&](int c0, int buf) {
+    bf16* sk = staged + buf * 2 * kTile * ST;
+    bf16* sv = sk + kTile * ST;
+    for (int i = threadIdx.x; i < kTile * CH; i += kWindowThreads) {
+      const int r = i / CH, part = (i % CH) * 8, col = c0 + r;
+      const bool live = col < s.seq, own = col >= first && col < first + s.width;
+      const bf16 *kp, *vp;
+      if (own) {
+        const std::int64_t at = (row0 + col - first) * ld;
+        kp = qkv_rot + at + static_cast<std::int64_t>(s.heads + g) * D;
+        vp = qkv_raw + at + static_cast<std::int64_t>(g * (per + 2) + per + 1) * D;
+      } else {
+        const std::int64_t at = ((static_cast<std::int64_t>(b) * s.seq + (live ? col : 0)) * s.groups + g) * D;
+        kp = k_store + at, vp = v_store + at;
       }
-      sc[half] = acc;
+      cp_async16(sk + r * ST + part, kp + part, live);
+      cp_async16(sv + r * ST + part, vp + part, live);
     }
-    const float m_new = fmaxf(m, warp_max(fmaxf(sc[0], sc[1])));
-    const float correction = __expf(m - m_new);
-    const float p0 = lane < n ? __expf(sc[0] - m_new) : 0.0f, p1 = lane + 32 < n ? __expf(sc[1] - m_new) : 0.0f;
-    l = l * correction + warp_sum(p0 + p1);
-    for (int i = 0; i < kDims; ++i) o[i] *= correction;
-    const bf16* vt = reinterpret_cast<const bf16*>(vs);
-    for (int key = 0; key < n; ++key) {
-      const float p = __shfl_sync(0xffffffffu, key < 32 ? p0 : p1, key & 31);
-      for (int i = 0; i < kDims; ++i) {
-        const int d = lane + 32 * i;
-        if (d < D) o[i] += p * __bfloat162float(vt[key * D + d]);
-      }
+    cp_async_commit();
+  };
+  const int tiles = (s.seq + kTile - 1) / kTile;
+  stage(0, 0);
+  // The warp's queries as A fragments, straight from the window's rows (past the window: its last row, computed
+  // and never written).
+  std::uint32_t qf[D / 16][4];
+  {
+    const bf16* lo = qkv_rot + (row0 + min(j0 + gr, s.width - 1)) * ld + static_cast<std::int64_t>(h) * D;
+    const bf16* hi = qkv_rot + (row0 + min(j0 + gr + 8, s.width - 1)) * ld + static_cast<std::int64_t>(h) * D;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      qf[kc][0] = ld32(lo + kc * 16 + 2 * c);
+      qf[kc][1] = ld32(hi + kc * 16 + 2 * c);
+      qf[kc][2] = ld32(lo + kc * 16 + 8 + 2 * c);
+      qf[kc][3] = ld32(hi + kc * 16 + 8 + 2 * c);
     }
-    m = m_new;
   }
-  if (!live) return;
-  bf16* dst = out + (window_row0 + j) * static_cast<std::int64_t>(s.heads) * D + h * D;
-  for (int i = 0; i < kDims; ++i) {
-    const int d = lane + 32 * i;
-    if (d < D) dst[d] = __float2bfloat16(o[i] / l);
+  float acc[D / 8][4] = {};
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
+  for (int t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) stage((t + 1) * kTile, (t + 1) & 1);
+    else cp_async_commit();  // an empty group: tile t is then always the second newest
+    cp_async_wait<1>();
+    __syncthreads();  // tile t is in shared memory for every warp
+    if (busy) {
+      const bf16* sk = staged + (t & 1) * 2 * kTile * ST + ks * BW * ST;  // the warp's slice
+      const bf16* sv = sk + kTile * ST;
+      const int k0 = t * kTile + ks * BW;
+      float sc[BW / 8][4];
+      tile_scores<BW, D>(sc, qf, sk, ST, gr, c);
+#pragma unroll
+      for (int nt = 0; nt < BW / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          sc[nt][i] = k0 + nt * 8 + 2 * c + (i & 1) >= s.seq ? -INFINITY : sc[nt][i] * scale2;
+      online_softmax<BW, D>(sc, m, l, acc);
+      accumulate_pv<BW, D>(acc, sc, sv, ST, gr, c);
+    }
+    __syncthreads();  // every warp is done with buffer t & 1 before stage() refills it
   }
+  cp_async_wait<0>();  // the trailing empty group
+  // Each warp's (m, l, o) of its rows, then per query the merge over the KW warps that share it:
+  //   M = max_w m_w,  o = sum_w e^(m_w - M) o_w / sum_w e^(m_w - M) l_w.
+  // A warp whose slices held no key has m = -FLT_MAX, l = 0, o = 0 and weighs nothing.
+  float* const po = reinterpret_cast<float*>(smem);  // [warp][16][D + 2]
+  float* const pm = po + kWarps * 16 * (D + 2);      // [warp][16]
+  float* const pl = pm + kWarps * 16;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int q = warp * 16 + gr + 8 * r;
+    if (c == 0) pm[q] = m[r], pl[q] = l[r];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(po + q * (D + 2) + nt * 8 + 2 * c) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < QW * 16 * (D / 2); i += kWindowThreads) {
+    const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
+    if (j >= s.width) continue;
+    const int w0 = (q / 16) * KW, rr = q % 16;  // the query's first warp and its row there
+    float top = -FLT_MAX;
+#pragma unroll
+    for (int k = 0; k < KW; ++k) top = fmaxf(top, pm[(w0 + k) * 16 + rr]);
+    float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      const int q_at = (w0 + k) * 16 + rr;
+      const float e = exp2f(pm[q_at] - top);
+      sum += e * pl[q_at];
+      const float2 o = *reinterpret_cast<const float2*>(po + q_at * (D + 2) + d);
+      o0 += e * o.x, o1 += e * o.y;
+    }
+    const float inv = 1.0f / sum;
+    *reinterpret_cast<std::uint32_t*>(out + (row0 + j) * s.heads * D + static_cast<std::int64_t>(h) * D + d) =
+        pack(o0 * inv, o1 * inv);
+  }
+}
+
+template <int D, int KW>
+void launch_window(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
+                   const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
+  constexpr std::size_t smem = window_smem_bytes<D>();
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(window_attention_kernel<D, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "window attention: shared memory limit");
+  const int queries = 16 * (kWarps / KW);
+  const dim3 grid((s.width + queries - 1) / queries, s.heads, s.batch);
+  const float scale2 = kLog2e / sqrtf(static_cast<float>(D));
+  window_attention_kernel<D, KW>
+      <<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, scale2);
+}
+
+template <int D>
+void window_d(const WindowAttentionShape& s, int query_warps, const int* first, const bf16* qkv_rot,
+              const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
+  switch (query_warps) {
+    case 4: return launch_window<D, 1>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 2: return launch_window<D, 2>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    default: return launch_window<D, 4>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+  }
+}
+
+// The largest query tile (in warps of 16) that still gives every multiprocessor a block.
+int window_query_warps(const WindowAttentionShape& s) {
+  const std::int64_t tiles = (s.width + 15) / 16, row_heads = static_cast<std::int64_t>(s.batch) * s.heads;
+  for (int qw : {4, 2})
+    if (qw <= tiles && row_heads * ((tiles + qw - 1) / qw) >= multiprocessors()) return qw;
+  return 1;
 }
 
 }  // namespace
@@ -128,16 +229,15 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
   kv_store_kernel<<<blocks, kThreads, 0, stream>>>(qkv_rot, qkv_raw, tokens, heads, groups, head_dim, k, v);
 }
 
-void window_attention(const WindowAttentionShape& s, const bf16* qkv_rot, const bf16* qkv_raw, const bf16* k_store,
-                      const bf16* v_store, bf16* out, cudaStream_t stream) {
+void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
+                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps) {
   if (s.batch <= 0 || s.width <= 0) return;
-  const dim3 grid((s.width + kQueries - 1) / kQueries, s.heads, s.batch);
+  const int qw = query_warps > 0 ? query_warps : window_query_warps(s);
   switch (s.head_dim) {
-    case 16: return window_attention_kernel<16><<<grid, kThreads, 0, stream>>>(s, qkv_rot, qkv_raw, k_store, v_store, out);
-    case 32: return window_attention_kernel<32><<<grid, kThreads, 0, stream>>>(s, qkv_rot, qkv_raw, k_store, v_store, out);
-    case 64: return window_attention_kernel<64><<<grid, kThreads, 0, stream>>>(s, qkv_rot, qkv_raw, k_store, v_store, out);
-    case 128:
-      return window_attention_kernel<128><<<grid, kThreads, 0, stream>>>(s, qkv_rot, qkv_raw, k_store, v_store, out);
+    case 16: return window_d<16>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 32: return window_d<32>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 64: return window_d<64>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 128: return window_d<128>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
     default: return;  // the model refuses other head sizes (attention.cu's set) before it gets here
   }
 }

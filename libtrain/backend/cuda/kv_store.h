@@ -16,6 +16,11 @@ namespace dlm::train::cuda {
 struct KvStore {
   std::int64_t batch = 0, seq = 0;
   std::vector<bf16*> k, v;  // per layer
+  // The first column of the window a forward runs over the store, on the device (window_attention reads it there,
+  // so one captured window forward serves every position of its width) and the host value last copied there (the
+  // copy's source, alive as long as the store).
+  int* first = nullptr;
+  int first_host = 0;
   // Which allocation this is (never reused): a captured forward that read an older one's pointers never matches.
   std::uint64_t serial = 0;
   DeviceArena arena;

@@ -76,6 +76,7 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& b, Upload us
   }
   MicroInputs& in = I.input_set(k);
   in.causal = b.causal;
+  in.router_loss_weight = b.router_loss_weight;
   // The host's work first, the copies last: they go out of pinned memory together (UploadStaging).
   struct Column {
     void* dst;

@@ -28,6 +28,7 @@ struct MicroInputs {
   EmbeddingCombine* combine;
   int num_segments = 0, num_combine = 0, head_count = 0;
   bool causal = false, head_packed = false;
+  double router_loss_weight = 1.0;  // CudaBatch's: the MoE router losses' weight in the backward
 };
 
 struct MicroBatchInputs {

@@ -97,6 +97,7 @@ void ParameterStore::allocate(std::vector<ckpt::TensorShard> tensors, int optimi
                "norm chunks");
   norm_partial = arena.alloc<double>(num_chunks);
   sumsq = arena.alloc<double>(1);
+  zeros = arena.alloc<unsigned long long>(1);
 }
 
 int ParameterStore::find_or_fail(std::string_view name) const {

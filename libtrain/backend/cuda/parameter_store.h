@@ -44,13 +44,15 @@ struct ParameterStore {
   std::vector<std::int64_t> norm_offset;
   std::int64_t norm_total = 0;
   // The multi-tensor kernels' tensor list and its chunks (adamw.cu); norm_chunks: those of the tensors this rank
-  // counts in the gradient norm (the ones it saves). norm_partial and sumsq: the norm's partial and whole sums.
+  // counts in the gradient norm (the ones it saves). norm_partial and sumsq: the norm's partial and whole sums;
+  // zeros: the count of zero gradients over the same chunks.
   AdamWTensor* adam_dev = nullptr;
   AdamWChunk* adam_chunks = nullptr;
   int num_chunks = 0;
   AdamWChunk* norm_chunks = nullptr;
   int num_norm_chunks = 0;
   double *norm_partial = nullptr, *sumsq = nullptr;
+  unsigned long long* zeros = nullptr;
   int steps = 0;  // AdamW steps taken
   cudaStream_t stream = nullptr;
   DeviceArena arena;

@@ -4,11 +4,13 @@
 //   dres <- bf16(dres + ds): the residual gradient is bf16 (Megatron's choice): one buffer is both the sum and
 //   the next GEMMs' input, 8 bytes an element a norm moved instead of 14 for an fp32 sum with a bf16 copy.
 // The residual sum s is rounded to bf16 before it is normalised, so that the backward sees exactly what
-// the forward normalised. Weight gradients are summed per block into fixed columns of shared memory and
+// the forward normalised. The forward may cast y to FP8 as it writes it (Fp8Out, fp8_cast.h: the bf16-rounded y,
+// so the cast equals fp8_quantize of y) and max its amax into the slot. Weight gradients are summed per block into fixed columns of shared memory and
 // then over blocks in a fixed order: the result does not depend on scheduling (deterministic mode free).
 #include <algorithm>
 
 #include "common.cuh"
+#include "fp8_common.cuh"
 #include "kernels.h"
 
 namespace dlm::train::cuda {
@@ -19,7 +21,7 @@ constexpr int kThreads = 256;
 int max_blocks() { return 2 * multiprocessors(); }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf16* add, bf16* s_out, const float* w,
-                                                        bf16* y, float* rstd, int dim, float eps) {
+                                                        bf16* y, float* rstd, int dim, float eps, Fp8Out f8) {
   __shared__ float scratch[32];
   const std::int64_t row = blockIdx.x;
   const auto* xr = reinterpret_cast<const Bf16x8*>(x + row * dim);
@@ -46,19 +48,26 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf1
   if (threadIdx.x == 0) rstd[row] = r;
   const Bf16x8* src = ar ? sr : xr;
   auto* yr = reinterpret_cast<Bf16x8*>(y + row * dim);
+  float m = 0.0f;
   for (int v = threadIdx.x; v < vecs; v += kThreads) {
     float a[8];
     unpack8(src[v], a);
     for (int i = 0; i < 8; ++i) a[i] *= r * w[v * 8 + i];
-    yr[v] = pack8(a);
+    const Bf16x8 p = pack8(a);
+    yr[v] = p;
+    if (f8.slot) {
+      unpack8(p, a);
+      m = fmaxf(m, fused_fp8x8(a, f8, row * dim + v * 8));
+    }
   }
+  if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 // The forward with blockDim = dim / 8 (a multiple of 32, at most 1024): a thread's 8 elements stay in registers
 // between the sum of squares and the scaling, and no thread of the block is idle (the form above leaves half of
 // its 256 threads without a vector at dim 1024 and reads the row twice).
 __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf16* add, bf16* s_out, const float* w,
-                                                        bf16* y, float* rstd, int dim, float eps) {
+                                                        bf16* y, float* rstd, int dim, float eps, Fp8Out f8) {
   __shared__ float scratch[32];
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * dim;
   const int v = threadIdx.x;
@@ -80,7 +89,13 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
   const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
   for (int i = 0; i < 8; ++i) a[i] *= r * wv[i];
-  reinterpret_cast<Bf16x8*>(y + base)[v] = pack8(a);
+  const Bf16x8 p = pack8(a);
+  reinterpret_cast<Bf16x8*>(y + base)[v] = p;
+  if (f8.slot) {
+    unpack8(p, a);
+    warp_amax_commit(fused_fp8x8(a, f8, base + v * 8), f8.slot);
+    fused_fp8_scale_inv(f8);
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf16* s, const float* w,
@@ -309,10 +324,11 @@ int backward_blocks(int rows, int dim) {
 }  // namespace
 
 void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd, int rows,
-                     int dim, float eps, cudaStream_t stream) {
+                     int dim, float eps, cudaStream_t stream, const Fp8Out* fp8) {
+  const Fp8Out f8 = fp8 ? *fp8 : Fp8Out{};
   if (one_vector_a_thread(dim))
-    return rmsnorm_fwd_vec<<<rows, dim / 8, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps);
-  rmsnorm_fwd<<<rows, kThreads, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps);
+    return rmsnorm_fwd_vec<<<rows, dim / 8, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps, f8);
+  rmsnorm_fwd<<<rows, kThreads, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps, f8);
 }
 
 std::int64_t rmsnorm_partial_floats(int rows, int dim) { return std::int64_t{backward_blocks(rows, dim)} * dim; }

@@ -1,22 +1,32 @@
 // SwiGLU on the fc1 output, rows of [gate | up]:  h = silu(g) * u,  silu(g) = g * sig(g)
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
-// Eight columns a thread, 16-byte accesses; ffn % 8 == 0.
+// Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
+// fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot.
 #include "common.cuh"
+#include "fp8_common.cuh"
 #include "kernels.h"
 
 namespace dlm::train::cuda {
 namespace {
 
-__global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn) {
+__global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
-  const int per_row = ffn / 8;
-  const std::int64_t row = i / per_row, col = (i % per_row) * 8;
-  float g[8], u[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
-  unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
-  for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
-  *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = pack8(g);
+  float m = 0.0f;  // the FP8 cast's amax; every lane reaches the warp's commit below
+  if (i < vecs) {
+    const int per_row = ffn / 8;
+    const std::int64_t row = i / per_row, col = (i % per_row) * 8;
+    float g[8], u[8];
+    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
+    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
+    for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
+    const Bf16x8 p = pack8(g);
+    *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
+    if (f8.slot) {
+      unpack8(p, g);
+      m = fused_fp8x8(g, f8, row * ffn + col);
+    }
+  }
+  if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn) {
@@ -39,9 +49,10 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
 
 }  // namespace
 
-void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream) {
+void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream, const Fp8Out* fp8) {
   const std::int64_t vecs = rows * (ffn / 8);
-  swiglu_fwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(gu, h, vecs, ffn);
+  const Fp8Out f8 = fp8 ? *fp8 : Fp8Out{};
+  swiglu_fwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
 }
 
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream) {

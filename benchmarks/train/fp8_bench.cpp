@@ -1,0 +1,132 @@
+// FP8's pieces at the training step's shapes, each beside what it replaces: per linear layer of the 350M and the
+// MegaDLMs 1.7B (tokens = micro-batch x 2048), the forward, data-gradient and weight-gradient GEMMs in bf16
+// (Gemm::run, tuned) and in FP8 (Gemm::run_fp8: e4m3 x e4m3 forward with fast accumulation, e5m2 x e4m3 backward),
+// TFLOP/s and the ratio; then the casts' bandwidth (bytes read + written per second): amax, the row-major cast, the
+// transposed cast (both layouts, the backward's dy), and RMSNorm's forward with and without its fused cast.
+// usage: fp8_bench [REPS=20]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/fp8_cast.h"
+#include "backend/cuda/gemm.h"
+#include "kernel_bench.h"
+
+namespace {
+
+namespace cuda = dlm::train::cuda;
+using cuda::bf16;
+using cuda::fp8;
+
+struct Linear {
+  const char* name;
+  int n, k;  // W [n, k]
+};
+struct Model {
+  const char* name;
+  int tokens, hidden;
+  std::vector<Linear> linears;
+};
+
+double tflops(int m, int n, int k, double ms) { return 2.0 * m * n * k / (ms * 1e-3) / 1e12; }
+
+void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, int reps) {
+  const int T = model.tokens;
+  for (const Linear& l : model.linears) {
+    const std::size_t xs = std::size_t(T) * l.k, ws = std::size_t(l.n) * l.k, ys = std::size_t(T) * l.n;
+    bf16 *x = dlm::bench::device_alloc<bf16>(xs), *w = dlm::bench::device_alloc<bf16>(ws);
+    bf16 *y = dlm::bench::device_alloc<bf16>(ys), *dx = dlm::bench::device_alloc<bf16>(xs);
+    float* dw = dlm::bench::device_alloc<float>(ws);
+    fp8 *x8 = dlm::bench::device_alloc<fp8>(xs), *w8 = dlm::bench::device_alloc<fp8>(ws),
+        *wt8 = dlm::bench::device_alloc<fp8>(ws), *dy8 = dlm::bench::device_alloc<fp8>(ys),
+        *dyt8 = dlm::bench::device_alloc<fp8>(ys), *xt8 = dlm::bench::device_alloc<fp8>(xs);
+    dlm::bench::fill_random(x, xs), dlm::bench::fill_random(w, ws, 3), dlm::bench::fill_random(y, ys, 5);
+    const cuda::Fp8Cast e4m3{slots, false, false, 1.0f}, e5m2{slots + 1, true, false, 1.0f};
+    cuda::fp8_quantize(x, T, l.k, e4m3, x8, xt8, nullptr);
+    cuda::fp8_quantize(w, l.n, l.k, e4m3, w8, wt8, nullptr);
+    cuda::fp8_quantize(y, T, l.n, e5m2, dy8, dyt8, nullptr);
+    const float* si = &slots[0].scale_inv;
+    const float* gi = &slots[1].scale_inv;
+    const double bf_fwd = dlm::bench::time_ms(
+        [&] { gemm.run(false, true, T, l.n, l.k, x, l.k, w, l.k, y, false, l.n, 0.0f, nullptr); }, reps);
+    const double bf_dx = dlm::bench::time_ms(
+        [&] { gemm.run(false, false, T, l.k, l.n, y, l.n, w, l.k, dx, false, l.k, 0.0f, nullptr); }, reps);
+    const double bf_dw = dlm::bench::time_ms(
+        [&] { gemm.run(true, false, l.n, l.k, T, y, l.n, x, l.k, dw, true, l.k, 0.0f, nullptr); }, reps);
+    const double f8_fwd = dlm::bench::time_ms(
+        [&] { gemm.run_fp8(T, l.n, l.k, {x8, l.k, false, si}, {w8, l.k, false, si}, y, false, l.n, 0.0f, true, nullptr); },
+        reps);
+    const double f8_dx = dlm::bench::time_ms(
+        [&] { gemm.run_fp8(T, l.k, l.n, {dy8, l.n, true, gi}, {wt8, l.n, false, si}, dx, false, l.k, 0.0f, false, nullptr); },
+        reps);
+    const double f8_dw = dlm::bench::time_ms(
+        [&] { gemm.run_fp8(l.n, l.k, T, {dyt8, T, true, gi}, {xt8, T, false, si}, dw, true, l.k, 0.0f, false, nullptr); },
+        reps);
+    cuda::check_cuda(cudaGetLastError(), "GEMMs");
+    std::printf("%-13s %-5s %6d x %6d x %6d  TFLOP/s bf16 / FP8: forward %4.0f / %4.0f (%.2fx)  dX %4.0f / %4.0f "
+                "(%.2fx)  dW %4.0f / %4.0f (%.2fx)\n",
+                model.name, l.name, T, l.n, l.k, tflops(T, l.n, l.k, bf_fwd), tflops(T, l.n, l.k, f8_fwd),
+                bf_fwd / f8_fwd, tflops(T, l.k, l.n, bf_dx), tflops(T, l.k, l.n, f8_dx), bf_dx / f8_dx,
+                tflops(l.n, l.k, T, bf_dw), tflops(l.n, l.k, T, f8_dw), bf_dw / f8_dw);
+    // The casts of dy (the widest): bytes moved per second.
+    const double n = static_cast<double>(ys);
+    const double amax = dlm::bench::time_ms([&] { cuda::fp8_amax(y, static_cast<std::int64_t>(ys), slots + 1, nullptr); }, reps);
+    const double rows = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, nullptr, nullptr); }, reps);
+    const double both = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
+    std::printf("%-13s %-5s casts of dy [%d, %d]: amax %.0f GB/s, row-major %.0f GB/s, row-major + transposed %.0f GB/s "
+                "(%.3f ms)\n",
+                model.name, l.name, T, l.n, 2 * n / amax / 1e6, 3 * n / rows / 1e6, 4 * n / both / 1e6, both);
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y), static_cast<void*>(dx),
+                    static_cast<void*>(dw), static_cast<void*>(x8), static_cast<void*>(w8), static_cast<void*>(wt8),
+                    static_cast<void*>(dy8), static_cast<void*>(dyt8), static_cast<void*>(xt8)})
+      cudaFree(p);
+  }
+  // RMSNorm's forward alone and with the fused cast (delayed: the FP8 copy written too).
+  const std::size_t hs = std::size_t(T) * model.hidden;
+  bf16 *h = dlm::bench::device_alloc<bf16>(hs), *out = dlm::bench::device_alloc<bf16>(hs);
+  fp8* q = dlm::bench::device_alloc<fp8>(hs);
+  float *nw = dlm::bench::device_alloc<float>(model.hidden), *rstd = dlm::bench::device_alloc<float>(T);
+  dlm::bench::fill_random(h, hs);
+  const std::vector<float> ones(static_cast<std::size_t>(model.hidden), 1.0f);
+  cuda::check_cuda(cudaMemcpy(nw, ones.data(), sizeof(float) * ones.size(), cudaMemcpyHostToDevice), "norm weight");
+  const cuda::Fp8Out fused{q, slots, false};
+  const double plain = dlm::bench::time_ms(
+      [&] { cuda::rmsnorm_forward(h, nullptr, nullptr, nw, out, rstd, T, model.hidden, 1e-6f, nullptr); }, reps);
+  const double cast = dlm::bench::time_ms(
+      [&] { cuda::rmsnorm_forward(h, nullptr, nullptr, nw, out, rstd, T, model.hidden, 1e-6f, nullptr, &fused); }, reps);
+  std::printf("%-13s rmsnorm fwd [%d, %d]: %.3f ms, with the fused FP8 cast %.3f ms\n", model.name, T, model.hidden,
+              plain, cast);
+  for (void* p : {static_cast<void*>(h), static_cast<void*>(out), static_cast<void*>(q), static_cast<void*>(nw),
+                  static_cast<void*>(rstd)})
+    cudaFree(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  try {
+    // Slot 0 e4m3, slot 1 e5m2, both at scale 1 (the operands are uniform in [-0.5, 0.5)).
+    const std::vector<cuda::Fp8Slot> init = {{.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 448},
+                                                  {.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 57344}};
+    cuda::Fp8Slot* slots = dlm::bench::device_alloc<cuda::Fp8Slot>(init.size());
+    cuda::check_cuda(cudaMemcpy(slots, init.data(), sizeof(cuda::Fp8Slot) * init.size(), cudaMemcpyHostToDevice), "slots");
+    cuda::Gemm gemm(true);
+    // 350M: d 1024, 16/8 heads of 64, ffn 2816, micro-batch 8. MegaDLMs 1.7B: d 2048, 16 heads of 128 (MHA), ffn 6144,
+    // micro-batch 4.
+    const std::vector<Model> models = {
+        {"350m", 8 * 2048, 1024, {{"qkv", 2048, 1024}, {"proj", 1024, 1024}, {"fc1", 5632, 1024}, {"fc2", 1024, 2816}}},
+        {"megadlm-1.7b", 4 * 2048, 2048,
+         {{"qkv", 6144, 2048}, {"proj", 2048, 2048}, {"fc1", 12288, 2048}, {"fc2", 2048, 6144}}}};
+    for (const auto& m : models) time_linears(gemm, m, slots, reps);
+    cudaFree(slots);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp8_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

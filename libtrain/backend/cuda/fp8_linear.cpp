@@ -1,0 +1,111 @@
+// Fp8Linears (fp8_linear.h): the slots, the weights' FP8 copies and the casts and GEMMs of a linear layer.
+#include "fp8_linear.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
+
+namespace dlm::train::cuda {
+
+Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
+                       const std::vector<std::array<int, kLinears>>& weights, int first_layer, int num_layers,
+                       cudaStream_t stream)
+    : options_(options) {
+  for (std::size_t l = 0; l < weights.size(); ++l) {
+    if (!options.layer_in_fp8(first_layer + static_cast<int>(l), num_layers)) {
+      base_.push_back(-1);
+      continue;
+    }
+    base_.push_back(static_cast<int>(weights_.size()));
+    for (int t : weights[l]) {
+      const auto& shape = ps.specs[static_cast<std::size_t>(t)].local_shape;
+      const int n = static_cast<int>(shape[0]), k = static_cast<int>(shape[1]);
+      if (n % 16 != 0 || k % 16 != 0)
+        fail(fmt::format("FP8: '{}' is {}x{} on this rank; FP8 GEMMs need both sizes multiples of 16",
+                         ps.specs[static_cast<std::size_t>(t)].name, n, k));
+      const std::int64_t numel = std::int64_t{n} * k;
+      weights_.push_back({t, n, k, weight_arena_.alloc<fp8>(numel), weight_arena_.alloc<fp8>(numel)});
+      max_n_ = std::max(max_n_, n), max_k_ = std::max(max_k_, k);
+    }
+  }
+  slot_count_ = static_cast<int>(weights_.size()) * kOperands;
+  std::vector<Fp8Slot> init;
+  for (std::size_t i = 0; i < weights_.size(); ++i)
+    for (int o = 0; o < kOperands; ++o) init.push_back({.scale_inv = 1.0f, .amax = 0.0f, .scale = 1.0f, .fp8_max = o == kDy ? options.grad_max() : kFp8E4m3Max});
+  slots_ = slot_arena_.alloc<Fp8Slot>(slot_count_);
+  history_ = slot_arena_.alloc<float>(std::int64_t{slot_count_} * options.amax_history_len);
+  check_cuda(cudaMemcpyAsync(slots_, init.data(), init.size() * sizeof(Fp8Slot), cudaMemcpyHostToDevice, stream),
+             "FP8 slots");
+  check_cuda(cudaMemsetAsync(history_, 0, sizeof(float) * slot_count_ * options.amax_history_len, stream),
+             "FP8 history");
+  check_cuda(cudaStreamSynchronize(stream), "FP8 slots");  // `init` leaves scope
+}
+
+void Fp8Linears::cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t,
+                      cudaStream_t stream) {
+  const bool current = options_.recipe == Fp8Options::Recipe::kTensorwise;
+  if (current) {
+    check_cuda(cudaMemsetAsync(&s->amax, 0, sizeof(float), stream), "FP8 amax");
+    fp8_amax(x, std::int64_t{rows} * cols, s, stream);
+  }
+  fp8_quantize(x, rows, cols, {s, e5m2, current, options_.margin_factor()}, out, out_t, stream);
+}
+
+void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, cudaStream_t stream) {
+  if (weights_.empty()) return;
+  if (options_.recipe == Fp8Options::Recipe::kDelayed)
+    fp8_update_delayed(slots_, history_, slot_count_, options_.amax_history_len,
+                       options_.amax_algo == Fp8Options::AmaxAlgo::kMax, options_.margin_factor(), stream);
+  if (weights_stale_) {
+    for (std::size_t i = 0; i < weights_.size(); ++i) {
+      const Weight& w = weights_[i];
+      cast(ps.W(w.tensor), w.n, w.k, slots_ + i * kOperands + kW, false, w.w8, w.wt8, stream);
+    }
+    weights_stale_ = false;
+  }
+  if (rows > work_rows_) {
+    work_arena_.release();
+    xq_ = work_arena_.alloc<fp8>(rows * max_k_);
+    dy8_ = work_arena_.alloc<fp8>(rows * max_n_);
+    dyt8_ = work_arena_.alloc<fp8>(rows * max_n_);
+    work_rows_ = rows;
+  }
+}
+
+Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t stream) {
+  Fp8Slot* s = slot(l, g, kX);
+  if (options_.recipe == Fp8Options::Recipe::kDelayed) return {xq_, s, false};
+  check_cuda(cudaMemsetAsync(&s->amax, 0, sizeof(float), stream), "FP8 amax");
+  return {nullptr, s, false};  // the amax alone: cast_input casts with the scale it gives
+}
+
+void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream) {
+  const Weight& w = weight(l, g);
+  Fp8Slot* s = slot(l, g, kX);
+  const bool current = options_.recipe == Fp8Options::Recipe::kTensorwise;
+  if (!fused) return cast(x, rows, w.k, s, false, xq_, nullptr, stream);
+  if (current) fp8_quantize(x, rows, w.k, {s, false, true, options_.margin_factor()}, xq_, nullptr, stream);
+}
+
+void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream) {
+  const Weight& w = weight(l, g);
+  gemm.run_fp8(rows, w.n, w.k, {xq_, w.k, false, &slot(l, g, kX)->scale_inv},
+               {w.w8, w.k, false, &slot(l, g, kW)->scale_inv}, y, false, w.n, 0.0f, true, stream);
+}
+
+void Fp8Linears::backward(Gemm& gemm, int l, Linear g, int rows, const bf16* dy, const bf16* x, float* dw, float beta,
+                          bf16* dx, cudaStream_t stream) {
+  const Weight& w = weight(l, g);
+  const bool e5m2 = options_.grads_e5m2();
+  Fp8Slot *sx = slot(l, g, kX), *sw = slot(l, g, kW), *sdy = slot(l, g, kDy);
+  cast(dy, rows, w.n, sdy, e5m2, dy8_, dyt8_, stream);
+  cast(x, rows, w.k, sx, false, nullptr, xq_, stream);  // x^T [k, rows]
+  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, e5m2, &sdy->scale_inv}, {xq_, rows, false, &sx->scale_inv}, dw, true,
+               w.k, beta, false, stream);
+  gemm.run_fp8(rows, w.k, w.n, {dy8_, w.n, e5m2, &sdy->scale_inv}, {w.wt8, w.n, false, &sw->scale_inv}, dx, false,
+               w.k, 0.0f, false, stream);
+}
+
+}  // namespace dlm::train::cuda

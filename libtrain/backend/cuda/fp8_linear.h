@@ -1,0 +1,83 @@
+// FP8 for CudaModel's linear layers (QKV, attention projection, fc1, fc2) of the layers Fp8Options chooses; the
+// embedding, the output layer, the norms, attention and the optimizer keep their precision, and the master weights
+// stay fp32 (ParameterStore). With W [n, k] (out, in), x [rows, k], dy [rows, n]:
+//   forward   y  = x W^T        x e4m3 (cast from, or fused into, its producer), W e4m3, fast accumulation
+//   backward  dx = dy W         dy e5m2 (hybrid) or e4m3, W^T e4m3: the "TN" form needs W's transpose
+//             dW += dy^T x      dy^T and x^T, cast transposed from dy and from the kept bf16 x
+// Weights are cast (with their transposes) once after they change, at the first forward that follows: the
+// optimizer's update, an import or an init mark them (mark_weights_changed). Scaling per tensor (fp8_cast.h):
+// tensorwise derives each cast's scale from the tensor's own amax; delayed updates every slot from its amax
+// history at each micro-batch's forward (begin_forward), Transformer Engine's per-forward update. A recomputed
+// layer (full recomputation) casts again with the scales as they stand, the same as its first run's unless a
+// pipeline schedule ran another micro-batch's forward in between.
+// A GEMM whose rows are not a multiple of 16 (the last layer's packed loss rows) runs in bf16 (use()).
+// Not yet: the casts fused into the gradients' producers (RMSNorm, SwiGLU and QK-norm backwards) and the amax
+// reduction over data- and tensor-parallel groups (each rank scales its own tensors).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "device_arena.h"
+#include "dlm/train/fp8.h"
+#include "fp8_cast.h"
+#include "gemm.h"
+#include "parameter_store.h"
+
+namespace dlm::train::cuda {
+
+class Fp8Linears {
+ public:
+  enum Linear { kQkv, kProj, kFc1, kFc2, kLinears };
+  // weights[l]: local layer l's qkv, proj, fc1 and fc2 tensors in `ps`; the layers run in FP8 are those of
+  // options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a width is not a multiple of 16.
+  Fp8Linears(const Fp8Options& options, const ParameterStore& ps, const std::vector<std::array<int, kLinears>>& weights,
+             int first_layer, int num_layers, cudaStream_t stream);
+  Fp8Linears(const Fp8Linears&) = delete;
+  Fp8Linears& operator=(const Fp8Linears&) = delete;
+
+  void mark_weights_changed() { weights_stale_ = true; }
+  // A micro-batch's forward begins (rows: its token rows): the delayed update, the weights' casts when they
+  // changed, the work buffers for `rows`.
+  void begin_forward(const ParameterStore& ps, std::int64_t rows, cudaStream_t stream);
+  // Whether local layer l's linear layers run in FP8 at `rows` rows.
+  bool use(int l, int rows) const { return base_[static_cast<std::size_t>(l)] >= 0 && rows % 16 == 0; }
+
+  // The forward's input cast. Fused: the Fp8Out for the kernel that produces x (rmsnorm_forward, swiglu_forward),
+  // then cast_input(..., fused = true); otherwise cast_input alone.
+  Fp8Out producer_out(int l, Linear g, cudaStream_t stream);
+  void cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream);
+  // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
+  void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
+  // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W; x is the forward's bf16 input.
+  void backward(Gemm& gemm, int l, Linear g, int rows, const bf16* dy, const bf16* x, float* dw, float beta, bf16* dx,
+                cudaStream_t stream);
+  std::size_t device_bytes() const { return weight_arena_.bytes() + work_arena_.bytes() + slot_arena_.bytes(); }
+
+ private:
+  enum Operand { kX, kW, kDy, kOperands };
+  struct Weight {
+    int tensor, n, k;
+    fp8 *w8, *wt8;  // [n, k] and its transpose [k, n]
+  };
+  Fp8Slot* slot(int l, Linear g, Operand o) const {
+    return slots_ + (base_[static_cast<std::size_t>(l)] + g) * kOperands + o;
+  }
+  const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
+  // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
+  void cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t, cudaStream_t stream);
+
+  Fp8Options options_;
+  std::vector<int> base_;         // per local layer: its first linear's index, -1 in bf16
+  std::vector<Weight> weights_;   // per FP8 linear
+  Fp8Slot* slots_ = nullptr;      // per FP8 linear, per operand
+  float* history_ = nullptr;      // per slot, amax_history_len (delayed)
+  int slot_count_ = 0, max_k_ = 0, max_n_ = 0;
+  std::int64_t work_rows_ = 0;
+  fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;  // [rows, max_k] (x, then x^T), [rows, max_n] twice
+  bool weights_stale_ = true;
+  DeviceArena slot_arena_, weight_arena_, work_arena_;
+};
+
+}  // namespace dlm::train::cuda

@@ -1,0 +1,354 @@
+// CudaModel's mixture-of-experts layers (backend/cuda/moe_layer.h) against the CPU reference:
+//   - the router kernel on the same fp32 logits as dlm::train::route(): the same experts (no near ties drawn),
+//     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
+//   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts;
+//   - the grouped GEMMs against a host reference, empty experts left out and their weight gradient untouched
+//     (through the bf16 C and the add, and in place into an fp32 C where cuBLAS computes one);
+//   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
+//     CPU backend's Model on the same weights and micro-batch: the loss, the logits, every gradient by cosine, and the
+//     tokens each expert got per layer, equal. The router reads a spike that each token's embedding row carries, so its top-k
+//     has gaps far larger than bf16's rounding and the GPU routes every token as the CPU does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/grouped_gemm.h"
+#include "backend/cuda/moe_kernels.h"
+#include "dlm/train/moe_router.h"
+#include "gpu_test_util.h"
+
+namespace dlm::train {
+namespace {
+
+using cuda::bf16;
+using gpu_test::DeviceVec;
+
+// ---- the router kernel ----
+
+struct RouterCase {
+  const char* name;
+  ckpt::MoeScoreFunction score;
+  bool norm;
+};
+
+// Logits whose k + 1 largest of every token are at least 1e-3 apart (redrawn otherwise): the top-k, its order and
+// the first one left out are decided by more than float rounding, for softmax and sigmoid scores alike.
+std::vector<float> untied_logits(std::mt19937& rng, int tokens, int experts, int k) {
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  std::vector<float> out(static_cast<std::size_t>(tokens) * experts), row(static_cast<std::size_t>(experts));
+  for (int n = 0; n < tokens; ++n) {
+    for (;;) {
+      for (auto& v : row) v = dist(rng);
+      std::vector<float> sorted = row;
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      bool apart = true;
+      for (int j = 0; j < k; ++j) apart = apart && sorted[static_cast<std::size_t>(j)] - sorted[j + 1u] > 1e-3f;
+      if (apart) break;
+    }
+    std::copy(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(n) * experts);
+  }
+  return out;
+}
+
+TEST(CudaMoeRouter, MatchesHostRouterForwardAndBackward) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const int N = 300, E = 40, k = 6;  // 40 experts: two a lane
+  const RouterCase cases[] = {{"softmax, normalised", ckpt::MoeScoreFunction::kSoftmax, true},
+                              {"softmax", ckpt::MoeScoreFunction::kSoftmax, false},
+                              {"sigmoid, normalised", ckpt::MoeScoreFunction::kSigmoid, true},
+                              {"sigmoid", ckpt::MoeScoreFunction::kSigmoid, false}};
+  std::mt19937 rng(5);
+  for (const auto& c : cases) {
+    const RouterOptions o{E, k, c.score, c.norm, 0.01, 0.001};
+    const auto logits = untied_logits(rng, N, E, k);
+    const Routing want = route(o, logits);
+    DeviceVec<float> dl(logits), w(static_cast<std::size_t>(N) * k);
+    DeviceVec<int> idx(static_cast<std::size_t>(N) * k);
+    const cuda::RouterShape shape{N, E, k, c.score == ckpt::MoeScoreFunction::kSigmoid, c.norm};
+    cuda::moe_router_forward(shape, dl.get(), idx.get(), w.get(), nullptr);
+    const auto got_idx = idx.download();
+    const auto got_w = w.download();
+    EXPECT_EQ(got_idx, want.experts) << c.name;
+    for (std::size_t i = 0; i < got_w.size(); ++i) ASSERT_NEAR(got_w[i], want.weights[i], 1e-5) << c.name << " " << i;
+
+    // Backward: random weight gradients, the aux counts from the routing, loss weight 0.5.
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> dweights(static_cast<std::size_t>(N) * k);
+    for (auto& v : dweights) v = dist(rng);
+    std::vector<float> want_dl(static_cast<std::size_t>(N) * E);
+    route_backward(o, want, dweights, 0.5, want_dl);
+    std::vector<int> offsets(E + 1, 0);
+    for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + static_cast<int>(want.tokens_per_expert[e]);
+    DeviceVec<float> ddw(dweights);
+    DeviceVec<int> doff(offsets);
+    DeviceVec<bf16> dlog(static_cast<std::size_t>(N) * E);
+    const auto aux = static_cast<float>(0.5 * 0.01 * E / (double(k) * N * N)), z = static_cast<float>(0.5 * 0.001 * 2 / N);
+    cuda::moe_router_backward(shape, dl.get(), idx.get(), w.get(), ddw.get(), doff.get(), aux, z, dlog.get(), nullptr);
+    const auto got_dl = gpu_test::to_float(dlog.download());
+    double worst = 0, most = 0;
+    for (std::size_t i = 0; i < want_dl.size(); ++i) {
+      worst = std::max(worst, double(std::abs(got_dl[i] - want_dl[i])));
+      most = std::max(most, double(std::abs(want_dl[i])));
+    }
+    EXPECT_GE(gpu_test::cosine(got_dl, want_dl), 0.99999) << c.name;
+    EXPECT_LE(worst, 1e-2 * most) << c.name;
+  }
+}
+
+// ---- the sort and the grouped GEMMs ----
+
+// idx over E experts with experts `empty` never chosen and the rest in uneven shares.
+std::vector<int> uneven_choices(std::mt19937& rng, int slots, int experts, const std::vector<int>& empty) {
+  std::vector<int> pool;
+  for (int e = 0; e < experts; ++e)
+    if (std::find(empty.begin(), empty.end(), e) == empty.end())
+      for (int r = 0; r <= e * e; ++r) pool.push_back(e);  // expert e weighted 1 + e^2
+  std::vector<int> out(static_cast<std::size_t>(slots));
+  for (auto& v : out) v = pool[rng() % pool.size()];
+  return out;
+}
+
+TEST(CudaMoePermute, SortsSlotsStablyByExpert) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(7);
+  const int experts = 6;
+  for (int slots : {1, 31, 256, 3001}) {
+    const auto idx = uneven_choices(rng, slots, experts, {0, 3});
+    std::vector<int> order(static_cast<std::size_t>(slots));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return idx[a] < idx[b]; });
+    std::vector<int> where(static_cast<std::size_t>(slots)), offsets(experts + 1, 0);
+    for (int r = 0; r < slots; ++r) where[static_cast<std::size_t>(order[r])] = r;
+    for (int v : idx) ++offsets[v + 1];
+    for (int e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+    DeviceVec<int> d_idx(idx), d_where(where.size()), d_order(order.size()), d_off(offsets.size());
+    DeviceVec<int> scratch(static_cast<std::size_t>(cuda::moe_sort_scratch_ints(slots, experts)));
+    cuda::moe_sort_by_expert(d_idx.get(), slots, experts, scratch.get(), d_off.get(), d_where.get(), d_order.get(),
+                             nullptr);
+    EXPECT_EQ(d_off.download(), offsets) << slots;
+    EXPECT_EQ(d_order.download(), order) << slots;
+    EXPECT_EQ(d_where.download(), where) << slots;
+  }
+}
+
+// Per expert e with rows r in [off[e], off[e + 1]):  Y_e = X_e W_e^T  (the experts' forward GEMM) and
+// G_e = D_e^T X_e  (their weight gradient: the token rows are the sum), against double sums of the same bf16
+// values; the empty experts' gradient (left out of the groups) keeps its sentinel through moe_accumulate_experts.
+TEST(CudaMoeGroupedGemm, UnevenAndEmptyExpertsMatchReference) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int> counts = {0, 5, 64, 0, 131, 1};
+  const int E = static_cast<int>(counts.size()), K = 72, N = 48;
+  std::vector<int> off(E + 1, 0);
+  for (int e = 0; e < E; ++e) off[e + 1] = off[e] + counts[e];
+  const int rows = off[E];
+  std::mt19937 rng(3);
+  std::vector<float> x, wt, dy;
+  DeviceVec<bf16> dx(gpu_test::random_bf16(static_cast<std::size_t>(rows) * K, rng, 1.0f, x));
+  DeviceVec<bf16> dw(gpu_test::random_bf16(static_cast<std::size_t>(E) * N * K, rng, 0.1f, wt));
+  DeviceVec<bf16> ddy(gpu_test::random_bf16(static_cast<std::size_t>(rows) * N, rng, 1.0f, dy));
+  DeviceVec<bf16> out(static_cast<std::size_t>(rows) * N), part(static_cast<std::size_t>(E) * N * K);
+  std::vector<int> m_rows;
+  std::vector<const void*> a, b, c, ga, gb, gc;
+  for (int e = 0; e < E; ++e) {
+    if (counts[e] == 0) continue;
+    m_rows.push_back(counts[e]);
+    a.push_back(dx.get() + static_cast<std::int64_t>(off[e]) * K), b.push_back(dw.get() + static_cast<std::int64_t>(e) * N * K);
+    c.push_back(out.get() + static_cast<std::int64_t>(off[e]) * N);
+    ga.push_back(ddy.get() + static_cast<std::int64_t>(off[e]) * N), gb.push_back(a.back());
+    gc.push_back(part.get() + static_cast<std::int64_t>(e) * N * K);
+  }
+  DeviceVec<const void*> pa(a), pb(b), pc(c), pga(ga), pgb(gb), pgc(gc);
+  cuda::GroupedGemm gemm;
+  cuda::GroupedGemm::Problem fwd;
+  fwd.trans_b = true, fwd.lda = K, fwd.ldb = K, fwd.ldc = N;
+  fwd.m = m_rows, fwd.n.assign(m_rows.size(), N), fwd.k.assign(m_rows.size(), K);
+  fwd.a = pa.get(), fwd.b = pb.get(), fwd.c = pc.get();
+  gemm.run(fwd, nullptr);
+  cuda::GroupedGemm::Problem grad;
+  grad.trans_a = true, grad.lda = N, grad.ldb = K, grad.ldc = K;
+  grad.m.assign(m_rows.size(), N), grad.n.assign(m_rows.size(), K), grad.k = m_rows;
+  grad.a = pga.get(), grad.b = pgb.get(), grad.c = pgc.get();
+  gemm.run(grad, nullptr);
+  const float sentinel = 0.25f;
+  DeviceVec<float> acc(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
+  DeviceVec<int> d_off(off);
+  cuda::moe_accumulate_experts(part.get(), d_off.get(), E, static_cast<std::int64_t>(N) * K, acc.get(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<double> want_y(static_cast<std::size_t>(rows) * N), want_g(static_cast<std::size_t>(E) * N * K, sentinel);
+  for (int e = 0; e < E; ++e)
+    for (int r = off[e]; r < off[e + 1]; ++r)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int i = 0; i < K; ++i) s += double(x[static_cast<std::size_t>(r) * K + i]) * wt[(static_cast<std::size_t>(e) * N + j) * K + i];
+        want_y[static_cast<std::size_t>(r) * N + j] = s;
+        for (int i = 0; i < K; ++i)
+          want_g[(static_cast<std::size_t>(e) * N + j) * K + i] +=
+              double(dy[static_cast<std::size_t>(r) * N + j]) * x[static_cast<std::size_t>(r) * K + i];
+      }
+  EXPECT_LT(gpu_test::rel_error(gpu_test::to_float(out.download()), want_y), 1e-2);
+  const auto got_g = acc.download();
+  EXPECT_LT(gpu_test::rel_error(got_g, want_g), 1e-2);
+  for (int e : {0, 3})
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(N) * K; ++i)
+      ASSERT_EQ(got_g[static_cast<std::size_t>(e * N * K + i)], sentinel) << "expert " << e;
+
+  // Where cuBLAS writes an fp32 C, the weight gradients added in place (beta 1), as the model then runs them.
+  std::printf("[moe grouped gemm] fp32 output %s\n", gemm.fp32_output() ? "computed (in place)" : "not computed");
+  if (!gemm.fp32_output()) return;
+  DeviceVec<float> in_place(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
+  std::vector<const void*> gc32;
+  for (int e = 0; e < E; ++e)
+    if (counts[e] > 0) gc32.push_back(in_place.get() + static_cast<std::int64_t>(e) * N * K);
+  DeviceVec<const void*> pgc32(gc32);
+  grad.c = pgc32.get(), grad.c_f32 = true, grad.beta = 1.0f;
+  gemm.run(grad, nullptr);
+  const auto got32 = in_place.download();
+  EXPECT_LT(gpu_test::rel_error(got32, want_g), 1e-3);
+  for (int e : {0, 3})
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(N) * K; ++i)
+      ASSERT_EQ(got32[static_cast<std::size_t>(e * N * K + i)], sentinel) << "expert " << e << ", fp32 C";
+}
+
+// ---- whole models ----
+
+ckpt::ModelConfig moe_config(ckpt::MoeScoreFunction score, std::vector<int> pattern) {
+  auto c = gpu_test::small_config();
+  c.num_experts = 8, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 64;
+  c.moe_router_score_function = score;
+  c.moe_layer_pattern = std::move(pattern);
+  c.moe_aux_loss_coeff = 0.01, c.moe_z_loss_coeff = 0.001;
+  return c;
+}
+
+// Token t's embedding row carries +1 at column t % E and +0.5 at another column; each router row e reads column e
+// with weight 1: the top-2 experts of a token have logits about 10 and 5 after the norm, far apart from the rest.
+void spike_router(Model& model, const ckpt::ModelConfig& c) {
+  const int E = c.num_experts, d = c.hidden_size;
+  auto emb = model.export_parameter("embedding.word_embeddings.weight");
+  for (std::int64_t t = 0; t < c.padded_vocab_size(); ++t) {
+    const int first = static_cast<int>(t % E), second = (first + 1 + static_cast<int>(t / E) % (E - 1)) % E;
+    emb[static_cast<std::size_t>(t * d + first)] += 1.0f;
+    emb[static_cast<std::size_t>(t * d + second)] += 0.5f;
+  }
+  model.import_parameter("embedding.word_embeddings.weight", emb);
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    const std::string name = "decoder.layers." + std::to_string(l) + ".mlp.router.weight";
+    auto r = model.export_parameter(name);
+    for (int e = 0; e < E; ++e) r[static_cast<std::size_t>(e * d + e)] += 1.0f;
+    model.import_parameter(name, r);
+  }
+}
+
+struct MoePair {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(2);
+  Model model;
+  CudaModel gpu;
+  MoePair(const ckpt::ModelConfig& c, const CudaOptions& options) : model(c, *cpu), gpu(c, CudaShard{}, options) {
+    model.init(11);
+    spike_router(model, c);
+    for (const auto& p : model.parameters()) gpu.import_parameter(p.spec.name, model.export_parameter(p.spec.name));
+  }
+};
+
+struct MoeBatch {
+  std::int64_t batch = 3, seq = 40;
+  gpu_test::MaskedColumns cols;
+  std::vector<std::int32_t> positions;
+  CudaBatch view(bool causal) const {
+    return {batch, seq, causal, cols.ids, cols.labels, positions, cols.weights, 0.5};
+  }
+};
+MoeBatch moe_batch(std::uint32_t seed) {
+  MoeBatch b;
+  std::mt19937 rng(seed);
+  b.cols = gpu_test::masked_columns(rng, b.batch * b.seq, 0, 499, 499, 1.0f / 60);
+  for (std::int64_t r = 0; r < b.batch; ++r)
+    for (std::int64_t j = 0; j < b.seq; ++j) b.positions.push_back(static_cast<std::int32_t>(j));
+  return b;
+}
+
+void check_moe_model(const ckpt::ModelConfig& c, bool causal, const std::string& what, const CudaOptions& options = {}) {
+  MoePair pair(c, options);
+  const MoeBatch mb = moe_batch(17);
+  const CudaBatch b = mb.view(causal);
+  // Logits of every row first (a forward only), then one training step on each side.
+  const ModelInput in{b.batch, b.seq, b.ids, b.positions, {}, causal ? AttentionKind::kCausal : AttentionKind::kBidirectional, {}};
+  const auto cpu_logits = pair.cpu->host_f32(pair.model.forward(in));
+  const auto gpu_logits = pair.gpu.forward_logits(b.batch, b.seq, causal, b.ids, b.positions);
+  const std::int64_t V = c.vocab_size, P = c.padded_vocab_size();
+  double worst_logits = 0;
+  for (std::int64_t r = 0; r < b.batch * b.seq; ++r) {
+    std::vector<float> g(gpu_logits.begin() + r * V, gpu_logits.begin() + (r + 1) * V);
+    std::vector<double> w(cpu_logits.begin() + r * P, cpu_logits.begin() + r * P + V);
+    worst_logits = std::max(worst_logits, gpu_test::rel_error(g, w));
+  }
+  EXPECT_LT(worst_logits, 2e-2) << what;
+
+  pair.model.forward(in);
+  const auto ce = pair.model.cross_entropy(b.labels);
+  double want = 0;
+  for (std::size_t i = 0; i < ce.size(); ++i) want += double{b.weights[i]} * ce[i];
+  pair.model.backward(b.weights, b.router_loss_weight);
+  const double got = pair.gpu.forward_backward(b);
+  EXPECT_NEAR(got, want, 1e-2 * std::abs(want)) << what;
+
+  const auto stats = pair.model.moe_stats();
+  const auto counts = pair.gpu.moe_tokens_per_expert();
+  ASSERT_EQ(counts.size(), stats.size()) << what;
+  for (std::size_t l = 0; l < stats.size(); ++l) EXPECT_EQ(counts[l], stats[l].tokens_per_expert) << what << " layer " << l;
+
+  std::string worst_name;
+  const double worst = gpu_test::expect_gradients_match(pair.model, pair.gpu, what, worst_name);
+  std::printf("[moe parity] %s: loss cpu %.6f gpu %.6f, logits worst row %.5f, worst cosine %.6f (%s)\n", what.c_str(),
+              want, got, worst_logits, worst, worst_name.c_str());
+}
+
+TEST(CudaMoeParity, SoftmaxRouterEveryLayer) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  check_moe_model(c, false, "softmax, every layer MoE, diffusion");
+  check_moe_model(c, true, "softmax, every layer MoE, causal");
+  check_moe_model(c, false, "softmax, deterministic", gpu_test::deterministic_options());
+}
+
+TEST(CudaMoeParity, SigmoidRouterAndMixedLayers) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  // The last layer MoE (the head's packed-rows MLP is off), then the last layer dense after an MoE one.
+  check_moe_model(moe_config(ckpt::MoeScoreFunction::kSigmoid, {0, 1}), false, "sigmoid, layers dense + MoE");
+  auto plain = moe_config(ckpt::MoeScoreFunction::kSoftmax, {1, 0});
+  plain.moe_norm_topk_prob = false;
+  check_moe_model(plain, false, "softmax without normalisation, layers MoE + dense");
+}
+
+// A shared expert (a dense SwiGLU of width 48 beside the routed ones) on every MoE layer, without recomputation and
+// with it (the rerun computes the shared expert's activations too).
+TEST(CudaMoeParity, SharedExpert) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_shared_expert_intermediate_size = 48;
+  check_moe_model(c, false, "softmax, shared expert");
+  c.moe_layer_pattern = {0, 1};
+  check_moe_model(c, true, "softmax, shared expert, layers dense + MoE, causal");
+}
+
+// Full recomputation reruns the routing before each MoE layer's backward: the same gradients, bit for bit.
+TEST(CudaMoeParity, RecomputationGivesTheSameGradients) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_shared_expert_intermediate_size = 48;
+  auto plain = gpu_test::deterministic_model(c, 3), again = gpu_test::deterministic_model(c, 3);
+  again->set_recompute_layers(true);
+  const MoeBatch mb = moe_batch(23);
+  EXPECT_EQ(plain->forward_backward(mb.view(false)), again->forward_backward(mb.view(false)));
+  for (const auto& t : plain->tensors()) EXPECT_EQ(plain->export_gradient(t.name), again->export_gradient(t.name)) << t.name;
+}
+
+}  // namespace
+}  // namespace dlm::train
