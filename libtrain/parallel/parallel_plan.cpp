@@ -12,7 +12,7 @@
 // parallelism the exchanged rows (the received inputs, their outputs, the outputs sent back), 3 k h e; a shared
 // expert's fc1 and SwiGLU outputs, 3 S e. Its
 // all-to-all sends (EP - 1) / EP of the k h e routed bytes of each token four times a step (dispatch and combine,
-// forward and backward). The CUDA backend has no MoE buffers to plan yet: an MoE model's plan uses the estimate.
+// forward and backward). The CUDA backend's MoE buffers are not planned yet: an MoE model's plan uses the estimate.
 #include "dlm/train/parallel_plan.h"
 
 #include <algorithm>
