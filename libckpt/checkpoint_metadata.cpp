@@ -34,6 +34,13 @@ const json& member(const json& j, const char* key, const std::string& where, con
   return *it;
 }
 
+// "ep" only under expert parallelism, so that the files of every other layout read as before.
+json layout_json(const CheckpointMetadata& m) {
+  json l = {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"layers_per_stage", m.layout.stage_layers(m.config)}};
+  if (m.layout.ep > 1) l["ep"] = m.layout.ep;
+  return l;
+}
+
 }  // namespace
 
 std::string metadata_to_json(const CheckpointMetadata& m) {
@@ -53,7 +60,7 @@ std::string metadata_to_json(const CheckpointMetadata& m) {
       {"format", kFormat},
       {"version", m.version},
       {"model", json::parse(model_config_to_json(m.config))},
-      {"layout", {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"layers_per_stage", m.layout.stage_layers(m.config)}}},
+      {"layout", layout_json(m)},
       {"training", {{"iteration", st.iteration}, {"consumed_samples", st.consumed_samples}, {"optimizer_steps", st.optimizer_steps},
                     {"lr_schedule", object_or_empty(st.lr_schedule_json)}, {"rng", object_or_empty(st.rng_json)},
                     {"data", object_or_empty(st.data_json)}, {"args", object_or_empty(st.args_json)}}},
@@ -79,6 +86,7 @@ CheckpointMetadata parse_metadata(std::string_view text, const std::string& file
   m.layout.tp = detail::require_field<int>(layout, "tp", file);
   m.layout.pp = detail::require_field<int>(layout, "pp", file);
   m.layout.dp = detail::require_field<int>(layout, "dp", file);
+  if (layout.contains("ep")) m.layout.ep = detail::require_field<int>(layout, "ep", file);  // absent: 1
   const json& stages = member(layout, "layers_per_stage", "layout", file);
   if (!stages.is_array() || stages.size() > 1u << 16) fail_at(file, "layout: 'layers_per_stage' must be an array");
   for (const json& n : stages) {

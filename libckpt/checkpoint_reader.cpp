@@ -37,9 +37,10 @@ struct Copy {
 
 }  // namespace
 
-TrainingTensors CheckpointReader::read_rank(const ParallelLayout& layout, int tp_rank, int pp_rank, bool with_optimizer) const {
+TrainingTensors CheckpointReader::read_rank(const ParallelLayout& layout, int tp_rank, int pp_rank, bool with_optimizer,
+                                            int ep_rank) const {
   const ModelConfig& c = metadata_.config;
-  const std::vector<TensorShard> targets = rank_shards(c, layout, tp_rank, pp_rank);
+  const std::vector<TensorShard> targets = rank_shards(c, layout, tp_rank, pp_rank, ep_rank);
   const bool optimizer = with_optimizer && metadata_.groups.size() == 3;
   std::map<std::string, const TensorRecord*> records;
   for (const TensorRecord& t : metadata_.tensors) records[t.name] = &t;

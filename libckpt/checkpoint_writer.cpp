@@ -15,10 +15,14 @@ using detail::json;
 
 namespace {
 
-std::string rank_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.h5", tp_rank, pp_rank); }
+// rank_tpXX_ppYY, with _epZZ under expert parallelism.
+std::string rank_name(int tp_rank, int pp_rank, int ep_rank, const ParallelLayout& layout) {
+  return fmt::format("rank_tp{:02}_pp{:02}{}", tp_rank, pp_rank, layout.ep > 1 ? fmt::format("_ep{:02}", ep_rank) : "");
+}
+std::string rank_file(int tp, int pp, int ep, const ParallelLayout& l) { return rank_name(tp, pp, ep, l) + ".h5"; }
 // Each rank's checksums travel to the committing rank through a small file beside its shard.
-std::string rank_sums_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.sums.json", tp_rank, pp_rank); }
-std::string rank_failed_file(int tp_rank, int pp_rank) { return fmt::format("rank_tp{:02}_pp{:02}.failed", tp_rank, pp_rank); }
+std::string rank_sums_file(int tp, int pp, int ep, const ParallelLayout& l) { return rank_name(tp, pp, ep, l) + ".sums.json"; }
+std::string rank_failed_file(int tp, int pp, int ep, const ParallelLayout& l) { return rank_name(tp, pp, ep, l) + ".failed"; }
 
 const float* local_values(const TensorSet& set, const TensorShard& s, const std::string& group) {
   auto it = set.find(s.name);
@@ -76,21 +80,21 @@ void CheckpointWriter::begin() {
   fs::create_directories(temp_dir_);
 }
 
-void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensors& local) {
+void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingTensors& local, int ep_rank) {
   TrainingViews views;
-  for (const TensorShard& s : rank_shards(config_, layout_, tp_rank, pp_rank)) {
+  for (const TensorShard& s : rank_shards(config_, layout_, tp_rank, pp_rank, ep_rank)) {
     if (!s.saved) continue;
     views.params[s.name] = local_values(local.params, s, "model");
     if (!local.has_optimizer()) continue;
     views.exp_avg[s.name] = local_values(local.exp_avg, s, "exp_avg");
     views.exp_avg_sq[s.name] = local_values(local.exp_avg_sq, s, "exp_avg_sq");
   }
-  write_rank(tp_rank, pp_rank, views);
+  write_rank(tp_rank, pp_rank, views, ep_rank);
 }
 
-void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingViews& local) {
-  const std::vector<TensorShard> shards = rank_shards(config_, layout_, tp_rank, pp_rank);
-  const std::string path = (fs::path(temp_dir_) / rank_file(tp_rank, pp_rank)).string();
+void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingViews& local, int ep_rank) {
+  const std::vector<TensorShard> shards = rank_shards(config_, layout_, tp_rank, pp_rank, ep_rank);
+  const std::string path = (fs::path(temp_dir_) / rank_file(tp_rank, pp_rank, ep_rank, layout_)).string();
   detail::H5File h5 = detail::H5File::create(path);
   // HDF5 lays out the file and its metadata; the tensor bytes then go straight to their offsets.
   std::vector<detail::Extent> extents;
@@ -111,22 +115,25 @@ void CheckpointWriter::write_rank(int tp_rank, int pp_rank, const TrainingViews&
   const std::vector<std::string> checksums = detail::write_extents(path, extents);
   json sums = json::object();
   for (std::size_t i = 0; i < names.size(); ++i) sums[names[i].first][names[i].second] = checksums[i];
-  write_file_atomically((fs::path(temp_dir_) / rank_sums_file(tp_rank, pp_rank)).string(), sums.dump());
+  write_file_atomically((fs::path(temp_dir_) / rank_sums_file(tp_rank, pp_rank, ep_rank, layout_)).string(), sums.dump());
 }
 
 bool CheckpointWriter::all_ranks_written() const {
   bool all = true;
   for (int pp = 0; pp < layout_.pp; ++pp)
-    for (int tp = 0; tp < layout_.tp; ++tp) {
-      const fs::path failed = fs::path(temp_dir_) / rank_failed_file(tp, pp);
-      if (fs::exists(failed)) fail(fmt::format("rank tp {} pp {} failed to write its shard: {}", tp, pp, read_text_file(failed.string())));
-      all = all && fs::exists(fs::path(temp_dir_) / rank_sums_file(tp, pp));
-    }
+    for (int tp = 0; tp < layout_.tp; ++tp)
+      for (int ep = 0; ep < layout_.ep; ++ep) {
+        const fs::path failed = fs::path(temp_dir_) / rank_failed_file(tp, pp, ep, layout_);
+        if (fs::exists(failed))
+          fail(fmt::format("rank tp {} pp {}{} failed to write its shard: {}", tp, pp,
+                           layout_.ep > 1 ? fmt::format(" ep {}", ep) : "", read_text_file(failed.string())));
+        all = all && fs::exists(fs::path(temp_dir_) / rank_sums_file(tp, pp, ep, layout_));
+      }
   return all;
 }
 
-void CheckpointWriter::report_failure(int tp_rank, int pp_rank, const std::string& message) const {
-  write_file_atomically((fs::path(temp_dir_) / rank_failed_file(tp_rank, pp_rank)).string(), message);
+void CheckpointWriter::report_failure(int tp_rank, int pp_rank, const std::string& message, int ep_rank) const {
+  write_file_atomically((fs::path(temp_dir_) / rank_failed_file(tp_rank, pp_rank, ep_rank, layout_)).string(), message);
 }
 
 std::string CheckpointWriter::commit(TrainingState state) {
@@ -141,15 +148,17 @@ std::string CheckpointWriter::commit(TrainingState state) {
   bool optimizer = false;
   std::vector<std::string> sums_files;
   for (int pp = 0; pp < layout_.pp; ++pp) {
-    for (int tp = 0; tp < layout_.tp; ++tp) {
-      const std::string sums_path = (fs::path(temp_dir_) / rank_sums_file(tp, pp)).string();
-      if (!fs::exists(sums_path)) fail_at(temp_dir_, fmt::format("rank tp {} pp {} did not write its shard", tp, pp));
+    for (int tp = 0; tp < layout_.tp; ++tp) for (int ep = 0; ep < layout_.ep; ++ep) {
+      const std::string sums_path = (fs::path(temp_dir_) / rank_sums_file(tp, pp, ep, layout_)).string();
+      if (!fs::exists(sums_path))
+        fail_at(temp_dir_, fmt::format("rank tp {} pp {}{} did not write its shard", tp, pp,
+                                       layout_.ep > 1 ? fmt::format(" ep {}", ep) : ""));
       const json sums = detail::parse_json(read_text_file(sums_path), sums_path);
       sums_files.push_back(sums_path);
-      for (const TensorShard& s : rank_shards(config_, layout_, tp, pp)) {
+      for (const TensorShard& s : rank_shards(config_, layout_, tp, pp, ep)) {
         if (!s.saved) continue;
         if (!sums.contains(s.name)) fail_at(sums_path, fmt::format("no checksum for tensor '{}'", s.name));
-        ShardRecord r{rank_file(tp, pp), s.local_shape, s.pieces, {}};
+        ShardRecord r{rank_file(tp, pp, ep, layout_), s.local_shape, s.pieces, {}};
         for (auto& [group, sum] : sums[s.name].items()) r.checksums[group] = sum.get<std::string>();
         optimizer = r.checksums.count("exp_avg") > 0;
         records[s.name].shards.push_back(std::move(r));
@@ -192,9 +201,9 @@ std::string save_checkpoint(const std::string& root, const ModelConfig& config, 
   w.begin();
   try {  // a failed save (a full disk) leaves no temp folder behind
   for (int pp = 0; pp < layout.pp; ++pp) {
-    for (int tp = 0; tp < layout.tp; ++tp) {
+    for (int tp = 0; tp < layout.tp; ++tp) for (int ep = 0; ep < layout.ep; ++ep) {
       TrainingTensors local;
-      for (const TensorShard& s : rank_shards(config, layout, tp, pp)) {
+      for (const TensorShard& s : rank_shards(config, layout, tp, pp, ep)) {
         if (!s.saved) continue;
         auto cut = [&](const TensorSet& from, TensorSet& to, const char* group) {
           auto it = from.find(s.name);
@@ -207,7 +216,7 @@ std::string save_checkpoint(const std::string& root, const ModelConfig& config, 
           cut(global.exp_avg_sq, local.exp_avg_sq, "exp_avg_sq");
         }
       }
-      w.write_rank(tp, pp, local);
+      w.write_rank(tp, pp, local, ep);
     }
   }
   return w.commit(state);

@@ -61,6 +61,9 @@ void ModelConfig::validate() const {
       if (v != 0 && v != 1) fail(fmt::format("invalid model config: moe_layer_pattern entry {} (expected 0 or 1)", v));
     if (!(moe_aux_loss_coeff >= 0) || !(moe_z_loss_coeff >= 0))
       fail("invalid model config: moe_aux_loss_coeff and moe_z_loss_coeff must not be negative");
+    if (!(moe_expert_capacity_factor >= 0) || moe_expert_capacity_factor > 1e6)
+      fail(fmt::format("invalid model config: moe_expert_capacity_factor {} (expected 0 for dropless, or positive)",
+                       moe_expert_capacity_factor));
   }
 }
 

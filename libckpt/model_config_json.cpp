@@ -44,11 +44,33 @@ std::string model_config_to_json(const ModelConfig& c) {
     j["moe_norm_topk_prob"] = c.moe_norm_topk_prob;
     j["moe_aux_loss_coeff"] = c.moe_aux_loss_coeff;
     j["moe_z_loss_coeff"] = c.moe_z_loss_coeff;
+    if (c.moe_expert_capacity_factor > 0) {  // dropless models keep the metadata they had
+      j["moe_expert_capacity_factor"] = c.moe_expert_capacity_factor;
+      j["moe_token_drop_policy"] = c.moe_token_drop_policy == MoeDropPolicy::kPosition ? "position" : "probs";
+    }
   }
   if (!c.hf_architecture.empty()) j["hf_architecture"] = c.hf_architecture;
   if (!c.hf_extra_json.empty()) j["hf_extra"] = json::parse(c.hf_extra_json);
   return j.dump();
 }
+
+namespace {
+
+// A field that names one of two choices (absent: `out` stays); another word is an error naming both.
+template <typename E>
+void read_choice(const json& j, const char* key, const std::pair<const char*, E> (&choices)[2], E& out,
+                 const std::string& file) {
+  std::string word;
+  if (!read_field(j, key, word, file)) return;
+  for (const auto& [name, value] : choices)
+    if (word == name) {
+      out = value;
+      return;
+    }
+  fail_at(file, fmt::format("model config: {} '{}' (expected {} or {})", key, word, choices[0].first, choices[1].first));
+}
+
+}  // namespace
 
 ModelConfig model_config_from_json(std::string_view text, const std::string& file) {
   const json j = detail::parse_json(text, file);
@@ -59,7 +81,8 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& fil
       "qk_layernorm", "tie_word_embeddings", "attention_mask", "init_method_std", "mask_token_id", "bos_token_id",
       "eos_token_id", "pad_token_id", "hf_architecture", "hf_extra", "num_experts", "moe_router_topk",
       "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_layer_pattern",
-      "moe_router_score_function", "moe_norm_topk_prob", "moe_aux_loss_coeff", "moe_z_loss_coeff"};
+      "moe_router_score_function", "moe_norm_topk_prob", "moe_aux_loss_coeff", "moe_z_loss_coeff",
+      "moe_expert_capacity_factor", "moe_token_drop_policy"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key())) fail_at(file, fmt::format("model config: unknown field '{}'", it.key()));
   ModelConfig c;
@@ -80,12 +103,8 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& fil
   read_field(j, "qk_layernorm", c.qk_layernorm, file);
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, file);
   read_field(j, "init_method_std", c.init_method_std, file);
-  std::string mask;
-  if (read_field(j, "attention_mask", mask, file)) {
-    if (mask == "causal") c.attention_mask = AttentionMask::kCausal;
-    else if (mask == "bidirectional") c.attention_mask = AttentionMask::kBidirectional;
-    else fail_at(file, fmt::format("model config: attention_mask '{}' (expected bidirectional or causal)", mask));
-  }
+  read_choice(j, "attention_mask", {{"bidirectional", AttentionMask::kBidirectional}, {"causal", AttentionMask::kCausal}},
+              c.attention_mask, file);
   read_optional(j, "mask_token_id", c.mask_token_id, file);
   read_optional(j, "bos_token_id", c.bos_token_id, file);
   read_optional(j, "eos_token_id", c.eos_token_id, file);
@@ -106,6 +125,9 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& fil
   read_field(j, "moe_norm_topk_prob", c.moe_norm_topk_prob, file);
   read_field(j, "moe_aux_loss_coeff", c.moe_aux_loss_coeff, file);
   read_field(j, "moe_z_loss_coeff", c.moe_z_loss_coeff, file);
+  read_field(j, "moe_expert_capacity_factor", c.moe_expert_capacity_factor, file);
+  read_choice(j, "moe_token_drop_policy", {{"probs", MoeDropPolicy::kProbs}, {"position", MoeDropPolicy::kPosition}},
+              c.moe_token_drop_policy, file);
   if (auto it = j.find("hf_extra"); it != j.end()) {
     if (!it->is_object()) fail_at(file, "model config: 'hf_extra' must be an object");
     c.hf_extra_json = it->dump();

@@ -33,6 +33,9 @@ void ParallelLayout::validate(const ModelConfig& c) const {
     fail(fmt::format("invalid parallel layout: tp {} does not divide num_query_groups {}", tp, c.num_query_groups));
   if (c.ffn_hidden_size % tp != 0)
     fail(fmt::format("invalid parallel layout: tp {} does not divide ffn_hidden_size {}", tp, c.ffn_hidden_size));
+  if (ep <= 0) fail(fmt::format("invalid parallel layout: ep {} must be positive", ep));
+  if (ep > 1 && (c.num_experts == 0 || c.num_experts % ep != 0))
+    fail(fmt::format("invalid parallel layout: ep {} does not divide num_experts {}", ep, c.num_experts));
   if (c.num_experts > 0 && tp > 1)
     fail(fmt::format("invalid parallel layout: tp {} with mixture-of-experts layers (tensor parallelism of the experts is "
                      "not in dlm yet)", tp));
@@ -49,10 +52,12 @@ LayerRange stage_layer_range(const ModelConfig& c, const ParallelLayout& layout,
   return r;
 }
 
-std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, int pp_rank) {
+std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, int pp_rank,
+                                     int ep_rank) {
   c.validate();
   layout.validate(c);
   if (tp_rank < 0 || tp_rank >= layout.tp) fail(fmt::format("tp_rank {} outside [0, {})", tp_rank, layout.tp));
+  if (ep_rank < 0 || ep_rank >= layout.ep) fail(fmt::format("ep_rank {} outside [0, {})", ep_rank, layout.ep));
   const LayerRange layers = stage_layer_range(c, layout, pp_rank);
   const bool first_stage = pp_rank == 0, last_stage = pp_rank == layout.pp - 1;
   const std::int64_t tp = layout.tp, r = tp_rank;
@@ -76,8 +81,12 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
       for (std::size_t i = 0; i < starts.size(); ++i) s.pieces.push_back({dim, starts[i], static_cast<std::int64_t>(i) * part, part});
     };
     const std::int64_t f = c.ffn_hidden_size;
-    if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos ||
-        n.find(".mlp.shared_experts.") != std::string::npos) {
+    if (layout.ep > 1 && n.find(".mlp.experts.") != std::string::npos) {
+      const std::int64_t part = spec.shape[0] / layout.ep;
+      split(0, part, {ep_rank * part});
+      s.saved = saved && tp_rank == 0;
+    } else if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos ||
+               n.find(".mlp.shared_experts.") != std::string::npos) {
       s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole (MoE layers only under tp 1: validate())
       s.saved = saved && tp_rank == 0;
     } else if (n.ends_with("linear_qkv.weight") || n == "embedding.word_embeddings.weight" || n == "output_layer.weight") {
@@ -89,6 +98,7 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
       const std::int64_t part = spec.shape[1] / tp;
       split(1, part, {r * part});
     }
+    if (layout.ep > 1 && n.find(".mlp.experts.") == std::string::npos) s.saved = s.saved && ep_rank == 0;
     out.push_back(std::move(s));
   }
   return out;

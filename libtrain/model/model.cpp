@@ -34,6 +34,10 @@ Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
   if (tp_size != layout.tp)
     fail(fmt::format("model: the layout has tensor parallelism {} but the tensor group has {} ranks", layout.tp, tp_size));
   const int tp_rank = shard_.tensor ? shard_.tensor->rank() : 0;
+  if ((shard_.expert ? shard_.expert->size() : 1) != layout.ep)
+    fail(fmt::format("model: the layout has expert parallelism {} but the expert group has {} ranks", layout.ep,
+                     shard_.expert ? shard_.expert->size() : 1));
+  const int ep_rank = shard_.expert ? shard_.expert->rank() : 0;
   if (layout.tp == 1) shard_.sequence_parallel = false;  // as Megatron: nothing to split
   const ckpt::LayerRange layers = ckpt::stage_layer_range(config_, layout, shard_.stage);
   first_layer_ = layers.first;
@@ -44,14 +48,14 @@ Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
     int i = 0;
     for (const auto& spec : ckpt::model_tensors(config_)) global_index[spec.name] = i++;
   }
-  for (auto& s : ckpt::rank_shards(config_, layout, tp_rank, shard_.stage)) {
+  for (auto& s : ckpt::rank_shards(config_, layout, tp_rank, shard_.stage, ep_rank)) {
     index[s.name] = static_cast<int>(params_.size());
     ckpt::TensorSpec spec{s.name, s.local_shape, s.is_norm};
     Parameter p{spec, backend_.alloc(s.local_shape, DType::kF32), backend_.alloc(s.local_shape, DType::kF32), s,
                 global_index.at(s.name), true};
-    // Replicas are counted once in the gradient norm: norms on tensor rank 0, the tied embedding where it
-    // is saved (the first stage).
-    p.in_grad_norm = s.is_norm ? tp_rank == 0 : s.saved || s.name != "embedding.word_embeddings.weight";
+    // Replicas are counted once in the gradient norm: norms on tensor rank 0, the tied embedding on the first
+    // stage (expert-parallel ranks each count their replica of the dense tensors, as data-parallel ranks do).
+    p.in_grad_norm = s.is_norm ? tp_rank == 0 : shard_.stage == 0 || s.name != "embedding.word_embeddings.weight";
     backend_.zero(p.grad);
     params_.push_back(std::move(p));
   }

@@ -30,6 +30,7 @@ class TrainableTransformer final : public TrainableModel {
     return loss;
   }
   void set_gradient_ready_hook(std::function<void(std::size_t)> hook) override { hook_ = std::move(hook); }
+  MoeStepSums take_moe_sums() override { return model_.take_moe_sums(); }
   double forward_loss(const ModelBatch& batch) override { return run(batch, false); }
 
  private:

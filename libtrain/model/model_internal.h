@@ -16,6 +16,17 @@ struct Model::Layer {
   bool moe() const { return router >= 0; }
 };
 
+// Expert parallelism: one MoE layer's exchange in the last forward. Each routed slot (token n, choice j) is a row
+// sent to the rank holding expert e_j; `order` lists the slots n * k + j grouped by destination rank (ascending),
+// so rows are sent and come back in that order.
+struct ExpertExchange {
+  std::vector<std::int64_t> order;                 // [N * k]
+  std::vector<std::int64_t> send_rows, recv_rows;  // per expert-parallel rank
+  std::vector<float> outputs;                      // [N * k, hidden]: the experts' outputs of the sent rows, in order
+  std::int64_t received = 0;                       // rows this rank's experts ran
+  Tensor x, idx, ones, out, gate_up, act;          // those rows, their local expert, weight 1, and the saved activations
+};
+
 // The activations of one forward, kept for backward. Reallocated only when the batch shape changes.
 // Rows: N = batch * seq tokens; the residual stream and the norms hold local_rows(N) of them (N / TP
 // under sequence parallelism), the *g tensors the all-gathered N rows a column-parallel linear reads.
@@ -28,6 +39,7 @@ struct Model::Activations {
     // host in `routing`); gate_up and act then hold N * k rows of moe_ffn width.
     Tensor router_logits, moe_experts, moe_weights;
     Routing routing;
+    ExpertExchange exchange;  // expert parallelism only
     Tensor shared_gate_up, shared_act;  // the shared expert's [N, 2 S], [N, S]
   };
   std::int64_t batch = 0, seq = 0;

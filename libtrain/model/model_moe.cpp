@@ -1,7 +1,7 @@
 // A mixture-of-experts layer's MLP (docs/moe.md): router logits = b Wr^T on the backend, routing on the host
-// (moe_router.h: the logits are [N, E], small), the experts as one backend op (moe_experts_*), plus a shared
-// expert's SwiGLU(b) when the model has one. MoE layers run without tensor parallelism (ParallelLayout::validate),
-// so b is the whole A.xn2.
+// (moe_router.h: the logits are [N, E], small), the experts as one backend op (moe_experts_*), and with a shared
+// expert (Megatron's SharedExpertMLP, ungated) its SwiGLU of every token added: y = routed + (silu(b G^T) * b U^T) D^T.
+// MoE layers run without tensor parallelism (ParallelLayout::validate), so b is the whole A.xn2.
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -17,10 +17,21 @@ void Model::moe_forward(std::size_t l, const Tensor& out) {
   std::vector<float> logits(static_cast<std::size_t>(A.router_logits.numel()));
   be.copy_to_host(A.router_logits, logits);
   A.routing = route(RouterOptions::of(config_), logits);
-  be.copy_from_host(A.moe_experts, std::span<const std::int32_t>(A.routing.experts));
-  be.copy_from_host(A.moe_weights, std::span<const float>(A.routing.weights));
-  be.moe_experts_forward(A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
-                         params_[P.experts_fc2].value, out, A.gate_up, A.act);
+  // Megatron tracks the losses without their coefficients (moe_metrics.h).
+  const std::size_t width = static_cast<std::size_t>(2 + config_.num_experts);
+  if (moe_sums_.empty()) moe_sums_.assign(static_cast<std::size_t>(config_.num_layers) * width, 0.0);
+  double* sums = moe_sums_.data() + static_cast<std::size_t>(first_layer_ + static_cast<int>(l)) * width;
+  if (config_.moe_aux_loss_coeff > 0) sums[0] += A.routing.aux_loss / config_.moe_aux_loss_coeff;
+  if (config_.moe_z_loss_coeff > 0) sums[1] += A.routing.z_loss / config_.moe_z_loss_coeff;
+  for (std::size_t e = 0; e + 2 < width; ++e) sums[e + 2] += static_cast<double>(A.routing.tokens_per_expert[e]);
+  if (shard_.expert) {
+    expert_parallel_forward(l, out);
+  } else {
+    be.copy_from_host(A.moe_experts, std::span<const std::int32_t>(A.routing.experts));
+    be.copy_from_host(A.moe_weights, std::span<const float>(A.routing.weights));
+    be.moe_experts_forward(A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
+                           params_[P.experts_fc2].value, out, A.gate_up, A.act);
+  }
   if (P.fc1 < 0) return;
   Activations& a = *acts_;
   be.linear_forward(A.xn2, params_[P.fc1].value, A.shared_gate_up);
@@ -35,9 +46,12 @@ void Model::moe_backward(std::size_t l) {
   const Layer& P = layers_[l];
   auto& A = a.layers[l];
   Backend& be = backend_;
-  be.moe_experts_backward(a.dx, A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
-                          params_[P.experts_fc2].value, A.gate_up, A.act, a.dxn, a.dmoe_weights,
-                          params_[P.experts_fc1].grad, params_[P.experts_fc2].grad);
+  if (shard_.expert)
+    expert_parallel_backward(l);
+  else
+    be.moe_experts_backward(a.dx, A.xn2, A.moe_experts, A.moe_weights, params_[P.experts_fc1].value,
+                            params_[P.experts_fc2].value, A.gate_up, A.act, a.dxn, a.dmoe_weights,
+                            params_[P.experts_fc1].grad, params_[P.experts_fc2].grad);
   std::vector<float> dweights(static_cast<std::size_t>(a.dmoe_weights.numel()));
   be.copy_to_host(a.dmoe_weights, dweights);
   std::vector<float> dlogits(static_cast<std::size_t>(a.drouter_logits.numel()));
@@ -50,6 +64,18 @@ void Model::moe_backward(std::size_t l) {
   be.swiglu_backward(a.dshared_act, A.shared_gate_up, a.dshared_gate_up);
   be.linear_backward(a.dshared_gate_up, A.xn2, params_[P.fc1].value, a.dtmp, params_[P.fc1].grad);
   be.add(a.dxn, a.dtmp);
+}
+
+MoeStepSums Model::take_moe_sums() {
+  MoeStepSums s;
+  if (config_.num_experts == 0) return s;
+  s.experts = config_.num_experts;
+  s.load_balancing = config_.moe_aux_loss_coeff > 0;
+  s.z = config_.moe_z_loss_coeff > 0;
+  s.values = std::move(moe_sums_);
+  s.values.resize(static_cast<std::size_t>(config_.num_layers) * static_cast<std::size_t>(2 + s.experts), 0.0);
+  moe_sums_.clear();
+  return s;
 }
 
 std::vector<Model::MoeLayerStats> Model::moe_stats() const {

@@ -18,11 +18,31 @@ namespace {
 
 constexpr double kEps = 1e-20;  // Megatron's, in the sigmoid router's normalisations
 
+// Megatron's get_capacity(N k, E, factor) and the drop: per expert, its slots ranked by the policy, the first C kept.
+void drop_over_capacity(const RouterOptions& o, Routing& r) {
+  const std::int64_t E = o.experts, slots = static_cast<std::int64_t>(r.experts.size());
+  r.capacity = static_cast<std::int64_t>(std::ceil(double(slots) / double(E) * o.capacity_factor));
+  r.kept.assign(static_cast<std::size_t>(slots), 1);
+  std::vector<std::vector<std::int64_t>> by_expert(static_cast<std::size_t>(E));
+  for (std::int64_t i = 0; i < slots; ++i) by_expert[static_cast<std::size_t>(r.experts[i])].push_back(i);
+  for (std::int64_t e = 0; e < E; ++e) {
+    auto& s = by_expert[static_cast<std::size_t>(e)];
+    if (static_cast<std::int64_t>(s.size()) <= r.capacity) continue;
+    if (o.drop_policy == ckpt::MoeDropPolicy::kProbs)
+      std::stable_sort(s.begin(), s.end(), [&](std::int64_t a, std::int64_t b) { return r.weights[a] > r.weights[b]; });
+    for (std::size_t j = static_cast<std::size_t>(r.capacity); j < s.size(); ++j) {
+      r.kept[static_cast<std::size_t>(s[j])] = 0;
+      r.weights[static_cast<std::size_t>(s[j])] = 0.0f;
+      --r.tokens_per_expert[static_cast<std::size_t>(e)];
+    }
+  }
+}
+
 }  // namespace
 
 RouterOptions RouterOptions::of(const ckpt::ModelConfig& c) {
-  return {c.num_experts, c.moe_router_topk, c.moe_router_score_function, c.moe_norm_topk_prob, c.moe_aux_loss_coeff,
-          c.moe_z_loss_coeff};
+  return {c.num_experts,        c.moe_router_topk,  c.moe_router_score_function,  c.moe_norm_topk_prob,
+          c.moe_aux_loss_coeff, c.moe_z_loss_coeff, c.moe_expert_capacity_factor, c.moe_token_drop_policy};
 }
 
 Routing route(const RouterOptions& o, std::span<const float> logits) {
@@ -72,6 +92,7 @@ Routing route(const RouterOptions& o, std::span<const float> logits) {
       for (std::int64_t e = 0; e < E; ++e) total += s[e];
     for (std::int64_t e = 0; e < E; ++e) r.aux_probability_sum[e] += sigmoid ? s[e] / (total + kEps) : s[e];
   }
+  if (o.capacity_factor > 0) drop_over_capacity(o, r);
   double dot = 0;
   for (std::int64_t e = 0; e < E; ++e) dot += r.aux_probability_sum[e] * double(r.tokens_per_expert[e]);
   r.aux_loss = o.aux_loss_coeff * double(E) / (double(k) * double(N) * double(N)) * dot;
@@ -95,13 +116,17 @@ void route_backward(const RouterOptions& o, const Routing& r, std::span<const fl
     const float* dw = dweights.data() + n * k;
     const std::int32_t* ex = r.experts.data() + n * k;
     std::fill(ds.begin(), ds.end(), 0.0);
+    // A dropped slot's weight is w * 0: no gradient reaches its w; the normalisation saw the weights before the drop.
+    const auto kept = [&](std::int64_t j) { return r.kept.empty() || r.kept[static_cast<std::size_t>(n * k + j)] != 0; };
     double picked = 0, dot = 0;
-    for (std::int64_t j = 0; j < k; ++j) {
-      picked += s[ex[j]];
-      dot += double(dw[j]) * w[j];
-    }
+    for (std::int64_t j = 0; j < k; ++j) picked += s[ex[j]];
     const double denom = o.norm_topk_prob ? picked + (sigmoid ? kEps : 0.0) : 1.0;
-    for (std::int64_t j = 0; j < k; ++j) ds[ex[j]] += o.norm_topk_prob ? (dw[j] - dot) / denom : double(dw[j]);
+    for (std::int64_t j = 0; j < k; ++j)
+      if (kept(j)) dot += double(dw[j]) * (r.kept.empty() ? w[j] : s[ex[j]] / denom);
+    for (std::int64_t j = 0; j < k; ++j) {
+      const double g = kept(j) ? double(dw[j]) : 0.0;
+      ds[ex[j]] += o.norm_topk_prob ? (g - dot) / denom : g;
+    }
     for (std::int64_t e = 0; e < E; ++e) g[e] = aux_scale * double(r.tokens_per_expert[e]);
     float* dl = dlogits.data() + n * E;
     if (sigmoid) {

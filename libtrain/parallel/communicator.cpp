@@ -22,6 +22,23 @@ void Communicator::check_blocks(std::size_t whole, std::size_t block, const char
     fail(fmt::format("{} on the {}: {} elements are not {} blocks of {}", what, name(), whole, size(), block));
 }
 
+void Communicator::check_all_to_all(std::size_t input, std::span<const std::int64_t> send_counts, std::size_t output,
+                                    std::span<const std::int64_t> recv_counts) const {
+  const auto total = [&](std::span<const std::int64_t> counts, const char* which) {
+    if (counts.size() != static_cast<std::size_t>(size()))
+      fail(fmt::format("all_to_all_v on the {}: {} {} counts for {} members", name(), counts.size(), which, size()));
+    std::int64_t sum = 0;
+    for (std::int64_t c : counts) {
+      if (c < 0) fail(fmt::format("all_to_all_v on the {}: a negative {} count {}", name(), which, c));
+      sum += c;
+    }
+    return static_cast<std::size_t>(sum);
+  };
+  if (total(send_counts, "send") != input || total(recv_counts, "receive") != output)
+    fail(fmt::format("all_to_all_v on the {}: {} input and {} output elements for counts summing to {} and {}", name(),
+                     input, output, total(send_counts, "send"), total(recv_counts, "receive")));
+}
+
 std::vector<int> Communicator::split_members(int color, int key) {
   const std::vector<std::int32_t> mine = {color, key, rank()};
   std::vector<std::int32_t> all(mine.size() * static_cast<std::size_t>(size()));
@@ -57,6 +74,9 @@ class SingleProcessCommunicator final : public Communicator {
   }
   void do_broadcast(void*, std::size_t, DataType, int) override {}
   void do_barrier() override {}
+  void do_all_to_all_v(const void* in, const std::int64_t* send, void* out, const std::int64_t*, DataType t) override {
+    if (in != out) std::memmove(out, in, static_cast<std::size_t>(send[0]) * data_type_size(t));
+  }
   void do_send(const void*, std::size_t, DataType, int) override { fail("send: a group of one has no peer"); }
   void do_recv(void*, std::size_t, DataType, int) override { fail("recv: a group of one has no peer"); }
 

@@ -3,6 +3,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -145,6 +146,28 @@ class GlooCommunicator final : public Communicator {
       o.setTag(next_tag());
       o.setTimeout(wait_);
       gloo::allgather(o);
+    });
+  }
+  void do_all_to_all_v(const void* in, const std::int64_t* send, void* out, const std::int64_t* recv,
+                       DataType type) override {
+    const auto n = static_cast<std::size_t>(size());
+    std::vector<std::int64_t> send_counts(send, send + n), recv_counts(recv, recv + n);
+    std::int64_t send_total = 0, recv_total = 0;
+    for (std::size_t r = 0; r < n; ++r) send_total += send_counts[r], recv_total += recv_counts[r];
+    // Gloo's buffers need memory behind them even when nothing moves.
+    std::uint8_t none[8] = {};
+    void* input = send_total ? const_cast<void*>(in) : none;
+    void* output = recv_total ? out : none;
+    guarded("all_to_all_v", static_cast<std::size_t>(std::max(send_total, recv_total)) * data_type_size(type), [&] {
+      gloo::AlltoallvOptions o(context_);
+      with_element(type, [&](auto* typed) {
+        using T = std::remove_pointer_t<decltype(typed)>;
+        o.setInput(static_cast<T*>(input), send_counts);
+        o.setOutput(static_cast<T*>(output), recv_counts);
+      });
+      o.setTag(next_tag());
+      o.setTimeout(wait_);
+      gloo::alltoallv(o);
     });
   }
   void do_broadcast(void* data, std::size_t count, DataType type, int root) override {

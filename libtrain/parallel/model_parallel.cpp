@@ -28,6 +28,7 @@ ParallelModel::ParallelModel(const ckpt::ModelConfig& config, Backend& backend, 
   layout_.tp = groups_.config.tensor;
   layout_.pp = P * V;
   layout_.dp = groups_.config.data;
+  layout_.ep = groups_.config.expert;
   layout_.layers_per_stage = options_.layers_per_stage;
   layout_.validate(config);
   for (int v = 0; v < V; ++v) {
@@ -36,6 +37,7 @@ ParallelModel::ParallelModel(const ckpt::ModelConfig& config, Backend& backend, 
     shard.stage = v * P + groups_.coords.pipeline;
     shard.tensor = layout_.tp > 1 ? groups_.tensor.get() : nullptr;
     shard.sequence_parallel = options_.sequence_parallel;
+    shard.expert = layout_.ep > 1 ? groups_.expert.get() : nullptr;
     chunks_.push_back(std::make_unique<Model>(config, backend, shard));
   }
   tied_across_stages_ = config.tie_word_embeddings && P > 1;
@@ -86,7 +88,10 @@ class TrainableParallel final : public TrainableModel {
       offsets_.push_back(offset);
       offset += c->parameters().size();
     }
-    for (Parameter* p : model_.parameters()) refs_.push_back(host_param_ref(model_.chunks().front()->backend(), *p));
+    for (Parameter* p : model_.parameters()) {
+      refs_.push_back(host_param_ref(model_.chunks().front()->backend(), *p));
+      refs_.back().expert_parallel = model_.layout().ep > 1 && p->spec.name.find(".mlp.experts.") != std::string::npos;
+    }
   }
   std::vector<ParamRef> parameters() override { return refs_; }
   void zero_grad() override {
@@ -115,6 +120,20 @@ class TrainableParallel final : public TrainableModel {
         for (std::size_t p = 0; p < chunks_[c]->parameters().size(); ++p)
           if (shared(static_cast<int>(c), p)) hook_(offsets_[c] + p);
   }
+  MoeStepSums take_moe_sums() override {
+    MoeStepSums all;
+    for (Model* c : chunks_) {
+      MoeStepSums s = c->take_moe_sums();
+      if (all.values.empty()) {
+        all = std::move(s);
+        continue;
+      }
+      for (std::size_t i = 0; i < s.values.size(); ++i) all.values[i] += s.values[i];
+    }
+    return all;
+  }
+  Communicator* expert_data_parallel() override { return model_.groups().expert_data.get(); }
+  Communicator* expert_parallel() override { return model_.groups().expert.get(); }
   bool reports() const override { return model_.groups().coords.tensor == 0 && model_.groups().coords.pipeline == 0; }
   void sum_over_model(std::span<double> values) override {
     if (model_.groups().config.tensor > 1) model_.groups().tensor->all_reduce(values);

@@ -106,6 +106,25 @@ class MpiCommunicator final : public Communicator {
   void do_barrier() override {
     run("barrier", 0, DataType::kUInt8, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
   }
+  void do_all_to_all_v(const void* in, const std::int64_t* send, void* out, const std::int64_t* recv,
+                       DataType type) override {
+    // MPI's counts and displacements are ints (elements): checked_count refuses what does not fit.
+    const auto n = static_cast<std::size_t>(size());
+    std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+    std::size_t send_total = 0, recv_total = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      send_displs[r] = checked_count(send_total);
+      recv_displs[r] = checked_count(recv_total);
+      send_counts[r] = checked_count(static_cast<std::size_t>(send[r]));
+      recv_counts[r] = checked_count(static_cast<std::size_t>(recv[r]));
+      send_total += static_cast<std::size_t>(send[r]);
+      recv_total += static_cast<std::size_t>(recv[r]);
+    }
+    run("all_to_all_v", std::max(send_total, recv_total), type, [&](MPI_Request* r) {
+      return MPI_Ialltoallv(in, send_counts.data(), send_displs.data(), mpi_type(type), out, recv_counts.data(),
+                            recv_displs.data(), mpi_type(type), comm_, r);
+    });
+  }
   void do_send(const void* data, std::size_t count, DataType type, int peer) override {
     run(fmt::format("send to rank {}", world_rank(peer)), count, type, [&](MPI_Request* r) {
       return MPI_Isend(data, checked_count(count), mpi_type(type), peer, checked_tag(-1), comm_, r);

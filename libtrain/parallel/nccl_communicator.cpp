@@ -219,6 +219,31 @@ void NcclCommunicator::do_barrier() {
   run(*shared_, st, "barrier", 0, [&] { return ncclAllReduce(st.scratch, st.scratch, 1, ncclInt32, ncclSum, st.comm, st.stream); });
 }
 
+void NcclCommunicator::do_all_to_all_v(const void* in, const std::int64_t* send, void* out, const std::int64_t* recv,
+                                       DataType type) {
+  State& st = *state_;
+  const std::size_t element = data_type_size(type), n = static_cast<std::size_t>(size());
+  std::size_t bytes = 0;
+  for (std::size_t r = 0; r < n; ++r) bytes += static_cast<std::size_t>(send[r]) * element;
+  run(*shared_, st, "all_to_all_v", bytes, [&] {
+    ncclResult_t rc = ncclGroupStart();
+    std::size_t send_at = 0, recv_at = 0;
+    for (std::size_t r = 0; r < n && rc == ncclSuccess; ++r) {
+      const auto peer = static_cast<int>(r);
+      if (send[r] > 0)
+        rc = ncclSend(static_cast<const std::uint8_t*>(in) + send_at * element, static_cast<std::size_t>(send[r]),
+                      nccl_type(type), peer, st.comm, st.stream);
+      if (rc == ncclSuccess && recv[r] > 0)
+        rc = ncclRecv(static_cast<std::uint8_t*>(out) + recv_at * element, static_cast<std::size_t>(recv[r]),
+                      nccl_type(type), peer, st.comm, st.stream);
+      send_at += static_cast<std::size_t>(send[r]);
+      recv_at += static_cast<std::size_t>(recv[r]);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return rc != ncclSuccess ? rc : end;
+  });
+}
+
 void NcclCommunicator::do_send(const void* data, std::size_t count, DataType type, int peer) {
   State& st = *state_;
   run(*shared_, st, fmt::format("send to rank {}", world_rank(peer)), count * data_type_size(type), [&] {

@@ -7,6 +7,12 @@
 // the fc1 output (gate, up) and the SwiGLU output, 3F e / t. The last stage adds the final norm's
 // input and output, 2h e / s, and fp32 logits, 4 V / t. For the CUDA backend (cuda_backend) the activations
 // are what it allocates instead (cuda_memory_plan.h).
+// A mixture-of-experts layer keeps instead of the dense MLP's 3F e / t (balanced routing, tp 1): the router's
+// logits and scores, 2E 4 (fp32); the k routed rows' fc1 and SwiGLU outputs, 3 k F_moe e; under expert
+// parallelism the exchanged rows (the received inputs, their outputs, the outputs sent back), 3 k h e; a shared
+// expert's fc1 and SwiGLU outputs, 3 S e. Its
+// all-to-all sends (EP - 1) / EP of the k h e routed bytes of each token four times a step (dispatch and combine,
+// forward and backward). The CUDA backend's MoE buffers are not planned yet: an MoE model's plan uses the estimate.
 #include "dlm/train/parallel_plan.h"
 
 #include <algorithm>
@@ -33,8 +39,12 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   if (o.virtual_stages < 1 || (o.virtual_stages > 1 && o.pipeline < 2))
     fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of at least 2");
   const int V = o.virtual_stages;
-  const ckpt::ParallelLayout layout{o.tensor, o.pipeline * V, o.data, {}};
+  ckpt::ParallelLayout layout{o.tensor, o.pipeline * V, o.data, {}};
+  layout.ep = o.expert;
+  if (o.expert < 1 || o.data % o.expert != 0)
+    fail(fmt::format("--expert-model-parallel-size {} does not divide the data-parallel size {}", o.expert, o.data));
   layout.validate(c);
+  const bool cuda_activations = o.cuda_backend && c.num_experts == 0;
 
   ParallelPlan plan;
   plan.options = o;
@@ -55,6 +65,11 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   const double per_token_layer = 4 * h * e / sp + (2 * q + 2 * kv + (c.qk_layernorm ? q + kv : 0)) * e / t +
                                  4 * heads / t + 3 * f * e / t;
   const double layer_full = tokens * per_token_layer;
+  const double k = c.moe_router_topk, fm = c.moe_ffn_hidden_size, experts = c.num_experts, ep = o.expert;
+  const double moe_layer_full =
+      tokens * (per_token_layer - 3 * f * e / t + 8 * experts + 3 * k * fm * e + (ep > 1 ? 3 * k * h * e : 0) +
+                3.0 * c.moe_shared_expert_intermediate_size * e);
+  const double moe_a2a = 4 * tokens * k * h * e * (ep - 1) / ep;  // one MoE layer, one micro-batch
   const double layer_input = tokens * h * e / sp;
   const double last_extra = tokens * (2 * h * e / sp + 4 * v / t);
   const double hidden_bytes = tokens * h * e;  // one micro-batch's hidden states, whole sequence
@@ -77,6 +92,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
     p.per_chunk_in_flight = peak;
     p.micro_batches_in_flight = *std::max_element(peak.begin(), peak.end());
     const double stored = o.recompute_full ? layer_input : layer_full;
+    const double stored_moe = o.recompute_full ? layer_input : moe_layer_full;
     bool first = false, last = false;
     int sends = 0;
     double fp8_weights = 0;
@@ -84,9 +100,15 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
       const int stage = v * o.pipeline + s;
       const auto range = ckpt::stage_layer_range(c, layout, stage);
       p.layers += range.count;
-      for (const auto& shard : ckpt::rank_shards(c, layout, 0, stage)) p.parameters += ckpt::element_count(shard.local_shape);
+      int moe = 0;
+      for (int i = range.first; i < range.first + range.count; ++i) moe += c.is_moe_layer(i) ? 1 : 0;
+      p.moe_layers += moe;
+      for (const auto& shard : ckpt::rank_shards(c, layout, 0, stage)) {
+        p.parameters += ckpt::element_count(shard.local_shape);
+        if (shard.name.find(".mlp.experts.") != std::string::npos) p.expert_parameters += ckpt::element_count(shard.local_shape);
+      }
       const auto held = static_cast<double>(peak[static_cast<std::size_t>(v)]);
-      if (o.cuda_backend) {
+      if (cuda_activations) {
         // Each chunk is a CudaModel of its own: its layers' slots, its work buffers, its uploaded inputs.
         const bool pre = stage == 0, post = stage == layout.pp - 1;
         const CudaActivationBytes b =
@@ -100,7 +122,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
         fp8_weights += fp8_layers * f.per_layer;
         p.activations += fp8_layers > 0 ? f.work : 0.0;
       } else {
-        p.activations += held * range.count * stored;
+        p.activations += held * ((range.count - moe) * stored + moe * stored_moe);
       }
       first = first || stage == 0;
       last = last || stage == layout.pp - 1;
@@ -109,13 +131,21 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
     const double params = static_cast<double>(p.parameters);
     p.weights = params * e + fp8_weights;
     p.gradients = params * g;
-    p.optimizer = params * state / (o.distributed_optimizer ? d : 1.0);
-    if (o.cuda_backend)
+    // The distributed optimizer shards the experts' state over the expert-data-parallel group (d / EP ranks).
+    const double expert_params = static_cast<double>(p.expert_parameters), dense_params = params - expert_params;
+    const double edp = d / ep;
+    p.optimizer = o.distributed_optimizer ? dense_params * state / d + expert_params * state / edp : params * state;
+    p.expert_parallel_bytes = n * p.moe_layers * moe_a2a;
+    if (cuda_activations)
       p.activations += kCudaRuntimeBytes + (o.tensor * o.pipeline * o.data > 1 ? kCudaNcclBytes : 0.0) +
                        (o.pipeline > 1 ? kCudaNcclPipelineBytes : 0.0);
     else p.activations += (o.recompute_full && p.layers > 0 ? layer_full : 0) + (last ? last_extra : 0);
-    if (o.data > 1)
-      p.data_parallel_bytes = o.distributed_optimizer ? params * (g + e) * (d - 1) / d : params * g * 2 * (d - 1) / d;
+    // Dense tensors over the data-parallel group, experts over the expert-data-parallel one.
+    const auto dp_bytes = [&](double count, double ranks) {
+      if (ranks <= 1) return 0.0;
+      return o.distributed_optimizer ? count * (g + e) * (ranks - 1) / ranks : count * g * 2 * (ranks - 1) / ranks;
+    };
+    p.data_parallel_bytes = dp_bytes(dense_params, d) + dp_bytes(expert_params, edp);
     if (o.tensor > 1) {
       // Per layer: two all-reduces forward and two backward (or their all-gather + reduce-scatter pairs
       // with SP, the same bytes), 2 (t-1)/t of the hidden states each; a full recomputation repeats the
@@ -135,16 +165,17 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
   const auto& o = plan.options;
   std::string out = fmt::format(
       "dry run: {} layers, hidden {}, ffn {}, {} heads / {} KV groups, vocabulary {} (padded): {:.3f}B parameters\n"
-      "layout: {} ranks = TP {} x DP {} x PP {}{}{}{}; micro-batch {}, global batch {}, sequence {} -> {} micro-batches "
+      "layout: {} ranks = TP {} x DP {} x PP {}{}{}{}{}; micro-batch {}, global batch {}, sequence {} -> {} micro-batches "
       "per rank per step; {}; recomputation {}{}\n",
       c.num_layers, c.hidden_size, c.ffn_hidden_size, c.num_attention_heads, c.num_query_groups, c.padded_vocab_size(),
       static_cast<double>(plan.model_parameters) / 1e9, o.tensor * o.data * o.pipeline, o.tensor, o.data, o.pipeline,
-      o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
+      o.virtual_stages > 1 ? fmt::format(" (interleaved, {} chunks per rank)", o.virtual_stages) : "",
+      o.expert > 1 ? fmt::format(", EP {}", o.expert) : "", o.sequence_parallel ? ", sequence parallel" : "", o.distributed_optimizer ? ", distributed optimizer" : "",
       o.micro_batch_size, o.global_batch_size, o.seq_length, plan.micro_batches_per_rank,
       std::string(o.bf16 ? "bf16 weights/activations, fp32 gradients and master weights" : "fp32") +
           (o.cuda_backend && o.fp8.enabled ? " (FP8 linear layers: their FP8 weight copies in weights)" : ""),
       o.recompute_full ? "full" : "off",
-      o.cuda_backend ? "; activations as the CUDA backend allocates them, its runtime included" : "");
+      o.cuda_backend && c.num_experts == 0 ? "; activations as the CUDA backend allocates them, its runtime included" : "");
   out += fmt::format("{:>5} {:>11} {:>7} {:>13} {:>9} {:>9} {:>9} {:>11} {:>9} | {:>9} {:>9} {:>9}\n", "stage", "ranks",
                      "layers", "params/rank", "weights", "grads", "optim", "activations", "total", "DP send", "TP send",
                      "PP send");
@@ -157,6 +188,20 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
                        s.parameters, gib(s.weights), gib(s.gradients), gib(s.optimizer), gib(s.activations),
                        gib(s.memory()), gib(s.data_parallel_bytes), gib(s.tensor_parallel_bytes), gib(s.pipeline_bytes));
   out += "memory in GiB per rank; sends in GiB per rank per step (ring collectives); every rank of a stage holds the same\n";
+  if (c.num_experts == 0) return out;
+  const double k = c.moe_router_topk, h = c.hidden_size, e = o.bf16 ? 2 : 4;
+  const double tokens = static_cast<double>(o.seq_length * o.micro_batch_size);
+  out += fmt::format(
+      "mixture of experts: {} experts of FFN {}, top-{}; EP {} x expert DP {}: {} experts per rank and MoE layer; "
+      "dispatch buffers {} GiB per MoE layer and micro-batch (k routed rows sent, received, returned){}\n",
+      c.num_experts, c.moe_ffn_hidden_size, c.moe_router_topk, o.expert, o.data / o.expert, c.num_experts / o.expert,
+      gib(o.expert > 1 ? 3 * tokens * k * h * e : 0.0),
+      o.cuda_backend ? "; activations: the estimate above (the CUDA backend's MoE buffers are not planned yet)" : "");
+  out += fmt::format("{:>5} {:>10} {:>15} {:>13} {:>9}\n", "stage", "MoE layers", "expert params", "expert weights", "EP send");
+  for (const auto& s : plan.stages)
+    out += fmt::format("{:>5} {:>10} {:>15} {:>13} {:>9}\n", s.stage, s.moe_layers, s.expert_parameters,
+                       gib(static_cast<double>(s.expert_parameters) * e), gib(s.expert_parallel_bytes));
+  out += "expert params and weights per rank (GiB); EP send: all-to-all GiB per rank per step, balanced routing\n";
   return out;
 }
 

@@ -25,6 +25,15 @@ std::string join(const std::vector<int>& ranks) {
   return s;
 }
 
+ParallelConfig layout_of(int world_size, int tensor, int pipeline) {
+  if (tensor <= 0) fail(fmt::format("--tensor-model-parallel-size {} must be positive", tensor));
+  if (pipeline <= 0) fail(fmt::format("--pipeline-model-parallel-size {} must be positive", pipeline));
+  if (world_size % (tensor * pipeline) != 0)
+    fail(fmt::format("{} ranks are not a multiple of --tensor-model-parallel-size {} x --pipeline-model-parallel-size {}",
+                     world_size, tensor, pipeline));
+  return ParallelConfig{tensor, pipeline, world_size / (tensor * pipeline)};
+}
+
 }  // namespace
 
 LaunchInfo launch_info(const char* (*getenv)(const char*)) {
@@ -53,13 +62,14 @@ LaunchInfo launch_info_from_environment() {
   return launch_info([](const char* name) -> const char* { return std::getenv(name); });
 }
 
-ParallelConfig derive_parallel_config(int world_size, int tensor, int pipeline) {
-  if (tensor <= 0) fail(fmt::format("--tensor-model-parallel-size {} must be positive", tensor));
-  if (pipeline <= 0) fail(fmt::format("--pipeline-model-parallel-size {} must be positive", pipeline));
-  if (world_size % (tensor * pipeline) != 0)
-    fail(fmt::format("{} ranks are not a multiple of --tensor-model-parallel-size {} x --pipeline-model-parallel-size {}",
-                     world_size, tensor, pipeline));
-  return ParallelConfig{tensor, pipeline, world_size / (tensor * pipeline)};
+ParallelConfig derive_parallel_config(int world_size, int tensor, int pipeline, int expert) {
+  ParallelConfig c = layout_of(world_size, tensor, pipeline);
+  if (expert <= 0) fail(fmt::format("--expert-model-parallel-size {} must be positive", expert));
+  if (c.data % expert != 0)
+    fail(fmt::format("--expert-model-parallel-size {} does not divide the data-parallel size {} ({} ranks / TP {} x PP {})",
+                     expert, c.data, world_size, tensor, pipeline));
+  c.expert = expert;
+  return c;
 }
 
 RankCoords rank_coords(const ParallelConfig& c, int rank) {
@@ -90,6 +100,21 @@ std::vector<int> pipeline_parallel_ranks(const ParallelConfig& c, int rank) {
   return out;
 }
 
+std::vector<int> expert_parallel_ranks(const ParallelConfig& c, int rank) {
+  RankCoords x = rank_coords(c, rank);
+  const int first = x.data - expert_rank(c, x);
+  std::vector<int> out;
+  for (x.data = first; x.data < first + c.expert; ++x.data) out.push_back(global_rank(c, x));
+  return out;
+}
+
+std::vector<int> expert_data_parallel_ranks(const ParallelConfig& c, int rank) {
+  RankCoords x = rank_coords(c, rank);
+  std::vector<int> out;
+  for (x.data = expert_rank(c, x); x.data < c.data; x.data += c.expert) out.push_back(global_rank(c, x));
+  return out;
+}
+
 std::unique_ptr<Communicator> split_group(Communicator& world, const std::vector<int>& ranks, const std::string& what) {
   // A group's color is its first member: unique per group, the same for all of its members.
   return world.split(ranks.front(), world.rank(), fmt::format("{} group (world ranks {})", what, join(ranks)));
@@ -105,6 +130,10 @@ ProcessGroups make_process_groups(Communicator& world, const ParallelConfig& con
   g.tensor = split_group(world, tensor_parallel_ranks(config, rank), "tensor-parallel");
   g.data = split_group(world, data_parallel_ranks(config, rank), "data-parallel");
   g.pipeline = split_group(world, pipeline_parallel_ranks(config, rank), "pipeline-parallel");
+  if (config.expert > 1) {
+    g.expert = split_group(world, expert_parallel_ranks(config, rank), "expert-parallel");
+    g.expert_data = split_group(world, expert_data_parallel_ranks(config, rank), "expert-data-parallel");
+  }
   return g;
 }
 

@@ -213,7 +213,7 @@ void CheckpointSaver::save(const std::string& dir, bool non_persistent, const Tr
         } catch (const std::exception& e) {
           if (!rank_zero) {
             try {  // best effort: rank 0 then fails its commit with this message instead of waiting
-              for (int stage : placement.stages) writer->report_failure(placement.tensor_rank, stage, user_message(e));
+              for (int stage : placement.stages) writer->report_failure(placement.tensor_rank, stage, user_message(e), placement.expert_rank);
             } catch (const std::exception&) {
             }
           }

@@ -8,11 +8,39 @@ namespace dlm::train {
 HostStep::HostStep(const TrainerOptions& options, TrainableModel& model, Communicator* data_parallel, bool buffered)
     : model_(model), dp_(data_parallel), clip_grad_(options.clip_grad), overlap_(options.overlap_grad_reduce),
       sharded_(false), optimizer_(options.adam) {
-  if (!buffered || !dp_) return;
   const auto params = model_.parameters();
-  buffer_ = std::make_unique<GradBuffer>(params, dp_->size(), dp_->rank(), options.ddp_bucket_size);
+  edp_ = model_.expert_data_parallel();
+  for (std::size_t i = 0; i < params.size(); ++i) (edp_ && params[i].expert_parallel ? experts_ : dense_).push_back(i);
+  if (!buffered || !dp_) return;
+  // Megatron keeps the experts' gradients in buffers of their own (reduced over the expert-data-parallel group);
+  // the overlapped reduction is not wired for two buffers, so they reduce after the backward.
+  if (edp_) overlap_ = false;
+  const auto dense = dense_params(), experts = expert_params();
+  buffer_ = std::make_unique<GradBuffer>(dense, dp_->size(), dp_->rank(), options.ddp_bucket_size);
+  if (edp_) expert_buffer_ = std::make_unique<GradBuffer>(experts, edp_->size(), edp_->rank(), options.ddp_bucket_size);
   // Megatron's DDP starts every replica from rank 0's weights, whatever each initialised.
-  for (const auto& p : params) dp_->broadcast(p.value, 0);
+  for (const auto& p : dense) dp_->broadcast(p.value, 0);
+  for (const auto& p : experts) edp_->broadcast(p.value, 0);
+}
+
+std::vector<ParamRef> HostStep::dense_params() const {
+  const auto all = model_.parameters();
+  std::vector<ParamRef> out;
+  for (std::size_t i : dense_) out.push_back(all[i]);
+  return out;
+}
+
+std::vector<ParamRef> HostStep::expert_params() const {
+  const auto all = model_.parameters();
+  std::vector<ParamRef> out;
+  for (std::size_t i : experts_) out.push_back(all[i]);
+  return out;
+}
+
+double HostStep::split_squared_norm(std::span<const ParamRef> dense, std::span<const ParamRef> experts) const {
+  double expert_sq = squared_norm(experts);
+  if (Communicator* ep = model_.expert_parallel()) ep->all_reduce(std::span<double>(&expert_sq, 1));
+  return squared_norm(dense) + expert_sq;
 }
 
 void HostStep::before_backward() {
@@ -50,8 +78,9 @@ StepResult HostStep::finish(double loss, double sum_sq, std::span<const ParamRef
 StepResult HostStep::apply(double& loss, double lr) {
   auto params = model_.parameters();
   sum_loss(loss);
-  if (buffer_ && !overlapping()) buffer_->all_reduce_gradients(params, *dp_);
-  return finish(loss, squared_norm(params), params, lr);
+  if (buffer_ && !overlapping()) buffer_->all_reduce_gradients(dense_params(), *dp_);
+  if (expert_buffer_) expert_buffer_->all_reduce_gradients(expert_params(), *edp_);
+  return finish(loss, split_squared_norm(dense_params(), expert_params()), params, lr);
 }
 
 void HostStep::with_optimizer_state(const std::function<void(const AdamW&)>& use) { use(optimizer_); }
@@ -61,7 +90,9 @@ void HostStep::load_optimizer_state(AdamW state) { optimizer_ = std::move(state)
 std::size_t HostStep::overlapped_buckets() const { return overlapping() ? buffer_->buckets_started_early() : 0; }
 
 std::int64_t HostStep::zeros_in_gradients() {
-  double zeros = zeros_in(model_.parameters());
+  double expert_zeros = zeros_in(expert_params());
+  if (Communicator* ep = model_.expert_parallel()) ep->all_reduce(std::span<double>(&expert_zeros, 1));
+  double zeros = zeros_in(dense_params()) + expert_zeros;
   model_.sum_over_model(std::span<double>(&zeros, 1));
   return static_cast<std::int64_t>(zeros);
 }

@@ -32,6 +32,12 @@ class HostStep : public GradientStep {
   void sum_loss(double& loss);
   // The global norm from this rank's squared sum: added over the model's other ranks (and, sharded, the group).
   StepResult finish(double loss, double sum_sq, std::span<const ParamRef> update, double lr);
+  // Under expert parallelism the buffer holds the dense tensors and expert_buffer_ the experts' (over edp_);
+  // otherwise dense_ is every parameter and experts_ is empty. Views of model_.parameters().
+  std::vector<ParamRef> dense_params() const;
+  std::vector<ParamRef> expert_params() const;
+  // The squared norm this rank counts of dense tensors plus, summed over the expert-parallel group, of experts'.
+  double split_squared_norm(std::span<const ParamRef> dense, std::span<const ParamRef> experts) const;
 
   TrainableModel& model_;
   Communicator* dp_;
@@ -39,6 +45,9 @@ class HostStep : public GradientStep {
   bool overlap_;
   bool sharded_;
   std::unique_ptr<GradBuffer> buffer_;
+  std::vector<std::size_t> dense_, experts_;  // indices into model_.parameters()
+  Communicator* edp_ = nullptr;               // the expert-data-parallel group (null: no expert parallelism)
+  std::unique_ptr<GradBuffer> expert_buffer_;
   AdamW optimizer_;  // moments per parameter, or per owned piece when sharded
 };
 

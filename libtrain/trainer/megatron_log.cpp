@@ -30,6 +30,7 @@ std::string megatron_iteration_line(const IterationLogLine& l, std::chrono::syst
   s += fmt::format(" global batch size: {:5d} |", l.global_batch_size);
   // Megatron prints a loss only when its mean is >= 0 (a NaN mean fails that test and is left out).
   if (l.lm_loss >= 0.0) s += fmt::format(" lm loss: {:.6E} |", l.lm_loss);
+  for (const auto& [name, value] : l.extra_losses) s += fmt::format(" {}: {:.6E} |", name, value);
   s += " loss scale: 1.0 |";  // bf16 and fp32 train without loss scaling
   s += fmt::format(" grad norm: {:.3f} |", l.grad_norm);
   if (l.num_zeros) s += fmt::format(" num zeros: {} |", *l.num_zeros);

@@ -51,7 +51,7 @@ void write_rank_shards(ckpt::CheckpointWriter& writer, const ckpt::ModelConfig& 
   const bool moments = !state.exp_avg.empty();
   for (int stage : placement.stages) {
     ckpt::TrainingViews local;
-    for (const auto& shard : ckpt::rank_shards(config, placement.layout, placement.tensor_rank, stage)) {
+    for (const auto& shard : ckpt::rank_shards(config, placement.layout, placement.tensor_rank, stage, placement.expert_rank)) {
       if (!shard.saved) continue;
       auto it = index.find(shard.name);
       if (it == index.end()) fail(fmt::format("checkpoint save: this rank holds no tensor {} of stage {}", shard.name, stage));
@@ -68,7 +68,7 @@ void write_rank_shards(ckpt::CheckpointWriter& writer, const ckpt::ModelConfig& 
         local.exp_avg_sq[shard.name] = check(state.exp_avg_sq[t]);
       }
     }
-    writer.write_rank(placement.tensor_rank, stage, local);
+    writer.write_rank(placement.tensor_rank, stage, local, placement.expert_rank);
   }
 }
 
@@ -138,7 +138,7 @@ TrainCheckpoint load_train_checkpoint(const std::string& load_dir, std::span<con
   const bool with_optimizer = md.state.optimizer_steps > 0;
   ckpt::TrainingTensors tensors;
   for (int stage : placement.stages) {
-    auto part = reader.read_rank(placement.layout, placement.tensor_rank, stage, with_optimizer);
+    auto part = reader.read_rank(placement.layout, placement.tensor_rank, stage, with_optimizer, placement.expert_rank);
     tensors.params.merge(part.params);
     tensors.exp_avg.merge(part.exp_avg);
     tensors.exp_avg_sq.merge(part.exp_avg_sq);

@@ -144,13 +144,23 @@ double Trainer::train_step(std::int64_t iteration, double lr, double& grad_norm,
     batches.push_back(std::move(batch));
   }
   step_->before_backward();
+  model_.take_moe_sums();  // drops what evaluation forwards added
   double loss = model_.forward_backward_all(batches);
   model_.finish_gradients();
+  moe_ = step_moe_metrics(micro);
   step_->after_backward();
   const StepResult result = step_->apply(loss, lr);
   grad_norm = result.grad_norm;
   applied = result.applied;
   return loss;
+}
+
+std::optional<MoeMetrics> Trainer::step_moe_metrics(std::int64_t micro_batches) {
+  MoeStepSums sums = model_.take_moe_sums();
+  if (sums.experts == 0) return std::nullopt;
+  if (dp_ && dp_->size() > 1) dp_->all_reduce<double>(sums.values);
+  model_.sum_over_model(sums.values);
+  return moe_metrics(sums, micro_batches);
 }
 
 double Trainer::params_norm() {
@@ -310,6 +320,7 @@ std::vector<IterationStats> Trainer::run(const SaveFn& save, const std::atomic<b
       if (options_.monitor.log_num_zeros_in_grad) report.num_zeros = step_->zeros_in_gradients();
     }
     if (monitor.wants_memory(s.iteration)) report.memory = memory_report();
+    report.moe = moe_;
     monitor.iteration(report);
     if (options_.eval_interval > 0 && s.iteration % options_.eval_interval == 0 && do_valid)
       monitor.validation(s.iteration, progress_.consumed_samples, evaluate());

@@ -64,7 +64,8 @@ TrainingModel cpu_model(const ckpt::ModelConfig& config, const TrainingModelOpti
     mp.virtual_stages = virtual_stages_for(config, o.groups->config.pipeline, o.layers_per_virtual_stage);
     owner->parallel = std::make_unique<ParallelModel>(config, *owner->backend, *o.groups, mp);
     out.model = make_trainable_model(*owner->parallel);
-    CheckpointPlacement placement{owner->parallel->layout(), owner->parallel->tensor_rank(), {}};
+    CheckpointPlacement placement{owner->parallel->layout(), owner->parallel->tensor_rank(), {},
+                                  expert_rank(o.groups->config, o.groups->coords)};
     for (std::size_t v = 0; v < owner->parallel->chunks().size(); ++v)
       placement.stages.push_back(owner->parallel->stage_of(v));
     out.placement = std::move(placement);
@@ -82,7 +83,7 @@ TrainingModel cpu_model(const ckpt::ModelConfig& config, const TrainingModelOpti
 
 TrainingModel make_training_model(const ckpt::ModelConfig& config, const TrainingModelOptions& options) {
   const ProcessGroups* g = options.groups;
-  const bool model_parallel = g && (g->config.tensor > 1 || g->config.pipeline > 1);
+  const bool model_parallel = g && (g->config.tensor > 1 || g->config.pipeline > 1 || g->config.expert > 1);
   if (options.device == Device::kCpu) return cpu_model(config, options, model_parallel);
   // On GPUs the distributed optimizer and the overlapped reduction over DP > 1 are the model's own work.
   const bool data_parallel = g && g->config.data > 1;

@@ -1,6 +1,7 @@
 // The trainer's reports in Megatron's forms (include/dlm/train/training_monitor.h).
 #include "dlm/train/training_monitor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -29,6 +30,17 @@ void with_samples(Scalars& out, std::int64_t iteration, std::int64_t samples, co
 void print_log(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
+}
+
+// Megatron's tags (moe_metrics.h) and dlm's load: moe/tokens_per_expert_layer_<i>/expert_<e>.
+void add_moe_scalars(std::map<std::string, double>& out, const MoeMetrics& m) {
+  for (const auto& [name, value] : m.losses()) out[name] = value;
+  for (const auto& l : m.layers) {
+    if (m.z) out[fmt::format("moe/z_loss_layer_{}", l.layer)] = l.z_loss;
+    if (m.load_balancing) out[fmt::format("moe/load_balancing_loss_layer_{}", l.layer)] = l.load_balancing_loss;
+    for (std::size_t e = 0; e < l.tokens_per_expert.size(); ++e)
+      out[fmt::format("moe/tokens_per_expert_layer_{}/expert_{}", l.layer, e)] = l.tokens_per_expert[e];
+  }
 }
 
 }  // namespace
@@ -72,6 +84,12 @@ void TrainingMonitor::iteration(const IterationReport& r) {
   } else {
     applied_loss_sum_ += r.loss;
     ++applied_;
+    if (r.moe) {
+      const auto losses = r.moe->losses();
+      if (moe_loss_sums_.empty())
+        for (const auto& [name, value] : losses) moe_loss_sums_.emplace_back(name, 0.0);
+      for (std::size_t i = 0; i < losses.size() && i < moe_loss_sums_.size(); ++i) moe_loss_sums_[i].second += losses[i].second;
+    }
   }
   if (!reporting_) return;
   if (tb_ && r.iteration % options_.tensorboard_log_interval == 0) {
@@ -89,6 +107,7 @@ void TrainingMonitor::iteration(const IterationReport& r) {
       s[it]["mem-allocated-bytes"] = r.memory->allocated_bytes;
       s[it]["mem-max-allocated-bytes"] = r.memory->max_allocated_bytes;
     }
+    if (r.moe) add_moe_scalars(s[it], *r.moe);
     for (const auto& [step, scalars] : s) tb_->add_scalars(step, scalars);
   }
   if (log_line_due(r.iteration)) {
@@ -110,12 +129,14 @@ void TrainingMonitor::write_log_line(const IterationReport& r, bool closes_inter
   if (options_.log_throughput) l.tflops_per_gpu = tflops;
   l.learning_rate = r.megatron_lr;
   l.lm_loss = applied_loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, applied_));
+  for (const auto& [name, sum] : moe_loss_sums_) l.extra_losses.emplace_back(name, sum / static_cast<double>(std::max<std::int64_t>(1, applied_)));
   l.grad_norm = r.grad_norm;
   l.num_zeros = r.num_zeros;
   l.params_norm = r.params_norm;
   l.skipped_iterations = skipped_;
   l.nan_iterations = nan_;
   print_log(megatron_iteration_line(l, std::chrono::system_clock::now()) + "\n");
+  if (r.moe) print_log(moe_load_line(*r.moe) + "\n");
   if (tb_ && options_.log_timers_to_tensorboard && r.iteration != first_iteration_) {
     std::map<std::string, double> timers = {{"iteration-time", per_iteration}};
     if (options_.log_throughput) timers["throughput"] = tflops;
@@ -132,9 +153,12 @@ void TrainingMonitor::write_log_line(const IterationReport& r, bool closes_inter
     if (r.params_norm) values["params_norm"] = *r.params_norm;
     if (r.num_zeros) values["num_zeros"] = static_cast<double>(*r.num_zeros);
     if (options_.log_throughput) values["tflops_per_gpu"] = tflops;
+    for (const auto& [name, value] : l.extra_losses) values[name] = value;
+    if (r.moe) values["moe_max_load"] = moe_max_load(*r.moe);
     jsonl_->write(r.iteration, values);
   }
   if (tb_) tb_->flush();
+  moe_loss_sums_.clear();
   seconds_ = loss_sum_ = applied_loss_sum_ = 0;
   count_ = applied_ = skipped_ = nan_ = 0;
 }

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/grouped_gemm.h"
 #include "backend/cuda/moe_kernels.h"
+#include "dlm/common/error.h"
 #include "dlm/train/moe_router.h"
 #include "gpu_test_util.h"
 
@@ -348,6 +349,19 @@ TEST(CudaMoeParity, RecomputationGivesTheSameGradients) {
   const MoeBatch mb = moe_batch(23);
   EXPECT_EQ(plain->forward_backward(mb.view(false)), again->forward_backward(mb.view(false)));
   for (const auto& t : plain->tensors()) EXPECT_EQ(plain->export_gradient(t.name), again->export_gradient(t.name)) << t.name;
+}
+
+// The GPU router is dropless: a capacity factor (token dropping, the CPU reference's) is refused at construction, in
+// one line naming the field, before any device work.
+TEST(CudaMoeModel, CapacityFactorIsRefusedInOneLine) {
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_expert_capacity_factor = 1.5;
+  try {
+    CudaModel m(c, CudaShard{}, CudaOptions{});
+    ADD_FAILURE() << "a capacity factor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_expert_capacity_factor 1.5"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

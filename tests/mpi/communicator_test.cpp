@@ -1,6 +1,7 @@
 // The MPI communicator on 4 ranks: each collective's result, point-to-point, and the process groups
 // of every layout of 4 ranks split from the world (their members are Megatron's).
 #include <numeric>
+#include <tuple>
 
 #include "dlm/train/parallel.h"
 #include "mpi_test_main.h"
@@ -70,6 +71,63 @@ TEST(MpiCommunicator, ProcessGroupsOfEveryLayoutAreMegatrons) {
     check(*groups.data, train::data_parallel_ranks(config, w.rank()));
     check(*groups.pipeline, train::pipeline_parallel_ranks(config, w.rank()));
   }
+  // Megatron's expert grid (tp-ep-dp-pp) on 4 ranks: EP2 within DP4 is {0,1}, {2,3}; expert-data {0,2}, {1,3}.
+  // PP2 x EP2: the data groups {0,1}, {2,3} are each one expert group; expert-data groups of one rank.
+  for (const auto& [pp, ep, expert, expert_data] :
+       {std::tuple{1, 2, std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}},
+                   std::vector<std::vector<int>>{{0, 2}, {1, 3}, {0, 2}, {1, 3}}},
+        std::tuple{1, 4, std::vector<std::vector<int>>{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}},
+                   std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}},
+        std::tuple{2, 2, std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}},
+                   std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}}}) {
+    const auto config = train::derive_parallel_config(w.size(), 1, pp, ep);
+    const auto r = static_cast<std::size_t>(w.rank());
+    EXPECT_EQ(train::expert_parallel_ranks(config, w.rank()), expert[r]);
+    EXPECT_EQ(train::expert_data_parallel_ranks(config, w.rank()), expert_data[r]);
+    auto groups = train::make_process_groups(w, config);
+    ASSERT_TRUE(groups.expert && groups.expert_data);
+    // A collective on each group sums exactly its members' world ranks (and keeps every member in the group until
+    // all have connected: Gloo's peers would otherwise see a group closed under them).
+    for (const auto& [g, want] : {std::pair{groups.expert.get(), expert[r]}, {groups.expert_data.get(), expert_data[r]}}) {
+      EXPECT_EQ(g->size(), static_cast<int>(want.size())) << g->name();
+      EXPECT_EQ(g->world_rank(g->rank()), w.rank()) << g->name();
+      std::int64_t sum = w.rank();
+      g->all_reduce(std::span<std::int64_t>(&sum, 1));
+      EXPECT_EQ(sum, std::accumulate(want.begin(), want.end(), std::int64_t{0})) << g->name();
+    }
+  }
+  EXPECT_THROW(train::derive_parallel_config(w.size(), 2, 1, 4), Error);  // EP 4 does not divide DP 2
+}
+
+// all_to_all_v: rank r sends r + 1 copies of (100 r + s) to each rank s; rank s receives from each r its r + 1
+// values. Then the equal-block form, and an exchange in which some ranks send nothing.
+TEST(MpiCommunicator, AllToAllV) {
+  auto& w = mpi_world();
+  const int r = w.rank(), n = w.size();
+  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(n), r + 1), recv_counts(static_cast<std::size_t>(n));
+  for (int s = 0; s < n; ++s) recv_counts[static_cast<std::size_t>(s)] = s + 1;
+  std::vector<float> in, want;
+  for (int s = 0; s < n; ++s)
+    for (int c = 0; c <= r; ++c) in.push_back(100.0f * r + s);
+  for (int s = 0; s < n; ++s)
+    for (int c = 0; c <= s; ++c) want.push_back(100.0f * s + r);
+  std::vector<float> out(want.size());
+  w.all_to_all_v<float>(in, send_counts, out, recv_counts);
+  EXPECT_EQ(out, want);
+
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(n)), got(static_cast<std::size_t>(n));
+  for (int s = 0; s < n; ++s) blocks[static_cast<std::size_t>(s)] = 10 * r + s;
+  w.all_to_all<std::int64_t>(blocks, got);
+  for (int s = 0; s < n; ++s) EXPECT_EQ(got[static_cast<std::size_t>(s)], 10 * s + r);
+
+  // Only rank 0 sends, one value to each rank.
+  std::vector<std::int64_t> none(static_cast<std::size_t>(n), 0), one(static_cast<std::size_t>(n), 1), from0(none);
+  from0[0] = 1;
+  std::vector<std::int32_t> values(r == 0 ? static_cast<std::size_t>(n) : 0), value(1);
+  std::iota(values.begin(), values.end(), 7);
+  w.all_to_all_v<std::int32_t>(values, r == 0 ? one : none, value, from0);
+  EXPECT_EQ(value[0], 7 + r);
+  EXPECT_THROW(w.all_to_all_v<std::int32_t>(values, r == 0 ? one : none, value, one), Error);  // 1 element for 4
 }
 
 }  // namespace

@@ -194,6 +194,46 @@ TEST(PipelineSchedule, EveryUnitRunsOnceAndBackwardFollowsItsForward) {
         }
 }
 
+// Expert parallelism: a rank holds E / EP experts of each MoE layer, their optimizer state over expert-DP, their
+// gradients' DP traffic over expert-DP, and sends (EP - 1) / EP of its k routed rows four times a MoE layer.
+TEST(DryRun, ExpertParallelPlanEqualsHandComputedValues) {
+  ckpt::ModelConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 8;
+  c.ffn_hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.num_query_groups = 2;
+  c.kv_channels = 4;
+  c.vocab_size = 128;
+  c.make_vocab_size_divisible_by = 128;
+  c.max_position_embeddings = 16;
+  c.tie_word_embeddings = true;
+  c.qk_layernorm = false;
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.moe_ffn_hidden_size = 4;
+  PlanOptions o;
+  o.data = 4;
+  o.expert = 2;
+  o.distributed_optimizer = true;
+  o.micro_batch_size = 1;
+  o.global_batch_size = 8;  // 2 micro-batches per rank
+  o.seq_length = 4;
+  const auto plan = plan_parallel(c, o);
+  const auto& s = plan.stages.at(0);
+  // Per layer: 2 experts x (fc1 8x8 + fc2 8x4) = 192 expert parameters; router 4x8, QKV 24x8, proj 8x8, 2 norms 8.
+  EXPECT_EQ(s.expert_parameters, 2 * 192);
+  EXPECT_EQ(s.parameters, 2 * 192 + 2 * (32 + 192 + 64 + 16) + 128 * 8 + 8);
+  EXPECT_EQ(s.moe_layers, 2);
+  const double dense = static_cast<double>(s.parameters - s.expert_parameters);
+  EXPECT_DOUBLE_EQ(s.optimizer, dense * 8 / 4 + 2 * 192 * 8 / 2.0);  // fp32: 8 bytes of moments
+  EXPECT_DOUBLE_EQ(s.data_parallel_bytes, dense * 8 * 3 / 4 + 2 * 192 * 8 * 1 / 2.0);  // reduce-scatter + all-gather
+  // 4 passes x 4 tokens x k 2 x hidden 8 x 4 bytes x (EP - 1) / EP, 2 layers, 2 micro-batches.
+  EXPECT_DOUBLE_EQ(s.expert_parallel_bytes, 4 * 4 * 2 * 8 * 4 * 0.5 * 2 * 2);
+  o.expert = 3;
+  EXPECT_THROW(plan_parallel(c, o), Error);
+}
+
 TEST(DryRun, SmallConfigEqualsHandComputedValues) {
   ckpt::ModelConfig c;
   c.num_layers = 4;

@@ -26,9 +26,10 @@ class ParallelTool : public ToolTest {
     ToolTest::SetUp();
     tag_ = "dlm-parallel-tool-" + std::to_string(::getpid());
   }
-  // mpiexec -n 4 over `argv`; its ranks carry DLM_TEST_TAG (how rank_pid finds them) in their environment.
-  std::vector<std::string> mpi(std::vector<std::string> argv, std::vector<std::string> mpiexec_flags = {}) const {
-    std::vector<std::string> a = {DLM_MPIEXEC, "-n", "4", "--oversubscribe", "--allow-run-as-root",
+  // mpiexec -n 4 (or `ranks`) over `argv`; its ranks carry DLM_TEST_TAG (how rank_pid finds them) in their environment.
+  std::vector<std::string> mpi(std::vector<std::string> argv, std::vector<std::string> mpiexec_flags = {},
+                               int ranks = 4) const {
+    std::vector<std::string> a = {DLM_MPIEXEC, "-n", std::to_string(ranks), "--oversubscribe", "--allow-run-as-root",
                                   "-x", "DLM_TEST_TAG=" + tag_};
     a.insert(a.end(), mpiexec_flags.begin(), mpiexec_flags.end());
     a.insert(a.end(), argv.begin(), argv.end());
@@ -71,8 +72,16 @@ class ParallelTool : public ToolTest {
     if (pid && sig == SIGSTOP) ::kill(pid, SIGKILL);  // the launcher may leave a stopped process behind
     return {r, seconds};
   }
+  // The single process's losses of the MoE model of kMoeFlags.
+  std::vector<double> moe_single_losses() const;
   std::string tag_;
 };
+
+// A mixture-of-experts model with aux and z losses on (their gradients shape the later losses); ends in --metrics-file.
+const std::vector<std::string> kMoeFlags = {"--num-layers", "4", "--train-iters", "6", "--global-batch-size", "8",
+                                            "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16",
+                                            "--moe-layer-freq", "2", "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff",
+                                            "0.01", "--metrics-file"};
 
 // The "valid_loss" values of a metrics file.
 std::vector<double> valid_losses(const fs::path& metrics) {
@@ -83,10 +92,27 @@ std::vector<double> valid_losses(const fs::path& metrics) {
   return out;
 }
 
+// The values of one key of a metrics file, in order.
+std::vector<double> values_of(const fs::path& metrics, const std::string& key) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  const std::string field = "\"" + key + "\": ";
+  for (std::string line; std::getline(in, line);)
+    if (const auto at = line.find(field); at != std::string::npos) out.push_back(std::stod(line.substr(at + field.size())));
+  return out;
+}
+
 std::vector<double> numbers(const std::vector<std::string>& text) {
   std::vector<double> out;
   for (const auto& t : text) out.push_back(std::stod(t));
   return out;
+}
+
+std::vector<double> ParallelTool::moe_single_losses() const {
+  const auto single = dir_ / "single.jsonl";
+  const auto r = run(layout_argv(kMoeFlags, single, {}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return numbers(losses(single));
 }
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want) {
@@ -224,7 +250,7 @@ TEST_F(ParallelTool, TensorAndPipelineLayoutsGiveTheSingleProcessLossesAndResume
       {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}};
   for (std::size_t k = 0; k < layouts.size(); ++k) {
     const auto metrics = dir_ / fmt::format("layout{}.jsonl", k);
-    r = run(mpi(with(metrics, layouts[k])));
+    r = run(mpi(layout_argv(common, metrics, layouts[k])));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_close(numbers(losses(metrics)), want);
     expect_close(valid_losses(metrics), want_valid);
@@ -275,22 +301,14 @@ TEST_F(ParallelTool, AsyncSaveOnFourRanksWritesTheBlockingSavesCheckpoints) {
 // A mixture-of-experts model (router losses on: their gradients shape the later losses) under DP4 and PP2 x DP2
 // follows the single process: the router losses are weighted per micro-batch as the cross-entropy is.
 TEST_F(ParallelTool, MoeLayoutsGiveTheSingleProcessLosses) {
-  const std::vector<std::string> common = {"--num-layers", "4", "--train-iters", "6", "--global-batch-size", "8",
-                                           "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16",
-                                           "--moe-layer-freq", "2", "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff",
-                                           "0.01", "--metrics-file"};
-  auto with = [&](const fs::path& metrics, const std::vector<std::string>& layout) {
-    return layout_argv(common, metrics, layout);
-  };
-  const auto single = dir_ / "single.jsonl";
-  auto r = run(with(single, {}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto want = numbers(losses(single));
+  const std::vector<std::string> common = kMoeFlags;
+  ChildResult r;
+  const auto want = moe_single_losses();
   ASSERT_EQ(want.size(), 6u);
   const std::vector<std::vector<std::string>> layouts = {{}, {"--pipeline-model-parallel-size", "2"}};
   for (std::size_t k = 0; k < layouts.size(); ++k) {
     const auto metrics = dir_ / fmt::format("moe_layout{}.jsonl", k);
-    r = run(mpi(with(metrics, layouts[k])));
+    r = run(mpi(layout_argv(common, metrics, layouts[k])));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_close(numbers(losses(metrics)), want);
   }
@@ -301,6 +319,76 @@ TEST_F(ParallelTool, MoeLayoutsGiveTheSingleProcessLosses) {
   flags.push_back((dir_ / "no_router_loss.jsonl").string());
   ASSERT_EQ(run(train_argv(flags)).exit_code, 0);
   EXPECT_NE(numbers(losses(dir_ / "no_router_loss.jsonl")), want);
+}
+
+// Expert parallelism (--expert-model-parallel-size): EP2 on two ranks, EP2 x DP2 (with and without the distributed
+// optimizer), EP4 and EP2 x PP2 on four follow the single process's losses (aux and z losses on). Each EP rank
+// holds half the experts (its checkpoint shard files say so); a checkpoint saved at EP2 x DP2 continues the same
+// losses at EP1 (one process) and at EP4.
+TEST_F(ParallelTool, ExpertParallelLayoutsGiveTheSingleProcessLossesAndTheirCheckpointsReshard) {
+  const auto with = [&](const fs::path& metrics, const std::vector<std::string>& layout) {
+    return layout_argv(kMoeFlags, metrics, layout);
+  };
+  const auto want = moe_single_losses();
+  ASSERT_EQ(want.size(), 6u);
+  ChildResult r;
+  struct Layout {
+    int ranks;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Layout> layouts = {
+      {2, {"--expert-model-parallel-size", "2"}},
+      {4, {"--expert-model-parallel-size", "2"}},
+      {4, {"--expert-model-parallel-size", "2", "--use-distributed-optimizer"}},
+      {4, {"--expert-model-parallel-size", "4", "--use-distributed-optimizer"}},
+      {4, {"--expert-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto metrics = dir_ / fmt::format("ep_layout{}.jsonl", k);
+    r = run(mpi(with(metrics, layouts[k].flags), {}, layouts[k].ranks));
+    ASSERT_EQ(r.exit_code, 0) << "layout " << k << ": " << r.err;
+    expect_close(numbers(losses(metrics)), want);
+    // The MoE metrics are the whole step's on every layout (summed over the ranks' micro-batches and layers).
+    for (const std::string key : {"load_balancing_loss", "z_loss", "moe_max_load"})
+      expect_close(values_of(metrics, key), values_of(dir_ / "single.jsonl", key));
+  }
+  ASSERT_EQ(values_of(dir_ / "single.jsonl", "load_balancing_loss").size(), 6u);
+
+  // Token dropping (--moe-expert-capacity-factor 0.5: each expert keeps at most 8 of a micro-batch's 64 routed slots)
+  // drops the same tokens on every layout: the capacity is each micro-batch's, where the router runs. A shared expert
+  // (replicated, a dense tensor) rides along.
+  const std::vector<std::string> dropping = {"--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "position",
+                                             "--moe-shared-expert-intermediate-size", "8"};
+  r = run(with(dir_ / "drop_single.jsonl", dropping));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ep_dropping = dropping;
+  ep_dropping.insert(ep_dropping.end(), {"--expert-model-parallel-size", "2"});
+  r = run(mpi(with(dir_ / "drop_ep2.jsonl", ep_dropping)));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto dropped = numbers(losses(dir_ / "drop_single.jsonl"));
+  expect_close(numbers(losses(dir_ / "drop_ep2.jsonl")), dropped);
+  EXPECT_NE(dropped, want);
+
+  // EP2 x DP2 with the distributed optimizer saves at 3 and exits; EP1 and EP4 continue.
+  const auto ckpt = (dir_ / "ep_ckpt").string();
+  const auto first = dir_ / "ep_first.jsonl";
+  r = run(mpi(with(first, {"--expert-model-parallel-size", "2", "--use-distributed-optimizer", "--save", ckpt,
+                           "--exit-interval", "3"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(fs::path(ckpt) / "iter_0000003" / "rank_tp00_pp00_ep01.h5"));
+  EXPECT_FALSE(fs::exists(fs::path(ckpt) / "iter_0000003" / "rank_tp00_pp00.h5"));
+  const std::vector<std::pair<int, std::vector<std::string>>> resumes = {
+      {1, {}}, {4, {"--expert-model-parallel-size", "4"}}, {4, {"--expert-model-parallel-size", "4", "--use-distributed-optimizer"}}};
+  for (std::size_t k = 0; k < resumes.size(); ++k) {
+    const auto second = dir_ / fmt::format("ep_second{}.jsonl", k);
+    auto flags = resumes[k].second;
+    flags.insert(flags.end(), {"--load", ckpt});
+    const auto argv = with(second, flags);
+    r = run(resumes[k].first == 1 ? argv : mpi(argv, {}, resumes[k].first));
+    ASSERT_EQ(r.exit_code, 0) << "resume " << k << ": " << r.err;
+    auto got = numbers(losses(first));
+    for (double l : numbers(losses(second))) got.push_back(l);
+    expect_close(got, want);
+  }
 }
 
 TEST_F(ParallelTool, LayoutFlagsAreCheckedBeforeStarting) {

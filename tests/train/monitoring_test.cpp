@@ -12,6 +12,7 @@
 #include "dlm/train/flops.h"
 #include "dlm/train/megatron_log.h"
 #include "dlm/train/metrics.h"
+#include "dlm/train/moe_metrics.h"
 #include "dlm/train/progress_log.h"
 
 namespace dlm::train {
@@ -61,6 +62,41 @@ TEST(MegatronLog, IterationLineIsMegatronsCharacterForCharacter) {
       " loss scale: 1.0 | grad norm: 1.235 | num zeros: 17 | params norm: 250.500 |"
       " number of skipped iterations:   2 | number of nan iterations:   1 |";
   EXPECT_EQ(full.substr(full.size() - full_tail.size()), full_tail) << full;
+}
+
+// Three layers (layer 1 dense), two experts, two micro-batches: the sums become per-micro-batch losses of the MoE
+// layers, Megatron's scalars are their means (z_loss first), and the load is the busiest expert over the mean.
+TEST(MoeMetrics, HandComputedSumsGiveMegatronsScalarsAndTheLoad) {
+  MoeStepSums sums;
+  sums.experts = 2;
+  sums.load_balancing = sums.z = true;
+  sums.values = {2.0, 0.5, 30, 10, 0, 0, 0, 0, 2.4, 0.7, 20, 20};
+  const MoeMetrics m = moe_metrics(sums, 2);
+  ASSERT_EQ(m.layers.size(), 2u);
+  EXPECT_EQ(m.layers[0].layer, 0);
+  EXPECT_EQ(m.layers[1].layer, 2);
+  EXPECT_DOUBLE_EQ(m.layers[0].load_balancing_loss, 1.0);
+  EXPECT_DOUBLE_EQ(m.layers[1].z_loss, 0.35);
+  EXPECT_EQ(m.layers[0].tokens_per_expert, (std::vector<double>{30, 10}));
+  const auto losses = m.losses();
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_EQ(losses[0].first, "z_loss");
+  EXPECT_DOUBLE_EQ(losses[0].second, 0.3);
+  EXPECT_EQ(losses[1].first, "load_balancing_loss");
+  EXPECT_DOUBLE_EQ(losses[1].second, 1.1);
+  EXPECT_EQ(moe_load_line(m), " moe load (max / mean tokens per expert) | layer 0: 1.500 | layer 2: 1.000 |");
+  EXPECT_DOUBLE_EQ(moe_max_load(m), 1.5);
+  sums.z = false;  // a zero coefficient: not tracked, as in Megatron
+  EXPECT_EQ(moe_metrics(sums, 2).losses().size(), 1u);
+
+  IterationLogLine l;
+  l.iteration = 1;
+  l.train_iters = 10;
+  l.lm_loss = 7.0;
+  l.extra_losses = losses;
+  const std::string line = megatron_iteration_line(l, std::chrono::system_clock::now());
+  EXPECT_NE(line.find(" lm loss: 7.000000E+00 | z_loss: 3.000000E-01 | load_balancing_loss: 1.100000E+00 | loss scale: 1.0 |"),
+            std::string::npos) << line;
 }
 
 TEST(MegatronLog, ValidationBlockAndPerplexity) {

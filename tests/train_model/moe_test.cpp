@@ -3,6 +3,7 @@
 // MoE model's gradients (cross-entropy plus router losses) against finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "dlm/common/error.h"
@@ -75,11 +76,43 @@ TEST(MoeRouter, SigmoidScoresAndRouterLossesFollowMegatron) {
   EXPECT_THROW(route(o, std::vector<float>{0, 1, NAN, 2}), Error);
 }
 
+// Capacity factor 1 with 4 tokens, 2 experts, top-1: C = ceil(4 / 2 * 1) = 2. Tokens 0, 1, 2 choose expert 0 with
+// weights sigmoid(2), sigmoid(0.5), sigmoid(1) (softmax of two logits); token 3 chooses expert 1. By probs expert 0
+// keeps tokens 0 and 2, by position tokens 0 and 1; the dropped weight is 0, the counts and the aux loss follow.
+TEST(MoeRouter, CapacityDropsTheTokensMegatronDrops) {
+  const std::vector<float> logits = {2.0f, 0.0f, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f, 3.0f};
+  RouterOptions o = options(2, 1, false);
+  o.capacity_factor = 1.0;
+  o.aux_loss_coeff = 1.0;
+  const auto sig = [](double x) { return 1 / (1 + std::exp(-x)); };
+  const Routing probs = route(o, logits);
+  EXPECT_EQ(probs.capacity, 2);
+  EXPECT_EQ(probs.experts, (std::vector<std::int32_t>{0, 0, 0, 1}));
+  EXPECT_EQ(probs.kept, (std::vector<std::uint8_t>{1, 0, 1, 1}));
+  EXPECT_NEAR(probs.weights[0], sig(2), 1e-6);
+  EXPECT_EQ(probs.weights[1], 0.0f);
+  EXPECT_NEAR(probs.weights[2], sig(1), 1e-6);
+  EXPECT_NEAR(probs.weights[3], sig(3), 1e-6);
+  EXPECT_EQ(probs.tokens_per_expert, (std::vector<std::int64_t>{2, 1}));
+  // aux = E / (k N^2) sum_e c_e sum_n s[n, e] with the kept counts.
+  const double p0 = sig(2) + sig(0.5) + sig(1) + sig(-3);
+  EXPECT_NEAR(probs.aux_loss, 2.0 / 16 * (2 * p0 + 1 * (4 - p0)), 1e-6);
+  o.drop_policy = ckpt::MoeDropPolicy::kPosition;
+  const Routing position = route(o, logits);
+  EXPECT_EQ(position.kept, (std::vector<std::uint8_t>{1, 1, 0, 1}));
+  EXPECT_EQ(position.weights[2], 0.0f);
+  // A factor that leaves room drops nothing.
+  o.capacity_factor = 1.5;
+  EXPECT_EQ(route(o, logits).kept, (std::vector<std::uint8_t>{1, 1, 1, 1}));
+}
+
 // d(loss_weight * (aux + z) + sum dw . w) / d logits against finite differences, every router variant.
 TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
   for (auto score : {ckpt::MoeScoreFunction::kSoftmax, ckpt::MoeScoreFunction::kSigmoid})
-    for (bool norm : {false, true}) {
+    for (bool norm : {false, true})
+    for (double capacity : {0.0, 0.5}) {
       RouterOptions o = options(6, 3, norm, score);
+      o.capacity_factor = capacity;  // 0.5: C = ceil(15 / 6 * 0.5) = 2 of each expert's tokens
       o.aux_loss_coeff = 0.3;
       o.z_loss_coeff = 0.05;
       std::vector<float> logits = random_vector(5 * 6, 11, 1.5f);
@@ -95,8 +128,9 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
       std::vector<float> analytic(logits.size());
       route_backward(o, r, dw, weight, analytic);
       const auto numeric = numeric_gradient(logits, loss, 1e-3f);
+      if (capacity > 0) EXPECT_GT(std::count(r.kept.begin(), r.kept.end(), 0), 0);
       EXPECT_LT(relative_error(analytic, numeric), 2e-3) << "sigmoid " << (score == ckpt::MoeScoreFunction::kSigmoid)
-                                                          << " norm " << norm;
+                                                          << " norm " << norm << " capacity " << capacity;
     }
 }
 
@@ -170,7 +204,14 @@ TEST_F(MoeExperts, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(relative_error(host(d2), numeric_gradient(fc2, loss)), 5e-3);
 }
 
-ckpt::ModelConfig tiny_moe_config(ckpt::MoeScoreFunction score, bool norm) {
+struct MoeVariant {
+  ckpt::MoeScoreFunction score = ckpt::MoeScoreFunction::kSoftmax;
+  bool norm = false;
+  int shared_expert = 0;   // moe_shared_expert_intermediate_size
+  double capacity = 0;     // moe_expert_capacity_factor
+};
+
+ckpt::ModelConfig tiny_moe_config(const MoeVariant& v) {
   ckpt::ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 8;
@@ -188,14 +229,16 @@ ckpt::ModelConfig tiny_moe_config(ckpt::MoeScoreFunction score, bool norm) {
   c.moe_router_topk = 2;
   c.moe_ffn_hidden_size = 6;
   c.moe_layer_freq = 2;  // layer 0 MoE, layer 1 dense (Megatron's --moe-layer-freq 2)
-  c.moe_router_score_function = score;
-  c.moe_norm_topk_prob = norm;
+  c.moe_router_score_function = v.score;
+  c.moe_norm_topk_prob = v.norm;
   c.moe_aux_loss_coeff = 0.2;
   c.moe_z_loss_coeff = 0.05;
+  c.moe_shared_expert_intermediate_size = v.shared_expert;
+  c.moe_expert_capacity_factor = v.capacity;
   return c;
 }
 
-class MoeModelGradients : public ::testing::TestWithParam<std::pair<ckpt::MoeScoreFunction, bool>> {};
+class MoeModelGradients : public ::testing::TestWithParam<MoeVariant> {};
 
 // The loss sum_i w_i ce_i + router_loss_weight * (aux + z): every parameter against finite differences.
 void expect_moe_gradients_match(const ckpt::ModelConfig& c) {
@@ -225,20 +268,23 @@ void expect_moe_gradients_match(const ckpt::ModelConfig& c) {
 }
 
 TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferences) {
-  expect_moe_gradients_match(tiny_moe_config(GetParam().first, GetParam().second));
+  expect_moe_gradients_match(tiny_moe_config(GetParam()));
 }
 
 // A shared expert (Megatron's --moe-shared-expert-intermediate-size): its SwiGLU's output added to the experts'.
 TEST(MoeModelGradientsShared, EveryParameterMatchesFiniteDifferences) {
-  auto c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  auto c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_shared_expert_intermediate_size = 5;
   expect_moe_gradients_match(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routers, MoeModelGradients,
-                         ::testing::Values(std::pair{ckpt::MoeScoreFunction::kSoftmax, false},
-                                           std::pair{ckpt::MoeScoreFunction::kSoftmax, true},
-                                           std::pair{ckpt::MoeScoreFunction::kSigmoid, true}));
+                         ::testing::Values(MoeVariant{ckpt::MoeScoreFunction::kSoftmax, false},
+                                           MoeVariant{ckpt::MoeScoreFunction::kSoftmax, true},
+                                           MoeVariant{ckpt::MoeScoreFunction::kSigmoid, true},
+                                           // a shared expert of width 5; a capacity that drops some of the 20 slots
+                                           MoeVariant{ckpt::MoeScoreFunction::kSoftmax, true, 5},
+                                           MoeVariant{ckpt::MoeScoreFunction::kSoftmax, true, 0, 0.6}));
 
 TEST(MoeConfig, BadMoeConfigsAreRefusedNamingTheField) {
   auto be = make_cpu_backend(1);
@@ -250,16 +296,19 @@ TEST(MoeConfig, BadMoeConfigsAreRefusedNamingTheField) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  auto c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  auto c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_router_topk = 5;
   refused(c, "moe_router_topk 5 is more than num_experts 4");
-  c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_ffn_hidden_size = 0;
   refused(c, "moe_ffn_hidden_size");
-  c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
+  c.moe_expert_capacity_factor = -1;
+  refused(c, "moe_expert_capacity_factor -1");
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_shared_expert_intermediate_size = -1;
   refused(c, "moe_shared_expert_intermediate_size must not be negative");
-  c = tiny_moe_config(ckpt::MoeScoreFunction::kSoftmax, true);
+  c = tiny_moe_config({ckpt::MoeScoreFunction::kSoftmax, true});
   c.moe_layer_pattern = {1, 0, 1};
   refused(c, "moe_layer_pattern has 3 entries for 2 layers");
 }

@@ -49,11 +49,43 @@ TEST_F(MoeTrainTool, TrainsAndResumesTheSameRunBitForBit) {
   EXPECT_NE(losses(dense), want);
 }
 
+// Megatron's MoE metrics: z_loss and load_balancing_loss after "lm loss" in the log line, in the JSONL file and
+// under their TensorBoard tags (with each layer's and each expert's load); a zero coefficient is not tracked.
+TEST_F(MoeTrainTool, ReportsMegatronsMoeMetrics) {
+  const auto metrics = dir_ / "metrics.jsonl";
+  const auto tb = dir_ / "tb";
+  auto r = run(train_argv(with({"--train-iters", "2", "--metrics-file", metrics.string(), "--tensorboard-dir", tb.string(),
+                                "--num-layers", "3", "--moe-layer-freq", "[1,0,1]"}, kMoe)));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(" | z_loss: "), std::string::npos) << r.err;
+  const auto lm = r.err.find(" | lm loss: "), z = r.err.find(" | z_loss: "), lb = r.err.find(" | load_balancing_loss: ");
+  EXPECT_TRUE(lm < z && z < lb && lb < r.err.find(" | loss scale: ", lb)) << r.err;
+  EXPECT_NE(r.err.find(" moe load (max / mean tokens per expert) | layer 0: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" | layer 2: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(" | layer 1: "), std::string::npos) << r.err;  // dense
+  const std::string jsonl = read_all(metrics);
+  EXPECT_NE(jsonl.find("\"load_balancing_loss\": "), std::string::npos) << jsonl;
+  EXPECT_NE(jsonl.find("\"moe_max_load\": "), std::string::npos) << jsonl;
+  std::string events;
+  for (const auto& f : fs::directory_iterator(tb)) events += read_all(f.path());
+  for (const std::string tag : {"load_balancing_loss", "z_loss", "moe/load_balancing_loss_layer_2", "moe/z_loss_layer_0",
+                                "moe/tokens_per_expert_layer_2/expert_3"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
+  EXPECT_EQ(events.find("moe/z_loss_layer_1"), std::string::npos);
+
+  // --moe-aux-loss-coeff 0: Megatron does not track the load-balancing loss.
+  const auto no_aux = dir_ / "no_aux.jsonl";
+  r = run(train_argv(with(with({"--train-iters", "1", "--metrics-file", no_aux.string()}, kMoe), {"--moe-aux-loss-coeff", "0"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("load_balancing_loss"), std::string::npos) << r.err;
+  EXPECT_NE(read_all(no_aux).find("\"z_loss\": "), std::string::npos);
+}
+
 TEST_F(MoeTrainTool, WhatDlmDoesNotHaveIsRefusedInOneLine) {
   for (const auto& [flag, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"--expert-model-parallel-size", "2", "expert parallelism is not in dlm yet"},
+           {"--expert-model-parallel-size", "3", "does not divide --num-experts 4"},
            {"--moe-router-load-balancing-type", "seq_aux_loss", "dlm offers aux_loss"},
-           {"--moe-expert-capacity-factor", "1.25", "dropless"},
+           {"--moe-token-drop-policy", "random", "expected probs or position"},
            {"--moe-layer-freq", "([1]*1+[0]*1)*1", "expected an integer N or a list"}}) {
     const auto r = run(train_argv(with({"--train-iters", "2", flag, value}, kMoe)));
     EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;

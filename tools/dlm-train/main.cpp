@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
       target.metadata = dlm::tools::checkpoint_metadata(args);
       target.placement = setup.placement;
       target.world = parallel.world.get();
-      target.data_parallel_rank_zero = !parallel.groups || parallel.groups->coords.data == 0;
+      // Expert parallelism: each expert-parallel rank of expert-data rank 0 writes its experts.
+      target.data_parallel_rank_zero = !parallel.groups || parallel.groups->coords.data < parallel.groups->config.expert;
       target.async = args.async_save;
       target.non_persistent_dir = args.non_persistent_dir;
       saver.emplace(std::move(target));

@@ -116,7 +116,6 @@ const FlagNote kRefused[] = {
     {"profile-step-end", "use --cuda-profile (the step's phases) or nsys", "N"},
     {"use-dist-ckpt", "dlm writes its own checkpoint format (--ckpt-format is accepted and says where)"},
     {"tp-comm-overlap", "dlm overlaps no tensor-parallel communication with GEMMs"},
-    {"moe-expert-capacity-factor", "dlm's MoE routing is dropless (no capacity factor yet)", "FACTOR"},
 };
 
 using Values = std::vector<std::string>;

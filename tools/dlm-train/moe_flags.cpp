@@ -61,13 +61,20 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
       ("moe-grouped-gemm", po::bool_switch(&f.grouped_gemm), "accepted: dlm's experts run as one grouped op")
       ("moe-token-dispatcher-type", po::value(&f.dispatcher)->default_value(f.dispatcher),
        "alltoall (one expert-parallel rank: tokens never leave the process)")
-      ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1), "1 (expert parallelism is not in dlm yet)");
+      ("moe-expert-capacity-factor", po::value(&f.capacity_factor),
+       "each expert keeps at most ceil(tokens x topk / experts x FACTOR) tokens of a micro-batch (default: dropless)")
+      ("moe-token-drop-policy", po::value(&f.drop_policy)->default_value(f.drop_policy),
+       "probs (an expert over capacity keeps its highest weights) | position (its earliest tokens)")
+      ("moe-pad-expert-input-to-capacity", po::bool_switch(&f.pad_to_capacity),
+       "accepted with a capacity factor: the results are the same (dlm runs the kept tokens, unpadded)")
+      ("moe-shared-expert-overlap", po::bool_switch(&f.shared_expert_overlap),
+       "accepted: the same results; dlm runs the shared expert after the routed experts, not during the dispatch")
+      ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1),
+       "EP: each MoE layer's experts split over EP data-parallel ranks, tokens exchanged by all-to-all");
 }
 
 void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::ModelConfig& m) {
-  if (f.expert_parallel != 1)
-    fail(fmt::format("--expert-model-parallel-size {}: not supported: expert parallelism is not in dlm yet (1)",
-                     f.expert_parallel));
+  in_range("expert-model-parallel-size", f.expert_parallel, 1, 1 << 16);
   if (f.load_balancing != "aux_loss")
     fail(fmt::format("--moe-router-load-balancing-type {}: not supported: dlm offers aux_loss", f.load_balancing));
   if (f.dispatcher != "alltoall")
@@ -79,7 +86,18 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   in_range("moe-aux-loss-coeff", f.aux_loss_coeff, 0, 1e6);
   in_range("moe-z-loss-coeff", f.z_loss_coeff, 0, 1e6);
   if (vm.count("moe-ffn-hidden-size")) in_range("moe-ffn-hidden-size", f.ffn_hidden_size, 1, 1 << 22);
+  if (f.drop_policy != "probs" && f.drop_policy != "position")
+    fail(fmt::format("--moe-token-drop-policy {}: expected probs or position", f.drop_policy));
+  if (vm.count("moe-expert-capacity-factor")) in_range("moe-expert-capacity-factor", f.capacity_factor, 1e-6, 1e6);
+  if (f.pad_to_capacity && !vm.count("moe-expert-capacity-factor"))
+    fail("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (as in Megatron)");
   in_range("moe-shared-expert-intermediate-size", f.shared_expert_size, 0, 1 << 22);
+  if (f.shared_expert_overlap && f.shared_expert_size == 0)
+    fail("--moe-shared-expert-overlap needs --moe-shared-expert-intermediate-size (as in Megatron)");
+  if (f.num_experts == 0 && f.expert_parallel > 1)
+    fail(fmt::format("--expert-model-parallel-size {} needs --num-experts (a mixture-of-experts model)", f.expert_parallel));
+  if (f.num_experts > 0 && f.num_experts % f.expert_parallel != 0)
+    fail(fmt::format("--expert-model-parallel-size {} does not divide --num-experts {}", f.expert_parallel, f.num_experts));
   if (f.num_experts == 0) {
     // A dense model: the MoE flags change nothing, but a malformed value is still refused.
     ckpt::ModelConfig unused = m;
@@ -99,6 +117,8 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.moe_norm_topk_prob = sigmoid ? f.topk > 1 : !f.pre_softmax;
   m.moe_aux_loss_coeff = f.aux_loss_coeff;
   m.moe_z_loss_coeff = f.z_loss_coeff;
+  m.moe_expert_capacity_factor = vm.count("moe-expert-capacity-factor") ? f.capacity_factor : 0.0;
+  m.moe_token_drop_policy = f.drop_policy == "position" ? ckpt::MoeDropPolicy::kPosition : ckpt::MoeDropPolicy::kProbs;
 }
 
 }  // namespace dlm::tools

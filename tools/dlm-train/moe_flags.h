@@ -14,8 +14,9 @@ namespace dlm::tools {
 struct MoeFlags {
   int num_experts = 0, topk = 2, ffn_hidden_size = 0, expert_parallel = 1, shared_expert_size = 0;
   std::string layer_freq = "1", score_function = "softmax", load_balancing = "aux_loss", dispatcher = "alltoall";
-  double aux_loss_coeff = 0, z_loss_coeff = 0;
-  bool pre_softmax = false, grouped_gemm = false;
+  double aux_loss_coeff = 0, z_loss_coeff = 0, capacity_factor = 0;
+  std::string drop_policy = "probs";
+  bool pre_softmax = false, grouped_gemm = false, pad_to_capacity = false, shared_expert_overlap = false;
 };
 
 void add_moe_flags(boost::program_options::options_description& group, MoeFlags& f);

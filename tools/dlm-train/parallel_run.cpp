@@ -44,6 +44,20 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
       train::check_interleaved_micro_batches(args.pipeline_parallel,
                                              train::BatchPlan(global, micro, data).micro_batches_per_rank());
   }
+  if (args.expert_parallel > 1) {
+    if (args.tensor_parallel > 1)
+      fail(fmt::format("--expert-model-parallel-size {} with --tensor-model-parallel-size {}: not supported: dlm's MoE "
+                       "layers run without tensor parallelism", args.expert_parallel, args.tensor_parallel));
+    if (train::resolve_device(args.device) == train::Device::kCuda)
+      fail(fmt::format("--expert-model-parallel-size {}: expert parallelism runs on the CPU backend (--device cpu)",
+                       args.expert_parallel));
+    if (args.trainer.overlap_grad_reduce)
+      log::warning("--overlap-grad-reduce with --expert-model-parallel-size: the gradients are reduced after the "
+                   "backward (same results)");
+  }
+  if (run.launch.world_size == 1 && args.expert_parallel > 1)
+    fail(fmt::format("--expert-model-parallel-size {} needs that many data-parallel ranks: launch under mpirun -np N or "
+                     "srun", args.expert_parallel));
   if (run.launch.world_size == 1) {
     if (args.tensor_parallel > 1 || args.pipeline_parallel > 1)
       fail(fmt::format("--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} needs that many ranks or a "
@@ -63,8 +77,8 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
   }
   log::set_rank(run.launch.rank);
   if (run.launch.rank != 0 && log::level() < log::Level::kWarning) log::set_level(log::Level::kWarning);
-  run.groups = train::make_process_groups(
-      *run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel, args.pipeline_parallel));
+  run.groups = train::make_process_groups(*run.world, train::derive_parallel_config(run.launch.world_size, args.tensor_parallel,
+                                                                                   args.pipeline_parallel, args.expert_parallel));
   if (train::resolve_device(args.device) == train::Device::kCuda) {
     if (args.trainer.overlap_grad_reduce && args.trainer.use_distributed_optimizer)
       log::warning("--overlap-grad-reduce with --use-distributed-optimizer: on GPUs the gradients are "
@@ -79,8 +93,10 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
                                              args.timeout_minutes * 60.0, run.store);
     }
   }
-  log::info("{} ranks ({}): TP {} x DP {} x PP {}{}{}{}", run.launch.world_size, run.launch.launcher,
+  log::info("{} ranks ({}): TP {} x DP {} x PP {}{}{}{}{}", run.launch.world_size, run.launch.launcher,
             run.groups->config.tensor, run.groups->config.data, run.groups->config.pipeline,
+            run.groups->config.expert > 1 ? fmt::format(", EP {} x expert DP {}", run.groups->config.expert,
+                                                        run.groups->config.expert_data()) : "",
             args.layers_per_virtual_stage > 0 ? fmt::format(" (interleaved, {} layers per chunk)", args.layers_per_virtual_stage) : "",
             args.sequence_parallel && args.tensor_parallel > 1 ? ", sequence parallel" : "",
             args.trainer.use_distributed_optimizer ? ", distributed optimizer" : "");
@@ -110,8 +126,9 @@ TrainingSetup prepare_on_every_rank(TrainArgs& args, ParallelRun& run) {
 std::string dry_run_plan(TrainArgs& args) {
   const ckpt::ModelConfig config = resolve_model(args);
   const int world = args.world_size > 0 ? args.world_size : train::launch_info_from_environment().world_size;
-  const auto layout = train::derive_parallel_config(world, args.tensor_parallel, args.pipeline_parallel);
+  const auto layout = train::derive_parallel_config(world, args.tensor_parallel, args.pipeline_parallel, args.expert_parallel);
   train::PlanOptions o;
+  o.expert = layout.expert;
   o.tensor = layout.tensor;
   o.pipeline = layout.pipeline;
   o.data = layout.data;

@@ -46,6 +46,7 @@ struct TrainArgs {
   // Parallelism (docs/parallelism.md); the data-parallel size is the launcher's ranks / (TP x PP).
   int tensor_parallel = 1;             // --tensor-model-parallel-size
   int pipeline_parallel = 1;           // --pipeline-model-parallel-size
+  int expert_parallel = 1;             // --expert-model-parallel-size (moe_flags.h)
   bool sequence_parallel = false;      // --sequence-parallel
   int layers_per_virtual_stage = 0;    // --num-layers-per-virtual-pipeline-stage (0: not interleaved)
   bool overlap_param_gather = false;   // --overlap-param-gather

@@ -88,14 +88,15 @@ class CheckpointWriter {
   CheckpointWriter(std::string root, std::int64_t iteration, ModelConfig config, ParallelLayout layout);
   // Rank 0, before any rank writes: removes stale *.tmp folders under root and creates the temp folder.
   void begin();
-  // Every (tp_rank, pp_rank) with dp_rank 0 writes its own shard file from its local tensors.
-  void write_rank(int tp_rank, int pp_rank, const TrainingTensors& local);
-  void write_rank(int tp_rank, int pp_rank, const TrainingViews& local);
+  // Every (tp_rank, pp_rank, ep_rank) with (expert-)data-parallel rank 0 writes its own shard file from its local
+  // tensors (rank_tpXX_ppYY.h5; with expert parallelism rank_tpXX_ppYY_epZZ.h5).
+  void write_rank(int tp_rank, int pp_rank, const TrainingTensors& local, int ep_rank = 0);
+  void write_rank(int tp_rank, int pp_rank, const TrainingViews& local, int ep_rank = 0);
   // For a commit that cannot wait at a barrier (a background save): whether every rank's write_rank has finished
   // (its checksum file is in the temp folder). Throws, with the rank's message, when one reported a failure.
   bool all_ranks_written() const;
   // A rank whose write failed leaves its message for the committing rank (all_ranks_written throws it).
-  void report_failure(int tp_rank, int pp_rank, const std::string& message) const;
+  void report_failure(int tp_rank, int pp_rank, const std::string& message, int ep_rank = 0) const;
   // Rank 0, after every rank wrote: metadata.json, model.h5, fsync, rename, `latest`. Returns the final folder.
   std::string commit(TrainingState state);
   const std::string& temp_dir() const { return temp_dir_; }
@@ -122,7 +123,8 @@ class CheckpointReader {
   const CheckpointMetadata& metadata() const { return metadata_; }
   // The local tensors of (tp_rank, pp_rank) under `layout` (any layout: only the needed slabs are read).
   // Source datasets read whole have their checksums verified.
-  TrainingTensors read_rank(const ParallelLayout& layout, int tp_rank, int pp_rank, bool with_optimizer = true) const;
+  TrainingTensors read_rank(const ParallelLayout& layout, int tp_rank, int pp_rank, bool with_optimizer = true,
+                            int ep_rank = 0) const;
   TrainingTensors read_global(bool with_optimizer = true) const { return read_rank({}, 0, 0, with_optimizer); }
 
  private:

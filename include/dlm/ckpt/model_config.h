@@ -37,6 +37,9 @@ namespace dlm::ckpt {
 enum class AttentionMask { kBidirectional, kCausal };
 // The router's scores (Megatron's --moe-router-score-function): softmax over the experts, or a sigmoid each.
 enum class MoeScoreFunction { kSoftmax, kSigmoid };
+// Which routed tokens an expert over its capacity keeps (Megatron's --moe-token-drop-policy): the highest combine
+// weights, or the earliest tokens.
+enum class MoeDropPolicy { kProbs, kPosition };
 
 struct ModelConfig {
   int num_layers = 2;
@@ -71,6 +74,10 @@ struct ModelConfig {
   bool moe_norm_topk_prob = true;
   double moe_aux_loss_coeff = 0.0;  // Megatron's switch load-balancing loss, per MoE layer
   double moe_z_loss_coeff = 0.0;    // ST-MoE's router z-loss, per MoE layer
+  // Token dropping (docs/moe.md): each expert keeps at most ceil(N k / E * factor) of a micro-batch's N tokens; 0 is
+  // dropless (Megatron's --moe-expert-capacity-factor unset).
+  double moe_expert_capacity_factor = 0.0;
+  MoeDropPolicy moe_token_drop_policy = MoeDropPolicy::kProbs;
   // Hugging Face provenance, kept so that HF -> dlm -> HF gives back the same config.json:
   std::string hf_architecture;  // "LlamaForCausalLM", "Qwen3ForCausalLM", "DiffLM"; "" = chosen on export
   std::string hf_extra_json;    // JSON object of config.json fields dlm does not model ("" = none)

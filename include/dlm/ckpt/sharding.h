@@ -14,6 +14,8 @@
 // Pipeline parallelism (pp stages; s = pp_rank): stage s holds layers [first, first + count) of
 // stage_layers(); the embedding lives on stage 0, the final norm and output layer on the last stage.
 // With tied embeddings and pp > 1 the last stage also holds the embedding (a replica, not saved).
+// Expert parallelism (ep ranks; e = ep_rank, MoE layers, tp 1): mlp.experts.* split along the expert dimension,
+// rank e holding experts [e*E/ep, (e+1)*E/ep); every other tensor is replicated and saved by ep_rank 0.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ struct ParallelLayout {
   int pp = 1;
   int dp = 1;                         // recorded only: every DP replica holds the same model-space state
   std::vector<int> layers_per_stage{};  // empty = balanced, the first num_layers % pp stages one layer more
+  int ep = 1;                           // expert-parallel ranks (divides num_experts); last, so {tp, pp, dp, stages} reads as before
 
   // Layers of each stage (length pp, summing to num_layers); throws dlm::Error when impossible.
   std::vector<int> stage_layers(const ModelConfig& config) const;
@@ -58,8 +61,9 @@ struct LayerRange {
 };
 LayerRange stage_layer_range(const ModelConfig& config, const ParallelLayout& layout, int pp_rank);
 
-// Everything rank (tp_rank, pp_rank) holds, in model_tensors() order.
-std::vector<TensorShard> rank_shards(const ModelConfig& config, const ParallelLayout& layout, int tp_rank, int pp_rank);
+// Everything rank (tp_rank, pp_rank, ep_rank) holds, in model_tensors() order.
+std::vector<TensorShard> rank_shards(const ModelConfig& config, const ParallelLayout& layout, int tp_rank, int pp_rank,
+                                     int ep_rank = 0);
 
 // Cuts a rank's local tensor out of a global one, and puts it back.
 Tensor extract_shard(const Tensor& global, const TensorShard& shard);

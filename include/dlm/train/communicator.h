@@ -8,6 +8,7 @@
 // CommunicationError naming the rank that was lost; it never hangs.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,22 @@ class Communicator {
     do_broadcast(data.data(), data.size(), data_type_of<T>(), root);
   }
   void barrier() { do_barrier(); }
+  // Member r's block `send_counts[r]` of `input` (blocks consecutive, in member order) goes to member r; block r of
+  // `output` (`recv_counts[r]` elements) comes from member r. recv_counts[r] here must be send_counts[me] on r
+  // (exchange the counts first with the equal-block form below). MPI_Alltoallv; MoE's token dispatch and combine.
+  template <typename T>
+  void all_to_all_v(std::span<const T> input, std::span<const std::int64_t> send_counts, std::span<T> output,
+                    std::span<const std::int64_t> recv_counts) {
+    check_all_to_all(input.size(), send_counts, output.size(), recv_counts);
+    do_all_to_all_v(input.data(), send_counts.data(), output.data(), recv_counts.data(), data_type_of<T>());
+  }
+  // Equal blocks: input and output are size() blocks of input.size() / size() elements.
+  template <typename T>
+  void all_to_all(std::span<const T> input, std::span<T> output) {
+    const std::vector<std::int64_t> counts(static_cast<std::size_t>(size()),
+                                           static_cast<std::int64_t>(input.size()) / std::max(size(), 1));
+    all_to_all_v(input, std::span<const std::int64_t>(counts), output, std::span<const std::int64_t>(counts));
+  }
   // Point-to-point (pipeline stages): blocks until the transfer completes or the timeout.
   template <typename T>
   void send(std::span<const T> data, int peer) {
@@ -123,6 +140,9 @@ class Communicator {
   virtual void do_all_gather(const void* input, void* output, std::size_t count, DataType type) = 0;
   virtual void do_broadcast(void* data, std::size_t count, DataType type, int root) = 0;
   virtual void do_barrier() = 0;
+  // Counts are size() entries each; the blocks sit end to end in input and output.
+  virtual void do_all_to_all_v(const void* input, const std::int64_t* send_counts, void* output,
+                               const std::int64_t* recv_counts, DataType type) = 0;
   virtual void do_send(const void* data, std::size_t count, DataType type, int peer) = 0;
   virtual void do_recv(void* data, std::size_t count, DataType type, int peer) = 0;
   // Defaults for transports without tags or asynchronous sends (they must then keep the order of
@@ -146,6 +166,8 @@ class Communicator {
 
  private:
   void check_blocks(std::size_t whole, std::size_t block, const char* what) const;
+  void check_all_to_all(std::size_t input, std::span<const std::int64_t> send_counts, std::size_t output,
+                        std::span<const std::int64_t> recv_counts) const;
 };
 
 // A group of one: every collective is a copy (single-process runs, and tests of the seam).

@@ -6,6 +6,7 @@
 //   " [%Y-%m-%d %H:%M:%S.%f] iteration %8d/%8d | consumed samples: %12d | elapsed time per iteration (ms): %.1f |"
 //   " throughput per GPU (TFLOP/s/GPU): %.1f |"       (--log-throughput)
 //   " learning rate: %.6E | global batch size: %5d | lm loss: %.6E |"   (lm loss only when >= 0, as Megatron)
+//   " z_loss: %.6E | load_balancing_loss: %.6E |"     (an MoE model's tracked router losses, moe_metrics.h)
 //   " loss scale: 1.0 | grad norm: %.3f |"
 //   " num zeros: %d |"                                 (--log-num-zeros-in-grad)
 //   " params norm: %.3f |"                             (--log-params-norm)
@@ -19,6 +20,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace dlm::train {
 
@@ -28,6 +31,7 @@ struct IterationLogLine {
   std::optional<double> tflops_per_gpu;  // --log-throughput
   double learning_rate = 0;
   double lm_loss = 0;  // mean over the interval's applied iterations
+  std::vector<std::pair<std::string, double>> extra_losses;  // after lm loss, in order (Megatron's total_loss_dict)
   double grad_norm = 0;
   std::optional<std::int64_t> num_zeros;  // --log-num-zeros-in-grad
   std::optional<double> params_norm;  // --log-params-norm

@@ -32,6 +32,9 @@
 //            [r N/TP, (r+1) N/TP) of the [batch * seq] rows); all-gather before each column-parallel
 //            linear (reduce-scatter of its input gradient), reduce-scatter after each row-parallel one
 //            (all-gather of its output gradient).
+//   EP:      (MoE layers) each rank of the expert group holds E / EP experts; the router runs on every rank's own
+//            tokens, the routed rows go to their experts' ranks by all-to-all (counts first, then the rows), come
+//            back by the reverse all-to-all and are combined where they started; the backward mirrors it.
 //   PP:      a chunk without the embedding takes its input hidden states (ModelInput::input_hidden), one without
 //            the head returns its output hidden states from forward() and starts backward() from their
 //            gradient (backward_from_output); input_gradient() is what goes back to the previous chunk.
@@ -51,6 +54,7 @@
 #include "dlm/ckpt/sharding.h"
 #include "dlm/train/backend.h"
 #include "dlm/train/communicator.h"
+#include "dlm/train/moe_metrics.h"
 
 namespace dlm::train {
 
@@ -67,6 +71,7 @@ struct ModelShard {
   int stage = 0;
   Communicator* tensor = nullptr;  // the tensor-parallel group, layout.tp members (null when tp == 1)
   bool sequence_parallel = false;  // --sequence-parallel (needs tp > 1 to do anything)
+  Communicator* expert = nullptr;  // the expert-parallel group, layout.ep members (null when ep == 1)
 };
 
 // One micro-batch on the host, [batch, seq] row-major.
@@ -177,6 +182,8 @@ class Model {
     std::vector<double> aux_probability_sum;       // [experts] sum over tokens of the aux loss's scores
   };
   std::vector<MoeLayerStats> moe_stats() const;
+  // The sums of every forward's MoE metrics since the last call (moe_metrics.h), and a fresh start.
+  MoeStepSums take_moe_sums();
   // After backward() on a chunk without the embedding: d loss / d (its input hidden states).
   std::vector<float> input_gradient() const;
   // Sums over the tensor group the gradients of replicated tensors that each rank computed in part (see
@@ -207,6 +214,9 @@ class Model {
   // One MoE layer's MLP (model_moe.cpp): from its normed input to `out` (written), and back to a.dxn.
   void moe_forward(std::size_t layer, const Tensor& out);
   void moe_backward(std::size_t layer);
+  // The experts' part under expert parallelism (model_moe_dispatch.cpp): dispatch, this rank's experts, combine.
+  void expert_parallel_forward(std::size_t layer, const Tensor& out);
+  void expert_parallel_backward(std::size_t layer);
   // Tensor-parallel plumbing (model_tensor_parallel.cpp).
   void tp_all_reduce(const Tensor& t) const;
   void gather_rows(const Tensor& local, const Tensor& full) const;        // SP: all-gather of token rows
@@ -237,6 +247,7 @@ class Model {
   std::shared_ptr<Activations> acts_;
   int slot_ = 0;
   double router_loss_weight_ = 1.0;  // of the backward in progress
+  std::vector<double> moe_sums_;     // take_moe_sums()'s values since the last call
   std::function<void(std::size_t)> gradient_hook_;
   void gradient_done(int param) const {
     if (gradient_hook_ && param >= 0) gradient_hook_(static_cast<std::size_t>(param));

@@ -7,6 +7,10 @@
 //   aux:     coeff * E / (k N^2) * sum_e c_e * sum_n a[n, e]      (Megatron's switch_load_balancing_loss_func)
 //            c_e = tokens routed to e; a = s (softmax) or s / (sum_e s + 1e-20) (sigmoid); c is a constant.
 //   z:       coeff_z / N * sum_n logsumexp(l[n])^2                  (Megatron's z_loss_func)
+//   capacity (capacity_factor > 0; Megatron's topk_softmax_with_capacity): each expert keeps at most
+//            C = ceil(N k / E * capacity_factor) of its routed tokens, those with the largest w (ties: the earlier
+//            token) or, by position, the earliest; a dropped slot's w is 0 (the others are not renormalised) and
+//            carries no gradient, and c_e counts the kept tokens.
 // The CPU reference computes it on the host: the logits of one layer are small ([N, E]).
 #pragma once
 
@@ -23,6 +27,8 @@ struct RouterOptions {
   ckpt::MoeScoreFunction score = ckpt::MoeScoreFunction::kSoftmax;
   bool norm_topk_prob = true;
   double aux_loss_coeff = 0, z_loss_coeff = 0;
+  double capacity_factor = 0;  // 0: dropless
+  ckpt::MoeDropPolicy drop_policy = ckpt::MoeDropPolicy::kProbs;
   static RouterOptions of(const ckpt::ModelConfig& config);
 };
 
@@ -31,7 +37,9 @@ struct Routing {
   std::vector<float> logits;                     // [N, E] l
   std::vector<float> scores;                     // [N, E] s
   std::vector<std::int32_t> experts;             // [N, k] chosen experts, decreasing score
-  std::vector<float> weights;                    // [N, k] combine weights
+  std::vector<float> weights;                    // [N, k] combine weights (0 for a dropped slot)
+  std::vector<std::uint8_t> kept;                // [N, k] 0 for a slot over its expert's capacity; empty: dropless
+  std::int64_t capacity = 0;                     // C (0: dropless)
   std::vector<float> lse;                        // [N] logsumexp of the logits (z-loss)
   std::vector<std::int64_t> tokens_per_expert;   // [E] c
   std::vector<double> aux_probability_sum;       // [E] sum_n a[n, e]

@@ -69,6 +69,9 @@ class NcclCommunicator final : public Communicator {
   void do_all_gather(const void* input, void* output, std::size_t count, DataType type) override;
   void do_broadcast(void* data, std::size_t count, DataType type, int root) override;
   void do_barrier() override;
+  // Device pointers; a grouped ncclSend/ncclRecv per peer (NCCL has no all-to-all-v of its own).
+  void do_all_to_all_v(const void* input, const std::int64_t* send_counts, void* output, const std::int64_t* recv_counts,
+                       DataType type) override;
   void do_send(const void* data, std::size_t count, DataType type, int peer) override;
   void do_recv(void* data, std::size_t count, DataType type, int peer) override;
 

@@ -36,6 +36,9 @@ struct ParamRef {
   std::vector<std::int64_t> shape;  // the global shape, for checkpoints ({numel} when empty)
   // Counted in the global gradient norm (false for a replica another model-parallel rank counts).
   bool in_grad_norm = true;
+  // An expert's tensor under expert parallelism: its gradient is summed over the expert-data-parallel group (not
+  // the data-parallel one), its share of the norm over the expert-parallel group (TrainableModel's groups).
+  bool expert_parallel = false;
 };
 
 class AdamW {

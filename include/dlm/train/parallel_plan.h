@@ -15,6 +15,7 @@ namespace dlm::train {
 
 struct PlanOptions {
   int tensor = 1, pipeline = 1, data = 1;
+  int expert = 1;                       // --expert-model-parallel-size (divides data; MoE layers)
   bool sequence_parallel = false;       // --sequence-parallel
   bool distributed_optimizer = false;   // --use-distributed-optimizer
   std::int64_t micro_batch_size = 1, global_batch_size = 1, seq_length = 2048;
@@ -42,6 +43,9 @@ struct StagePlan {
   std::vector<std::int64_t> per_chunk_in_flight;
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per rank
   double data_parallel_bytes = 0, tensor_parallel_bytes = 0, pipeline_bytes = 0;  // sent per rank per step
+  std::int64_t expert_parameters = 0;   // of `parameters`: this rank's experts (E / EP of each MoE layer's)
+  int moe_layers = 0;
+  double expert_parallel_bytes = 0;     // all-to-all sends per rank per step (dispatch and combine, both passes)
   double memory() const { return weights + gradients + optimizer + activations; }
 };
 

@@ -27,11 +27,13 @@ void save_train_checkpoint(const std::string& save_dir, const ckpt::ModelConfig&
 
 // Where a rank's parameters sit in a model-parallel layout (model_parallel.h): its tensor rank and the
 // stage of each of its chunks under `layout` (layout.pp = pipeline ranks x virtual stages). The
-// default is the whole model on one rank.
+// default is the whole model on one rank. Under expert parallelism (layout.ep > 1) the rank's expert-parallel
+// rank says which experts it holds.
 struct CheckpointPlacement {
   ckpt::ParallelLayout layout{};
   int tensor_rank = 0;
   std::vector<int> stages{0};
+  int expert_rank = 0;
 };
 
 // A model-parallel save, collective over `world`: world rank 0 opens the checkpoint, every rank with

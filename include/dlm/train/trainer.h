@@ -27,6 +27,7 @@
 #include "dlm/train/batch_plan.h"
 #include "dlm/train/communicator.h"
 #include "dlm/train/lr_schedule.h"
+#include "dlm/train/moe_metrics.h"
 #include "dlm/train/objective.h"
 #include "dlm/train/optimizer.h"
 #include "dlm/train/training_monitor.h"
@@ -138,6 +139,14 @@ class TrainableModel {
   // Sums `values` over the other ranks of this model replica (tensor and pipeline groups): how a
   // rank's share of the squared gradient norm becomes the whole model's. Nothing on one process.
   virtual void sum_over_model(std::span<double> /*values*/) {}
+  // Expert parallelism (model.h; null without): the groups that take the data-parallel group's place for the
+  // ParamRef::expert_parallel tensors: their gradients are summed over the expert-data-parallel group, and each
+  // rank's squared norm of them over the expert-parallel group (every member holds other experts).
+  virtual Communicator* expert_data_parallel() { return nullptr; }
+  virtual Communicator* expert_parallel() { return nullptr; }
+  // A mixture-of-experts model: this rank's sums of the MoE metrics since the last call (moe_metrics.h); empty
+  // (experts 0) for a dense model.
+  virtual MoeStepSums take_moe_sums() { return {}; }
   // Whether this rank speaks for its replica (logs, metrics files): one rank of a model-parallel replica.
   virtual bool reports() const { return true; }
   // --overlap-grad-reduce: during the last micro-batch's backward of a step (and in finish_gradients()),
@@ -266,6 +275,10 @@ class Trainer {
  private:
   // The step's loss; the update is applied only when the loss and the gradient norm are finite.
   double train_step(std::int64_t iteration, double lr, double& grad_norm, bool& applied);
+  // The step's MoE metrics over every rank (collective over the data-parallel group and the model); none for a
+  // dense model.
+  std::optional<MoeMetrics> step_moe_metrics(std::int64_t micro_batches);
+  std::optional<MoeMetrics> moe_;  // the last step's
   // --log-params-norm: the L2 norm of the weights over the whole model (collective over the model's ranks).
   double params_norm();
   // --log-memory-to-tensorboard: the GPU's memory where the model reports it, else the host's.

@@ -21,6 +21,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "dlm/train/moe_metrics.h"
 
 namespace dlm::train {
 
@@ -63,6 +67,7 @@ struct IterationReport {
   std::optional<double> params_norm;
   std::optional<std::int64_t> num_zeros;
   std::optional<MemoryReport> memory;  // where wants_memory()
+  std::optional<MoeMetrics> moe;       // a mixture-of-experts model
 };
 
 // Which evaluation a validation() call reports: the periodic one, or the validation and test splits once more at
@@ -101,6 +106,7 @@ class TrainingMonitor {
   // The interval since the last line that closed one.
   double seconds_ = 0, loss_sum_ = 0, applied_loss_sum_ = 0;
   std::int64_t count_ = 0, applied_ = 0, skipped_ = 0, nan_ = 0;
+  std::vector<std::pair<std::string, double>> moe_loss_sums_;  // the MoE losses summed over the applied iterations
 };
 
 }  // namespace dlm::train

@@ -51,6 +51,9 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
       fail("CudaModel: moe_shared_expert_intermediate_size must be a multiple of 8");
     if (options.fp8.enabled)
       fail("CudaModel: FP8 training of MoE models is not supported yet (train MoE models in bf16: drop --fp8-format)");
+    if (config.moe_expert_capacity_factor > 0)
+      fail(fmt::format("CudaModel: moe_expert_capacity_factor {}: the GPU router is dropless (token dropping runs on "
+                       "--device cpu)", config.moe_expert_capacity_factor));
   }
   if (options.deferred_embedding_steps < 1)
     fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
