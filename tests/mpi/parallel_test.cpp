@@ -194,21 +194,28 @@ TEST(PipelineSchedule, EveryUnitRunsOnceAndBackwardFollowsItsForward) {
         }
 }
 
+// The dry-run tests' models: tied, without QK-norm, the vocabulary padded to 128.
+ckpt::ModelConfig plan_config(int layers, int hidden, int ffn, int heads, int groups, int kv_channels, int vocab,
+                              int max_positions) {
+  ckpt::ModelConfig c;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.ffn_hidden_size = ffn;
+  c.num_attention_heads = heads;
+  c.num_query_groups = groups;
+  c.kv_channels = kv_channels;
+  c.vocab_size = vocab;
+  c.make_vocab_size_divisible_by = 128;
+  c.max_position_embeddings = max_positions;
+  c.tie_word_embeddings = true;
+  c.qk_layernorm = false;
+  return c;
+}
+
 // Expert parallelism: a rank holds E / EP experts of each MoE layer, their optimizer state over expert-DP, their
 // gradients' DP traffic over expert-DP, and sends (EP - 1) / EP of its k routed rows four times a MoE layer.
 TEST(DryRun, ExpertParallelPlanEqualsHandComputedValues) {
-  ckpt::ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 8;
-  c.ffn_hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.num_query_groups = 2;
-  c.kv_channels = 4;
-  c.vocab_size = 128;
-  c.make_vocab_size_divisible_by = 128;
-  c.max_position_embeddings = 16;
-  c.tie_word_embeddings = true;
-  c.qk_layernorm = false;
+  ckpt::ModelConfig c = plan_config(2, 8, 16, 2, 2, 4, 128, 16);
   c.num_experts = 4;
   c.moe_router_topk = 2;
   c.moe_ffn_hidden_size = 4;
@@ -235,18 +242,7 @@ TEST(DryRun, ExpertParallelPlanEqualsHandComputedValues) {
 }
 
 TEST(DryRun, SmallConfigEqualsHandComputedValues) {
-  ckpt::ModelConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 64;
-  c.ffn_hidden_size = 128;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 2;
-  c.kv_channels = 16;
-  c.vocab_size = 256;
-  c.make_vocab_size_divisible_by = 128;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qk_layernorm = false;
+  const ckpt::ModelConfig c = plan_config(4, 64, 128, 4, 2, 16, 256, 64);
   PlanOptions o;
   o.tensor = 2;
   o.pipeline = 2;
