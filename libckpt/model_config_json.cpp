@@ -116,12 +116,9 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& fil
   read_field(j, "moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size, file);
   read_field(j, "moe_layer_freq", c.moe_layer_freq, file);
   detail::read_int_list(j, "moe_layer_pattern", c.moe_layer_pattern, file);
-  std::string score;
-  if (read_field(j, "moe_router_score_function", score, file)) {
-    if (score == "softmax") c.moe_router_score_function = MoeScoreFunction::kSoftmax;
-    else if (score == "sigmoid") c.moe_router_score_function = MoeScoreFunction::kSigmoid;
-    else fail_at(file, fmt::format("model config: moe_router_score_function '{}' (expected softmax or sigmoid)", score));
-  }
+  read_choice(j, "moe_router_score_function",
+              {{"softmax", MoeScoreFunction::kSoftmax}, {"sigmoid", MoeScoreFunction::kSigmoid}},
+              c.moe_router_score_function, file);
   read_field(j, "moe_norm_topk_prob", c.moe_norm_topk_prob, file);
   read_field(j, "moe_aux_loss_coeff", c.moe_aux_loss_coeff, file);
   read_field(j, "moe_z_loss_coeff", c.moe_z_loss_coeff, file);
