@@ -85,13 +85,13 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
     if (sp) A.xn2g = f32({n, h});
     A.rstd2 = f32({nl});
     if (layers_[l].moe()) {
-      const std::int64_t k = c.moe_router_topk, mf = c.moe_ffn_hidden_size;
+      const std::int64_t k = c.moe_router_topk, mf = c.moe_ffn_hidden_size / tp;
       A.router_logits = f32({n, c.num_experts});
       A.moe_experts = backend_.alloc({n, k}, DType::kI32);
       A.moe_weights = f32({n, k});
       A.gate_up = f32({n * k, 2 * mf});
       A.act = f32({n * k, mf});
-      if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
+      if (const std::int64_t s = c.moe_shared_expert_intermediate_size / tp; s > 0) {
         A.shared_gate_up = f32({n, 2 * s});
         A.shared_act = f32({n, s});
       }
