@@ -149,6 +149,22 @@ TEST(Checkpoint, ExpertTensorsReshardBetweenTensorAndExpertLayouts) {
           ASSERT_EQ(local.exp_avg.at(s.name).bytes, extract_shard(state.exp_avg.at(s.name), s).bytes)
               << s.name << " tp " << l.tp << " ep " << l.ep;
       }
+  // validate() checks the boxes: a shard record dropped leaves elements in no shard, one repeated saves them twice.
+  const std::string meta = resolve_checkpoint((dir / "a").string()) + "/metadata.json";
+  const std::string text = dlm::read_text_file(meta);
+  auto damaged = [&](bool repeat) {
+    nlohmann::json m = nlohmann::json::parse(text);
+    for (auto& t : m["tensors"])
+      if (t["name"] == "decoder.layers.0.mlp.experts.linear_fc2.weight") {
+        if (repeat) t["shards"][1] = t["shards"][0];
+        else t["shards"].erase(t["shards"].size() - 1);
+      }
+    dlm::write_file_atomically(meta, m.dump());
+    const Report r = validate_checkpoint((dir / "a").string());
+    return r.errors.empty() ? std::string() : r.errors.front();
+  };
+  EXPECT_EQ(damaged(false), "tensor 'decoder.layers.0.mlp.experts.linear_fc2.weight': 512 of its 2048 elements are in no shard");
+  EXPECT_NE(damaged(true).find("elements from [0, 0, 0] are saved twice"), std::string::npos);
 }
 
 TEST(Checkpoint, TiedEmbeddingsAcrossStagesAndWeightsOnly) {
