@@ -136,6 +136,10 @@ const Tensor& Model::forward_pass(const ModelInput& in, bool store, std::int64_t
   }
   a.has_key_valid = !in.key_valid.empty();
   if (a.has_key_valid) be.copy_from_host(a.key_valid, in.key_valid);
+  a.routed_rows.clear();
+  if (a.has_key_valid && shard_.sequence_parallel && c.num_experts > 0)
+    for (std::int64_t i = 0; i < n; ++i)
+      if (in.key_valid[static_cast<std::size_t>(i)]) a.routed_rows.push_back(i);
   const Tensor no_mask;
   const Tensor& key_valid = a.has_key_valid ? a.key_valid : no_mask;
 

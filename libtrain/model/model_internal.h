@@ -39,6 +39,7 @@ struct Model::Activations {
     // host in `routing`); gate_up and act then hold N * k rows of moe_ffn width / TP.
     Tensor router_logits, moe_experts, moe_weights;
     Routing routing;
+    Routing real_routing;  // with routed_rows: the router's result over those rows (routing spreads it over all N)
     ExpertExchange exchange;  // expert parallelism only
     Tensor shared_gate_up, shared_act;  // the shared expert's [N, 2 S / TP], [N, S / TP]
   };
@@ -46,6 +47,9 @@ struct Model::Activations {
   AttentionKind attention = AttentionKind::kBidirectional;
   bool has_key_valid = false;
   Tensor ids, positions, key_valid, labels, labels_local, weights;
+  // Under SP with pad rows (key_valid 0, pipeline_schedule.cpp's stage_batch): the token rows the MoE router sees,
+  // the real ones; empty: every row.
+  std::vector<std::int64_t> routed_rows;
   std::vector<Layer> layers;
   Tensor partial;  // [N, hidden]: a row-parallel linear's partial sum before its reduce-scatter (SP)
   Tensor xf, xnf, xnfg, rstdf, logits, ce, ce_lse;

@@ -11,12 +11,67 @@
 //   the router's weight gradient dlogits^T b is whole on every rank: not summed, in the gradient norm once (model.cpp);
 //   its input gradient dlogits Wr joins d b on tensor rank 0 only, before d b's sum over the tensor group;
 //   the aux/z losses and loads are recorded on tensor rank 0 only (the trainer sums the metrics over the model).
+// Under SP the pipeline pads rows that do not split over the tensor ranks (key_valid 0; pipeline_schedule.cpp): the
+// router leaves those rows out, so its losses, loads and capacity are the unpadded batch's; a pad row's slots go to
+// expert 0 with weight 0 and get no gradient.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
 #include "model_internal.h"
 
 namespace dlm::train {
+
+namespace {
+
+// The values of `rows` of a row-major [., width] matrix, and back.
+template <typename T>
+std::vector<T> take_rows(std::span<const T> all, std::span<const std::int64_t> rows, std::int64_t width) {
+  std::vector<T> out(rows.size() * static_cast<std::size_t>(width));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(all.begin() + rows[i] * width, width, out.begin() + static_cast<std::int64_t>(i) * width);
+  return out;
+}
+template <typename T>
+void put_rows(std::span<const T> some, std::span<const std::int64_t> rows, std::int64_t width, std::span<T> all) {
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(some.begin() + static_cast<std::int64_t>(i) * width, width, all.begin() + rows[i] * width);
+}
+
+// Routes every row of `logits` [N, E], or only `rows` (their routing in `real`) spread over all N with weight 0 on
+// expert 0 for the others.
+Routing route_rows(const RouterOptions& options, std::span<const std::int64_t> rows, std::span<const float> logits,
+                   Routing& real) {
+  if (rows.empty()) return route(options, logits);
+  const std::int64_t E = options.experts, k = options.topk;
+  real = route(options, take_rows(logits, rows, E));
+  Routing all = real;  // the losses and loads are the real rows'
+  all.tokens = static_cast<std::int64_t>(logits.size()) / E;
+  all.experts.assign(static_cast<std::size_t>(all.tokens * k), 0);
+  all.weights.assign(all.experts.size(), 0.0f);
+  put_rows<std::int32_t>(real.experts, rows, k, all.experts);
+  put_rows<float>(real.weights, rows, k, all.weights);
+  if (!real.kept.empty()) {
+    all.kept.assign(all.experts.size(), 0);
+    put_rows<std::uint8_t>(real.kept, rows, k, all.kept);
+  }
+  return all;
+}
+
+// route_backward() of route_rows(): the rows' logits' gradient from their routing, 0 for the others.
+void route_rows_backward(const RouterOptions& options, std::span<const std::int64_t> rows, const Routing& real,
+                         const Routing& all, std::span<const float> dweights, double loss_weight,
+                         std::span<float> dlogits) {
+  if (rows.empty()) return route_backward(options, all, dweights, loss_weight, dlogits);
+  const std::int64_t E = options.experts, k = options.topk;
+  std::vector<float> real_dlogits(rows.size() * static_cast<std::size_t>(E));
+  route_backward(options, real, take_rows(dweights, rows, k), loss_weight, real_dlogits);
+  std::fill(dlogits.begin(), dlogits.end(), 0.0f);
+  put_rows<float>(real_dlogits, rows, E, dlogits);
+}
+
+}  // namespace
 
 void Model::moe_forward(std::size_t l, const Tensor& out) {
   const Layer& P = layers_[l];
@@ -27,7 +82,7 @@ void Model::moe_forward(std::size_t l, const Tensor& out) {
   be.linear_forward(b, params_[P.router].value, A.router_logits);
   std::vector<float> logits(static_cast<std::size_t>(A.router_logits.numel()));
   be.copy_to_host(A.router_logits, logits);
-  A.routing = route(RouterOptions::of(config_), logits);
+  A.routing = route_rows(RouterOptions::of(config_), a.routed_rows, logits, A.real_routing);
   if (!shard_.tensor || shard_.tensor->rank() == 0) {
     // Megatron tracks the losses without their coefficients (moe_metrics.h).
     const std::size_t width = static_cast<std::size_t>(2 + config_.num_experts);
@@ -73,7 +128,8 @@ void Model::moe_backward(std::size_t l) {
   std::vector<float> dweights(static_cast<std::size_t>(a.dmoe_weights.numel()));
   be.copy_to_host(a.dmoe_weights, dweights);
   std::vector<float> dlogits(static_cast<std::size_t>(a.drouter_logits.numel()));
-  route_backward(RouterOptions::of(config_), A.routing, dweights, router_loss_weight_, dlogits);
+  route_rows_backward(RouterOptions::of(config_), a.routed_rows, A.real_routing, A.routing, dweights,
+                      router_loss_weight_, dlogits);
   be.copy_from_host(a.drouter_logits, std::span<const float>(dlogits));
   be.linear_backward(a.drouter_logits, b, params_[P.router].value, a.dtmp_full, params_[P.router].grad);
   if (!shard_.tensor || shard_.tensor->rank() == 0) be.add(a.dxn_full, a.dtmp_full);

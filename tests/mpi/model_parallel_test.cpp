@@ -171,6 +171,10 @@ TEST(ModelParallel, Tp2Dp2WithSequenceParallelGivesTheSingleProcessRun) {
 TEST(ModelParallel, SequenceParallelPadsRowsThatDoNotSplit) {
   const Layout l{.tp = 2, .pp = 2, .sp = true, .micro_batch = 1};
   expect_single_process_run(parallel_run(l), l);
+  // The MoE router leaves the pad rows out: the router losses, the loads and the capacity are the unpadded batch's.
+  for (const Layout& moe : {Layout{.tp = 2, .pp = 2, .sp = true, .micro_batch = 1, .moe = true},
+                            Layout{.tp = 2, .sp = true, .micro_batch = 1, .moe = true, .ep = 2}})
+    expect_single_process_run(parallel_run(moe), moe);
 }
 
 // MoE layers under TP (expert tensor parallelism = TP): every shard of the weights after 20 steps, the replicated
