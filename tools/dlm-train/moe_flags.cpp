@@ -77,6 +77,7 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
 
 void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::ModelConfig& m) {
   in_range("expert-model-parallel-size", f.expert_parallel, 1, 1 << 16);
+  if (vm.count("expert-tensor-parallel-size")) in_range("expert-tensor-parallel-size", f.expert_tensor_parallel, 1, 1 << 16);
   if (f.load_balancing != "aux_loss")
     fail(fmt::format("--moe-router-load-balancing-type {}: not supported: dlm offers aux_loss", f.load_balancing));
   if (f.dispatcher != "alltoall")
