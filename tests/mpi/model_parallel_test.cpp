@@ -31,7 +31,7 @@ using train::Communicator;
 
 constexpr int kVocab = 64;
 
-ckpt::ModelConfig config(bool tied, bool moe = false) {
+ckpt::ModelConfig config(bool tied, bool moe = false, double capacity = 0) {
   // vocab 61 is padded to 64: the last tensor rank holds 3 padded columns
   ckpt::ModelConfig c = tiny_model(4, kVocab - 3, tied);
   if (moe) {  // layers 0 and 2 MoE: 4 experts top-2 of width 16, a shared expert of 8, router losses on
@@ -42,6 +42,9 @@ ckpt::ModelConfig config(bool tied, bool moe = false) {
     c.moe_layer_freq = 2;
     c.moe_aux_loss_coeff = 0.01;
     c.moe_z_loss_coeff = 0.001;
+    c.moe_expert_capacity_factor = capacity;
+    // Drops by position: the probs policy's near-ties reorder under any layout's rounding (EP2 at TP1 drifts 5e-3).
+    c.moe_token_drop_policy = ckpt::MoeDropPolicy::kPosition;
   }
   return c;
 }
@@ -57,9 +60,9 @@ struct Run {
   std::size_t overlapped_buckets = 0;
 };
 
-Run single_process_run(bool tied, std::int64_t micro_batch, bool moe) {
+Run single_process_run(bool tied, std::int64_t micro_batch, bool moe, double capacity) {
   auto backend = train::make_cpu_backend(1);
-  train::Model model(config(tied, moe), *backend);
+  train::Model model(config(tied, moe, capacity), *backend);
   model.init(11);
   auto trainable = train::make_trainable_model(model);
   SyntheticSamples source(kVocab - 4);
@@ -72,11 +75,11 @@ Run single_process_run(bool tied, std::int64_t micro_batch, bool moe) {
   return r;
 }
 
-const Run& reference(bool tied, std::int64_t micro_batch = 2, bool moe = false) {
-  static std::map<std::tuple<bool, std::int64_t, bool>, Run> runs;
-  auto it = runs.find({tied, micro_batch, moe});
-  if (it == runs.end())
-    it = runs.emplace(std::tuple{tied, micro_batch, moe}, single_process_run(tied, micro_batch, moe)).first;
+const Run& reference(bool tied, std::int64_t micro_batch = 2, bool moe = false, double capacity = 0) {
+  static std::map<std::tuple<bool, std::int64_t, bool, double>, Run> runs;
+  const std::tuple key{tied, micro_batch, moe, capacity};
+  auto it = runs.find(key);
+  if (it == runs.end()) it = runs.emplace(key, single_process_run(tied, micro_batch, moe, capacity)).first;
   return it->second;
 }
 
@@ -86,17 +89,18 @@ struct Layout {
   std::int64_t micro_batch = 2;
   bool moe = false;  // config(tied, true)'s mixture-of-experts model
   int ep = 1;
+  double capacity = 0;  // its --moe-expert-capacity-factor (0: dropless)
   std::string name() const {
     const int dp = 4 / (tp * pp);
     return fmt::format("TP{}xPP{}{}xDP{}{}{}{}", tp, pp, virtual_stages > 1 ? fmt::format("(x{} virtual)", virtual_stages) : "",
                        dp, sp ? " + SP" : "", distributed_optimizer ? " + distributed optimizer" : "", tied ? "" : ", untied") +
            (overlap ? " + overlapped reduction" : "") + (micro_batch != 2 ? fmt::format(", micro-batch {}", micro_batch) : "") +
-           (moe ? fmt::format(", MoE EP{}", ep) : "");
+           (moe ? fmt::format(", MoE EP{}", ep) : "") + (capacity > 0 ? fmt::format(", capacity {}", capacity) : "");
   }
 };
 
 Run parallel_run(const Layout& l, const std::string& load = "", const std::string& save = "", std::int64_t exit_at = 0) {
-  const ckpt::ModelConfig c = config(l.tied, l.moe);
+  const ckpt::ModelConfig c = config(l.tied, l.moe, l.capacity);
   train::ProcessGroups groups = train::make_process_groups(mpi_world(), train::derive_parallel_config(4, l.tp, l.pp, l.ep));
   auto backend = train::make_cpu_backend(1);
   train::ParallelModel model(c, *backend, groups, {l.sp, l.virtual_stages, {}});
@@ -135,7 +139,7 @@ Run parallel_run(const Layout& l, const std::string& load = "", const std::strin
 // Losses from iteration `from` of the single-process run within 1e-5 relative; each shard within 1e-5
 // of the same slice of the single-process weights. Rank 0 prints the worst differences.
 void expect_single_process_run(const Run& got, const Layout& l, std::size_t from = 0) {
-  const Run& want = reference(l.tied, l.micro_batch, l.moe);
+  const Run& want = reference(l.tied, l.micro_batch, l.moe, l.capacity);
   ASSERT_EQ(got.losses.size(), want.losses.size() - from) << l.name();
   double loss = 0, weight = 0;
   for (std::size_t i = 0; i < got.losses.size(); ++i)
@@ -171,9 +175,11 @@ TEST(ModelParallel, Tp2Dp2WithSequenceParallelGivesTheSingleProcessRun) {
 TEST(ModelParallel, SequenceParallelPadsRowsThatDoNotSplit) {
   const Layout l{.tp = 2, .pp = 2, .sp = true, .micro_batch = 1};
   expect_single_process_run(parallel_run(l), l);
-  // The MoE router leaves the pad rows out: the router losses, the loads and the capacity are the unpadded batch's.
+  // The MoE router leaves the pad rows out: the router losses, the loads and the capacity (0.5: tokens dropped) are
+  // the unpadded batch's.
   for (const Layout& moe : {Layout{.tp = 2, .pp = 2, .sp = true, .micro_batch = 1, .moe = true},
-                            Layout{.tp = 2, .sp = true, .micro_batch = 1, .moe = true, .ep = 2}})
+                            Layout{.tp = 2, .sp = true, .micro_batch = 1, .moe = true, .ep = 2},
+                            Layout{.tp = 2, .sp = true, .micro_batch = 1, .moe = true, .ep = 2, .capacity = 0.5}})
     expect_single_process_run(parallel_run(moe), moe);
 }
 
