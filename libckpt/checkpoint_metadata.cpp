@@ -1,5 +1,6 @@
 // metadata.json <-> CheckpointMetadata, with the checks that make a damaged or hostile file a one-line
 // error instead of an out-of-range read later.
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -162,10 +163,12 @@ CheckpointMetadata parse_metadata(std::string_view text, const std::string& file
             sp.global_start > r.shape[sp.dim] - sp.length || sp.local_start > sr.local_shape[sp.dim] - sp.length)
           fail_at(file, fmt::format("{}: piece (dim {}, global_start {}, local_start {}, length {}) lies outside the tensor or its shard",
                                     where, sp.dim, sp.global_start, sp.local_start, sp.length));
-        for (std::size_t d = 0; d < r.shape.size(); ++d)
-          if (static_cast<int>(d) != sp.dim && sr.local_shape[d] != r.shape[d])
-            fail_at(file, fmt::format("{}: shard is partial along dimension {} that no piece splits", where, d));
         sr.pieces.push_back(sp);
+      }
+      for (std::size_t d = 0; d < r.shape.size(); ++d) {
+        const bool split = std::any_of(sr.pieces.begin(), sr.pieces.end(), [&](const ShardPiece& p) { return p.dim == static_cast<int>(d); });
+        if (!split && sr.local_shape[d] != r.shape[d])
+          fail_at(file, fmt::format("{}: shard is partial along dimension {} that no piece splits", where, d));
       }
       const json& sums = member(s, "checksums", where, file);
       if (!sums.is_object()) fail_at(file, fmt::format("{}: 'checksums' must be an object", where));

@@ -1,7 +1,7 @@
 // CheckpointReader: loads any rank of any TP/PP layout from a checkpoint saved under another one.
 //
-// For each tensor the target rank holds, every (source piece, target piece) pair along the same
-// dimension that overlaps becomes one copy. A source dataset whose copies cover all of it is read whole
+// For each tensor the target rank holds, every (source box, target box) pair (sharding.h's shard_boxes) that
+// overlaps becomes one copy. A source dataset whose copies cover all of it is read whole
 // (and its checksum verified); otherwise only the overlapping hyperslabs are read.
 #include <algorithm>
 #include <filesystem>
@@ -30,9 +30,10 @@ CheckpointReader::CheckpointReader(const std::string& path) : dir_(resolve_check
 
 namespace {
 
+// One box read from a source shard: at `src` of its local tensor, to `dst` of the target's, `length` long.
 struct Copy {
-  int dim;
-  std::int64_t src_start, dst_start, length;
+  std::vector<std::int64_t> src, dst, length;
+  std::int64_t volume() const { return Box{src, length}.volume(); }
 };
 
 }  // namespace
@@ -59,41 +60,45 @@ TrainingTensors CheckpointReader::read_rank(const ParallelLayout& layout, int tp
     if (record.shape != target.global_shape)
       fail_at(dir_, fmt::format("tensor '{}' is [{}] in the checkpoint, [{}] in the model", target.name,
                                 fmt::join(record.shape, ", "), fmt::join(target.global_shape, ", ")));
-    std::vector<std::int64_t> covered(target.pieces.size(), 0);
+    // The saved shards do not overlap (writer and validate()), so the copies cover the target when their volumes
+    // add up to it.
+    const std::vector<ShardBox> wanted = shard_boxes(target.pieces, target.global_shape);
+    std::int64_t covered = 0, needed = 0;
+    for (const ShardBox& w : wanted) needed += w.global.volume();
     std::vector<std::pair<const ShardRecord*, std::vector<Copy>>> plan;
     for (const ShardRecord& src : record.shards) {
       std::vector<Copy> copies;
-
-      for (const ShardPiece& sp : src.pieces) {
-        for (std::size_t i = 0; i < target.pieces.size(); ++i) {
-          const ShardPiece& tp = target.pieces[i];
-          if (tp.dim != sp.dim) fail_at(dir_, fmt::format("tensor '{}': saved and loaded slices split different dimensions", target.name));
-          const std::int64_t lo = std::max(sp.global_start, tp.global_start);
-          const std::int64_t hi = std::min(sp.global_start + sp.length, tp.global_start + tp.length);
-          if (lo >= hi) continue;
-          copies.push_back({sp.dim, sp.local_start + (lo - sp.global_start), tp.local_start + (lo - tp.global_start), hi - lo});
-          covered[i] += hi - lo;
-
+      for (const ShardBox& sb : shard_boxes(src.pieces, record.shape)) {
+        for (const ShardBox& tb : wanted) {
+          const Box common = intersect(sb.global, tb.global);
+          if (common.volume() == 0) continue;
+          Copy cp{common.start, common.start, common.length};
+          for (std::size_t d = 0; d < common.start.size(); ++d) {
+            cp.src[d] += sb.local.start[d] - sb.global.start[d];
+            cp.dst[d] += tb.local.start[d] - tb.global.start[d];
+          }
+          covered += cp.volume();
+          copies.push_back(std::move(cp));
         }
       }
       if (!copies.empty()) plan.emplace_back(&src, std::move(copies));
     }
-    for (std::size_t i = 0; i < target.pieces.size(); ++i)
-      if (covered[i] != target.pieces[i].length)
-        fail_at(dir_, fmt::format("tensor '{}': the shard files cover {} of the {} elements needed along dimension {}", target.name,
-                                  covered[i], target.pieces[i].length, target.pieces[i].dim));
+    if (covered != needed)
+      fail_at(dir_, fmt::format("tensor '{}': the shard files cover {} of the {} elements this rank needs", target.name,
+                                covered, needed));
 
     auto load_group = [&](const std::string& group) {
       Tensor local = Tensor::zeros(target.name, target.local_shape);
       for (const auto& [src, copies] : plan) {
         const detail::H5File& h5 = file(src->file);
-        const int dim = copies.front().dim;
         std::int64_t used = 0;
-        for (const Copy& cp : copies) used += cp.length;
+        for (const Copy& cp : copies) used += cp.volume();
         if (h5.shape_f32(group, target.name) != src->local_shape)
           fail_at(h5.path(), fmt::format("dataset /{}/{} does not have the shape metadata.json gives", group, target.name));
-        if (used == src->local_shape[dim]) {  // the whole source dataset is needed: read it, verify it
-          const bool direct = copies.size() == 1 && src->local_shape == target.local_shape && copies[0].src_start == 0 && copies[0].dst_start == 0;
+        if (used == Box{{}, src->local_shape}.volume()) {  // the whole source dataset is needed: read it, verify it
+          const std::vector<std::int64_t> origin(src->local_shape.size(), 0);
+          const bool direct = copies.size() == 1 && src->local_shape == target.local_shape && copies[0].src == origin &&
+                              copies[0].dst == origin;
           Tensor whole = direct ? Tensor() : Tensor::zeros(target.name, src->local_shape);
           Tensor& buffer = direct ? local : whole;
           h5.read_f32(group, target.name, buffer.f32().data());
@@ -102,11 +107,11 @@ TrainingTensors CheckpointReader::read_rank(const ParallelLayout& layout, int tp
             fail_at(h5.path(), fmt::format("dataset /{}/{}: checksum mismatch ({} read, {} recorded): the file is damaged",
                                            group, target.name, sum, src->checksums.at(group)));
           if (!direct)
-            for (const Copy& cp : copies) copy_slab(whole, cp.src_start, local, cp.dst_start, cp.dim, cp.length);
+            for (const Copy& cp : copies) copy_box(whole, cp.src, local, cp.dst, cp.length);
         } else {
           for (const Copy& cp : copies)
-            h5.read_slab_f32(group, target.name, src->local_shape, {cp.dim, cp.src_start, cp.length}, local.f32().data(),
-                             target.local_shape, {cp.dim, cp.dst_start, cp.length});
+            h5.read_slab_f32(group, target.name, src->local_shape, {cp.src, cp.length}, local.f32().data(),
+                             target.local_shape, {cp.dst, cp.length});
         }
       }
       return local;

@@ -177,8 +177,8 @@ std::string CheckpointWriter::commit(TrainingState state) {
     for (const TensorRecord& t : m.tensors) {
       std::vector<detail::H5File::VirtualSource> sources;
       for (const ShardRecord& s : t.shards)
-        for (const ShardPiece& p : s.pieces)
-          sources.push_back({s.file, "/" + group + "/" + t.name, s.local_shape, {p.dim, p.local_start, p.length}, {p.dim, p.global_start, p.length}});
+        for (const ShardBox& b : shard_boxes(s.pieces, t.shape))
+          sources.push_back({s.file, "/" + group + "/" + t.name, s.local_shape, b.local, b.global});
       vds.create_virtual_f32(group, t.name, t.shape, sources);
     }
   }

@@ -35,15 +35,13 @@ void quiet_hdf5() {
 
 std::vector<hsize_t> dims_of(const std::vector<std::int64_t>& shape) { return {shape.begin(), shape.end()}; }
 
-// A dataspace of `shape` with the slab selected (everything when length < 0).
+// A dataspace of `shape` with the slab selected (everything without one).
 H5Handle space(const std::vector<std::int64_t>& shape, const Slab* slab, const std::string& file) {
   const auto dims = dims_of(shape);
   H5Handle s(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   if (s.get() < 0) fail_h5(file, "cannot create an HDF5 dataspace");
   if (slab) {
-    std::vector<hsize_t> start(dims.size(), 0), count = dims;
-    start[slab->dim] = static_cast<hsize_t>(slab->start);
-    count[slab->dim] = static_cast<hsize_t>(slab->length);
+    const std::vector<hsize_t> start(slab->start.begin(), slab->start.end()), count(slab->length.begin(), slab->length.end());
     if (H5Sselect_hyperslab(s.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
       fail_h5(file, "cannot select an HDF5 hyperslab");
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "dlm/ckpt/sharding.h"
+
 namespace dlm::ckpt::detail {
 
 class H5Handle {
@@ -41,11 +43,8 @@ class H5Handle {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-// A hyperslab: along `dim`, [start, start + length); the other dimension whole.
-struct Slab {
-  int dim = 0;
-  std::int64_t start = 0, length = 0;
-};
+// A hyperslab: a Box (sharding.h) of the dataset.
+using Slab = Box;
 
 class H5File {
  public:

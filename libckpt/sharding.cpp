@@ -1,5 +1,6 @@
 #include "dlm/ckpt/sharding.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -36,9 +37,11 @@ void ParallelLayout::validate(const ModelConfig& c) const {
   if (ep <= 0) fail(fmt::format("invalid parallel layout: ep {} must be positive", ep));
   if (ep > 1 && (c.num_experts == 0 || c.num_experts % ep != 0))
     fail(fmt::format("invalid parallel layout: ep {} does not divide num_experts {}", ep, c.num_experts));
-  if (c.num_experts > 0 && tp > 1)
-    fail(fmt::format("invalid parallel layout: tp {} with mixture-of-experts layers (tensor parallelism of the experts is "
-                     "not in dlm yet)", tp));
+  if (c.num_experts > 0 && c.moe_ffn_hidden_size % tp != 0)
+    fail(fmt::format("invalid parallel layout: tp {} does not divide moe_ffn_hidden_size {}", tp, c.moe_ffn_hidden_size));
+  if (c.num_experts > 0 && c.moe_shared_expert_intermediate_size % tp != 0)
+    fail(fmt::format("invalid parallel layout: tp {} does not divide moe_shared_expert_intermediate_size {}", tp,
+                     c.moe_shared_expert_intermediate_size));
   if (c.padded_vocab_size() % tp != 0)
     fail(fmt::format("invalid parallel layout: tp {} does not divide the padded vocabulary {}", tp, c.padded_vocab_size()));
 }
@@ -80,23 +83,27 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
       s.local_shape[dim] = part * static_cast<std::int64_t>(starts.size());
       for (std::size_t i = 0; i < starts.size(); ++i) s.pieces.push_back({dim, starts[i], static_cast<std::int64_t>(i) * part, part});
     };
-    const std::int64_t f = c.ffn_hidden_size;
-    if (layout.ep > 1 && n.find(".mlp.experts.") != std::string::npos) {
+    // An expert tensor [E, ...] is split along the experts (ep), then each expert as a dense linear (tp).
+    const bool experts = n.find(".mlp.experts.") != std::string::npos;
+    const int at = experts ? 1 : 0;  // the dimension of a dense tensor's rows
+    if (experts && layout.ep > 1) {
       const std::int64_t part = spec.shape[0] / layout.ep;
       split(0, part, {ep_rank * part});
+    }
+    if (spec.is_norm || n.find(".mlp.router.") != std::string::npos) {
+      s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole
       s.saved = saved && tp_rank == 0;
-    } else if (spec.is_norm || n.find(".mlp.router.") != std::string::npos || n.find(".mlp.experts.") != std::string::npos ||
-               n.find(".mlp.shared_experts.") != std::string::npos) {
-      s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole (MoE layers only under tp 1: validate())
-      s.saved = saved && tp_rank == 0;
+    } else if (tp == 1 && (experts || n.find(".mlp.shared_experts.") != std::string::npos)) {
+      if (s.pieces.empty()) s.pieces.push_back({0, 0, 0, spec.shape[0]});  // whole, as saved before tensor parallelism
     } else if (n.ends_with("linear_qkv.weight") || n == "embedding.word_embeddings.weight" || n == "output_layer.weight") {
       const std::int64_t part = spec.shape[0] / tp;  // QKV: whole KV groups, since tp | G
       split(0, part, {r * part});
     } else if (n.ends_with("linear_fc1.weight")) {
-      split(0, f / tp, {r * (f / tp), f + r * (f / tp)});
+      const std::int64_t f = spec.shape[at] / 2;  // ffn_hidden_size, moe_ffn_hidden_size or the shared expert's
+      split(at, f / tp, {r * (f / tp), f + r * (f / tp)});
     } else {  // linear_proj, linear_fc2: row-parallel, split along the input (column) dimension
-      const std::int64_t part = spec.shape[1] / tp;
-      split(1, part, {r * part});
+      const std::int64_t part = spec.shape[at + 1] / tp;
+      split(at + 1, part, {r * part});
     }
     if (layout.ep > 1 && n.find(".mlp.experts.") == std::string::npos) s.saved = s.saved && ep_rank == 0;
     out.push_back(std::move(s));
@@ -104,29 +111,86 @@ std::vector<TensorShard> rank_shards(const ModelConfig& c, const ParallelLayout&
   return out;
 }
 
-void copy_slab(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim, std::int64_t length) {
-  const std::size_t e = dtype_size(src.dtype);
-  if (dim == 0) {
-    const std::size_t src_row = src.shape.size() > 1 ? static_cast<std::size_t>(element_count(std::span(src.shape).subspan(1))) * e : e;
-    std::memcpy(dst.bytes.data() + dst_start * src_row, src.bytes.data() + src_start * src_row, length * src_row);
-    return;
+std::int64_t Box::volume() const {
+  std::int64_t v = 1;
+  for (std::int64_t l : length) v *= l;
+  return v;
+}
+
+std::vector<ShardBox> shard_boxes(const std::vector<ShardPiece>& pieces, const std::vector<std::int64_t>& global_shape) {
+  const std::size_t rank = global_shape.size();
+  std::vector<ShardBox> out(1);
+  out[0].global = {std::vector<std::int64_t>(rank, 0), global_shape};
+  out[0].local = out[0].global;
+  for (std::size_t d = 0; d < rank; ++d) {
+    std::vector<const ShardPiece*> along;
+    for (const ShardPiece& p : pieces)
+      if (p.dim == static_cast<int>(d)) along.push_back(&p);
+    if (along.empty()) continue;
+    std::vector<ShardBox> next;
+    for (const ShardBox& b : out)
+      for (const ShardPiece* p : along) {
+        ShardBox x = b;
+        x.global.start[d] = p->global_start;
+        x.local.start[d] = p->local_start;
+        x.global.length[d] = x.local.length[d] = p->length;
+        next.push_back(std::move(x));
+      }
+    out = std::move(next);
   }
-  const std::int64_t rows = src.shape[0], sw = src.shape[1], dw = dst.shape[1];
-  for (std::int64_t i = 0; i < rows; ++i)
-    std::memcpy(dst.bytes.data() + (i * dw + dst_start) * e, src.bytes.data() + (i * sw + src_start) * e, length * e);
+  return out;
+}
+
+Box intersect(const Box& a, const Box& b) {
+  Box out{a.start, a.length};
+  for (std::size_t d = 0; d < a.start.size(); ++d) {
+    const std::int64_t lo = std::max(a.start[d], b.start[d]);
+    const std::int64_t hi = std::min(a.start[d] + a.length[d], b.start[d] + b.length[d]);
+    out.start[d] = lo;
+    out.length[d] = std::max<std::int64_t>(hi - lo, 0);
+  }
+  return out;
+}
+
+void copy_box(const Tensor& src, const std::vector<std::int64_t>& src_start, Tensor& dst,
+              const std::vector<std::int64_t>& dst_start, const std::vector<std::int64_t>& length) {
+  const std::size_t rank = length.size(), e = dtype_size(src.dtype);
+  if (rank == 0) return;
+  for (std::int64_t l : length)
+    if (l == 0) return;
+  // Row-major strides in elements; the last dimension's run is one memcpy.
+  std::vector<std::int64_t> ss(rank, 1), ds(rank, 1);
+  for (std::size_t d = rank - 1; d-- > 0;) {
+    ss[d] = ss[d + 1] * src.shape[d + 1];
+    ds[d] = ds[d + 1] * dst.shape[d + 1];
+  }
+  std::vector<std::int64_t> i(rank, 0);  // the position inside the box, last dimension fixed at 0
+  while (true) {
+    std::int64_t so = 0, dof = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      so += (src_start[d] + i[d]) * ss[d];
+      dof += (dst_start[d] + i[d]) * ds[d];
+    }
+    std::memcpy(dst.bytes.data() + dof * e, src.bytes.data() + so * e, static_cast<std::size_t>(length[rank - 1]) * e);
+    std::size_t d = rank - 1;
+    while (d > 0 && ++i[d - 1] == length[d - 1]) i[--d] = 0;
+    if (d == 0) return;
+  }
 }
 
 Tensor extract_shard(const Tensor& global, const TensorShard& shard) {
   if (global.shape != shard.global_shape) fail(fmt::format("tensor {}: shape does not match its shard's global shape", shard.name));
   Tensor local = Tensor::zeros(shard.name, shard.local_shape, global.dtype);
-  for (const ShardPiece& p : shard.pieces) copy_slab(global, p.global_start, local, p.local_start, p.dim, p.length);
+  for (const ShardBox& b : shard_boxes(shard.pieces, shard.global_shape))
+    copy_box(global, b.global.start, local, b.local.start, b.global.length);
   return local;
 }
 
 void insert_shard(const Tensor& local, const TensorShard& shard, Tensor& global) {
   if (local.shape != shard.local_shape || global.shape != shard.global_shape)
     fail(fmt::format("tensor {}: shapes do not match the shard", shard.name));
-  for (const ShardPiece& p : shard.pieces) copy_slab(local, p.local_start, global, p.global_start, p.dim, p.length);
+  for (const ShardBox& b : shard_boxes(shard.pieces, shard.global_shape))
+    copy_box(local, b.local.start, global, b.global.start, b.global.length);
 }
 
 }  // namespace dlm::ckpt

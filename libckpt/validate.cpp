@@ -32,23 +32,24 @@ void refuse_non_finite(const TensorSet& tensors, const std::string& where) {
 
 namespace {
 
-// Every element of the tensor in exactly one slice: the pieces of all shards, along one dimension,
-// tile [0, shape[dim]).
+// Every element of the tensor in exactly one shard: the shards' boxes (sharding.h's shard_boxes) do not meet and
+// their volumes add up to the tensor's.
 void check_coverage(const TensorRecord& t, Report& r) {
-  std::vector<ShardPiece> pieces;
-  for (const ShardRecord& s : t.shards) pieces.insert(pieces.end(), s.pieces.begin(), s.pieces.end());
-  if (pieces.empty()) return r.errors.push_back(fmt::format("tensor '{}': no shard holds it", t.name));
-  const int dim = pieces[0].dim;
-  for (const ShardPiece& p : pieces)
-    if (p.dim != dim) return r.errors.push_back(fmt::format("tensor '{}': slices split different dimensions", t.name));
-  std::sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) { return a.global_start < b.global_start; });
-  std::int64_t at = 0;
-  for (const ShardPiece& p : pieces) {
-    if (p.global_start < at) return r.errors.push_back(fmt::format("tensor '{}': elements {}..{} along dim {} are saved twice", t.name, p.global_start, at, dim));
-    if (p.global_start > at) return r.errors.push_back(fmt::format("tensor '{}': elements {}..{} along dim {} are in no shard", t.name, at, p.global_start, dim));
-    at += p.length;
+  if (t.shards.empty()) return r.errors.push_back(fmt::format("tensor '{}': no shard holds it", t.name));
+  std::vector<std::pair<Box, const std::string*>> boxes;
+  for (const ShardRecord& s : t.shards)
+    for (const ShardBox& b : shard_boxes(s.pieces, t.shape)) boxes.emplace_back(b.global, &s.file);
+  std::int64_t held = 0;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    held += boxes[i].first.volume();
+    for (std::size_t j = 0; j < i; ++j)
+      if (const Box common = intersect(boxes[i].first, boxes[j].first); common.volume() > 0)
+        return r.errors.push_back(fmt::format("tensor '{}': {} elements from [{}] are saved twice ({} and {})", t.name,
+                                              common.volume(), fmt::join(common.start, ", "), *boxes[j].second,
+                                              *boxes[i].second));
   }
-  if (at != t.shape[dim]) r.errors.push_back(fmt::format("tensor '{}': elements {}..{} along dim {} are in no shard", t.name, at, t.shape[dim], dim));
+  if (const std::int64_t all = Box{{}, t.shape}.volume(); held != all)
+    r.errors.push_back(fmt::format("tensor '{}': {} of its {} elements are in no shard", t.name, all - held, all));
 }
 
 void validate_native(const std::string& path, Report& r) {

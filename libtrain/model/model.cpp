@@ -53,9 +53,11 @@ Model::Model(ckpt::ModelConfig config, Backend& backend, ModelShard shard)
     ckpt::TensorSpec spec{s.name, s.local_shape, s.is_norm};
     Parameter p{spec, backend_.alloc(s.local_shape, DType::kF32), backend_.alloc(s.local_shape, DType::kF32), s,
                 global_index.at(s.name), true};
-    // Replicas are counted once in the gradient norm: norms on tensor rank 0, the tied embedding on the first
-    // stage (expert-parallel ranks each count their replica of the dense tensors, as data-parallel ranks do).
-    p.in_grad_norm = s.is_norm ? tp_rank == 0 : shard_.stage == 0 || s.name != "embedding.word_embeddings.weight";
+    // Replicas are counted once in the gradient norm: norms and MoE routers on tensor rank 0, the tied embedding
+    // on the first stage (expert-parallel ranks each count their replica of the dense tensors, as data-parallel
+    // ranks do).
+    const bool tensor_replica = s.is_norm || s.name.find(".mlp.router.") != std::string::npos;
+    p.in_grad_norm = tensor_replica ? tp_rank == 0 : shard_.stage == 0 || s.name != "embedding.word_embeddings.weight";
     backend_.zero(p.grad);
     params_.push_back(std::move(p));
   }

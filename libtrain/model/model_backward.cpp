@@ -39,7 +39,8 @@ void Model::allocate_gradients() {
   if (c.num_experts > 0) {
     a.drouter_logits = f32({n, c.num_experts});
     a.dmoe_weights = f32({n, c.moe_router_topk});
-    if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
+    a.dtmp_full = shard_.sequence_parallel ? f32({n, h}) : a.dtmp;
+    if (const std::int64_t s = c.moe_shared_expert_intermediate_size / tp; s > 0) {
       a.dshared_act = f32({n, s});
       a.dshared_gate_up = f32({n, 2 * s});
     }

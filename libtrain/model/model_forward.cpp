@@ -85,13 +85,13 @@ void Model::allocate_activations(std::int64_t batch, std::int64_t seq) {
     if (sp) A.xn2g = f32({n, h});
     A.rstd2 = f32({nl});
     if (layers_[l].moe()) {
-      const std::int64_t k = c.moe_router_topk, mf = c.moe_ffn_hidden_size;
+      const std::int64_t k = c.moe_router_topk, mf = c.moe_ffn_hidden_size / tp;
       A.router_logits = f32({n, c.num_experts});
       A.moe_experts = backend_.alloc({n, k}, DType::kI32);
       A.moe_weights = f32({n, k});
       A.gate_up = f32({n * k, 2 * mf});
       A.act = f32({n * k, mf});
-      if (const std::int64_t s = c.moe_shared_expert_intermediate_size; s > 0) {
+      if (const std::int64_t s = c.moe_shared_expert_intermediate_size / tp; s > 0) {
         A.shared_gate_up = f32({n, 2 * s});
         A.shared_act = f32({n, s});
       }
@@ -136,6 +136,10 @@ const Tensor& Model::forward_pass(const ModelInput& in, bool store, std::int64_t
   }
   a.has_key_valid = !in.key_valid.empty();
   if (a.has_key_valid) be.copy_from_host(a.key_valid, in.key_valid);
+  a.routed_rows.clear();
+  if (a.has_key_valid && shard_.sequence_parallel && c.num_experts > 0)
+    for (std::int64_t i = 0; i < n; ++i)
+      if (in.key_valid[static_cast<std::size_t>(i)]) a.routed_rows.push_back(i);
   const Tensor no_mask;
   const Tensor& key_valid = a.has_key_valid ? a.key_valid : no_mask;
 

@@ -36,16 +36,20 @@ struct Model::Activations {
     Tensor x, xn1, xn1g, rstd1, qkv, q, k, v, qn, kn, rstd_q, rstd_k, q_rope, k_rope, attn, lse, h, xn2, xn2g, rstd2,
         gate_up, act;
     // MoE layers: the router's logits [N, E], the chosen experts [N, k] and combine weights [N, k] (also on the
-    // host in `routing`); gate_up and act then hold N * k rows of moe_ffn width.
+    // host in `routing`); gate_up and act then hold N * k rows of moe_ffn width / TP.
     Tensor router_logits, moe_experts, moe_weights;
     Routing routing;
+    Routing real_routing;  // with routed_rows: the router's result over those rows (routing spreads it over all N)
     ExpertExchange exchange;  // expert parallelism only
-    Tensor shared_gate_up, shared_act;  // the shared expert's [N, 2 S], [N, S]
+    Tensor shared_gate_up, shared_act;  // the shared expert's [N, 2 S / TP], [N, S / TP]
   };
   std::int64_t batch = 0, seq = 0;
   AttentionKind attention = AttentionKind::kBidirectional;
   bool has_key_valid = false;
   Tensor ids, positions, key_valid, labels, labels_local, weights;
+  // Under SP with pad rows (key_valid 0, pipeline_schedule.cpp's stage_batch): the token rows the MoE router sees,
+  // the real ones; empty: every row.
+  std::vector<std::int64_t> routed_rows;
   std::vector<Layer> layers;
   Tensor partial;  // [N, hidden]: a row-parallel linear's partial sum before its reduce-scatter (SP)
   Tensor xf, xnf, xnfg, rstdf, logits, ce, ce_lse;
@@ -54,7 +58,8 @@ struct Model::Activations {
   // dfull / dxn_full are the N-row versions under sequence parallelism (aliases of dx / dxn otherwise).
   Tensor dx, dtmp, dxn, dxn_full, dfull, dattn, dq, dk, dv, dqn, dkn, dqkv, dact, dgate_up, dlogits;
   Tensor drouter_logits, dmoe_weights;  // MoE layers: [N, E], [N, k]
-  Tensor shared_out, dshared_act, dshared_gate_up;  // the shared experts': [N, hidden], [N, S], [N, 2 S]
+  Tensor dtmp_full;                     // MoE layers: [N, hidden] scratch (an alias of dtmp without SP)
+  Tensor shared_out, dshared_act, dshared_gate_up;  // the shared experts': [N, hidden], [N, S / TP], [N, 2 S / TP]
 };
 
 // The keys and values forward_storing_kv() kept, per layer [batch, seq, groups, head_dim], and the

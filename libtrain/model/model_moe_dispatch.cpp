@@ -30,7 +30,7 @@ std::vector<std::int64_t> scaled(const std::vector<std::int64_t>& rows, std::int
 
 }  // namespace
 
-void Model::expert_parallel_forward(std::size_t l, const Tensor& out) {
+void Model::expert_parallel_forward(std::size_t l, const Tensor& input, const Tensor& out) {
   const Layer& P = layers_[l];
   auto& A = acts_->layers[l];
   ExpertExchange& X = A.exchange;
@@ -54,7 +54,7 @@ void Model::expert_parallel_forward(std::size_t l, const Tensor& out) {
   X.received = std::accumulate(X.recv_rows.begin(), X.recv_rows.end(), std::int64_t{0});
 
   std::vector<float> x(static_cast<std::size_t>(N * H));
-  be.copy_to_host(A.xn2, x);
+  be.copy_to_host(input, x);
   std::vector<std::int64_t> tokens(X.order.size());
   std::vector<std::int32_t> local(X.order.size());
   for (std::size_t i = 0; i < X.order.size(); ++i) {
@@ -71,7 +71,7 @@ void Model::expert_parallel_forward(std::size_t l, const Tensor& out) {
 
   std::vector<float> y(recv.size());
   if (X.received > 0) {
-    const std::int64_t M = X.received, F = config_.moe_ffn_hidden_size;
+    const std::int64_t M = X.received, F = params_[P.experts_fc2].value.dim(2);  // this tensor rank's share
     X.x = be.alloc({M, H});
     X.idx = be.alloc({M, 1}, DType::kI32);
     X.ones = be.alloc({M, 1});
@@ -102,8 +102,8 @@ void Model::expert_parallel_forward(std::size_t l, const Tensor& out) {
   be.copy_from_host(out, std::span<const float>(combined));
 }
 
-// d loss / d(layer output) is a.dx; writes d loss / d b into a.dxn and d loss / d w into a.dmoe_weights.
-void Model::expert_parallel_backward(std::size_t l) {
+// Writes d loss / d input into dinput and d loss / d w into a.dmoe_weights.
+void Model::expert_parallel_backward(std::size_t l, const Tensor& dout_full, const Tensor& dinput) {
   Activations& a = *acts_;
   const Layer& P = layers_[l];
   auto& A = a.layers[l];
@@ -113,7 +113,7 @@ void Model::expert_parallel_backward(std::size_t l) {
   const std::int64_t H = config_.hidden_size, k = config_.moe_router_topk, N = A.routing.tokens;
 
   std::vector<float> dout(static_cast<std::size_t>(N * H));
-  be.copy_to_host(a.dx, dout);
+  be.copy_to_host(dout_full, dout);
   std::vector<float> dweights(static_cast<std::size_t>(N * k)), send(X.outputs.size());
   for (std::size_t i = 0; i < X.order.size(); ++i) {
     const std::int64_t slot = X.order[i], n = slot / k;
@@ -150,7 +150,7 @@ void Model::expert_parallel_backward(std::size_t l) {
     float* d = dx.data() + n * H;
     for (std::int64_t h = 0; h < H; ++h) d[h] += r[h];
   }
-  be.copy_from_host(a.dxn, std::span<const float>(dx));
+  be.copy_from_host(dinput, std::span<const float>(dx));
 }
 
 }  // namespace dlm::train

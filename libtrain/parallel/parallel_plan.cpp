@@ -7,10 +7,11 @@
 // the fc1 output (gate, up) and the SwiGLU output, 3F e / t. The last stage adds the final norm's
 // input and output, 2h e / s, and fp32 logits, 4 V / t. For the CUDA backend (cuda_backend) the activations
 // are what it allocates instead (cuda_memory_plan.h).
-// A mixture-of-experts layer keeps instead of the dense MLP's 3F e / t (balanced routing, tp 1): the router's
-// logits and scores, 2E 4 (fp32); the k routed rows' fc1 and SwiGLU outputs, 3 k F_moe e; under expert
-// parallelism the exchanged rows (the received inputs, their outputs, the outputs sent back), 3 k h e; a shared
-// expert's fc1 and SwiGLU outputs, 3 S e. Its
+// A mixture-of-experts layer keeps instead of the dense MLP's 3F e / t (balanced routing): the router's
+// logits and scores, 2E 4 (fp32, replicated over TP); the k routed rows' fc1 and SwiGLU outputs, 3 k F_moe e / t;
+// under expert parallelism the exchanged rows (the received inputs, their outputs, the outputs sent back), 3 k h e;
+// a shared expert's fc1 and SwiGLU outputs, 3 S e / t. Under TP its collectives are the dense MLP's plus the
+// all-reduce of the combine weights' gradient, k fp32 per token. Its
 // all-to-all sends (EP - 1) / EP of the k h e routed bytes of each token four times a step (dispatch and combine,
 // forward and backward). The CUDA backend's MoE buffers are not planned yet: an MoE model's plan uses the estimate.
 #include "dlm/train/parallel_plan.h"
@@ -67,8 +68,8 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
   const double layer_full = tokens * per_token_layer;
   const double k = c.moe_router_topk, fm = c.moe_ffn_hidden_size, experts = c.num_experts, ep = o.expert;
   const double moe_layer_full =
-      tokens * (per_token_layer - 3 * f * e / t + 8 * experts + 3 * k * fm * e + (ep > 1 ? 3 * k * h * e : 0) +
-                3.0 * c.moe_shared_expert_intermediate_size * e);
+      tokens * (per_token_layer - 3 * f * e / t + 8 * experts + 3 * k * fm * e / t + (ep > 1 ? 3 * k * h * e : 0) +
+                3.0 * c.moe_shared_expert_intermediate_size * e / t);
   const double moe_a2a = 4 * tokens * k * h * e * (ep - 1) / ep;  // one MoE layer, one micro-batch
   const double layer_input = tokens * h * e / sp;
   const double last_extra = tokens * (2 * h * e / sp + 4 * v / t);
@@ -153,7 +154,7 @@ ParallelPlan plan_parallel(const ckpt::ModelConfig& c, const PlanOptions& o) {
       // cross-entropy's three statistics (fp32 per token) come on top.
       const double per_layer = (8 + (o.recompute_full ? 4 : 0)) * ring * hidden_bytes;
       const double ends = (first ? 2 * ring * hidden_bytes : 0) + (last ? 2 * ring * hidden_bytes + 3 * 2 * ring * 4 * tokens : 0);
-      p.tensor_parallel_bytes = n * (p.layers * per_layer + ends);
+      p.tensor_parallel_bytes = n * (p.layers * per_layer + ends + p.moe_layers * 2 * ring * 4 * tokens * k);
     }
     if (o.pipeline > 1) p.pipeline_bytes = n * sends * hidden_bytes / sp;
     plan.stages.push_back(p);
@@ -192,9 +193,10 @@ std::string format_plan(const ckpt::ModelConfig& c, const ParallelPlan& plan) {
   const double k = c.moe_router_topk, h = c.hidden_size, e = o.bf16 ? 2 : 4;
   const double tokens = static_cast<double>(o.seq_length * o.micro_batch_size);
   out += fmt::format(
-      "mixture of experts: {} experts of FFN {}, top-{}; EP {} x expert DP {}: {} experts per rank and MoE layer; "
+      "mixture of experts: {} experts of FFN {}, top-{}; EP {} x expert DP {}: {} experts per rank and MoE layer{}; "
       "dispatch buffers {} GiB per MoE layer and micro-batch (k routed rows sent, received, returned){}\n",
       c.num_experts, c.moe_ffn_hidden_size, c.moe_router_topk, o.expert, o.data / o.expert, c.num_experts / o.expert,
+      o.tensor > 1 ? fmt::format(", each split over TP {}", o.tensor) : "",
       gib(o.expert > 1 ? 3 * tokens * k * h * e : 0.0),
       o.cuda_backend ? "; activations: the estimate above (the CUDA backend's MoE buffers are not planned yet)" : "");
   out += fmt::format("{:>5} {:>10} {:>15} {:>13} {:>9}\n", "stage", "MoE layers", "expert params", "expert weights", "EP send");

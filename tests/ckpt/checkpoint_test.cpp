@@ -1,4 +1,5 @@
 #include "dlm/ckpt/checkpoint.h"
+#include "dlm/ckpt/tools.h"
 
 #include <cstring>
 #include <fstream>
@@ -97,6 +98,73 @@ TEST(Checkpoint, ReshardRoundTripsAreBitExact) {
   const TrainingTensors back = r2.read_global();
   EXPECT_TRUE(same(back.params, state.params) && same(back.exp_avg, state.exp_avg) && same(back.exp_avg_sq, state.exp_avg_sq));
   EXPECT_EQ(fs::path(resolve_checkpoint((dir / "b").string())).filename(), "iter_0000006");
+}
+
+// Expert tensors under TP x EP (sharding.h): split along the experts by EP and, within each expert, as the dense
+// fc1 (column-parallel halves) and fc2 (row-parallel); their shards are the product of both. A TP2 x EP2 save reads
+// back whole, and into TP1 x EP2, TP2 x EP1 and TP2 x EP4 ranks, element for element.
+TEST(Checkpoint, ExpertTensorsReshardBetweenTensorAndExpertLayouts) {
+  ModelConfig c = test::small_config();
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.moe_ffn_hidden_size = 16;
+  c.moe_shared_expert_intermediate_size = 8;
+  const ParallelLayout l22{.tp = 2, .ep = 2};
+  const auto shards = rank_shards(c, l22, 1, 0, 1);
+  auto find = [&](const std::string& n) -> const TensorShard& {
+    for (const auto& s : shards)
+      if (s.name == n) return s;
+    throw std::runtime_error("no " + n);
+  };
+  const TensorShard& fc1 = find("decoder.layers.0.mlp.experts.linear_fc1.weight");  // [4, 32, 32]
+  EXPECT_EQ(fc1.local_shape, (std::vector<std::int64_t>{2, 16, 32}));
+  const auto boxes = shard_boxes(fc1.pieces, fc1.global_shape);
+  ASSERT_EQ(boxes.size(), 2u);  // experts 2..3 x (gate rows 8..15, up rows 24..31)
+  EXPECT_EQ(boxes[0].global.start, (std::vector<std::int64_t>{2, 8, 0}));
+  EXPECT_EQ(boxes[1].global.start, (std::vector<std::int64_t>{2, 24, 0}));
+  EXPECT_EQ(boxes[1].local.start, (std::vector<std::int64_t>{0, 8, 0}));
+  const TensorShard& fc2 = find("decoder.layers.0.mlp.experts.linear_fc2.weight");  // [4, 32, 16]
+  EXPECT_EQ(fc2.local_shape, (std::vector<std::int64_t>{2, 32, 8}));
+  EXPECT_TRUE(fc2.saved);
+  EXPECT_EQ(find("decoder.layers.0.mlp.shared_experts.linear_fc1.weight").local_shape, (std::vector<std::int64_t>{8, 32}));
+  EXPECT_FALSE(find("decoder.layers.0.mlp.router.weight").saved);  // tp rank 1's replica
+  EXPECT_EQ(error_of([&] { rank_shards(c, {.tp = 2}, 0, 0); }), "");  // MoE layers under TP: no longer refused
+  ModelConfig odd = c;
+  odd.moe_ffn_hidden_size = 15;
+  EXPECT_NE(error_of([&] { rank_shards(odd, {.tp = 2}, 0, 0); }).find("tp 2 does not divide moe_ffn_hidden_size 15"),
+            std::string::npos);
+
+  const auto dir = test::fresh_dir("ck_experts");
+  const TrainingTensors state = random_state(c, 21);
+  save_checkpoint((dir / "a").string(), c, l22, state, {.iteration = 2});
+  EXPECT_TRUE(validate_checkpoint((dir / "a").string()).errors.empty());
+  CheckpointReader r((dir / "a").string());
+  const TrainingTensors whole = r.read_global();
+  EXPECT_TRUE(same(whole.params, state.params) && same(whole.exp_avg, state.exp_avg) && same(whole.exp_avg_sq, state.exp_avg_sq));
+  for (const ParallelLayout& l : {ParallelLayout{.tp = 1, .ep = 2}, ParallelLayout{.tp = 2, .ep = 1}, ParallelLayout{.tp = 2, .ep = 4}})
+    for (int tp = 0; tp < l.tp; ++tp)
+      for (int ep = 0; ep < l.ep; ++ep) {
+        const TrainingTensors local = r.read_rank(l, tp, 0, true, ep);
+        for (const TensorShard& s : rank_shards(c, l, tp, 0, ep))
+          ASSERT_EQ(local.exp_avg.at(s.name).bytes, extract_shard(state.exp_avg.at(s.name), s).bytes)
+              << s.name << " tp " << l.tp << " ep " << l.ep;
+      }
+  // validate() checks the boxes: a shard record dropped leaves elements in no shard, one repeated saves them twice.
+  const std::string meta = resolve_checkpoint((dir / "a").string()) + "/metadata.json";
+  const std::string text = dlm::read_text_file(meta);
+  auto damaged = [&](bool repeat) {
+    nlohmann::json m = nlohmann::json::parse(text);
+    for (auto& t : m["tensors"])
+      if (t["name"] == "decoder.layers.0.mlp.experts.linear_fc2.weight") {
+        if (repeat) t["shards"][1] = t["shards"][0];
+        else t["shards"].erase(t["shards"].size() - 1);
+      }
+    dlm::write_file_atomically(meta, m.dump());
+    const Report r = validate_checkpoint((dir / "a").string());
+    return r.errors.empty() ? std::string() : r.errors.front();
+  };
+  EXPECT_EQ(damaged(false), "tensor 'decoder.layers.0.mlp.experts.linear_fc2.weight': 512 of its 2048 elements are in no shard");
+  EXPECT_NE(damaged(true).find("elements from [0, 0, 0] are saved twice"), std::string::npos);
 }
 
 TEST(Checkpoint, TiedEmbeddingsAcrossStagesAndWeightsOnly) {

@@ -353,6 +353,16 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
   }
 }
 
+// Tensor parallelism of MoE layers is the CPU backend's: the CUDA backend refuses it in one line naming itself,
+// before any rank starts.
+TEST_F(GpuTool, MoeWithTensorParallelismIsRefusedNamingTheCudaBackend) {
+  const auto r = run(argv_on("cuda", {"--train-iters", "2", "--num-experts", "4", "--tensor-model-parallel-size", "2"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(last_error_line(r, "dlm-train"),
+            "dlm-train: --tensor-model-parallel-size 2 with --num-experts 4: the CUDA backend runs MoE layers without "
+            "tensor parallelism (the CPU backend has it: --device cpu)");
+}
+
 TEST_F(GpuTool, StagedDataParallelWithoutTheModelsOwnReductionIsRefused) {
   const auto r = run(on_two_ranks(argv_on("cuda", {"--train-iters", "2"})));
   EXPECT_NE(r.exit_code, 0);

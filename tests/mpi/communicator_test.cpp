@@ -73,14 +73,18 @@ TEST(MpiCommunicator, ProcessGroupsOfEveryLayoutAreMegatrons) {
   }
   // Megatron's expert grid (tp-ep-dp-pp) on 4 ranks: EP2 within DP4 is {0,1}, {2,3}; expert-data {0,2}, {1,3}.
   // PP2 x EP2: the data groups {0,1}, {2,3} are each one expert group; expert-data groups of one rank.
-  for (const auto& [pp, ep, expert, expert_data] :
-       {std::tuple{1, 2, std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}},
+  // TP2 x EP2 (expert tensor parallelism = TP): megatron-core's RankGenerator(order "tp-cp-ep-dp-pp") gives the expert
+  // groups [[0, 2], [1, 3]] (one tensor rank's ranks each) and expert-data groups of one rank.
+  for (const auto& [tp, pp, ep, expert, expert_data] :
+       {std::tuple{1, 1, 2, std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}},
                    std::vector<std::vector<int>>{{0, 2}, {1, 3}, {0, 2}, {1, 3}}},
-        std::tuple{1, 4, std::vector<std::vector<int>>{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}},
+        std::tuple{1, 1, 4, std::vector<std::vector<int>>{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}},
                    std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}},
-        std::tuple{2, 2, std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}},
+        std::tuple{1, 2, 2, std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}},
+                   std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}},
+        std::tuple{2, 1, 2, std::vector<std::vector<int>>{{0, 2}, {1, 3}, {0, 2}, {1, 3}},
                    std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}}}) {
-    const auto config = train::derive_parallel_config(w.size(), 1, pp, ep);
+    const auto config = train::derive_parallel_config(w.size(), tp, pp, ep);
     const auto r = static_cast<std::size_t>(w.rank());
     EXPECT_EQ(train::expert_parallel_ranks(config, w.rank()), expert[r]);
     EXPECT_EQ(train::expert_data_parallel_ranks(config, w.rank()), expert_data[r]);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -30,9 +31,22 @@ using train::Communicator;
 
 constexpr int kVocab = 64;
 
-ckpt::ModelConfig config(bool tied) {
+ckpt::ModelConfig config(bool tied, bool moe = false, double capacity = 0) {
   // vocab 61 is padded to 64: the last tensor rank holds 3 padded columns
-  return tiny_model(4, kVocab - 3, tied);
+  ckpt::ModelConfig c = tiny_model(4, kVocab - 3, tied);
+  if (moe) {  // layers 0 and 2 MoE: 4 experts top-2 of width 16, a shared expert of 8, router losses on
+    c.num_experts = 4;
+    c.moe_router_topk = 2;
+    c.moe_ffn_hidden_size = 16;
+    c.moe_shared_expert_intermediate_size = 8;
+    c.moe_layer_freq = 2;
+    c.moe_aux_loss_coeff = 0.01;
+    c.moe_z_loss_coeff = 0.001;
+    c.moe_expert_capacity_factor = capacity;
+    // Drops by position: the probs policy's near-ties reorder under any layout's rounding (EP2 at TP1 drifts 5e-3).
+    c.moe_token_drop_policy = ckpt::MoeDropPolicy::kPosition;
+  }
+  return c;
 }
 
 train::TrainerOptions options(bool distributed_optimizer) {
@@ -46,9 +60,9 @@ struct Run {
   std::size_t overlapped_buckets = 0;
 };
 
-Run single_process_run(bool tied, std::int64_t micro_batch) {
+Run single_process_run(bool tied, std::int64_t micro_batch, bool moe, double capacity) {
   auto backend = train::make_cpu_backend(1);
-  train::Model model(config(tied), *backend);
+  train::Model model(config(tied, moe, capacity), *backend);
   model.init(11);
   auto trainable = train::make_trainable_model(model);
   SyntheticSamples source(kVocab - 4);
@@ -61,10 +75,11 @@ Run single_process_run(bool tied, std::int64_t micro_batch) {
   return r;
 }
 
-const Run& reference(bool tied, std::int64_t micro_batch = 2) {
-  static std::map<std::pair<bool, std::int64_t>, Run> runs;
-  auto it = runs.find({tied, micro_batch});
-  if (it == runs.end()) it = runs.emplace(std::pair{tied, micro_batch}, single_process_run(tied, micro_batch)).first;
+const Run& reference(bool tied, std::int64_t micro_batch = 2, bool moe = false, double capacity = 0) {
+  static std::map<std::tuple<bool, std::int64_t, bool, double>, Run> runs;
+  const std::tuple key{tied, micro_batch, moe, capacity};
+  auto it = runs.find(key);
+  if (it == runs.end()) it = runs.emplace(key, single_process_run(tied, micro_batch, moe, capacity)).first;
   return it->second;
 }
 
@@ -72,17 +87,21 @@ struct Layout {
   int tp = 1, pp = 1, virtual_stages = 1;
   bool sp = false, distributed_optimizer = false, tied = true, overlap = false;
   std::int64_t micro_batch = 2;
+  bool moe = false;  // config(tied, true)'s mixture-of-experts model
+  int ep = 1;
+  double capacity = 0;  // its --moe-expert-capacity-factor (0: dropless)
   std::string name() const {
     const int dp = 4 / (tp * pp);
     return fmt::format("TP{}xPP{}{}xDP{}{}{}{}", tp, pp, virtual_stages > 1 ? fmt::format("(x{} virtual)", virtual_stages) : "",
                        dp, sp ? " + SP" : "", distributed_optimizer ? " + distributed optimizer" : "", tied ? "" : ", untied") +
-           (overlap ? " + overlapped reduction" : "") + (micro_batch != 2 ? fmt::format(", micro-batch {}", micro_batch) : "");
+           (overlap ? " + overlapped reduction" : "") + (micro_batch != 2 ? fmt::format(", micro-batch {}", micro_batch) : "") +
+           (moe ? fmt::format(", MoE EP{}", ep) : "") + (capacity > 0 ? fmt::format(", capacity {}", capacity) : "");
   }
 };
 
 Run parallel_run(const Layout& l, const std::string& load = "", const std::string& save = "", std::int64_t exit_at = 0) {
-  const ckpt::ModelConfig c = config(l.tied);
-  train::ProcessGroups groups = train::make_process_groups(mpi_world(), train::derive_parallel_config(4, l.tp, l.pp));
+  const ckpt::ModelConfig c = config(l.tied, l.moe, l.capacity);
+  train::ProcessGroups groups = train::make_process_groups(mpi_world(), train::derive_parallel_config(4, l.tp, l.pp, l.ep));
   auto backend = train::make_cpu_backend(1);
   train::ParallelModel model(c, *backend, groups, {l.sp, l.virtual_stages, {}});
   model.init(11);
@@ -120,7 +139,7 @@ Run parallel_run(const Layout& l, const std::string& load = "", const std::strin
 // Losses from iteration `from` of the single-process run within 1e-5 relative; each shard within 1e-5
 // of the same slice of the single-process weights. Rank 0 prints the worst differences.
 void expect_single_process_run(const Run& got, const Layout& l, std::size_t from = 0) {
-  const Run& want = reference(l.tied, l.micro_batch);
+  const Run& want = reference(l.tied, l.micro_batch, l.moe, l.capacity);
   ASSERT_EQ(got.losses.size(), want.losses.size() - from) << l.name();
   double loss = 0, weight = 0;
   for (std::size_t i = 0; i < got.losses.size(); ++i)
@@ -156,6 +175,23 @@ TEST(ModelParallel, Tp2Dp2WithSequenceParallelGivesTheSingleProcessRun) {
 TEST(ModelParallel, SequenceParallelPadsRowsThatDoNotSplit) {
   const Layout l{.tp = 2, .pp = 2, .sp = true, .micro_batch = 1};
   expect_single_process_run(parallel_run(l), l);
+  // The MoE router leaves the pad rows out: the router losses, the loads and the capacity (0.5: tokens dropped) are
+  // the unpadded batch's.
+  for (const Layout& moe : {Layout{.tp = 2, .pp = 2, .sp = true, .micro_batch = 1, .moe = true},
+                            Layout{.tp = 2, .sp = true, .micro_batch = 1, .moe = true, .ep = 2},
+                            Layout{.tp = 2, .sp = true, .micro_batch = 1, .moe = true, .ep = 2, .capacity = 0.5}})
+    expect_single_process_run(parallel_run(moe), moe);
+}
+
+// MoE layers under TP (expert tensor parallelism = TP): every shard of the weights after 20 steps, the replicated
+// router's and the experts' halves included, is the single process's (within 1e-5), with SP and the distributed
+// optimizer, with PP, and with EP2 (its expert groups one tensor rank's ranks).
+TEST(ModelParallel, MoeUnderTensorParallelismGivesTheSingleProcessRun) {
+  EXPECT_LT(reference(true, 2, true).losses.back(), reference(true, 2, true).losses.front());
+  for (const Layout& l : {Layout{.tp = 2, .moe = true}, Layout{.tp = 2, .sp = true, .distributed_optimizer = true, .moe = true},
+                          Layout{.tp = 2, .pp = 2, .sp = true, .moe = true}, Layout{.tp = 2, .moe = true, .ep = 2},
+                          Layout{.tp = 2, .sp = true, .distributed_optimizer = true, .moe = true, .ep = 2}})
+    expect_single_process_run(parallel_run(l), l);
 }
 
 TEST(ModelParallel, Pp2Dp2GivesTheSingleProcessRun) {

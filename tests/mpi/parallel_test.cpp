@@ -237,6 +237,23 @@ TEST(DryRun, ExpertParallelPlanEqualsHandComputedValues) {
   EXPECT_DOUBLE_EQ(s.data_parallel_bytes, dense * 8 * 3 / 4 + 2 * 192 * 8 * 1 / 2.0);  // reduce-scatter + all-gather
   // 4 passes x 4 tokens x k 2 x hidden 8 x 4 bytes x (EP - 1) / EP, 2 layers, 2 micro-batches.
   EXPECT_DOUBLE_EQ(s.expert_parallel_bytes, 4 * 4 * 2 * 8 * 4 * 0.5 * 2 * 2);
+  // TP 2 x EP 2 (expert tensor parallelism = TP): each rank holds its 2 experts' halves, fc1 4x8 + fc2 8x2; the
+  // tensor group's traffic gains the combine weights' gradient (k 2 fp32 per token, all-reduced: 2 (t-1)/t) per
+  // MoE layer over the dense layout's.
+  o.expert = 2;
+  o.tensor = 2;
+  o.data = 2;
+  const auto tp = plan_parallel(c, o).stages.at(0);
+  EXPECT_EQ(tp.expert_parameters, 2 * 2 * (32 + 16));
+  c.num_experts = 0;
+  PlanOptions dense_options = o;
+  dense_options.expert = 1;
+  const auto dense_tp = plan_parallel(c, dense_options).stages.at(0);
+  // 4 micro-batches (8 / DP 2) x 2 MoE layers x 2 (t-1)/t x 4 bytes x 4 tokens x k 2.
+  EXPECT_DOUBLE_EQ(tp.tensor_parallel_bytes - dense_tp.tensor_parallel_bytes, 4 * 2 * (2 * 0.5 * 4 * 4 * 2));
+  c.num_experts = 4;
+  o.tensor = 1;
+  o.data = 4;
   o.expert = 3;
   EXPECT_THROW(plan_parallel(c, o), Error);
 }

@@ -391,6 +391,67 @@ TEST_F(ParallelTool, ExpertParallelLayoutsGiveTheSingleProcessLossesAndTheirChec
   }
 }
 
+// Tensor parallelism of MoE layers (expert tensor parallelism = TP, megatron-core's default; a shared expert on):
+// TP2, TP2 with sequence parallelism, TP2 x EP2 (its expert groups one tensor rank's ranks) follow the single
+// process's losses, MoE metrics and gradient norms (the replicated router's gradient and losses counted once). A TP2 x
+// EP2 checkpoint (each rank's file: its experts' column/row halves) continues on one process, and the single
+// process's under TP2 x EP2 with sequence parallelism and the distributed optimizer.
+TEST_F(ParallelTool, MoeTensorParallelLayoutsGiveTheSingleProcessLossesAndTheirCheckpointsReshard) {
+  const auto with = [&](const fs::path& metrics, std::vector<std::string> layout) {
+    layout.insert(layout.end(), {"--moe-shared-expert-intermediate-size", "8"});
+    return layout_argv(kMoeFlags, metrics, layout);
+  };
+  const auto single = dir_ / "tp_single.jsonl";
+  ChildResult r = run(with(single, {}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = numbers(losses(single));
+  ASSERT_EQ(want.size(), 6u);
+  struct Layout {
+    int ranks;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Layout> layouts = {
+      {2, {"--tensor-model-parallel-size", "2"}},
+      {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {4, {"--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "2"}}};
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const auto metrics = dir_ / fmt::format("tp_layout{}.jsonl", k);
+    r = run(mpi(with(metrics, layouts[k].flags), {}, layouts[k].ranks));
+    ASSERT_EQ(r.exit_code, 0) << "layout " << k << ": " << r.err;
+    expect_close(numbers(losses(metrics)), want);
+    for (const std::string key : {"load_balancing_loss", "z_loss", "moe_max_load", "grad_norm"})
+      expect_close(values_of(metrics, key), values_of(single, key));
+  }
+  ASSERT_EQ(values_of(single, "grad_norm").size(), 6u);
+
+  // TP2 x EP2 saves at 3; one process continues. One process saves at 3; TP2 x EP2 (SP, distributed optimizer)
+  // continues.
+  const std::vector<std::string> tp_ep = {"--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2"};
+  auto saving = [&](std::vector<std::string> flags, const std::string& ckpt) {
+    flags.insert(flags.end(), {"--save", ckpt, "--exit-interval", "3"});
+    return flags;
+  };
+  const auto ckpt = (dir_ / "tp_ep_ckpt").string(), single_ckpt = (dir_ / "tp_single_ckpt").string();
+  r = run(mpi(with(dir_ / "tp_first.jsonl", saving(tp_ep, ckpt))));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(fs::path(ckpt) / "iter_0000003" / "rank_tp01_pp00_ep01.h5"));
+  r = run(with(dir_ / "tp_second.jsonl", {"--load", ckpt}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto got = numbers(losses(dir_ / "tp_first.jsonl"));
+  for (double l : numbers(losses(dir_ / "tp_second.jsonl"))) got.push_back(l);
+  expect_close(got, want);
+
+  r = run(with(dir_ / "one_first.jsonl", saving({}, single_ckpt)));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto resume = tp_ep;
+  resume.insert(resume.end(), {"--sequence-parallel", "--use-distributed-optimizer", "--load", single_ckpt});
+  r = run(mpi(with(dir_ / "one_second.jsonl", resume)));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  got = numbers(losses(dir_ / "one_first.jsonl"));
+  for (double l : numbers(losses(dir_ / "one_second.jsonl"))) got.push_back(l);
+  expect_close(got, want);
+}
+
 TEST_F(ParallelTool, LayoutFlagsAreCheckedBeforeStarting) {
   auto r = run(train_argv({"--train-iters", "2", "--tensor-model-parallel-size", "2"}));
   EXPECT_EQ(last_error_line(r, "dlm-train"),

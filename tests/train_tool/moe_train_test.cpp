@@ -84,6 +84,7 @@ TEST_F(MoeTrainTool, ReportsMegatronsMoeMetrics) {
 TEST_F(MoeTrainTool, WhatDlmDoesNotHaveIsRefusedInOneLine) {
   for (const auto& [flag, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"--expert-model-parallel-size", "3", "does not divide --num-experts 4"},
+           {"--expert-tensor-parallel-size", "2", "dlm splits each expert over the tensor-parallel group"},
            {"--moe-router-load-balancing-type", "seq_aux_loss", "dlm offers aux_loss"},
            {"--moe-token-drop-policy", "random", "expected probs or position"},
            {"--moe-layer-freq", "([1]*1+[0]*1)*1", "expected an integer N or a list"}}) {

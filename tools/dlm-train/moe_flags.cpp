@@ -70,11 +70,14 @@ void add_moe_flags(po::options_description& group, MoeFlags& f) {
       ("moe-shared-expert-overlap", po::bool_switch(&f.shared_expert_overlap),
        "accepted: the same results; dlm runs the shared expert after the routed experts, not during the dispatch")
       ("expert-model-parallel-size", po::value(&f.expert_parallel)->default_value(1),
-       "EP: each MoE layer's experts split over EP data-parallel ranks, tokens exchanged by all-to-all");
+       "EP: each MoE layer's experts split over EP data-parallel ranks, tokens exchanged by all-to-all")
+      ("expert-tensor-parallel-size", po::value(&f.expert_tensor_parallel),
+       "each expert split over this many ranks: the --tensor-model-parallel-size (the default) is what dlm offers");
 }
 
 void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::ModelConfig& m) {
   in_range("expert-model-parallel-size", f.expert_parallel, 1, 1 << 16);
+  if (vm.count("expert-tensor-parallel-size")) in_range("expert-tensor-parallel-size", f.expert_tensor_parallel, 1, 1 << 16);
   if (f.load_balancing != "aux_loss")
     fail(fmt::format("--moe-router-load-balancing-type {}: not supported: dlm offers aux_loss", f.load_balancing));
   if (f.dispatcher != "alltoall")
@@ -119,6 +122,13 @@ void apply_moe_flags(const MoeFlags& f, const po::variables_map& vm, ckpt::Model
   m.moe_z_loss_coeff = f.z_loss_coeff;
   m.moe_expert_capacity_factor = vm.count("moe-expert-capacity-factor") ? f.capacity_factor : 0.0;
   m.moe_token_drop_policy = f.drop_policy == "position" ? ckpt::MoeDropPolicy::kPosition : ckpt::MoeDropPolicy::kProbs;
+}
+
+void check_expert_tensor_parallel(const MoeFlags& f, int tensor_parallel) {
+  if (f.expert_tensor_parallel != 0 && f.expert_tensor_parallel != tensor_parallel)
+    fail(fmt::format("--expert-tensor-parallel-size {}: not supported: dlm splits each expert over the tensor-parallel "
+                     "group (--tensor-model-parallel-size {}, megatron-core's default)", f.expert_tensor_parallel,
+                     tensor_parallel));
 }
 
 }  // namespace dlm::tools

@@ -44,10 +44,11 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
       train::check_interleaved_micro_batches(args.pipeline_parallel,
                                              train::BatchPlan(global, micro, data).micro_batches_per_rank());
   }
+  if (args.model.num_experts > 0 && args.tensor_parallel > 1 && train::resolve_device(args.device) == train::Device::kCuda)
+    fail(fmt::format("--tensor-model-parallel-size {} with --num-experts {}: the CUDA backend runs MoE layers without "
+                     "tensor parallelism (the CPU backend has it: --device cpu)", args.tensor_parallel,
+                     args.model.num_experts));
   if (args.expert_parallel > 1) {
-    if (args.tensor_parallel > 1)
-      fail(fmt::format("--expert-model-parallel-size {} with --tensor-model-parallel-size {}: not supported: dlm's MoE "
-                       "layers run without tensor parallelism", args.expert_parallel, args.tensor_parallel));
     if (train::resolve_device(args.device) == train::Device::kCuda)
       fail(fmt::format("--expert-model-parallel-size {}: expert parallelism runs on the CPU backend (--device cpu)",
                        args.expert_parallel));

@@ -394,6 +394,7 @@ TrainArgs parse_train_args(int argc, char** argv) {
                      m.num_attention_heads));
   apply_moe_flags(r.moe, vm, m);
   a.expert_parallel = r.moe.expert_parallel;
+  check_expert_tensor_parallel(r.moe, a.tensor_parallel);
   // --vocab-size is the tokenizer's (NullTokenizer, TikTokenizer) and the model's vocabulary.
   // NullTokenizer's vocabulary is --vocab-size + 1 (its eod, the id one past), and Megatron sizes the model by it.
   if (a.tokenizer.vocab_size.value_or(0) > 0)

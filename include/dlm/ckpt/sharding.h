@@ -14,8 +14,16 @@
 // Pipeline parallelism (pp stages; s = pp_rank): stage s holds layers [first, first + count) of
 // stage_layers(); the embedding lives on stage 0, the final norm and output layer on the last stage.
 // With tied embeddings and pp > 1 the last stage also holds the embedding (a replica, not saved).
-// Expert parallelism (ep ranks; e = ep_rank, MoE layers, tp 1): mlp.experts.* split along the expert dimension,
-// rank e holding experts [e*E/ep, (e+1)*E/ep); every other tensor is replicated and saved by ep_rank 0.
+// Mixture-of-experts layers under tensor parallelism (expert tensor parallelism = tp, megatron-core's default):
+//   mlp.experts.linear_fc1 [E, 2F', H]   each expert column-parallel as linear_fc1 (F' = moe_ffn_hidden_size):
+//                                        gate rows [r*F'/tp, ..) and up rows [F' + r*F'/tp, ..) along dim 1
+//   mlp.experts.linear_fc2 [E, H, F']    each expert row-parallel as linear_fc2: columns [r*F'/tp, ..) along dim 2
+//   mlp.shared_experts.linear_fc1/fc2    as linear_fc1/fc2 with F = the shared expert's size
+//   mlp.router                           replicated; tp_rank 0's copy is the one saved.
+// Expert parallelism (ep ranks; e = ep_rank, MoE layers): mlp.experts.* also split along the expert dimension,
+// rank e holding experts [e*E/ep, (e+1)*E/ep); every other tensor is replicated over ep and saved by ep_rank 0.
+// A shard that splits several dimensions (an expert tensor under tp and ep) holds the product of its pieces:
+// along each dimension the pieces of that dimension, whole along a dimension no piece splits (shard_boxes()).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +49,7 @@ struct ParallelLayout {
 };
 
 // Elements [global_start, global_start + length) of the global tensor along `dim` sit at
-// [local_start, local_start + length) of the local tensor; every other dimension is whole.
+// [local_start, local_start + length) of the local tensor (the other dimensions: see TensorShard).
 struct ShardPiece {
   int dim = 0;
   std::int64_t global_start = 0, local_start = 0, length = 0;
@@ -50,7 +58,7 @@ struct ShardPiece {
 struct TensorShard {
   std::string name;  // the global tensor's name
   std::vector<std::int64_t> global_shape, local_shape;
-  std::vector<ShardPiece> pieces;
+  std::vector<ShardPiece> pieces;  // per split dimension its pieces; the shard is their product (shard_boxes())
   bool saved = true;    // false for replicas another rank saves
   bool is_norm = false;
 };
@@ -65,12 +73,27 @@ LayerRange stage_layer_range(const ModelConfig& config, const ParallelLayout& la
 std::vector<TensorShard> rank_shards(const ModelConfig& config, const ParallelLayout& layout, int tp_rank, int pp_rank,
                                      int ep_rank = 0);
 
+// A box of a tensor: along each dimension d, [start[d], start[d] + length[d]).
+struct Box {
+  std::vector<std::int64_t> start, length;
+  std::int64_t volume() const;
+};
+// One box of a shard: `global` in the global tensor sits at `local` in the local tensor (the same lengths).
+struct ShardBox {
+  Box global, local;
+};
+// The boxes of a shard's pieces: the product over the dimensions they split of each dimension's pieces, whole
+// along the others. One piece per box when a single dimension is split.
+std::vector<ShardBox> shard_boxes(const std::vector<ShardPiece>& pieces, const std::vector<std::int64_t>& global_shape);
+// The common part of two boxes of one tensor (volume 0 when they do not meet).
+Box intersect(const Box& a, const Box& b);
+
 // Cuts a rank's local tensor out of a global one, and puts it back.
 Tensor extract_shard(const Tensor& global, const TensorShard& shard);
 void insert_shard(const Tensor& local, const TensorShard& shard, Tensor& global);
 
-// Copies `length` elements along `dim` (all of the other dimension) between two row-major fp32 2-D or
-// 1-D tensors: src[src_start...] -> dst[dst_start...].
-void copy_slab(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim, std::int64_t length);
+// Copies a box of `length` between two row-major tensors of one dtype: src at src_start -> dst at dst_start.
+void copy_box(const Tensor& src, const std::vector<std::int64_t>& src_start, Tensor& dst,
+              const std::vector<std::int64_t>& dst_start, const std::vector<std::int64_t>& length);
 
 }  // namespace dlm::ckpt

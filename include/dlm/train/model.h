@@ -32,6 +32,8 @@
 //            [r N/TP, (r+1) N/TP) of the [batch * seq] rows); all-gather before each column-parallel
 //            linear (reduce-scatter of its input gradient), reduce-scatter after each row-parallel one
 //            (all-gather of its output gradient).
+//   MoE:     (TP) each expert and the shared expert sharded as the dense MLP (fc1 column-, fc2 row-parallel),
+//            reading the same N rows and reduced the same way; the router replicated (model_moe.cpp).
 //   EP:      (MoE layers) each rank of the expert group holds E / EP experts; the router runs on every rank's own
 //            tokens, the routed rows go to their experts' ranks by all-to-all (counts first, then the rows), come
 //            back by the reverse all-to-all and are combined where they started; the backward mirrors it.
@@ -214,9 +216,10 @@ class Model {
   // One MoE layer's MLP (model_moe.cpp): from its normed input to `out` (written), and back to a.dxn.
   void moe_forward(std::size_t layer, const Tensor& out);
   void moe_backward(std::size_t layer);
-  // The experts' part under expert parallelism (model_moe_dispatch.cpp): dispatch, this rank's experts, combine.
-  void expert_parallel_forward(std::size_t layer, const Tensor& out);
-  void expert_parallel_backward(std::size_t layer);
+  // The experts' part under expert parallelism (model_moe_dispatch.cpp): dispatch of `input`'s rows, this rank's
+  // experts, combine into `out` (written); back from d out to d input (written).
+  void expert_parallel_forward(std::size_t layer, const Tensor& input, const Tensor& out);
+  void expert_parallel_backward(std::size_t layer, const Tensor& dout, const Tensor& dinput);
   // Tensor-parallel plumbing (model_tensor_parallel.cpp).
   void tp_all_reduce(const Tensor& t) const;
   void gather_rows(const Tensor& local, const Tensor& full) const;        // SP: all-gather of token rows

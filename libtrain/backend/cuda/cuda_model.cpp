@@ -54,6 +54,9 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     if (config.moe_expert_capacity_factor > 0)
       fail(fmt::format("CudaModel: moe_expert_capacity_factor {}: the GPU router is dropless (token dropping runs on "
                        "--device cpu)", config.moe_expert_capacity_factor));
+    if (shard.layout.tp > 1)
+      fail(fmt::format("CudaModel: tensor parallelism {} of MoE layers: the CUDA backend runs them without it (the CPU "
+                       "backend has it: --device cpu)", shard.layout.tp));
   }
   if (options.deferred_embedding_steps < 1)
     fail(fmt::format("CudaModel: deferred_embedding_steps {} (at least 1)", options.deferred_embedding_steps));
