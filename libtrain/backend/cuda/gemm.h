@@ -10,7 +10,8 @@
 // Skinny shapes (bf16, fewer than kTuneFlops but operands of at least kTuneBytes: a few rows over a large weight, as
 // the samplers' window steps and greedy head run) are tuned too: they are bound by reading the weight, which the
 // heuristic's first choice often does with too few thread blocks. Their candidates are the heuristic's first
-// kSkinnyCandidates and split-K variants (kSplits) of its first kSplitBases, each timed from a cold L2 (the
+// kSkinnyCandidates and split-K variants (kSplits) of its first kSplitBases (32 rows over a 2048-wide output are 16
+// tiles of 128 columns: split-K is what fills the GPU), each timed from a cold L2 (the
 // workspace is overwritten before every timed call), because in a forward each layer's weight comes from memory.
 // FP8 (run_fp8): e4m3 or e5m2 operands (not both e5m2) with per-tensor dequantization scales, fp32 accumulation,
 // bf16 or fp32 output. Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
@@ -37,7 +38,7 @@ class Gemm {
   static constexpr int kTuneCandidates = 8;
   static constexpr double kTuneBytes = 8.0 * (1 << 20);
   static constexpr int kSkinnyCandidates = 16, kSplitBases = 4;
-  static constexpr int kSplits[] = {2, 4, 8};
+  static constexpr int kSplits[] = {2, 4, 8, 16};
   bool tunes() const { return tune_; }
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
