@@ -406,7 +406,8 @@ def sample(args):
             out = dict(peer="torch", mode="sample", config=args.config, batch=batch, compile=args.compile,
                        prompt=args.prompt, gen=args.gen, steps=args.sample_steps, block=args.block,
                        kv_cache=args.kv_cache, cache_refresh=args.cache_refresh, threshold=threshold, forwards=calls,
-                       seconds=dt, tokens_per_s=batch * args.gen / dt, warmup_seconds=warm, first=int(x[0, args.prompt]))
+                       seconds=dt, tokens_per_s=batch * args.gen / dt, warmup_seconds=warm,
+                       first=int(x[0, args.prompt]))
             if args.tokens:
                 out["tokens"] = x[:, args.prompt:].tolist()
             print(json.dumps(out), flush=True)
