@@ -372,7 +372,7 @@ def sample(args):
     thresholds = [float(v) for v in args.thresholds.split(",")] if args.thresholds else [args.threshold]
     if args.compile:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    full = torch.compile(model) if args.compile else model
+    full = torch.compile(model, dynamic=False) if args.compile else model  # static per batch, as one batch a process
     if args.compile:
         model.compile_layers()
     cached = model.forward_kv
