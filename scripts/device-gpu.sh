@@ -104,9 +104,14 @@ if [[ $WHAT == *sample* && $WHAT != *dlmsample* ]]; then
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" 2>&1 | tee "$OUT/sample.log" | grep -vE "^\s*$" | tail -30
 fi
 if [[ $WHAT == *kvcache* ]]; then
+  # One chunk per device call (PyTorch compiles for minutes at the 1.7B shape): KV_MODES=none (default; thresholds
+  # 0), prefix or dual (thresholds 0 and 0.9); rows in $OUT/kvcache-MODE.json, merged by compare_sampling.py --table.
+  KV_MODES=${KV_MODES:-none}
+  KV_THRESHOLDS=${KV_THRESHOLDS:-$([ "$KV_MODES" = none ] && echo 0 || echo 0,0.9)}
   echo "== sampling with the block KV cache (dlm's diffusion_generate_cached beside PyTorch's generate_cached)"
-  $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes none,prefix,dual \
-    --thresholds 0,0.9 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
+  $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes "$KV_MODES" \
+    --thresholds "$KV_THRESHOLDS" --save "$OUT/kvcache-${KV_MODES//,/-}.json" 2>&1 | tee "$OUT/kvcache.log" |
+    grep -vE "^\s*$" | tail -30
 fi
 if [[ $WHAT == *kvperf* ]]; then
   echo "== the block KV cache's tests and the attention kernels' (attention.cu shares mma.cuh with kv_cache.cu)"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The block KV cache's quality and speed on a trained model (issue 34; benchmarks/train/kv_study.py): dlm-train
-# trains the 350M shape on .textdata (scripts/dev/make_textdata.py) for at most 4 minutes, then every sampler
-# (exact, prefix, dual; threshold 0 and 0.9) continues 64 held-out prompts, scored by the trained model, and is
-# timed beside PyTorch on the same weights. Sized for one device call of under 10 minutes on an H100. Tables in
-# $OUT/kvstudy.md.
+# trains the 350M shape on .textdata (scripts/dev/make_textdata.py) for at most 4.5 minutes, then every sampler
+# (exact, prefix, dual; threshold 0, 0.9, 0.7 and 0.5) continues 64 held-out prompts, scored by the trained model,
+# and is timed beside PyTorch on the same weights (PyTorch's rows past --budget-minutes skipped). Sized for one device
+# call of under 10 minutes on an H100. Tables in $OUT/kvstudy.md, ready for docs/generation.md.
 # usage: scripts/device-kvstudy.sh [CARRIED_DIR=build-cuda/devcarry] [DEVICE=cuda] [extra kv_study.py flags...]
 #   On the GPU machine C is device-pack.sh's folder (bundle.tar.xz); for a CPU dry run, a folder holding (links to)
 #   dlm-train, dlm-generate and dlm-ckpt and DEVICE=cpu with a small shape, e.g.

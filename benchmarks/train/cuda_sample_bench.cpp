@@ -8,11 +8,14 @@
 // Random weights (as the torch side); prints one JSON line in torch_reference.py's form. With the cache, the line
 // adds the mean wall time of a storing (full) and of a window forward call of the timed run (full_ms, window_ms: GPU
 // work, the upload and the read-back), the rest of a step being the sampler's host work.
-// usage: cuda_sample_bench [--profile] CONFIG BATCH [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
+// usage: cuda_sample_bench [--profile] [--untuned] CONFIG BATCH
+//          [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
 //   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny; KV_CACHE: none (default) | prefix | dual; THRESHOLD 0; REFRESH 0
 // --profile: CudaOptions::profile (every forward eager, events after each phase: slower than unprofiled); after
 // the timed run, the GPU time per phase on stderr of the forwards a step runs at the first and the last block: the
 // exact forward, or the storing forward and the window forward of KV_CACHE.
+// --untuned: CudaOptions::deterministic, every GEMM on the heuristic's first algorithm (gemm.h), the same binary's
+// baseline for the GEMM tuning (a window step's GEMMs at batch 1 are all skinny shapes).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -98,11 +101,12 @@ int main(int argc, char** argv) {
   std::vector<char*> args;  // argv without the flags
   for (int i = 0; i < argc; ++i)
     if (std::string(argv[i]) == "--profile") options.profile = true;
+    else if (std::string(argv[i]) == "--untuned") options.deterministic = true;
     else args.push_back(argv[i]);
   argc = static_cast<int>(args.size()), argv = args.data();
   if (argc < 3) {
-    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] megadlm-1.7b|qwen3-1.7b|tiny BATCH [PROMPT GEN STEPS "
-                         "BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]\n");
+    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] [--untuned] megadlm-1.7b|qwen3-1.7b|tiny BATCH "
+                         "[PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]\n");
     return 2;
   }
   const std::string name = argv[1];

@@ -4,9 +4,9 @@
    (scripts/dev/make_textdata.py) with the masked-diffusion objective for --train-iters iterations (capped at
    --train-minutes), and dlm-ckpt exports it to Hugging Face files.
 2. dlm-generate continues the held-out prompts (one call per sampler, all prompts in one batch, greedy, --gen
-   new tokens, --gen steps, blocks of --block) with each SAMPLER: the exact sampler (--kv-cache none), prefix and
-   dual cache at the default refresh (a full forward at each block's start), each without and with
-   --threshold 0.9.
+   new tokens, --gen steps, blocks of --block) with each sampler: each of --modes (the exact sampler none, prefix
+   and dual cache at the default refresh: a full forward at each block's start) without parallel decoding and
+   with each of --thresholds (a step unmasks every position above it, the most confident at least).
 3. Quality: each continuation's score under the trained model (PyTorch, the exported weights), the masked-
    diffusion bound of its negative log-likelihood given the prompt, in nats per token:
        score = mean over k = 1..K and r = 1..R of  sum over masked j of -log p(y_j | prompt, y masked) / (t_k G)
@@ -14,7 +14,8 @@
    u drawn once from torch.Generator seeded --score-seed (the same masks for every sampler). K = 8, R = 2.
    The prompts' own text continuation is scored the same way (the `reference` row). Agreement: the fraction of
    generated positions equal to the exact sampler's.
-4. Speed: tokens/s of each sampler at --timing-batches prompts, dlm-generate --report-speed (a warm-up run, then the
+4. Speed: tokens/s of each sampler at --timing-batches prompts (with a threshold: the first of them only),
+   dlm-generate --report-speed (a warm-up run, then the
    timed one) and PyTorch (torch_reference's generate and generate_cached on the same weights, bf16 on the GPU,
    eager unless --torch-compile), with model forwards per generated token. PyTorch's timing runs last, and what of
    it would start after --budget-minutes of the study is skipped (the device call has a hard limit).
@@ -36,7 +37,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_weights import load_export  # noqa: E402
 from torch_reference import generate, generate_cached  # noqa: E402
 
-SAMPLERS = [("none", 0.0), ("none", 0.9), ("prefix", 0.0), ("prefix", 0.9), ("dual", 0.0), ("dual", 0.9)]
 SHAPES = {  # dlm-train's model flags; 350m is scripts/device-common.sh's FLAGS_350M shape
     "350m": ["--num-layers", "24", "--hidden-size", "1024", "--num-attention-heads", "16", "--group-query-attention",
              "--num-query-groups", "8", "--ffn-hidden-size", "2816"],
@@ -102,18 +102,20 @@ def sync(dev):
 
 
 def torch_sample(a, model, c, prompts, mode, threshold, dev):
-    """PyTorch's tokens and speed for one sampler: a warm-up at the timed run's shapes, then the timed run."""
+    """PyTorch's tokens and speed for one sampler: a warm-up at the timed run's shapes, then the timed run. Under
+    --torch-compile the exact sampler compiles the model per shape and the cached one its layers once, with dynamic
+    shapes (torch_reference.Model.compile_layers, as torch_reference.py sample does)."""
     x = torch.tensor(prompts, device=dev)
     if a.torch_compile:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    calls = a.gen
+        if not hasattr(model, "layer_kv"):
+            model.compile_layers()
     if mode == "none" and threshold <= 0:
         fwd = torch.compile(model) if a.torch_compile else model
         run = lambda steps: (generate(fwd, x, a.gen, steps, a.block, MASK), steps)  # noqa: E731
     else:
-        fwd = torch.compile(model.forward_kv) if a.torch_compile else model.forward_kv
-        run = lambda steps: generate_cached(fwd, x, a.gen, steps, a.block, MASK, c["head_dim"], mode, 0,  # noqa: E731
-                                            threshold)
+        run = lambda steps: generate_cached(model.forward_kv, x, a.gen, steps, a.block, MASK,  # noqa: E731
+                                            c["head_dim"], mode, 0, threshold)
     run(2 * (a.gen // a.block))
     sync(dev)
     t0 = time.perf_counter()
@@ -159,13 +161,16 @@ def parse_args():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--global-batch", type=int, default=64)
-    ap.add_argument("--train-iters", type=int, default=1300)
-    ap.add_argument("--train-minutes", type=float, default=4.0, help="dlm-train --exit-duration-in-mins")
-    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--train-iters", type=int, default=1500)
+    ap.add_argument("--train-minutes", type=float, default=4.5, help="dlm-train --exit-duration-in-mins")
+    ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (cosine to a tenth of it)")
+    ap.add_argument("--modes", default="none,prefix,dual", help="--kv-cache modes, each a sampler at threshold 0")
+    ap.add_argument("--thresholds", default="0.9,0.7,0.5",
+                    help="each mode again with each of these --threshold values (parallel decoding)")
     ap.add_argument("--log-interval", type=int, default=50)
     ap.add_argument("--timing-batches", default="1,16")
     ap.add_argument("--torch-compile", action="store_true")
-    ap.add_argument("--budget-minutes", type=float, default=8.6,
+    ap.add_argument("--budget-minutes", type=float, default=8.3,
                     help="PyTorch's timing rows still to run past this many minutes of the study are skipped")
     ap.add_argument("--score-seed", type=int, default=1234)
     ap.add_argument("--work", default="/tmp/kvstudy")
@@ -178,19 +183,39 @@ def agree(x, y):
     return sum(p == q for rx, ry in zip(x, y) for p, q in zip(rx, ry)) / sum(len(r) for r in x)
 
 
-def quality_table(gens, scores, refs):
+def samplers(a):
+    """(mode, threshold) of every sampler, the exact one (none, 0) first: its score is every row's baseline."""
+    modes = ["none"] + [m for m in a.modes.split(",") if m != "none"]
+    thresholds = [float(t) for t in a.thresholds.split(",") if t and float(t) > 0]
+    return [(m, 0.0) for m in modes] + [(m, t) for t in thresholds for m in modes]
+
+
+def timed_batches(a, threshold):
+    """The batches a sampler is timed at: every --timing-batches without parallel decoding, the first with it (what a
+    threshold changes is the forwards a token, which the first batch shows; the study must fit one device call)."""
+    batches = [int(b) for b in a.timing_batches.split(",")]
+    return batches if threshold <= 0 else batches[:1]
+
+
+def quality_table(a, gens, scores, refs, speeds):
+    """Per sampler: forwards per token and dlm's speed at the first timing batch, agreement and score."""
     exact = scores[("none", 0.0)]
     base = sum(exact) / len(exact)
-    lines = ["| sampler | threshold | agreement with exact | score (nats/token) | score / exact | "
-             "difference from exact (95% CI) |", "| --- | --- | --- | --- | --- | --- |"]
-    for key in [*SAMPLERS, "reference"]:
+    b = int(a.timing_batches.split(",")[0])
+    lines = [f"| sampler | threshold | forwards/token (batch {b}) | dlm tokens/s (batch {b}) | agreement with exact | "
+             "score (nats/token) | score / exact | difference from exact (95% CI) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key in [*samplers(a), "reference"]:
         s = scores[key]
         d = [x - y for x, y in zip(s, exact)]
         mean_d = sum(d) / len(d)
         half = 1.96 * math.sqrt(sum((v - mean_d) ** 2 for v in d) / max(1, len(d) - 1) / len(d))
         name, t = key if key != "reference" else ("reference (the text's own continuation)", None)
         rows = gens[key] if key != "reference" else refs
-        lines.append(f"| {name} | {'-' if t is None else f'{t:g}'} | {100 * agree(rows, gens[('none', 0.0)]):.1f}% "
+        sp = speeds.get(("dlm", *key, b)) if key != "reference" else None
+        fw = f"{sp['forwards'] / a.gen:.3f} | {sp['tokens_per_s']:.0f}" if sp else "- | -"
+        lines.append(f"| {name} | {'-' if t is None else f'{t:g}'} | {fw} | "
+                     f"{100 * agree(rows, gens[('none', 0.0)]):.1f}% "
                      f"| {sum(s) / len(s):.3f} | {sum(s) / len(s) / base:.3f} | {mean_d:+.3f} +- {half:.3f} |")
     return lines
 
@@ -201,7 +226,9 @@ def speed_table(a, speeds, gens, torch_tokens):
              "PyTorch tokens = dlm's |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for b in map(int, a.timing_batches.split(",")):
         exact = speeds.get(("torch", "none", 0.0, b), {}).get("tokens_per_s")
-        for mode, t in SAMPLERS:
+        for mode, t in samplers(a):
+            if b not in timed_batches(a, t):
+                continue
             d, p = speeds[("dlm", mode, t, b)], speeds.get(("torch", mode, t, b))
             dlm_cells = f"| {mode} | {t:g} | {b} | {d['tokens_per_s']:.1f} | {d['forwards'] / a.gen:.3f} |"
             vs_exact = f"{d['tokens_per_s'] / exact:.2f}x" if exact else "-"
@@ -222,7 +249,7 @@ def examples(a, prompts, gens, refs):
     except Exception as e:  # the tables stand without the example
         return [f"(no decoded example: {e})"]
     return (["Prompt 0: " + repr(tok.decode(prompts[0]))] +
-            [f"- {mode} {t:g}: " + repr(tok.decode(gens[(mode, t)][0][:80])) for mode, t in SAMPLERS] +
+            [f"- {mode} {t:g}: " + repr(tok.decode(gens[(mode, t)][0][:80])) for mode, t in samplers(a)] +
             ["- reference: " + repr(tok.decode(refs[0][:80]))])
 
 
@@ -234,7 +261,6 @@ def main():
     t_start = time.time()
     prompts = [list(map(int, line.split())) for line in open(a.prompts)][:a.prompt_count]
     refs = [list(map(int, line.split()))[:a.gen] for line in open(a.references)][:a.prompt_count]
-    batches = [int(b) for b in a.timing_batches.split(",")]
     res = dict(args=vars(a))
 
     def save(**parts):  # after each stage: what was measured survives a later failure
@@ -249,12 +275,12 @@ def main():
     sh([os.path.join(a.bin, "dlm-ckpt"), "convert", "--from", "native", "--to", "hf", "--dtype", "fp32", ckpt, hf],
        log, timeout=300)
     gens, speeds, torch_tokens = {}, {}, {}
-    for mode, t in SAMPLERS:
+    for mode, t in samplers(a):
         gens[(mode, t)], _ = dlm_generate(a, ckpt, prompts, mode, t, log)
-        for b in batches:
+        for b in timed_batches(a, t):
             _, speeds[("dlm", mode, t, b)] = dlm_generate(a, ckpt, prompts[:b], mode, t, log, speed=True)
-        print(f"== dlm {mode} {t:g}: {[speeds[('dlm', mode, t, b)]['tokens_per_s'] for b in batches]} tokens/s",
-              flush=True)
+        print(f"== dlm {mode} {t:g}: {[speeds[('dlm', mode, t, b)]['tokens_per_s'] for b in timed_batches(a, t)]} "
+              "tokens/s", flush=True)
         save(generated=gens, speeds=speeds)
     dev = a.device
     model, c = load_export(hf, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
@@ -265,13 +291,13 @@ def main():
     head = [f"Model: {a.shape} trained {res['train']['seconds']:.0f} s by dlm-train --device {a.device} (last logged "
             f"(iteration, loss) {last}); {len(prompts)} held-out prompts of {len(prompts[0])} tokens, {a.gen} new "
             f"tokens, {a.gen} steps, block {a.block}, greedy; PyTorch {'compiled' if a.torch_compile else 'eager'}.",
-            "", *quality_table(gens, scores, refs), ""]
+            "", *quality_table(a, gens, scores, refs, speeds), ""]
     print("\n".join(head), flush=True)
     # PyTorch's timing comes last: when the run nears --budget-minutes, the rest of it is skipped, so the
     # quality table and dlm's speeds are never lost to the device call's limit.
     deadline = t_start + 60 * a.budget_minutes
-    for mode, t in SAMPLERS:
-        for b in batches:
+    for mode, t in samplers(a):
+        for b in timed_batches(a, t):
             if time.time() > deadline:
                 print(f"== torch {mode} {t:g} batch {b}: skipped (--budget-minutes {a.budget_minutes})", flush=True)
                 continue

@@ -17,7 +17,9 @@ usage: torch_reference.py train --config qwen3-1.7b [--steps 20 --warmup 5 --acc
                               --float8 tensorwise|rowwise]
        torch_reference.py sample --config megadlm-1.7b --batch 1 [--gen 256 --sample-steps 256 --block 32
                               --kv-cache none|prefix|dual --cache-refresh N --threshold T --tokens]
-Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads.
+                              [--batches 1,16 --thresholds 0,0.9: one line per pair, one compiled model for all]
+Each run prints one JSON line last (tokens_per_s, mfu, peak_gib, ...), which compare.py reads; sample prints one per
+(batch, threshold).
 """
 import argparse
 import json
@@ -189,12 +191,20 @@ class Model(torch.nn.Module):
             aux = aux + a
         return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6)), aux
 
+    def compile_layers(self):
+        """forward_kv's layers under torch.compile as one function with dynamic shapes (regional compilation): the
+        layers share its graphs (their parameters are its inputs), and a window's width and the stored keys' split,
+        which change with every block, need no recompilation; a batch of one is specialised. Compiling the whole
+        forward_kv instead traces 28 layers per shape, minutes at the 1.7B shape."""
+        self.layer_kv = torch.compile(Block.forward_kv, dynamic=True)
+
     def forward_kv(self, ids, cos, sin, before=None, after=None):
         """Logits of ids (a window of columns at RoPE tables cos, sin) and every layer's (k, v); before/after:
         per layer the stored (k, v) of the columns around the window (Block.forward_kv), or None."""
         x, kv = self.emb(ids), []
+        layer_kv = getattr(self, "layer_kv", Block.forward_kv)
         for i, layer in enumerate(self.layers):
-            x, k, v, _ = layer.forward_kv(x, cos, sin, before and before[i], after and after[i])
+            x, k, v, _ = layer_kv(layer, x, cos, sin, before and before[i], after and after[i])
             kv.append((k, v))
         return self.out(F.rms_norm(x, (x.shape[-1],), self.ln_f, 1e-6)), kv
 
@@ -348,43 +358,59 @@ def generate_cached(fwd, prompt, gen, steps, block, mask_id, head_dim, mode, ref
 
 
 def sample(args):
+    """One JSON line per (batch, threshold) of --batches x --thresholds, all with one compiled model: the exact
+    sampler (--kv-cache none at threshold 0) compiles per batch (its one shape, [batch, prompt + gen]); the cached
+    sampler's layers are compiled once with dynamic shapes (Model.compile_layers), because a window's width and the
+    stored keys' split change with every block: its few graphs (the full forward, the window with and without keys
+    after it; a batch of one is specialised) serve every layer, block and batch."""
     c = dict(CONFIGS[args.config])
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     model = Model(c).to(dev).to(torch.bfloat16).eval()
-    prompt = torch.randint(0, c["vocab"] - 1, (args.batch, args.prompt), device=dev)
-    mask_id, calls = c["vocab"] - 1, args.sample_steps
-    if args.kv_cache == "none" and args.threshold <= 0:
-        fwd = torch.compile(model) if args.compile else model
-        run = lambda steps: generate(fwd, prompt, args.gen, steps, args.block, mask_id)  # noqa: E731
-    else:
-        if args.compile:
-            # A window's shape changes with its block (prefix) and the stored keys' split with every block.
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        fwd = torch.compile(model.forward_kv) if args.compile else model.forward_kv
-
-        def run(steps):
-            nonlocal calls
-            x, calls = generate_cached(fwd, prompt, args.gen, steps, args.block, mask_id, c["head_dim"],
-                                       args.kv_cache, args.cache_refresh, args.threshold)
-            return x
-    # Warm-up / compile at the timed run's shapes (prompt + gen columns), two steps per block (a full forward and
-    # a window under the cache): a warm-up at another length left torch.compile recompiling inside the timed region.
-    run(2 * (args.gen // args.block))
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    x = run(args.sample_steps)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    out = dict(peer="torch", mode="sample", config=args.config, batch=args.batch, compile=args.compile,
-               prompt=args.prompt, gen=args.gen, steps=args.sample_steps, block=args.block, kv_cache=args.kv_cache,
-               cache_refresh=args.cache_refresh, threshold=args.threshold, forwards=calls, seconds=dt,
-               tokens_per_s=args.batch * args.gen / dt, first=int(x[0, args.prompt]))
-    if args.tokens:
-        out["tokens"] = x[:, args.prompt:].tolist()
-    print(json.dumps(out), flush=True)
+    mask_id = c["vocab"] - 1
+    batches = [int(v) for v in args.batches.split(",")] if args.batches else [args.batch]
+    thresholds = [float(v) for v in args.thresholds.split(",")] if args.thresholds else [args.threshold]
+    if args.compile:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    full = torch.compile(model, dynamic=False) if args.compile else model  # static per batch, as one batch a process
+    if args.compile:
+        model.compile_layers()
+    cached = model.forward_kv
+    for batch in batches:
+        prompt = torch.randint(0, c["vocab"] - 1, (batch, args.prompt), generator=torch.Generator().manual_seed(batch))
+        prompt = prompt.to(dev)
+        for threshold in thresholds:
+            calls = args.sample_steps
+            if args.kv_cache == "none" and threshold <= 0:
+                run = lambda steps: generate(full, prompt, args.gen, steps, args.block, mask_id)  # noqa: E731
+            else:
+                def run(steps):
+                    nonlocal calls
+                    x, calls = generate_cached(cached, prompt, args.gen, steps, args.block, mask_id, c["head_dim"],
+                                               args.kv_cache, args.cache_refresh, threshold)
+                    return x
+            # Warm-up / compile at the timed run's shapes (prompt + gen columns), two steps per block (a full forward
+            # and a window under the cache): a warm-up at another length left torch.compile recompiling inside the
+            # timed region. Twice: a dynamic-shape recompilation (a size first seen as static) lands in the first.
+            t0 = time.perf_counter()
+            run(2 * (args.gen // args.block))
+            run(2 * (args.gen // args.block))
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            warm = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            x = run(args.sample_steps)
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            out = dict(peer="torch", mode="sample", config=args.config, batch=batch, compile=args.compile,
+                       prompt=args.prompt, gen=args.gen, steps=args.sample_steps, block=args.block,
+                       kv_cache=args.kv_cache, cache_refresh=args.cache_refresh, threshold=threshold, forwards=calls,
+                       seconds=dt, tokens_per_s=batch * args.gen / dt, warmup_seconds=warm,
+                       first=int(x[0, args.prompt]))
+            if args.tokens:
+                out["tokens"] = x[:, args.prompt:].tolist()
+            print(json.dumps(out), flush=True)
 
 
 def main():
@@ -407,6 +433,9 @@ def main():
                     help="sample: Fast-dLLM's block KV cache (generate_cached); none with --threshold 0 is generate")
     ap.add_argument("--cache-refresh", type=int, default=0, help="sample: a full forward every N steps of a block")
     ap.add_argument("--threshold", type=float, default=0.0, help="sample: parallel decoding above this confidence")
+    ap.add_argument("--batches", default="", help="sample: comma-separated batches, one line each (default --batch)")
+    ap.add_argument("--thresholds", default="", help="sample: comma-separated thresholds, one line each "
+                    "(default --threshold)")
     ap.add_argument("--tokens", action="store_true", help="sample: print the generated tokens too")
     args = ap.parse_args()
     if args.mode == "sample" and args.batch == 0:

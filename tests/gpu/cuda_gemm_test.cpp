@@ -1,6 +1,7 @@
 // Gemm (gemm.h) with tuning: shapes large enough to be tuned give the product a double-precision reference gives,
 // in bf16 and in fp32 with beta 1 adding to what C holds (a tuned shape's first call that adds uses the heuristic's
-// choice, its first that overwrites times the candidates on its own operands), the same as with tuning off.
+// choice, its first that overwrites times the candidates on its own operands), the same as with tuning off; so does
+// a skinny shape (few rows over a large weight), whose candidates include split-K variants.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,17 +28,13 @@ std::vector<double> reference(const std::vector<float>& a, const std::vector<flo
   return c;
 }
 
-TEST(Gemm, TunedShapesMatchTheReference) {
-  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  // 2 m n k = 1.7e10 >= kTuneFlops: tuned. Rows checked: a sample (the reference is O(m n k) on the host).
-  const int m = 2048, n = 2048, k = 2048;
-  ASSERT_GE(2.0 * m * n * k, Gemm::kTuneFlops);
+// C = A B^T of an m x n x k shape, tuned and untuned, against the reference on its first `rows` rows.
+void expect_reference_product(int m, int n, int k, int rows) {
   std::mt19937 rng(3);
   std::vector<float> af, bf;
   const auto a16 = gpu_test::random_bf16(std::size_t(m) * k, rng, 1.0f, af);
   const auto b16 = gpu_test::random_bf16(std::size_t(n) * k, rng, 1.0f, bf);
   const DeviceVec<bf16> a(a16), b(b16);
-  const int rows = 64;  // the reference for the first rows only
   const auto want = reference(std::vector<float>(af.begin(), af.begin() + std::size_t(rows) * k), bf, rows, n, k);
   for (const bool tune : {true, false}) {  // false: the deterministic mode's GEMMs (the heuristic's choice)
     Gemm gemm(tune);
@@ -65,6 +62,23 @@ TEST(Gemm, TunedShapesMatchTheReference) {
     EXPECT_LT(worst_added, 1e-4) << "tune " << tune;
     EXPECT_LT(worst_twice, 1e-4) << "tune " << tune;
   }
+}
+
+TEST(Gemm, TunedShapesMatchTheReference) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  // 2 m n k = 1.7e10 >= kTuneFlops: tuned. Rows checked: a sample (the reference is O(m n k) on the host).
+  ASSERT_GE(2.0 * 2048 * 2048 * 2048, Gemm::kTuneFlops);
+  expect_reference_product(2048, 2048, 2048, 64);
+}
+
+TEST(Gemm, SkinnyShapesMatchTheReference) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  // 32 rows over a 4096 x 2048 weight (16 MiB): below kTuneFlops, above kTuneBytes, so tuned as a skinny shape
+  // (split-K candidates, cold L2).
+  const int m = 32, n = 4096, k = 2048;
+  ASSERT_LT(2.0 * m * n * k, Gemm::kTuneFlops);
+  ASSERT_GE(2.0 * (double(m) * k + double(n) * k), Gemm::kTuneBytes);
+  expect_reference_product(m, n, k, m);
 }
 
 }  // namespace

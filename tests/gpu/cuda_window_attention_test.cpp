@@ -1,11 +1,14 @@
 // window_attention (kv_cache.cu), the block KV cache's attention of a window of columns over the store, against a
 // double-precision host reference: windows at the start, middle and end of the sequence, one column wide to the
 // whole sequence, widths and sequences off the kernel's tiles (16 queries, 64 keys), MHA and GQA, head dims 16 to
-// 128, batches of 1 to 3, and every query tiling (1, 2 and 4 warps of queries, the keys split 4, 2 and 1 ways).
+// 128, batches of 1 to 3, and every query tiling (1, 2 and 4 warps of queries, the keys split 4, 2 and 1 ways), each
+// with its key tiles in one block, split over 2 and 3 blocks (merged by window_combine) and split as CudaModel
+// chooses.
 // The inputs hold NaN wherever the kernel must not read: the store at the window's own columns, V in the attention
 // layout, every slot but V in the projection layout; the output is poisoned before the call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -91,24 +94,29 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
   DeviceVec<bf16> d_rot(rot), d_raw(raw), d_k(k_store), d_v(v_store), d_out(rows * H * D);
   DeviceVec<int> d_first(std::vector<int>{c.first});
   const WindowAttentionShape s{c.batch, c.seq, H, G, D, c.width};
-  for (int query_warps : {1, 2, 4}) {
-    cudaMemset(d_out.get(), 0xff, rows * H * D * sizeof(bf16));  // NaN unless written
-    window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(), nullptr,
-                     query_warps);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    const auto got = gpu_test::to_float(d_out.download());
-    const double err = rel_error(got, want);
-    std::printf("[kv window attention] %dx%d h%d g%d d%d window [%d, %d) query warps %d: rel error %.2e\n", c.batch,
-                c.seq, H, G, D, c.first, c.first + c.width, query_warps, err);
-    EXPECT_LT(err, 1e-2) << "query warps " << query_warps;
-    // Row by row too: one wrong row of many would hide in the norm.
-    for (std::size_t r = 0; r < rows * H; ++r) {
-      const std::vector<float> row(got.begin() + r * D, got.begin() + (r + 1) * D);
-      const std::vector<double> ref(want.begin() + r * D, want.begin() + (r + 1) * D);
-      ASSERT_LT(rel_error(row, ref), 3e-2) << "query warps " << query_warps << ", output row " << r / H << " head "
-                                           << r % H;
+  const std::size_t partial_n = std::max<std::size_t>(std::size_t(window_attention_partial_floats(D)),
+                                                      3 * rows * H * std::size_t(D + 2));
+  DeviceVec<float> d_partials(partial_n);
+  for (int query_warps : {1, 2, 4})
+    for (int key_splits : {1, 2, 3, 0}) {
+      cudaMemset(d_out.get(), 0xff, rows * H * D * sizeof(bf16));  // NaN unless written
+      cudaMemset(d_partials.get(), 0xff, partial_n * sizeof(float));
+      window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(),
+                       d_partials.get(), nullptr, query_warps, key_splits);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      const auto got = gpu_test::to_float(d_out.download());
+      const double err = rel_error(got, want);
+      std::printf("[kv window attention] %dx%d h%d g%d d%d window [%d, %d) query warps %d key splits %d: rel error "
+                  "%.2e\n", c.batch, c.seq, H, G, D, c.first, c.first + c.width, query_warps, key_splits, err);
+      EXPECT_LT(err, 1e-2) << "query warps " << query_warps << ", key splits " << key_splits;
+      // Row by row too: one wrong row of many would hide in the norm.
+      for (std::size_t r = 0; r < rows * H; ++r) {
+        const std::vector<float> row(got.begin() + r * D, got.begin() + (r + 1) * D);
+        const std::vector<double> ref(want.begin() + r * D, want.begin() + (r + 1) * D);
+        ASSERT_LT(rel_error(row, ref), 3e-2) << "query warps " << query_warps << ", key splits " << key_splits
+                                             << ", output row " << r / H << " head " << r % H;
+      }
     }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -88,7 +88,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
                                   I.cfg.kv_channels, kv->width};
     window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
-                     kvs.v[static_cast<std::size_t>(l)], A.att, st);
+                     kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st);
     mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);

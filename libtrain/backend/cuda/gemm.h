@@ -7,6 +7,12 @@
 // the fastest is kept, because the heuristic's first is not the fastest at some of the training step's shapes
 // (benchmarks/train/gemm_bench times them). Timing picks by the clock, so a run may pick another algorithm than
 // the last (rounding differs); untuned (CudaOptions::deterministic) keeps the heuristic's first.
+// Skinny shapes (bf16, fewer than kTuneFlops but operands of at least kTuneBytes: a few rows over a large weight, as
+// the samplers' window steps and greedy head run) are tuned too: they are bound by reading the weight, which the
+// heuristic's first choice often does with too few thread blocks. Their candidates are the heuristic's first
+// kSkinnyCandidates and split-K variants (kSplits) of its first kSplitBases (32 rows over a 2048-wide output are 16
+// tiles of 128 columns: split-K is what fills the GPU), each timed from a cold L2 (the
+// workspace is overwritten before every timed call), because in a forward each layer's weight comes from memory.
 // FP8 (run_fp8): e4m3 or e5m2 operands (not both e5m2) with per-tensor dequantization scales, fp32 accumulation,
 // bf16 or fp32 output. Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
 // operands K-contiguous, and 16-byte-aligned leading dimensions: fp8_gemm_fits says which shapes qualify.
@@ -30,6 +36,9 @@ class Gemm {
   ~Gemm();
   static constexpr double kTuneFlops = 1e10;
   static constexpr int kTuneCandidates = 8;
+  static constexpr double kTuneBytes = 8.0 * (1 << 20);
+  static constexpr int kSkinnyCandidates = 16, kSplitBases = 4;
+  static constexpr int kSplits[] = {2, 4, 8, 16};
   bool tunes() const { return tune_; }
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -78,15 +87,21 @@ class Gemm {
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Descriptors& g, int count);
   // The heuristic's first algorithm for the shape, asked once (or the tuned one).
   const cublasLtMatmulAlgo_t& cached(const Key& key);
-  // Times the heuristic's first candidates for `key` on the call's operands and caches the fastest.
+  // Whether run()'s rule tunes `key` (the header's comment), and whether as a skinny shape.
+  static bool tuned_shape(const Key& key);
+  static bool skinny(const Key& key);
+  // The skinny shape's candidates: the heuristic's, then split-K variants that cuBLASLt accepts for the shape.
+  std::vector<cublasLtMatmulAlgo_t> skinny_candidates(const Descriptors& g);
+  // Times the candidates for `key` on the call's operands and caches the fastest.
   void tune(const Descriptors& g, const Key& key, const void* a, const void* b, void* c, cudaStream_t stream);
   // The tuning rule (see the header's comment) and the call, shared by run() and run_fp8().
   void launch(const Descriptors& g, const Key& key, const void* a, const void* b, void* c, float beta,
               cudaStream_t stream, const RowFamily* family);
-  // Milliseconds per call of each algorithm over `repeats` calls after one warm-up; -1 where one refuses.
+  // Milliseconds per call of each algorithm over `repeats` calls after one warm-up; -1 where one refuses. cold: the
+  // workspace is overwritten before each call (L2 then holds no operand) and only the calls are timed.
   std::vector<double> time_algorithms(const Descriptors& g, const std::vector<cublasLtMatmulAlgo_t>& algos,
                                       const void* a, const void* b, void* c, float beta, int repeats,
-                                      cudaStream_t stream);
+                                      cudaStream_t stream, bool cold = false);
   // run()'s algorithm: the shape's own, or its family's where cuBLASLt accepts that for the shape.
   const cublasLtMatmulAlgo_t& algo_for(const Descriptors& g, const Key& key, const RowFamily* family);
   cublasLtHandle_t handle_ = nullptr;

@@ -206,7 +206,10 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // store's ([batch, seq, groups, head_dim]) elsewhere; bidirectional, unmasked, o [batch * width, heads * head_dim].
 // `first` is in device memory, read by the kernel: a captured launch serves a window of its width at every position.
 // head_dim in {16, 32, 64, 128}. query_warps: the queries of a block in warps of 16 (4, 2 or 1; 0 chooses from the
-// shape and the GPU, as CudaModel calls it; tests name each).
+// shape and the GPU, as CudaModel calls it; tests name each). key_splits: at most this many blocks share a query
+// tile's keys (0 chooses: more than 1 only where the query tiles leave multiprocessors idle), their partial results
+// in `partials`: window_attention_partial_floats(head_dim) floats hold those of any automatic choice, and S splits
+// need S x batch x width x heads x (head_dim + 2).
 struct WindowAttentionShape {
   int batch, seq, heads, groups, head_dim;
   int width;
@@ -214,7 +217,9 @@ struct WindowAttentionShape {
 void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
               bf16* v, cudaStream_t stream);
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
-                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps = 0);
+                      const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
+                      int query_warps = 0, int key_splits = 0);
+std::int64_t window_attention_partial_floats(int head_dim);
 
 // rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0
 // (every row r < rows written). bf16 rows of dim elements, dim % 8 == 0.

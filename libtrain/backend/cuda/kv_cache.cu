@@ -14,8 +14,10 @@
 //     16 x QW queries of one (row, head), its warps split the keys KW = 4 / QW ways (each warp a 64 / KW-key slice
 //     of every 64-key tile), tiles are staged by cp.async two deep (the next one loads while this one is
 //     multiplied), and the warps' partial (m, l, o) are merged in shared memory at the end. QW is the largest of
-//     4, 2, 1 that still gives every multiprocessor a block; a window of one batch row gets QW = 1, its keys split
-//     four ways.
+//     4, 2, 1 that still gives every multiprocessor a block. A grid that still leaves multiprocessors idle (a
+//     window of one batch row: 2 x 16 blocks) also splits the key tiles over S blocks (flash-decoding): each
+//     writes its unnormalised (o, m, l) to `partials` and window_combine merges the S of each query as the warps'
+//     are merged (the splits' tile rounds run side by side instead of one after the other).
 #include <algorithm>
 #include <cfloat>
 
@@ -73,7 +75,8 @@ constexpr std::size_t window_smem_bytes() {
 template <int D, int KW>
 __global__ void __launch_bounds__(kWindowThreads)
     window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
-                            const bf16* k_store, const bf16* v_store, bf16* out, float scale2) {
+                            const bf16* k_store, const bf16* v_store, bf16* out, float scale2, int splits,
+                            int tiles_per_split, float* partials) {
   constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
@@ -82,7 +85,8 @@ __global__ void __launch_bounds__(kWindowThreads)
   const int qi = warp / KW, ks = warp % KW;  // the warp's 16 queries and its slice of each tile's keys
   const std::int64_t ld = static_cast<std::int64_t>(s.heads + 2 * s.groups) * D;  // a QKV row, either layout
   const std::int64_t row0 = static_cast<std::int64_t>(b) * s.width;              // sequence b's first window row
-  const int block_j = blockIdx.x * 16 * QW, j0 = block_j + qi * 16;                  // window columns
+  const int split = blockIdx.x % splits;                                             // its key tiles' share
+  const int block_j = blockIdx.x / splits * 16 * QW, j0 = block_j + qi * 16;         // window columns
   const bool busy = j0 < s.width;
   const int first = *first_at;
   // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
@@ -107,8 +111,9 @@ __global__ void __launch_bounds__(kWindowThreads)
     }
     cp_async_commit();
   };
-  const int tiles = (s.seq + kTile - 1) / kTile;
-  stage(0, 0);
+  const int t_begin = split * tiles_per_split;
+  const int t_end = min((s.seq + kTile - 1) / kTile, t_begin + tiles_per_split);  // never empty (window_split)
+  stage(t_begin * kTile, 0);
   // The warp's queries as A fragments, straight from the window's rows (past the window: its last row, computed
   // and never written).
   std::uint32_t qf[D / 16][4];
@@ -125,13 +130,14 @@ __global__ void __launch_bounds__(kWindowThreads)
   }
   float acc[D / 8][4] = {};
   float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
-  for (int t = 0; t < tiles; ++t) {
-    if (t + 1 < tiles) stage((t + 1) * kTile, (t + 1) & 1);
+  for (int t = t_begin; t < t_end; ++t) {
+    const int buf = (t - t_begin) & 1;
+    if (t + 1 < t_end) stage((t + 1) * kTile, buf ^ 1);
     else cp_async_commit();  // an empty group: tile t is then always the second newest
     cp_async_wait<1>();
     __syncthreads();  // tile t is in shared memory for every warp
     if (busy) {
-      const bf16* sk = staged + (t & 1) * 2 * kTile * ST + ks * BW * ST;  // the warp's slice
+      const bf16* sk = staged + buf * 2 * kTile * ST + ks * BW * ST;  // the warp's slice
       const bf16* sv = sk + kTile * ST;
       const int k0 = t * kTile + ks * BW;
       float sc[BW / 8][4];
@@ -144,7 +150,7 @@ __global__ void __launch_bounds__(kWindowThreads)
       online_softmax<BW, D>(sc, m, l, acc);
       accumulate_pv<BW, D>(acc, sc, sv, ST, gr, c);
     }
-    __syncthreads();  // every warp is done with buffer t & 1 before stage() refills it
+    __syncthreads();  // every warp is done with buffer `buf` before stage() refills it
   }
   cp_async_wait<0>();  // the trailing empty group
   // Each warp's (m, l, o) of its rows, then per query the merge over the KW warps that share it:
@@ -180,34 +186,73 @@ __global__ void __launch_bounds__(kWindowThreads)
       const float2 o = *reinterpret_cast<const float2*>(po + q_at * (D + 2) + d);
       o0 += e * o.x, o1 += e * o.y;
     }
+    const std::int64_t at = (row0 + j) * s.heads + h;  // the query's (row, head)
+    if (splits > 1) {
+      // [split][row, head][D + 2]: o unnormalised, then m and l (exp2 units, as the warps' own).
+      float* pp = partials + (static_cast<std::int64_t>(split) * s.batch * s.width * s.heads + at) * (D + 2);
+      *reinterpret_cast<float2*>(pp + d) = make_float2(o0, o1);
+      if (d == 0) pp[D] = top, pp[D + 1] = sum;
+      continue;
+    }
     const float inv = 1.0f / sum;
-    *reinterpret_cast<std::uint32_t*>(out + (row0 + j) * s.heads * D + static_cast<std::int64_t>(h) * D + d) =
-        pack(o0 * inv, o1 * inv);
+    *reinterpret_cast<std::uint32_t*>(out + at * D + d) = pack(o0 * inv, o1 * inv);
   }
 }
 
+// The S splits' partial (o, m, l) of each (row, head) merged: M = max_s m_s, o = sum_s e^(m_s - M) o_s /
+// sum_s e^(m_s - M) l_s. One block a (row, head), a thread per pair of head dimensions.
+template <int D>
+__global__ void window_combine_kernel(const float* partials, int splits, std::int64_t row_heads, bf16* out) {
+  const std::int64_t at = blockIdx.x;
+  const int d = 2 * threadIdx.x;
+  float top = -FLT_MAX;
+  for (int k = 0; k < splits; ++k) top = fmaxf(top, partials[(k * row_heads + at) * (D + 2) + D]);
+  float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
+  for (int k = 0; k < splits; ++k) {
+    const float* pp = partials + (k * row_heads + at) * (D + 2);
+    const float e = exp2f(pp[D] - top);
+    sum += e * pp[D + 1];
+    const float2 o = *reinterpret_cast<const float2*>(pp + d);
+    o0 += e * o.x, o1 += e * o.y;
+  }
+  const float inv = 1.0f / sum;
+  *reinterpret_cast<std::uint32_t*>(out + at * D + d) = pack(o0 * inv, o1 * inv);
+}
+
+// How the key tiles are split over blocks: `splits` blocks of `per` tiles each, none empty.
+struct KeySplit {
+  int splits, per;
+};
+
 template <int D, int KW>
-void launch_window(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
-                   const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
+void launch_window(const WindowAttentionShape& s, KeySplit ks, const int* first, const bf16* qkv_rot,
+                   const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
+                   cudaStream_t stream) {
   constexpr std::size_t smem = window_smem_bytes<D>();
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(window_attention_kernel<D, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)),
                "window attention: shared memory limit");
   const int queries = 16 * (kWarps / KW);
-  const dim3 grid((s.width + queries - 1) / queries, s.heads, s.batch);
+  const dim3 grid((s.width + queries - 1) / queries * ks.splits, s.heads, s.batch);
   const float scale2 = kLog2e / sqrtf(static_cast<float>(D));
-  window_attention_kernel<D, KW>
-      <<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, scale2);
+  window_attention_kernel<D, KW><<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store,
+                                                                         out, scale2, ks.splits, ks.per, partials);
+  if (ks.splits > 1) {
+    const std::int64_t row_heads = static_cast<std::int64_t>(s.batch) * s.width * s.heads;
+    window_combine_kernel<D><<<static_cast<unsigned>(row_heads), D / 2, 0, stream>>>(partials, ks.splits, row_heads,
+                                                                                     out);
+  }
 }
 
 template <int D>
-void window_d(const WindowAttentionShape& s, int query_warps, const int* first, const bf16* qkv_rot,
-              const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream) {
+void window_d(const WindowAttentionShape& s, int query_warps, KeySplit ks, const int* first, const bf16* qkv_rot,
+              const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
+              cudaStream_t stream) {
   switch (query_warps) {
-    case 4: return launch_window<D, 1>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 2: return launch_window<D, 2>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    default: return launch_window<D, 4>(s, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 4: return launch_window<D, 1>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    case 2: return launch_window<D, 2>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    default: return launch_window<D, 4>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
   }
 }
 
@@ -219,7 +264,27 @@ int window_query_warps(const WindowAttentionShape& s) {
   return 1;
 }
 
+// At most `want` splits (0: as many as fill the multiprocessors with the query tiles' blocks, 1 where those alone
+// do), each of the same whole number of tiles, none empty.
+KeySplit window_split(const WindowAttentionShape& s, int query_warps, int want) {
+  const int tiles = (s.seq + kTile - 1) / kTile;
+  if (want <= 0) {
+    const std::int64_t blocks =
+        static_cast<std::int64_t>(s.batch) * s.heads * ((s.width + 16 * query_warps - 1) / (16 * query_warps));
+    want = blocks >= multiprocessors() ? 1 : static_cast<int>((multiprocessors() + blocks - 1) / blocks);
+  }
+  want = std::max(1, std::min(want, tiles));
+  const int per = (tiles + want - 1) / want;
+  return {(tiles + per - 1) / per, per};
+}
+
 }  // namespace
+
+std::int64_t window_attention_partial_floats(int head_dim) {
+  // Splits only where the query tiles' blocks number fewer than the multiprocessors P, up to ceil(P / blocks) of
+  // them: splits x blocks < 2P, each block at most 64 queries of one head.
+  return std::int64_t{2} * multiprocessors() * 64 * (head_dim + 2);
+}
 
 void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
               bf16* v, cudaStream_t stream) {
@@ -230,14 +295,16 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
 }
 
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
-                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps) {
+                      const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
+                      int query_warps, int key_splits) {
   if (s.batch <= 0 || s.width <= 0) return;
   const int qw = query_warps > 0 ? query_warps : window_query_warps(s);
+  const KeySplit ks = window_split(s, qw, key_splits);
   switch (s.head_dim) {
-    case 16: return window_d<16>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 32: return window_d<32>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 64: return window_d<64>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
-    case 128: return window_d<128>(s, qw, first, qkv_rot, qkv_raw, k_store, v_store, out, stream);
+    case 16: return window_d<16>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    case 32: return window_d<32>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    case 64: return window_d<64>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    case 128: return window_d<128>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
     default: return;  // the model refuses other head sizes (attention.cu's set) before it gets here
   }
 }

@@ -21,6 +21,7 @@ struct KvStore {
   // copy's source, alive as long as the store).
   int* first = nullptr;
   int first_host = 0;
+  float* partials = nullptr;  // window_attention's key splits (window_attention_partial_floats)
   // Which allocation this is (never reused): a captured forward that read an older one's pointers never matches.
   std::uint64_t serial = 0;
   DeviceArena arena;
