@@ -391,22 +391,24 @@ def main():
                   + " ".join(f"{t.replace('layers.', 'L').replace('.weight', '')}={v:.3f}" for t, v in worst.items()),
                   flush=True)
         return
-    gaps = {n: [] for n in names}
+    gaps, early = {n: [] for n in names}, {n: [] for n in names}
     for seed, data_seed in runs:
         results = {n: train(c, RECIPES[n], seed, data_seed, args.steps) for n in names}
         base = tail(results["bf16"])
         for n in names:
             got = results[n]
             gaps[n].append(tail(got) - base)
+            early[n].append(max(abs(g / b - 1) for g, b in zip(got[:12], results["bf16"][:12])))
             if not args.quiet:
                 print(f"seed {seed} data {data_seed} {n:20s} loss {got[0]:.4f} -> {got[-1]:.4f}, last ten "
-                      f"{tail(got):.4f} (bf16 {base:.4f}, {tail(got) - base:+.4f}; test bound "
-                      f"{0.02 * base + 0.03:.4f})", flush=True)
+                      f"{tail(got):.4f} (bf16 {base:.4f}, {tail(got) - base:+.4f}), steps 0-11 within "
+                      f"{100 * early[n][-1]:.2f}% of bf16's", flush=True)
     print(f"width {w}, {args.steps} steps, {len(runs)} run(s): last-ten mean minus bf16's")
     for n in names:
         g = gaps[n]
         spread = statistics.stdev(g) if len(g) > 1 else 0.0
-        print(f"  {n:20s} mean {statistics.mean(g):+.4f}  sd {spread:.4f}  min {min(g):+.4f}  max {max(g):+.4f}")
+        print(f"  {n:20s} mean {statistics.mean(g):+.4f}  sd {spread:.4f}  min {min(g):+.4f}  max {max(g):+.4f}  "
+              f"(steps 0-11: within {100 * max(early[n]):.2f}%)")
 
 
 if __name__ == "__main__":
