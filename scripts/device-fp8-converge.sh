@@ -36,7 +36,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 # A learning-rate schedule for 500 iterations (kv_study.py's on the same text): warm-up 50 (a tenth of a shorter
 # run), cosine to lr / 10.
 SCHEDULE=(--mask-token 50277 --norm-epsilon 1e-6 --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
-          --lr-warmup-iters $(( ITERS / 10 < 50 ? ITERS / 10 : 50 )) --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0)
+          --lr-warmup-iters $(( ITERS / 10 < 50 ? ITERS / 10 : 50 )) --weight-decay 0.1 --adam-beta2 0.95
+          --clip-grad 1.0)
 logs=()
 for run in "${RUNS[@]}"; do
   case $run in
