@@ -1,12 +1,15 @@
 // CudaModel with FP8 linear layers (CudaOptions::fp8, backend/cuda/fp8_linear.h): a tiny model trained from the
-// same initialisation on the same batches follows its bf16 losses, under each recipe and format; full
+// same initialisation on the same batches follows its bf16 losses, and its gradients bf16's, under each recipe and
+// format, within the bounds a PyTorch emulation of the recipes sets (benchmarks/train/fp8_emulation.py); full
 // recomputation gives the same bits as keeping every activation; the layer choice of --first-last-layers-bf16.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dlm/ckpt/model_config.h"
@@ -77,39 +80,105 @@ std::vector<Recipe> recipes() {
           {"tensorwise e4m3", e4m3}, {"tensorwise margin 2", margin}};
 }
 
-// Tolerance: an FP8 GEMM's output is off by about 4% (e4m3) to 6.5% (with e5m2 gradients) of its norm at these
-// widths (tests/gpu/cuda_fp8_test.cpp measures it); the loss averages ~128 masked tokens' cross-entropies, whose
-// logits come from a bf16 head, so at initialisation the loss moves by well under 1%. Training on 40 steps lets
-// the two runs drift apart as different rounding takes different paths: Megatron and torchao report FP8 curves
-// within ~1% of bf16 at scale; a model of width 128 averages over fewer terms per output, so each step's loss is
-// held to 4% of bf16's and the mean of the last ten steps to 2%, each plus a floor (0.05, 0.03) for the late steps
-// whose losses are small. The task must be learned (bf16's loss drops by 40%, past the unigram's ln 64 / ln 500) for
-// the comparison to mean anything, and FP8 must really run (the first losses differ).
+double tail_mean(const std::vector<double>& losses) {
+  double sum = 0;
+  for (std::size_t s = losses.size() - 10; s < losses.size(); ++s) sum += losses[s];
+  return sum / 10;
+}
+
+// What a run of 40 steps can and cannot show (benchmarks/train/fp8_emulation.py: this model, its initial weights,
+// these batches and the recipes emulated in PyTorch on the CPU, independently of dlm's kernels):
+// - The first twelve steps follow bf16 closely: the emulation's FP8 losses are within 0.47% of bf16's there (data
+//   seeds 8-15, every recipe below); each step is held to 1.5%.
+// - The later losses do not: the task is learned through a plateau whose exit time is chaotic, and the last ten
+//   steps' mean moves by up to 0.25 between two precisions of one run, fp32 against bf16 included (data seed 2:
+//   bf16 2.70, fp32 2.54, hybrid 2.51, e4m3 2.46), and by up to 0.56 between FP8 and bf16 (data seed 3: bf16 2.38,
+//   e4m3 2.94, hybrid 2.64), with no sign that e5m2 gradients learn worse than e4m3 ones. So each run only has to
+//   learn (its tail below 65% of its first loss: past the unigram plateau, ln 64 of ln 500), and the tails are
+//   compared as a mean over kRuns data seeds, which holds that noise to about 0.07: within 8% of bf16's, plus 0.03
+//   (~0.26). The emulation's means over seeds 8-15 differ from bf16's by -0.061 (delayed), -0.061 (history 16),
+//   -0.001 (hybrid tensorwise), +0.002 (e4m3 tensorwise) and -0.015 (margin 2), single runs by up to 0.39.
+// The sharp check of the gradient path is GradientsFollowBf16 below.
 TEST(CudaFp8Training, TinyModelFollowsItsBf16Losses) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = fp8_config(2);
-  constexpr int kSteps = 40;
-  auto reference = gpu_test::model_with(c, {}, 31);
-  const auto want = train_losses(*reference, kSteps, 8);
-  ASSERT_LT(want.back(), 0.6 * want.front()) << "bf16 did not learn the task";
-  for (const auto& r : recipes()) {
-    SCOPED_TRACE(r.name);
-    CudaOptions o;
-    o.fp8 = r.fp8;
+  constexpr int kSteps = 40, kEarly = 12, kRuns = 8;
+  const auto run = [&](const CudaOptions& o, int r) {
     auto model = gpu_test::model_with(c, o, 31);
-    const auto got = train_losses(*model, kSteps, 8);
-    EXPECT_NE(got[0], want[0]) << "the FP8 run's forward is bf16's";
-    EXPECT_NEAR(got[0], want[0], 0.01 * want[0]);
-    double tail_got = 0, tail_want = 0;
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_TRUE(std::isfinite(got[s])) << "step " << s;
-      EXPECT_NEAR(got[s], want[s], 0.04 * want[s] + 0.05) << "step " << s;
-      if (s >= kSteps - 10) tail_got += got[s], tail_want += want[s];
-    }
-    EXPECT_NEAR(tail_got / 10, tail_want / 10, 0.02 * tail_want / 10 + 0.03);
-    std::printf("[fp8 training] %s: loss %.4f -> %.4f (bf16 %.4f -> %.4f), last ten %.4f vs %.4f\n", r.name, got[0],
-                got.back(), want[0], want.back(), tail_got / 10, tail_want / 10);
+    return train_losses(*model, kSteps, static_cast<std::uint32_t>(8 + r));
+  };
+  std::vector<std::vector<double>> want;
+  double tail_want = 0;
+  for (int r = 0; r < kRuns; ++r) {
+    want.push_back(run({}, r));
+    tail_want += tail_mean(want.back()) / kRuns;
+    ASSERT_LT(tail_mean(want.back()), 0.65 * want.back().front()) << "bf16 did not learn the task, data seed " << 8 + r;
   }
+  for (const auto& recipe : recipes()) {
+    SCOPED_TRACE(recipe.name);
+    CudaOptions o;
+    o.fp8 = recipe.fp8;
+    double tail_got = 0;
+    for (int r = 0; r < kRuns; ++r) {
+      SCOPED_TRACE(::testing::Message() << "data seed " << 8 + r);
+      const auto got = run(o, r);
+      const auto& w = want[static_cast<std::size_t>(r)];
+      EXPECT_NE(got[0], w[0]) << "the FP8 run's forward is bf16's";
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_TRUE(std::isfinite(got[s])) << "step " << s;
+        if (s < kEarly) EXPECT_NEAR(got[s], w[s], 0.015 * w[s]) << "step " << s;
+      }
+      EXPECT_LT(tail_mean(got), 0.65 * got.front()) << "the FP8 run did not learn the task";
+      tail_got += tail_mean(got) / kRuns;
+    }
+    EXPECT_NEAR(tail_got, tail_want, 0.08 * tail_want + 0.03);
+    std::printf("[fp8 training] %s: mean over %d runs of the last ten losses %.4f (bf16 %.4f, %+.2f%%)\n",
+                recipe.name, kRuns, tail_got, tail_want, 100 * (tail_got / tail_want - 1));
+  }
+}
+
+// One micro-batch at the initial weights: every gradient of the FP8 model against the bf16 model's, as a relative
+// L2 error. The emulation (fp8_emulation.py --gradients 3 --data-seeds 8) puts the worst tensor's (QK-norm's
+// weights) at 0.124-0.129 under every recipe, hybrid tensorwise's at 0.98x e4m3 tensorwise's (over data seeds 1 and
+// 8 and the linear weights alone: 0.10-0.16, 1.13x): the bound is 0.25, and hybrid tensorwise's worst error is held
+// to 1.35x e4m3's. A wrong scale_inv, a misread format, an amax of
+// the wrong tensor or a transposed operand gives errors far beyond (dY dequantized with X's scale_inv: 7.6e5).
+// Delayed recipes run the batch three times first, so the amax history holds its amaxes.
+TEST(CudaFp8Training, GradientsFollowBf16) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = fp8_config(2);
+  std::mt19937 rng(8);
+  const auto x = counting_rows(rng, 4, 64);
+  const CudaBatch b{4, 64, false, x.ids, x.labels, {}, x.weights};
+  auto reference = gpu_test::model_with(c, {}, 31);
+  reference->forward_backward(b);
+  std::map<std::string, double> worst_of;
+  for (const auto& recipe : recipes()) {
+    SCOPED_TRACE(recipe.name);
+    CudaOptions o;
+    o.fp8 = recipe.fp8;
+    auto model = gpu_test::model_with(c, o, 31);
+    for (int pass = 0; pass < 4; ++pass) {
+      model->zero_grad();
+      model->forward_backward(b);
+    }
+    double worst = 0;
+    std::string worst_name;
+    for (const auto& t : model->tensors()) {
+      const auto got = model->export_gradient(t.name), want = reference->export_gradient(t.name);
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]), norm += double{want[i]} * want[i];
+      if (norm == 0) continue;
+      const double err = std::sqrt(diff / norm);
+      EXPECT_LT(err, 0.25) << t.name;
+      if (err > worst) worst = err, worst_name = t.name;
+    }
+    worst_of[recipe.name] = worst;
+    std::printf("[fp8 gradients] %s: worst relative error %.4f (%s)\n", recipe.name, worst, worst_name.c_str());
+  }
+  EXPECT_LT(worst_of.at("tensorwise"), 1.35 * worst_of.at("tensorwise e4m3")) << "e5m2 gradients are noisier than "
+                                                                                 "the format explains";
 }
 
 // Full recomputation reruns each FP8 layer's forward with the scales its first run used (one micro-batch a step,
