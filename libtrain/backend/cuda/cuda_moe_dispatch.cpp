@@ -125,8 +125,10 @@ void plan_dispatch(Impl& I, MoeLayerActs& M, DispatchedRows& R, int l, const Lay
   int j = 0;
   for (int e = 0; e < local; ++e) {
     offsets[e] = j;
-    for (int q = 0; q < ranks; ++q)
-      for (int i = 0; i < got[q * local + e]; ++i, ++j) perm[j] = start[static_cast<std::size_t>(q * local + e)] + i, inv[perm[j]] = j;
+    for (int q = 0; q < ranks; ++q) {
+      const int first = start[static_cast<std::size_t>(q * local + e)];
+      for (int i = 0; i < got[q * local + e]; ++i, ++j) perm[j] = first + i, inv[first + i] = j;
+    }
     if (j > offsets[e]) R.experts.push_back(e), R.rows.push_back(j - offsets[e]), R.first.push_back(offsets[e]);
   }
   offsets[local] = j;
@@ -152,7 +154,7 @@ void plan_dispatch(Impl& I, MoeLayerActs& M, DispatchedRows& R, int l, const Lay
     for (int gemm = 0; gemm < kMoeGemms; ++gemm)
       for (int o = 0; o < 3; ++o) R.staged_addresses[(gemm * 3 + o) * local + static_cast<int>(i)] = operands[gemm][o];
   }
-  check_cuda(cudaMemcpyAsync(R.addresses, R.staged_addresses.data(), sizeof(void*) * kMoeGemms * 3 * static_cast<std::size_t>(local),
+  check_cuda(cudaMemcpyAsync(R.addresses, R.staged_addresses.data(), sizeof(void*) * R.staged_addresses.size(),
                              cudaMemcpyHostToDevice, st),
              "expert addresses");
 }

@@ -103,7 +103,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     for (auto& c : chunks_)
       for (const auto& spec : c->tensors()) {
         refs.push_back({spec.name, host_[k++], {}, !spec.is_norm, spec.global_shape, spec.saved});
-        refs.back().expert_parallel = expert_parallel() && is_expert(spec.name);
+        refs.back().expert_parallel = experts_split() && is_expert(spec.name);
       }
     return refs;
   }
@@ -133,7 +133,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       }
       reduced_ = true;
     }
-    if (expert_parallel()) reduce_over_data_groups();
+    if (experts_split()) reduce_over_data_groups();
     if (sharded()) {
       // The distributed optimizer: each data-parallel rank gets the sum of its range (in place), per chunk.
       for (auto& c : chunks_) {
@@ -178,6 +178,9 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     }
     complete();
   }
+  // Expert parallelism: the host groups, as the CPU's model gives them (ParamRef::expert_parallel; trainer.h).
+  Communicator* expert_data_parallel() override { return experts_split() ? parallel_.host->expert_data.get() : nullptr; }
+  Communicator* expert_parallel() override { return experts_split() ? parallel_.host->expert.get() : nullptr; }
   bool reports() const override {
     return !parallel_.host || (parallel_.host->coords.tensor == 0 && parallel_.host->coords.pipeline == 0);
   }
@@ -204,7 +207,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       sum_over_model(std::span<double>(&sumsq, 1));
       if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&sumsq, 1));  // the ranges' sums
       // Expert parallelism: a rank counts its experts, and expert rank 0 the rest (rank_shards' `saved`).
-      if (expert_parallel()) parallel_.host->expert->all_reduce(std::span<double>(&sumsq, 1));
+      if (experts_split()) parallel_.host->expert->all_reduce(std::span<double>(&sumsq, 1));
     }
     if (parallel_.host || chunks_.size() > 1)
       for (auto& c : chunks_) c->set_grad_sumsq(sumsq);
@@ -217,7 +220,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (parallel_.host) {
       sum_over_model(std::span<double>(&zeros, 1));
       if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&zeros, 1));
-      if (expert_parallel()) parallel_.host->expert->all_reduce(std::span<double>(&zeros, 1));
+      if (experts_split()) parallel_.host->expert->all_reduce(std::span<double>(&zeros, 1));
     }
     return static_cast<std::int64_t>(zeros);
   }
@@ -232,7 +235,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     }
   }
   int optimizer_shards() const override { return first().shard().optimizer_shards; }
-  bool reduces_gradients() const override { return sharded() || !reducers_.empty() || expert_parallel(); }
+  bool reduces_gradients() const override { return sharded() || !reducers_.empty() || experts_split(); }
   std::size_t buckets_reduced_in_backward() const override {
     std::size_t n = 0;
     for (const auto& r : reducers_) n += static_cast<std::size_t>(r->buckets_in_backward());
@@ -350,7 +353,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     return parallel_.host && (parallel_.host->config.tensor > 1 || parallel_.host->config.pipeline > 1);
   }
   bool sharded() const { return first().shard().optimizer_shards > 1; }
-  bool expert_parallel() const { return first().shard().layout.ep > 1; }
+  bool experts_split() const { return first().shard().layout.ep > 1; }
   static bool is_expert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
   // Expert parallelism: the experts' gradients summed over the expert-data-parallel group, every other tensor's over
   // the data-parallel group. Each run of neighbouring tensors of one kind goes as one span of the flat buffer (the
@@ -419,9 +422,9 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   void complete(bool data_too = true) {
     if (parallel_.tensor) parallel_.tensor->complete();
     if (parallel_.pipeline) parallel_.pipeline->complete();
-    if (expert_parallel()) parallel_.expert->complete();
+    if (experts_split()) parallel_.expert->complete();
     if (data_too && reduces_gradients()) parallel_.data->complete();
-    if (data_too && expert_parallel() && parallel_.expert_data) parallel_.expert_data->complete();
+    if (data_too && experts_split() && parallel_.expert_data) parallel_.expert_data->complete();
   }
   double run(std::span<const ModelBatch> batches, bool training) {
     // The buckets are reduced once per step, in its last backward: gradients added after that would miss the sum.
