@@ -37,7 +37,6 @@ DispatchedRows& ExpertDispatch::layer(const MoeLayerActs* key) {
   const std::int64_t R = capacity_, local = shape_.experts / ranks_, F = shape_.ffn;
   const std::int64_t ints = 2 * R + local + 1, addresses = kMoeGemms * 3 * local;
   m->perm = arena_.alloc<int>(ints), m->inv = m->perm + R, m->offsets = m->perm + 2 * R;
-  m->staged.assign(static_cast<std::size_t>(ints), 0);
   m->x = arena_.alloc<bf16>(R * shape_.hidden), m->gu = arena_.alloc<bf16>(R * 2 * F), m->act = arena_.alloc<bf16>(R * F);
   m->w = arena_.alloc<float>(R);
   m->addresses = static_cast<const void**>(static_cast<void*>(arena_.alloc<void*>(addresses)));
@@ -80,17 +79,16 @@ void run_local(Impl& I, const DispatchedRows& R, MoeGemm g) {
   const LocalGemm spec = local_gemm(g, s.hidden, s.ffn);
   GroupedGemm::Problem p;
   p.trans_a = spec.trans_a, p.trans_b = spec.trans_b, p.lda = spec.lda, p.ldb = spec.ldb, p.ldc = spec.ldc;
-  const std::size_t groups = R.rows.size();
+  const std::size_t groups = R.plan.rows.size();
   p.m.assign(groups, spec.m), p.n.assign(groups, spec.n), p.k.assign(groups, spec.k);
-  (spec.m == 0 ? p.m : p.k) = R.rows;
+  (spec.m == 0 ? p.m : p.k) = R.plan.rows;
   if (spec.weight_gradient && I.grouped->fp32_output()) p.c_f32 = true, p.beta = 1.0f;
   p.a = R.operand(g, 0, local), p.b = R.operand(g, 1, local), p.c = R.operand(g, 2, local);
   I.grouped->run(p, I.stream);
 }
 
-// The counts exchange (the layer's host wait), then the host's plan: rows to and from each rank, the permutation
-// to local-expert order (perm[j] = the received row at permuted row j) and its inverse, the local groups and their
-// operands, uploaded once for the forward and the backward.
+// The counts exchange (the layer's host wait), then the host's plan (expert_dispatch_plan.h) and the local groups'
+// grouped-GEMM operands, uploaded once for the forward and the backward.
 void plan_dispatch(Impl& I, MoeLayerActs& M, DispatchedRows& R, int l, const LayerParams& P) {
   ExpertDispatch& X = I.dispatch;
   DeviceGroup& g = *I.shard.expert;
@@ -105,43 +103,27 @@ void plan_dispatch(Impl& I, MoeLayerActs& M, DispatchedRows& R, int l, const Lay
                              cudaMemcpyDeviceToHost, st),
              "expert counts");
   check_cuda(cudaStreamSynchronize(st), "expert counts");
-  const int *mine = X.counts_host.data(), *got = mine + E;  // got[q * local + e]: rank q's rows for local expert e
-  R.send.assign(static_cast<std::size_t>(ranks), 0), R.recv.assign(static_cast<std::size_t>(ranks), 0);
+  const int* mine = X.counts_host.data();
   M.tokens_per_expert.assign(mine, mine + E);
-  for (int e = 0; e < E; ++e) R.send[static_cast<std::size_t>(e / local)] += mine[e];
-  for (int q = 0; q < ranks; ++q)
-    for (int e = 0; e < local; ++e) R.recv[static_cast<std::size_t>(q)] += got[q * local + e];
   auto& last = I.moe.last_counts;
   if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1);
   last[static_cast<std::size_t>(l)] = M.tokens_per_expert;
-
-  // Received rows come as (rank q, local expert e, i); the permuted order is (e, q, i).
-  const std::int64_t capacity = X.capacity();
-  std::vector<int> start(static_cast<std::size_t>(E));
-  std::exclusive_scan(got, got + E, start.begin(), 0);
-  R.received = start.back() + got[E - 1];
-  int *perm = R.staged.data(), *inv = perm + capacity, *offsets = perm + 2 * capacity;
-  R.experts.clear(), R.rows.clear(), R.first.clear();
-  int j = 0;
-  for (int e = 0; e < local; ++e) {
-    offsets[e] = j;
-    for (int q = 0; q < ranks; ++q) {
-      const int first = start[static_cast<std::size_t>(q * local + e)];
-      for (int i = 0; i < got[q * local + e]; ++i, ++j) perm[j] = first + i, inv[first + i] = j;
-    }
-    if (j > offsets[e]) R.experts.push_back(e), R.rows.push_back(j - offsets[e]), R.first.push_back(offsets[e]);
-  }
-  offsets[local] = j;
-  check_cuda(cudaMemcpyAsync(R.perm, R.staged.data(), sizeof(int) * static_cast<std::size_t>(2 * capacity + local + 1),
-                             cudaMemcpyHostToDevice, st),
-             "expert permutation");
+  const auto count = static_cast<std::size_t>(E);
+  R.plan = plan_expert_dispatch(std::span<const int>(mine, count), std::span<const int>(mine + E, count), ranks);
+  const ExpertDispatchPlan& plan = R.plan;
+  const auto upload = [&](int* to, const std::vector<int>& from) {
+    if (!from.empty())
+      check_cuda(cudaMemcpyAsync(to, from.data(), sizeof(int) * from.size(), cudaMemcpyHostToDevice, st),
+                 "expert permutation");
+  };
+  upload(R.perm, plan.perm), upload(R.inv, plan.inv), upload(R.offsets, plan.offsets);
 
   // Operands per MoeGemm: A, B, C of each group (bases advanced by the group's first row, or its expert).
   const bool in_place = I.grouped->fp32_output();
   const bf16 *w1 = I.params.W(P.experts_fc1), *w2 = I.params.W(P.experts_fc2);
   float *g1 = I.params.G(P.experts_fc1), *g2 = I.params.G(P.experts_fc2);
-  for (std::size_t i = 0; i < R.experts.size(); ++i) {
-    const std::int64_t e = R.experts[i], r = R.first[i], fc1 = e * 2 * F * d, fc2 = e * d * F;
+  for (std::size_t i = 0; i < plan.experts.size(); ++i) {
+    const std::int64_t e = plan.experts[i], r = plan.first[i], fc1 = e * 2 * F * d, fc2 = e * d * F;
     const void* dw1 = in_place ? static_cast<const void*>(g1 + fc1) : X.part + fc1;
     const void* dw2 = in_place ? static_cast<const void*>(g2 + fc2) : X.part + fc2;
     const void* operands[kMoeGemms][3] = {
@@ -180,16 +162,17 @@ void enqueue_expert_parallel_forward(Impl& I, LayerActs& A, int l, int tokens) {
   ExpertDispatch& X = I.dispatch;
   DispatchedRows& R = X.layer(&M);
   plan_dispatch(I, M, R, l, P);
-  const auto send = times(R.send, d), recv = times(R.recv, d);
+  const ExpertDispatchPlan& plan = R.plan;
+  const auto send = times(plan.send, d), recv = times(plan.recv, d);
   moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
   g.all_to_all_v(w.xs, send, X.rows_a, recv, DeviceElement::kBF16, st);
   gather_f32(M.w, M.order, rows, X.w_sorted, st);
-  g.all_to_all_v(X.w_sorted, R.send, R.w, R.recv, DeviceElement::kF32, st);
-  moe_gather(X.rows_a, R.perm, R.received, 1, d, R.x, st);
+  g.all_to_all_v(X.w_sorted, plan.send, R.w, plan.recv, DeviceElement::kF32, st);
+  moe_gather(X.rows_a, R.perm, plan.received, 1, d, R.x, st);
   run_local(I, R, kMoeFc1);
-  moe_swiglu_forward(R.gu, R.w, R.perm, R.received, F, R.act, st);  // R.w is in received order: w[perm[j]]
+  moe_swiglu_forward(R.gu, R.w, R.perm, plan.received, F, R.act, st);  // R.w is in received order: w[perm[j]]
   run_local(I, R, kMoeFc2);
-  moe_gather(X.rows_b, R.inv, R.received, 1, d, X.rows_a, st);
+  moe_gather(X.rows_b, R.inv, plan.received, 1, d, X.rows_a, st);
   g.all_to_all_v(X.rows_a, recv, w.ys, send, DeviceElement::kBF16, st);
 }
 
@@ -202,21 +185,22 @@ void enqueue_expert_parallel_backward(Impl& I, LayerActs& A, int l) {
   const int k = s.topk, d = s.hidden, F = s.ffn, rows = static_cast<int>(I.acts.T) * k;
   const cudaStream_t st = I.stream;
   ExpertDispatch& X = I.dispatch;
-  DispatchedRows& R = X.layer(&M);
-  const auto send = times(R.send, d), recv = times(R.recv, d);
+  const DispatchedRows& R = X.layer(&M);
+  const ExpertDispatchPlan& plan = R.plan;
+  const auto send = times(plan.send, d), recv = times(plan.recv, d);
   moe_gather(I.acts.shared.dres16_full, M.order, rows, k, d, w.dys, st);
   g.all_to_all_v(w.dys, send, X.rows_a, recv, DeviceElement::kBF16, st);
-  moe_gather(X.rows_a, R.perm, R.received, 1, d, X.rows_b, st);
+  moe_gather(X.rows_a, R.perm, plan.received, 1, d, X.rows_b, st);
   run_local(I, R, kMoeFc2Data);
   run_local(I, R, kMoeFc2Weight);
   add_weight_gradient(I, R, P.experts_fc2, static_cast<std::int64_t>(d) * F);
-  moe_swiglu_backward(X.dact, R.gu, R.w, R.perm, R.received, F, X.dgu, X.dw, st);  // dw in received order
+  moe_swiglu_backward(X.dact, R.gu, R.w, R.perm, plan.received, F, X.dgu, X.dw, st);  // dw in received order
   run_local(I, R, kMoeFc1Weight);
   add_weight_gradient(I, R, P.experts_fc1, static_cast<std::int64_t>(2) * F * d);
   run_local(I, R, kMoeFc1Data);
-  moe_gather(X.rows_b, R.inv, R.received, 1, d, X.rows_a, st);
+  moe_gather(X.rows_b, R.inv, plan.received, 1, d, X.rows_a, st);
   g.all_to_all_v(X.rows_a, recv, w.ys, send, DeviceElement::kBF16, st);  // d xs, as the local experts leave it
-  g.all_to_all_v(X.dw, R.recv, X.w_sorted, R.send, DeviceElement::kF32, st);
+  g.all_to_all_v(X.dw, plan.recv, X.w_sorted, plan.send, DeviceElement::kF32, st);
   scatter_f32(X.w_sorted, M.order, rows, w.dw, st);
 }
 

@@ -1,7 +1,7 @@
-// The expert dispatch's small kernels (moe_dispatch.h): the per-expert counts from the sort's offsets, and the
-// routing weights moved between slot order and row order.
+// The expert dispatch's small kernels (moe_dispatch_kernels.h): the per-expert counts from the sort's offsets, and
+// the routing weights moved between slot order and row order.
 #include "common.cuh"
-#include "moe_dispatch.h"
+#include "moe_dispatch_kernels.h"
 
 namespace dlm::train::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // Expert parallelism of CudaModel's MoE layers (megatron-core's alltoall token dispatcher; the CPU reference is
 // libtrain/model/model_moe_dispatch.cpp). With EP ranks in the expert-parallel group (CudaShard::expert) each holds
 // E_l = E / EP experts; rank p's routed rows, sorted by expert (moe_layer.h's xs), are already grouped by
-// destination rank (expert e lives on rank e / E_l). Per MoE layer:
+// destination rank (expert e lives on rank e / E_l). Per MoE layer (the host's part: parallel/expert_dispatch_plan.h):
 //   counts:   counts[e] = rows of expert e here; all-to-all of E_l counts per peer, so each rank learns the rows it
 //             receives, [EP, E_l] (the layer's one host wait: the grouped GEMMs' sizes and the exchanges' counts
 //             live on the host);
@@ -21,26 +21,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../../parallel/expert_dispatch_plan.h"
 #include "device_arena.h"
 #include "kernels.h"
+#include "moe_dispatch_kernels.h"
 #include "moe_layer.h"
 
 namespace dlm::train::cuda {
 
-// counts[e] = offsets[e + 1] - offsets[e], e < experts.
-void moe_expert_counts(const int* offsets, int experts, int* counts, cudaStream_t stream);
-// dst[i] = src[index[i]]  and  dst[index[i]] = src[i], i < n (fp32: the routing weights and their gradients).
-void gather_f32(const float* src, const int* index, int n, float* dst, cudaStream_t stream);
-void scatter_f32(const float* src, const int* index, int n, float* dst, cudaStream_t stream);
-
 // What one MoE layer keeps of its dispatch for its backward (per micro-batch in flight).
 struct DispatchedRows {
-  std::vector<std::int64_t> send, recv;  // rows to and from each EP rank (host)
-  int received = 0;
-  // The local experts with rows: their index, row counts and first rows in the permuted order.
-  std::vector<int> experts, rows, first;
-  int *perm = nullptr, *inv = nullptr, *offsets = nullptr;  // [EP T k], [EP T k], [E_l + 1] (device)
-  std::vector<int> staged;                                   // their host copy, the same layout
+  ExpertDispatchPlan plan;  // the host's: rows to and from each rank, the permutation, the local groups
+  int *perm = nullptr, *inv = nullptr, *offsets = nullptr;  // the plan's on the device: [EP T k], [EP T k], [E_l + 1]
   bf16 *x = nullptr, *gu = nullptr, *act = nullptr;          // the permuted rows, [R, d], [R, 2F], [R, F]
   float* w = nullptr;                                        // their routing weights, received order [R]
   const void** addresses = nullptr;  // device: kMoeGemms x 3 x E_l grouped-GEMM operand addresses
