@@ -159,6 +159,14 @@ TEST(StagedDeviceGroup, AllToAllV) {
   for (int q = 0; q < n; ++q)
     for (int j = 0; j < 2; ++j)
       EXPECT_EQ(back[static_cast<std::size_t>(2 * q + j)], static_cast<std::uint16_t>(0xFF81 + 16 * q + 2 * r + j));
+  // Every rank sends one value to rank 0 only: the others receive nothing (an expert no token routes to).
+  std::vector<std::int64_t> to0(static_cast<std::size_t>(n), 0), from_all(static_cast<std::size_t>(n), r == 0 ? 1 : 0);
+  to0[0] = 1;
+  const std::int32_t one = 7 * r + 1;
+  std::vector<std::int32_t> gathered(r == 0 ? static_cast<std::size_t>(n) : 0), expected;
+  for (int q = 0; r == 0 && q < n; ++q) expected.push_back(7 * q + 1);
+  group->all_to_all_v(&one, to0, gathered.data(), from_all, train::DeviceElement::kI32, nullptr);
+  EXPECT_EQ(gathered, expected);
   EXPECT_THROW(group->all_reduce(got.data(), got.size(), train::DeviceElement::kI32, nullptr), Error);
 }
 
