@@ -11,6 +11,8 @@ export LD_LIBRARY_PATH=$(realpath $C)/lib:$(ls -d $SP/nvidia/*/lib 2>/dev/null |
 # it on with -x.
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI2=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
+# Four ranks (EP2 x DP2 on one GPU: more ranks than cores is allowed).
+MPI4=(mpirun -np 4 --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
 # .gpudata: scripts/dev/make_gpudata.py writes it (random ids, megatron-core's writer).
 DATA=${DLM_GPU_DATA:-.gpudata/corpus_text_document}
 # The 350M shape: 24 layers, hidden 1024, 16/8 heads, FFN 2816, vocabulary 50304, QK-norm, seq 2048,

@@ -40,10 +40,15 @@ if [[ $WHAT == *tests* ]]; then
   grep -E "^\[kv (window|sampler)\]|CudaKvCache" "$OUT/gpu_tests.log"
   echo "== tiny step"
   timeout 60 "$C/cuda_train_bench" tiny 5 2 2>&1 | tail -3
-  echo "== TP2, TP2+SP, PP2 against the whole model: 2 ranks sharing this GPU, groups staged through MPI"
+  echo "== TP2, TP2+SP, PP2, DP2, EP2 against the whole model: 2 ranks sharing this GPU, groups staged through MPI"
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 2 --oversubscribe --bind-to none \
     -x LD_LIBRARY_PATH "$C/dlm_cuda_parallel_tests" > "$OUT/cuda_parallel_tests.log" 2>&1; echo "exit $?"
   grep -E "gpu layouts\]|FAILED|Failure|Expected|Which is|passed" "$OUT/cuda_parallel_tests.log" | head -40
+  echo "== EP2 x DP2, EP2 x PP2 against the whole model: 4 ranks sharing this GPU"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 4 --oversubscribe --bind-to none \
+    -x LD_LIBRARY_PATH "$C/dlm_cuda_parallel_tests" --gtest_filter='*Expert*' > "$OUT/cuda_parallel_tests_np4.log" 2>&1
+  echo "exit $?"
+  grep -E "gpu layouts\]|FAILED|Failure|Expected|Which is|passed" "$OUT/cuda_parallel_tests_np4.log" | head -40
 fi
 if [[ $WHAT == *tools* ]]; then
   echo "== dlm-train / dlm-generate --device cuda (tests/gpu/gpu_tool_test.cpp)"

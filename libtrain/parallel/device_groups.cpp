@@ -27,6 +27,12 @@ DeviceGroups make_device_groups(Communicator& mpi_world, const ParallelConfig& c
     g.pipeline = split_group(*world, pipeline_parallel_ranks(config, rank), "NCCL pipeline-parallel");
     g.pipeline_group = nccl_device_group(*g.pipeline);
   }
+  if (config.expert > 1) {
+    g.expert = split_group(*world, expert_parallel_ranks(config, rank), "NCCL expert-parallel");
+    g.expert_group = nccl_device_group(*g.expert);
+    g.expert_data = split_group(*world, expert_data_parallel_ranks(config, rank), "NCCL expert-data-parallel");
+    g.expert_data_group = nccl_device_group(*g.expert_data);
+  }
   g.world = std::move(world);
   return g;
 #else
@@ -43,10 +49,14 @@ DeviceGroups staged_device_groups(const ProcessGroups& groups) {
   if (groups.config.data > 1) g.data_group = staged_device_group(*groups.data);
   if (groups.config.tensor > 1) g.tensor_group = staged_device_group(*groups.tensor);
   if (groups.config.pipeline > 1) g.pipeline_group = staged_device_group(*groups.pipeline);
+  if (groups.config.expert > 1) {
+    g.expert_group = staged_device_group(*groups.expert);
+    g.expert_data_group = staged_device_group(*groups.expert_data);
+  }
   return g;
 }
 
-std::size_t device_element_size(DeviceElement type) { return type == DeviceElement::kBF16 ? 2 : 4; }
+std::size_t device_element_size(DeviceElement type) { return type == DeviceElement::kBF16 ? 2 : 4; }  // kF32, kI32: 4
 
 #ifndef DLM_HAVE_NCCL
 std::unique_ptr<DeviceGroup> nccl_device_group(Communicator& nccl) {

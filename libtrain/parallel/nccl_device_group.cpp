@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "dlm/common/error.h"
@@ -12,7 +14,9 @@
 namespace dlm::train {
 namespace {
 
-ncclDataType_t nccl_type(DeviceElement type) { return type == DeviceElement::kBF16 ? ncclBfloat16 : ncclFloat32; }
+ncclDataType_t nccl_type(DeviceElement type) {
+  return type == DeviceElement::kBF16 ? ncclBfloat16 : type == DeviceElement::kI32 ? ncclInt32 : ncclFloat32;
+}
 ncclComm_t comm_of(void* comm) { return static_cast<ncclComm_t>(comm); }
 cudaStream_t stream_of(void* stream) { return static_cast<cudaStream_t>(stream); }
 
@@ -52,6 +56,31 @@ class NcclDeviceGroup final : public DeviceGroup {
         if (rc != ncclSuccess) break;
         rc = t.send ? ncclSend(t.data, t.count, nccl_type(t.type), t.peer, comm_of(comm), stream_of(s))
                     : ncclRecv(t.data, t.count, nccl_type(t.type), t.peer, comm_of(comm), stream_of(s));
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return static_cast<int>(rc != ncclSuccess ? rc : end);
+    });
+  }
+  // One NCCL group of a send and a receive per peer with elements (the peer's own block included: NCCL pairs a
+  // rank's send to itself with its receive from itself inside the group).
+  void all_to_all_v(const void* in, std::span<const std::int64_t> send_counts, void* out,
+                    std::span<const std::int64_t> recv_counts, DeviceElement type, void* stream) override {
+    const std::size_t element = device_element_size(type), n = static_cast<std::size_t>(size());
+    std::size_t bytes = 0;
+    for (std::size_t r = 0; r < n; ++r) bytes += static_cast<std::size_t>(send_counts[r]) * element;
+    nccl_.enqueue("all_to_all_v", bytes, stream, [&](void* comm, void* s) {
+      ncclResult_t rc = ncclGroupStart();
+      std::size_t send_at = 0, recv_at = 0;
+      for (std::size_t r = 0; r < n && rc == ncclSuccess; ++r) {
+        const auto peer = static_cast<int>(r);
+        const auto sent = static_cast<std::size_t>(send_counts[r]), got = static_cast<std::size_t>(recv_counts[r]);
+        if (sent > 0)
+          rc = ncclSend(static_cast<const std::uint8_t*>(in) + send_at * element, sent, nccl_type(type), peer,
+                        comm_of(comm), stream_of(s));
+        if (rc == ncclSuccess && got > 0)
+          rc = ncclRecv(static_cast<std::uint8_t*>(out) + recv_at * element, got, nccl_type(type), peer, comm_of(comm),
+                        stream_of(s));
+        send_at += sent, recv_at += got;
       }
       const ncclResult_t end = ncclGroupEnd();
       return static_cast<int>(rc != ncclSuccess ? rc : end);

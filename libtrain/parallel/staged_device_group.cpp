@@ -1,13 +1,17 @@
 // device_group.h through host memory (see staged_device_group.h). Each operation copies its data to the host
 // as fp32 (bf16 widened), runs the host communicator's operation and copies the result back: reductions add
-// in fp32 and round once, as NCCL's bf16 sums do. Point-to-point transfers carry the bytes as they are.
+// in fp32 and round once, as NCCL's bf16 sums do. Point-to-point transfers and all-to-alls carry the bytes as they are.
 #include "staged_device_group.h"
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "dlm/common/error.h"
 #include "dlm/train/communicator.h"
 
 namespace dlm::train {
@@ -71,10 +75,25 @@ class StagedDeviceGroup final : public DeviceGroup {
     }
     host_.wait_sends();
   }
+  // The blocks to the host, the host's all-to-all-v of their bytes, the result back.
+  void all_to_all_v(const void* in, std::span<const std::int64_t> send_counts, void* out,
+                    std::span<const std::int64_t> recv_counts, DeviceElement type, void* stream) override {
+    const auto element = static_cast<std::int64_t>(device_element_size(type));
+    std::vector<std::int64_t> send_bytes(send_counts.begin(), send_counts.end()),
+        recv_bytes(recv_counts.begin(), recv_counts.end());
+    for (auto& b : send_bytes) b *= element;
+    for (auto& b : recv_bytes) b *= element;
+    std::vector<std::uint8_t> sent(static_cast<std::size_t>(std::accumulate(send_bytes.begin(), send_bytes.end(), std::int64_t{0}))),
+        got(static_cast<std::size_t>(std::accumulate(recv_bytes.begin(), recv_bytes.end(), std::int64_t{0})));
+    if (!sent.empty()) copies_.to_host(sent.data(), in, sent.size(), stream);
+    host_.all_to_all_v<std::uint8_t>(sent, send_bytes, got, recv_bytes);
+    if (!got.empty()) copies_.to_device(out, got.data(), got.size(), stream);
+  }
   void complete() override {}
 
  private:
   std::vector<float> widen(const void* data, std::size_t count, DeviceElement type, void* stream) const {
+    if (type == DeviceElement::kI32) fail(fmt::format("{}: no reduction of int32 elements staged through the host", name()));
     std::vector<float> v(count);
     if (type == DeviceElement::kF32) {
       copies_.to_host(v.data(), data, count * 4, stream);

@@ -34,8 +34,8 @@ class DeviceStep final : public GradientStep {
     // of the others' to send; nor is there a need: the GPU model draws its init from counter streams keyed
     // by the global tensor (never the rank), so every replica starts from the same weights, and a checkpoint
     // loads the same values on every rank. (Without a device communicator, groups staged for tests, the
-    // broadcast is left to that fact too.)
-    if (shards == 1 && device_dp_) {
+    // broadcast is left to that fact too; and under expert parallelism, whose data-parallel ranks hold other experts.)
+    if (shards == 1 && device_dp_ && !model_.expert_parallel()) {
       for (const DeviceSpan& weights : device_.parameter_buffers())
         device_dp_->broadcast(std::span<float>(weights.data, static_cast<std::size_t>(weights.numel)), 0);
       device_.parameters_written();

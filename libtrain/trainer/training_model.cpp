@@ -35,7 +35,10 @@ TrainingModel cuda_model(const ckpt::ModelConfig& config, const TrainingModelOpt
   const int chunks = virtual_stages_for(config, groups.config.pipeline, o.layers_per_virtual_stage);
   CudaParallelGroups parallel{&groups, o.device_groups->tensor_group.get(), o.device_groups->pipeline_group.get(),
                               o.sequence_parallel, o.device_groups->data_group.get(), o.distributed_optimizer, chunks};
-  parallel.overlap_grad_reduce = groups.config.data > 1 && o.overlap_grad_reduce && !o.distributed_optimizer;
+  // Under expert parallelism the gradients are reduced after the backward (dense over DP, experts over expert-DP).
+  parallel.overlap_grad_reduce =
+      groups.config.data > 1 && o.overlap_grad_reduce && !o.distributed_optimizer && groups.config.expert == 1;
+  parallel.expert = o.device_groups->expert_group.get(), parallel.expert_data = o.device_groups->expert_data_group.get();
   parallel.bucket_elements = o.ddp_bucket_size;
   parallel.recompute_layers = o.recompute_layers;
   out.model = make_cuda_trainable(config, o.seed, parallel, o.cuda);
@@ -45,7 +48,9 @@ TrainingModel cuda_model(const ckpt::ModelConfig& config, const TrainingModelOpt
     placement.layout.tp = groups.config.tensor;
     placement.layout.pp = groups.config.pipeline * chunks;
     placement.layout.dp = groups.config.data;
+    placement.layout.ep = groups.config.expert;
     placement.tensor_rank = groups.coords.tensor;
+    placement.expert_rank = expert_rank(groups.config, groups.coords);
     placement.stages.clear();
     for (int v = 0; v < chunks; ++v) placement.stages.push_back(v * groups.config.pipeline + groups.coords.pipeline);
     out.placement = std::move(placement);

@@ -2,10 +2,9 @@
 // diffusion model follow the CPU run's from the same seed (the GPU draws Model::init's weights and the
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
 // run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU (with the block KV
-// cache refreshed every step: the exact sampler's text). And the
-// GPU's tensor (with sequence) and pipeline layouts through the tool under mpiexec, two ranks sharing this
-// GPU (--device-groups staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one
-// GPU as the whole model.
+// cache refreshed every step: the exact sampler's text). And the GPU's tensor (with sequence), pipeline, data and
+// expert layouts through the tool under mpiexec, two ranks sharing this GPU (--device-groups staged): their losses
+// follow the one-GPU run, and a TP2+SP checkpoint resumes on one GPU as the whole model.
 // The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL, DLM_MPIEXEC) where the binaries
 // were carried.
 #include <cmath>
@@ -305,6 +304,11 @@ TEST_F(GpuTool, TensorAndPipelineLayoutsFollowTheOneGpuRunAndResumeWhole) {
       // the reduction overlapped with the backward in buckets small enough to cut the 2-layer model.
       {"DP2-distributed-optimizer", {"--use-distributed-optimizer"}, {}},
       {"DP2-overlap", {"--overlap-grad-reduce", "--ddp-bucket-size", "20000"}, {}},
+      // Expert parallelism (DP2 = EP2): a 4-expert MoE model, each rank two experts, the routed rows exchanged by
+      // all-to-all; the model reduces its gradients itself (the experts' over the one-rank expert-DP group).
+      {"EP2-moe",
+       {"--expert-model-parallel-size", "2"},
+       {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64", "--moe-aux-loss-coeff", "0.01"}},
       // Neither: the trainer's own all-reduce needs NCCL's device communicator, refused in one line (below).
   };
   for (const Layout& layout : layouts) {

@@ -1,8 +1,11 @@
 // The MPI communicator on 4 ranks: each collective's result, point-to-point, and the process groups
 // of every layout of 4 ranks split from the world (their members are Megatron's).
+#include <cstdint>
 #include <numeric>
 #include <tuple>
+#include <vector>
 
+#include "dlm/train/device_group.h"
 #include "dlm/train/parallel.h"
 #include "mpi_test_main.h"
 
@@ -132,6 +135,43 @@ TEST(MpiCommunicator, AllToAllV) {
   w.all_to_all_v<std::int32_t>(values, r == 0 ? one : none, value, from0);
   EXPECT_EQ(value[0], 7 + r);
   EXPECT_THROW(w.all_to_all_v<std::int32_t>(values, r == 0 ? one : none, value, one), Error);  // 1 element for 4
+}
+
+// The device group's all-to-all-v staged through the host (device_group.h; here over host memory, as the expert
+// dispatch runs on ranks sharing a GPU): rank r sends s + 1 int32 values 1000 r + s to rank s, so it receives r + 1
+// values 1000 q + r from each rank q, in rank order; bf16 bits travel as they are (two per pair of ranks, NaN
+// patterns included); an int32 reduction, which the host would widen to floats, is refused.
+TEST(StagedDeviceGroup, AllToAllV) {
+  auto& w = mpi_world();
+  auto group = train::host_device_group(w);
+  const int r = w.rank(), n = w.size();
+  std::vector<std::int64_t> send(static_cast<std::size_t>(n)), recv(static_cast<std::size_t>(n), r + 1);
+  std::vector<std::int32_t> in, want;
+  for (int s = 0; s < n; ++s) {
+    send[static_cast<std::size_t>(s)] = s + 1;
+    in.insert(in.end(), static_cast<std::size_t>(s + 1), 1000 * r + s);
+    want.insert(want.end(), static_cast<std::size_t>(r + 1), 1000 * s + r);
+  }
+  std::vector<std::int32_t> got(want.size(), -1);
+  group->all_to_all_v(in.data(), send, got.data(), recv, train::DeviceElement::kI32, nullptr);
+  EXPECT_EQ(got, want);
+
+  const std::vector<std::int64_t> pairs(static_cast<std::size_t>(n), 2);
+  std::vector<std::uint16_t> bits(2 * static_cast<std::size_t>(n)), back(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint16_t>(0xFF81 + 16 * r + i);  // NaN bits too
+  group->all_to_all_v(bits.data(), pairs, back.data(), pairs, train::DeviceElement::kBF16, nullptr);
+  for (int q = 0; q < n; ++q)
+    for (int j = 0; j < 2; ++j)
+      EXPECT_EQ(back[static_cast<std::size_t>(2 * q + j)], static_cast<std::uint16_t>(0xFF81 + 16 * q + 2 * r + j));
+  // Every rank sends one value to rank 0 only: the others receive nothing (an expert no token routes to).
+  std::vector<std::int64_t> to0(static_cast<std::size_t>(n), 0), from_all(static_cast<std::size_t>(n), r == 0 ? 1 : 0);
+  to0[0] = 1;
+  const std::int32_t one = 7 * r + 1;
+  std::vector<std::int32_t> gathered(r == 0 ? static_cast<std::size_t>(n) : 0), expected;
+  for (int q = 0; r == 0 && q < n; ++q) expected.push_back(7 * q + 1);
+  group->all_to_all_v(&one, to0, gathered.data(), from_all, train::DeviceElement::kI32, nullptr);
+  EXPECT_EQ(gathered, expected);
+  EXPECT_THROW(group->all_reduce(got.data(), got.size(), train::DeviceElement::kI32, nullptr), Error);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "dlm/train/parallel.h"
 #include "dlm/train/parallel_plan.h"
 #include "dlm/train/pipeline_schedule.h"
+#include "expert_dispatch_plan.h"
 #include "grad_buffer.h"
 
 namespace dlm::train {
@@ -162,6 +163,32 @@ std::string units(const std::vector<train::PipelineUnit>& order) {
   std::string out;
   for (const auto& u : order) out += fmt::format("{}{}.{} ", u.forward ? 'F' : 'B', u.chunk, u.micro_batch);
   return out;
+}
+
+// The GPU expert dispatch's host plan on EP2, 4 experts (2 local): this rank routes 3, 0, 2, 1 rows to experts 0-3;
+// rank 0 (itself) sends it 1 and 2 rows for its local experts 0 and 1, rank 1 sends 3 and 0. Received rows 0 | 1-2 |
+// 3-5 are (rank 0, expert 0) | (rank 0, expert 1) | (rank 1, expert 0); expert 0's rows are received 0, 3, 4, 5.
+TEST(ExpertDispatchPlan, PermutesTheReceivedRowsToLocalExpertOrder) {
+  const std::vector<int> mine = {3, 0, 2, 1}, got = {1, 2, 3, 0};
+  const ExpertDispatchPlan p = plan_expert_dispatch(mine, got, 2);
+  EXPECT_EQ(p.send, (std::vector<std::int64_t>{3, 3}));
+  EXPECT_EQ(p.recv, (std::vector<std::int64_t>{3, 3}));
+  EXPECT_EQ(p.received, 6);
+  EXPECT_EQ(p.perm, (std::vector<int>{0, 3, 4, 5, 1, 2}));
+  EXPECT_EQ(p.inv, (std::vector<int>{0, 4, 5, 1, 2, 3}));
+  EXPECT_EQ(p.offsets, (std::vector<int>{0, 4, 6}));
+  EXPECT_EQ(p.experts, (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.rows, (std::vector<int>{4, 2}));
+  EXPECT_EQ(p.first, (std::vector<int>{0, 4}));
+  // A local expert no rank routes to has no group; nothing received gives an empty plan.
+  const ExpertDispatchPlan one = plan_expert_dispatch(mine, std::vector<int>{0, 0, 2, 0}, 2);
+  EXPECT_EQ(one.experts, std::vector<int>{0});
+  EXPECT_EQ(one.perm, (std::vector<int>{0, 1}));
+  EXPECT_EQ(one.offsets, (std::vector<int>{0, 2, 2}));
+  const ExpertDispatchPlan none = plan_expert_dispatch(mine, std::vector<int>(4, 0), 2);
+  EXPECT_EQ(none.received, 0);
+  EXPECT_TRUE(none.experts.empty());
+  EXPECT_THROW(plan_expert_dispatch(mine, got, 3), Error);  // 3 ranks do not divide 4 experts
 }
 
 TEST(PipelineSchedule, OneFOneBWarmsUpByTheStagesBehind) {

@@ -1,6 +1,7 @@
 // The NCCL communicator under mpiexec, one GPU per rank: every collective's result in device memory,
 // send/recv along a ring, the groups of each layout split with ncclCommSplit (Megatron's members), the
-// asynchronous all-reduce behind an event, and a rank that stops calling named within the timeout.
+// asynchronous all-reduce behind an event, the device group's all-to-all-v, and a rank that stops calling named
+// within the timeout.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "dlm/train/device_group.h"
 #include "dlm/train/nccl_communicator.h"
 #include "dlm/train/parallel.h"
 #include "mpi_test_main.h"
@@ -181,6 +183,27 @@ TEST(NcclCommunicator, AsyncAllReduceWaitsForTheProducersEvent) {
   for (const auto& b : buckets) EXPECT_EQ(b->host(), std::vector<float>(1 << 20, float(n * (n + 1) / 2)));
   cudaEventDestroy(ready);
   cudaStreamDestroy(producer);
+}
+
+// The device group's all-to-all-v (device_group.h, the GPU expert dispatch's) as NCCL's grouped send/recv on the
+// caller's stream: rank r's block for rank s is s + 1 int32 values 1000 r + s, its own block included; rank r
+// receives r + 1 values from each rank in rank order.
+TEST(NcclCommunicator, DeviceGroupAllToAllVPairsEveryBlock) {
+  REQUIRE_GPUS();
+  const int n = world().size(), r = world().rank();
+  auto group = nccl_device_group(world());
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(n)), mine(static_cast<std::size_t>(n), r + 1);
+  std::iota(counts.begin(), counts.end(), 1);
+  std::vector<std::int32_t> blocks, expected;
+  for (int s = 0; s < n; ++s) blocks.resize(blocks.size() + static_cast<std::size_t>(s + 1), 1000 * r + s);
+  for (int q = 0; q < n; ++q) expected.resize(expected.size() + static_cast<std::size_t>(r + 1), 1000 * q + r);
+  DeviceVector<std::int32_t> in(blocks), out(expected.size());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  group->all_to_all_v(in.span().data(), counts, out.span().data(), mine, DeviceElement::kI32, stream);
+  group->complete();
+  EXPECT_EQ(out.host(), expected);
+  cudaStreamDestroy(stream);
 }
 
 // Runs last (the name sorts after the others is not relied on: it uses a world of its own).

@@ -49,9 +49,9 @@ ParallelRun start_parallel(const TrainArgs& args, int* argc, char*** argv) {
                      "tensor parallelism (the CPU backend has it: --device cpu)", args.tensor_parallel,
                      args.model.num_experts));
   if (args.expert_parallel > 1) {
-    if (train::resolve_device(args.device) == train::Device::kCuda)
-      fail(fmt::format("--expert-model-parallel-size {}: expert parallelism runs on the CPU backend (--device cpu)",
-                       args.expert_parallel));
+    if (train::resolve_device(args.device) == train::Device::kCuda && args.trainer.use_distributed_optimizer)
+      fail(fmt::format("--expert-model-parallel-size {} with --use-distributed-optimizer: not on the GPU yet (the CPU "
+                       "backend has it: --device cpu)", args.expert_parallel));
     if (args.trainer.overlap_grad_reduce)
       log::warning("--overlap-grad-reduce with --expert-model-parallel-size: the gradients are reduced after the "
                    "backward (same results)");

@@ -57,6 +57,11 @@ struct CudaShard {
   bool sequence_parallel = false;
   DeviceGroup* tensor = nullptr;
   int optimizer_shards = 1, optimizer_rank = 0;
+  // Expert parallelism (layout.ep > 1, MoE layers): this rank's place in the expert-parallel group (layout.ep
+  // members), whose all-to-alls carry the routed rows to their experts and back (cuda_moe_dispatch.h); the rank
+  // holds experts [expert_rank E / ep, (expert_rank + 1) E / ep) of each MoE layer.
+  int expert_rank = 0;
+  DeviceGroup* expert = nullptr;
   // A cudaStream_t to run on instead of the model's own (not owned): an interleaved rank's chunks share one,
   // so a transfer enqueued for one chunk is ordered with every other chunk's kernels.
   void* stream = nullptr;

@@ -57,6 +57,11 @@ struct CudaParallelGroups {
   // gradient is read and cleared only where tokens wrote it (CudaModel::set_sparse_embedding_grad).
   bool sparse_embedding_grad = false;
   std::int64_t bucket_elements = 40'000'000;  // --ddp-bucket-size (Megatron's default)
+  // Expert parallelism (host->config.expert > 1): the MoE layers' all-to-alls go through `expert`, and the model
+  // sums its gradients itself, the experts' over `expert_data` (with host->config.expert_data() > 1), the rest
+  // over `data` (needed then too), as Megatron's separate expert buffers do.
+  DeviceGroup* expert = nullptr;
+  DeviceGroup* expert_data = nullptr;
 };
 
 // A CudaModel of `config` behind the trainer (DeviceTraining: clipping and AdamW on the device), its

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,7 +19,8 @@ namespace dlm::train {
 
 class Communicator;
 
-enum class DeviceElement { kF32, kBF16 };
+// kI32 travels in transfers and all-to-alls only (the MoE dispatch's counts); the reductions take kF32 and kBF16.
+enum class DeviceElement { kF32, kBF16, kI32 };
 std::size_t device_element_size(DeviceElement type);
 
 class DeviceGroup {
@@ -44,6 +46,12 @@ class DeviceGroup {
     int peer = 0;  // group rank
   };
   virtual void exchange(std::span<const Transfer> transfers, void* stream) = 0;
+  // All-to-all with a size per pair (MPI's alltoallv): `in` holds size() blocks in member order, block r of
+  // send_counts[r] elements going to member r; `out` receives block r (recv_counts[r] elements) from member r,
+  // blocks in member order. The counts are the host's and must match the peers' (the expert dispatch exchanges
+  // them first); the bytes travel as they are.
+  virtual void all_to_all_v(const void* in, std::span<const std::int64_t> send_counts, void* out,
+                            std::span<const std::int64_t> recv_counts, DeviceElement type, void* stream) = 0;
 
   // Every operation enqueued so far has completed (CommunicationError naming the lost rank after the timeout).
   virtual void complete() = 0;

@@ -72,6 +72,9 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
   if (shard.tensor && (shard.tensor->size() != layout.tp || shard.tensor->rank() != shard.tensor_rank))
     fail(fmt::format("CudaModel: tensor rank {} of {} but its group has rank {} of {}", shard.tensor_rank, layout.tp,
                      shard.tensor->rank(), shard.tensor->size()));
+  if (layout.ep > 1 && (!shard.expert || shard.expert->size() != layout.ep || shard.expert->rank() != shard.expert_rank))
+    fail(fmt::format("CudaModel: expert rank {} of {} needs its expert-parallel group's device collectives",
+                     shard.expert_rank, layout.ep));
   I.cfg = std::move(config);
   I.shard = shard;
   I.tp = layout.tp;
@@ -94,8 +97,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     fail(fmt::format("CudaModel: optimizer shard {} of {}", shard.optimizer_rank, shard.optimizer_shards));
   if (I.shard.stream) I.stream = static_cast<cudaStream_t>(I.shard.stream), I.owns_stream = false;
   else check_cuda(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  I.params.allocate(ckpt::rank_shards(I.cfg, layout, shard.tensor_rank, shard.stage), shard.optimizer_shards,
-                    shard.optimizer_rank, I.stream);
+  I.params.allocate(ckpt::rank_shards(I.cfg, layout, shard.tensor_rank, shard.stage, shard.expert_rank),
+                    shard.optimizer_shards, shard.optimizer_rank, I.stream);
   const ParameterStore& P = I.params;
   I.emb = P.find("embedding.word_embeddings.weight");
   I.lnf = P.find("decoder.final_layernorm.weight");
@@ -186,7 +189,8 @@ std::string CudaModel::profile_report() { return impl_->timer.report(); }
 std::size_t CudaModel::device_bytes() const {
   const auto& I = *impl_;
   return I.params.arena.bytes() + I.tables.bytes() + I.deferred.arena.bytes() + I.acts.arena.bytes() +
-         I.inputs.arena.bytes() + I.moe.bytes() + I.attention->workspace_bytes() + (I.fp8 ? I.fp8->device_bytes() : 0);
+         I.inputs.arena.bytes() + I.moe.bytes() + I.dispatch.bytes() + I.attention->workspace_bytes() +
+         (I.fp8 ? I.fp8->device_bytes() : 0);
 }
 void CudaModel::set_recompute_layers(bool full) {
   auto& I = *impl_;
@@ -228,7 +232,9 @@ void CudaModel::init(std::uint64_t seed) {
     } else if (spec.local_shape == spec.global_shape) {
       init_normal_counter(values, I.params.numel(p), I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
     } else {
-      const std::int64_t rows = spec.global_shape[0], cols = spec.global_shape[1], local_cols = spec.local_shape[1];
+      // Rows along dimension 0 (an expert's matrix is one row of the experts' [E, m, n] under expert parallelism).
+      const std::int64_t rows = spec.global_shape[0], cols = ckpt::element_count(spec.global_shape) / rows,
+                         local_cols = ckpt::element_count(spec.local_shape) / spec.local_shape[0];
       scratch(global, max_global_numel(I));
       init_normal_counter(global, rows * cols, I.cfg.init_method_std, seed, global_index.at(spec.name), I.stream);
       for (const ckpt::ShardPiece& piece : spec.pieces) {

@@ -8,11 +8,12 @@
 //   kv         KvStores (kv_store.h): the samplers' block KV cache
 //   state_copy StateCopy (state_copy.h): the checkpoint state's pinned host copy, and the copies in flight
 //   moe        MoeBuffers (moe_layer.h): the MoE layers' routing, expert activations and work buffers
+//   dispatch   ExpertDispatch (moe_dispatch.h): under expert parallelism, the MoE layers' exchanged rows
 // and, here, what the rank runs (its widths, layers and ends), the stream, the GEMM and attention engines.
 // Files: cuda_model.cpp (construction, parameters by name), cuda_model_stage.cpp (a step's stages and their
 // collectives), micro_inputs.cpp (uploads), cuda_model_optimizer.cpp (the norm, AdamW, the optimizer state's
 // import/export), cuda_sparse_embedding.cpp (the deferred rows), cuda_model_sampling.cpp (the samplers' forward),
-// cuda_model_moe.cpp (the MoE layers' MLP).
+// cuda_model_moe.cpp (the MoE layers' MLP), cuda_moe_dispatch.cpp (its experts under expert parallelism).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "kernels.h"
 #include "kv_store.h"
 #include "micro_inputs.h"
+#include "moe_dispatch.h"
 #include "moe_layer.h"
 #include "parameter_store.h"
 #include "phase_timer.h"
@@ -87,6 +89,7 @@ struct CudaModel::Impl {
   KvStores kv;
   StateCopy state_copy;
   MoeBuffers moe;
+  ExpertDispatch dispatch;
 
   int d() const { return cfg.hidden_size; }
   // Local widths (the whole model's when tp == 1).
@@ -103,6 +106,7 @@ struct CudaModel::Impl {
     graphs.clear();  // they hold activation pointers
     acts.release();
     moe.release();
+    dispatch.release();
     inputs.release();
   }
   std::vector<LayerActs>& slot_acts(int s) {
@@ -178,6 +182,11 @@ void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<Laye
 // backward's rerun, only up to the experts' SwiGLU), and its backward from dres16_full into dh.
 void enqueue_moe_forward(CudaModel::Impl& I, LayerActs& A, int l, int tokens, bool recompute);
 void enqueue_moe_backward(CudaModel::Impl& I, const MicroInputs& in, LayerActs& A, int l);
+// cuda_moe_dispatch.cpp: under expert parallelism, layer l's routed rows (sorted, A.moe) through the EP group's
+// experts: their outputs into the MoE work buffers' ys, in xs's order; the backward's d xs into ys and the routing
+// weights' gradients into dw, as the local experts leave them.
+void enqueue_expert_parallel_forward(CudaModel::Impl& I, LayerActs& A, int l, int tokens);
+void enqueue_expert_parallel_backward(CudaModel::Impl& I, LayerActs& A, int l);
 
 inline std::vector<float> download(const float* src, std::int64_t n, cudaStream_t stream) {
   std::vector<float> out(static_cast<std::size_t>(n));

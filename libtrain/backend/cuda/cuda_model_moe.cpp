@@ -149,13 +149,18 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   moe_router_forward(router_shape(I, tokens), M.logits, M.idx, M.w, st);
   mark("moe router fwd");
   moe_sort_by_expert(M.idx, rows, E, w.sort, M.offsets, M.where, M.order, st);
-  plan_groups(I, M, l, P);
-  moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
-  mark("moe permute (host wait)");
-  grouped(I, M, kMoeFc1, false, true, 0, 2 * F, d, d, d, 2 * F, TokensIn::kM);
-  mark("moe grouped fc1 fwd");
-  moe_swiglu_forward(M.gu, M.w, M.order, rows, F, M.act, st);
-  mark("moe swiglu fwd");
+  if (I.shard.expert) {
+    enqueue_expert_parallel_forward(I, A, l, tokens);  // dispatch, local experts, combine: outputs in ys (moe_dispatch.h)
+    mark("moe expert-parallel experts fwd (host wait)");
+  } else {
+    plan_groups(I, M, l, P);
+    moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
+    mark("moe permute (host wait)");
+    grouped(I, M, kMoeFc1, false, true, 0, 2 * F, d, d, d, 2 * F, TokensIn::kM);
+    mark("moe grouped fc1 fwd");
+    moe_swiglu_forward(M.gu, M.w, M.order, rows, F, M.act, st);
+    mark("moe swiglu fwd");
+  }
   const int S = s.shared;
   if (S > 0) {
     I.gemm->run(false, true, tokens, 2 * S, d, A.h2, d, I.params.W(P.fc1), d, M.shared_gu, false, 2 * S, 0, st);
@@ -163,8 +168,10 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
     mark("moe shared fc1 + swiglu fwd");
   }
   if (recompute) return;
-  grouped(I, M, kMoeFc2, false, true, 0, d, F, F, F, d, TokensIn::kM);
-  mark("moe grouped fc2 fwd");
+  if (!I.shard.expert) {
+    grouped(I, M, kMoeFc2, false, true, 0, d, F, F, F, d, TokensIn::kM);
+    mark("moe grouped fc2 fwd");
+  }
   moe_combine(w.ys, M.where, tokens, k, d, I.acts.shared.tmp, st);
   mark("moe combine fwd");
   if (S > 0) {
@@ -182,6 +189,10 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   const int T = static_cast<int>(I.acts.T), E = s.experts, k = s.topk, F = s.ffn, d = s.hidden, rows = T * k;
   const cudaStream_t st = I.stream;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
+  if (I.shard.expert) {
+    enqueue_expert_parallel_backward(I, A, l);  // d xs into ys, the routing weights' gradients into dw
+    mark("moe expert-parallel experts bwd");
+  } else {
   // xs was overwritten by the later layers' forwards: gathered again.
   moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
   moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
@@ -205,6 +216,7 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   }
   grouped(I, M, kMoeFc1Data, false, false, 0, d, 2 * F, 2 * F, d, d, TokensIn::kM);
   mark("moe grouped fc1 bwd data");
+  }  // the local experts (unindented: the block is the one-GPU path's, unchanged)
   moe_combine(w.ys, M.where, T, k, d, sh.dh, st);
   mark("moe combine bwd");
   if (const int S = s.shared; S > 0) {

@@ -101,8 +101,10 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     std::vector<ParamRef> refs;
     std::size_t k = 0;
     for (auto& c : chunks_)
-      for (const auto& spec : c->tensors())
+      for (const auto& spec : c->tensors()) {
         refs.push_back({spec.name, host_[k++], {}, !spec.is_norm, spec.global_shape, spec.saved});
+        refs.back().expert_parallel = experts_split() && is_expert(spec.name);
+      }
     return refs;
   }
   void zero_grad() override {
@@ -131,6 +133,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       }
       reduced_ = true;
     }
+    if (experts_split()) reduce_over_data_groups();
     if (sharded()) {
       // The distributed optimizer: each data-parallel rank gets the sum of its range (in place), per chunk.
       for (auto& c : chunks_) {
@@ -175,6 +178,9 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     }
     complete();
   }
+  // Expert parallelism: the host groups, as the CPU's model gives them (ParamRef::expert_parallel; trainer.h).
+  Communicator* expert_data_parallel() override { return experts_split() ? parallel_.host->expert_data.get() : nullptr; }
+  Communicator* expert_parallel() override { return experts_split() ? parallel_.host->expert.get() : nullptr; }
   bool reports() const override {
     return !parallel_.host || (parallel_.host->coords.tensor == 0 && parallel_.host->coords.pipeline == 0);
   }
@@ -200,6 +206,8 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (parallel_.host) {
       sum_over_model(std::span<double>(&sumsq, 1));
       if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&sumsq, 1));  // the ranges' sums
+      // Expert parallelism: a rank counts its experts, and expert rank 0 the rest (rank_shards' `saved`).
+      if (experts_split()) parallel_.host->expert->all_reduce(std::span<double>(&sumsq, 1));
     }
     if (parallel_.host || chunks_.size() > 1)
       for (auto& c : chunks_) c->set_grad_sumsq(sumsq);
@@ -212,6 +220,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     if (parallel_.host) {
       sum_over_model(std::span<double>(&zeros, 1));
       if (sharded()) parallel_.host->data->all_reduce(std::span<double>(&zeros, 1));
+      if (experts_split()) parallel_.host->expert->all_reduce(std::span<double>(&zeros, 1));
     }
     return static_cast<std::int64_t>(zeros);
   }
@@ -226,7 +235,7 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     }
   }
   int optimizer_shards() const override { return first().shard().optimizer_shards; }
-  bool reduces_gradients() const override { return sharded() || !reducers_.empty(); }
+  bool reduces_gradients() const override { return sharded() || !reducers_.empty() || experts_split(); }
   std::size_t buckets_reduced_in_backward() const override {
     std::size_t n = 0;
     for (const auto& r : reducers_) n += static_cast<std::size_t>(r->buckets_in_backward());
@@ -344,6 +353,27 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     return parallel_.host && (parallel_.host->config.tensor > 1 || parallel_.host->config.pipeline > 1);
   }
   bool sharded() const { return first().shard().optimizer_shards > 1; }
+  bool experts_split() const { return first().shard().layout.ep > 1; }
+  static bool is_expert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+  // Expert parallelism: the experts' gradients summed over the expert-data-parallel group, every other tensor's over
+  // the data-parallel group. Each run of neighbouring tensors of one kind goes as one span of the flat buffer (the
+  // gaps between tensors hold zeros, which sum to zeros).
+  void reduce_over_data_groups() {
+    const int edp = parallel_.host->config.expert_data();
+    for (auto& c : chunks_) {
+      const auto& specs = c->tensors();
+      const auto grads = c->gradient_buffers();
+      for (std::size_t i = 0; i < specs.size();) {
+        const bool expert = is_expert(specs[i].name);
+        std::size_t end = i + 1;
+        while (end < specs.size() && is_expert(specs[end].name) == expert) ++end;
+        const auto count = static_cast<std::size_t>(grads[end - 1].data + grads[end - 1].numel - grads[i].data);
+        if (!expert) parallel_.data->all_reduce(grads[i].data, count, DeviceElement::kF32, stream());
+        else if (edp > 1) parallel_.expert_data->all_reduce(grads[i].data, count, DeviceElement::kF32, stream());
+        i = end;
+      }
+    }
+  }
   // A tensor each optimizer shard exported as its range and zeros elsewhere becomes the whole tensor on every
   // rank (summed over the data-parallel group: x + 0 = x exactly).
   void sum_shards(std::vector<float>& values) {
@@ -362,6 +392,18 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
     CudaShard shard;
     if (distributed) shard.optimizer_shards = c.data, shard.optimizer_rank = p.host->coords.data;
     shard.layout = ckpt::ParallelLayout{c.tensor, c.pipeline * chunks, c.data, {}};
+    if (c.expert > 1) {
+      // The experts' optimizer state would be sharded over the expert-data-parallel group (as the CPU's sharded
+      // step does), the overlapped reduction split into two buffers: neither is wired on the GPU.
+      if (distributed || p.overlap_grad_reduce)
+        fail("--expert-model-parallel-size on the GPU: not with --use-distributed-optimizer or --overlap-grad-reduce yet");
+      if (!p.expert || !p.data || (c.expert_data() > 1 && !p.expert_data))
+        fail("GPU expert parallelism needs the expert-parallel, data-parallel and expert-data-parallel groups over "
+             "device memory");
+      shard.layout.ep = c.expert;
+      shard.expert_rank = expert_rank(c, p.host->coords);
+      shard.expert = p.expert;
+    }
     shard.layout.validate(config);
     shard.tensor_rank = p.host->coords.tensor;
     shard.stage = v * c.pipeline + p.host->coords.pipeline;
@@ -380,7 +422,9 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
   void complete(bool data_too = true) {
     if (parallel_.tensor) parallel_.tensor->complete();
     if (parallel_.pipeline) parallel_.pipeline->complete();
+    if (experts_split()) parallel_.expert->complete();
     if (data_too && reduces_gradients()) parallel_.data->complete();
+    if (data_too && experts_split() && parallel_.expert_data) parallel_.expert_data->complete();
   }
   double run(std::span<const ModelBatch> batches, bool training) {
     // The buckets are reduced once per step, in its last backward: gradients added after that would miss the sum.
