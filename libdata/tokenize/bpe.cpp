@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "text.h"
+#include "thread_cache.h"
 
 namespace dlm::data::tok {
 namespace {
@@ -80,20 +81,7 @@ class WordCache {
   std::size_t entries_ = 0;
 };
 
-WordCache& cache_for(std::uint64_t model) {
-  struct Caches {
-    std::uint64_t owner[4] = {0, 0, 0, 0};
-    WordCache cache[4];
-    unsigned next = 0;
-  };
-  thread_local Caches caches;
-  for (int i = 0; i < 4; ++i)
-    if (caches.owner[i] == model) return caches.cache[i];
-  const unsigned slot = caches.next++ % 4;
-  caches.owner[slot] = model;
-  caches.cache[slot] = WordCache{};
-  return caches.cache[slot];
-}
+WordCache& cache_for(std::uint64_t model) { return thread_cache<WordCache>(model); }
 
 std::atomic<std::uint64_t> next_instance{1};
 
