@@ -5,7 +5,6 @@
 #include <queue>
 
 #include "text.h"
-#include "thread_cache.h"
 
 namespace dlm::data::tok {
 namespace {
@@ -81,7 +80,20 @@ class WordCache {
   std::size_t entries_ = 0;
 };
 
-WordCache& cache_for(std::uint64_t model) { return thread_cache<WordCache>(model); }
+WordCache& cache_for(std::uint64_t model) {
+  struct Caches {
+    std::uint64_t owner[4] = {0, 0, 0, 0};
+    WordCache cache[4];
+    unsigned next = 0;
+  };
+  thread_local Caches caches;
+  for (int i = 0; i < 4; ++i)
+    if (caches.owner[i] == model) return caches.cache[i];
+  const unsigned slot = caches.next++ % 4;
+  caches.owner[slot] = model;
+  caches.cache[slot] = WordCache{};
+  return caches.cache[slot];
+}
 
 std::atomic<std::uint64_t> next_instance{1};
 

@@ -16,7 +16,6 @@
 
 #include "../../libdata/tokenize/kinds.h"
 #include "../../libdata/tokenize/sentencepiece_model.h"
-#include "../../libdata/tokenize/sentencepiece_unigram.h"
 #include "dlm/common/error.h"
 #include "dlm/data/tokenizer.h"
 
@@ -307,67 +306,6 @@ TEST(SentencePiece, HandWrittenUnigramByHand) {
   ASSERT_EQ(dlm::data::tok::sentencepiece_encoder(*b), "native unigram");
   EXPECT_EQ(b->encode("x\u2603"), (Ids{x + 256, 3 + 0xE2, 3 + 0x98, 3 + 0x83}));
   EXPECT_EQ(b->decode(b->encode("x\u2603 xx")), "x\u2603 xx");
-}
-
-// The unigram encoder's segment cache (sentencepiece_unigram.h): a segment whose best path from
-// score 0 is "▁|ab" by 1/256 is "▁a|b" after a prefix that brings the score to -70000 (float
-// rounding at that magnitude moves the sums by 1/128). The cached path may be reused only where the
-// margin check allows, so the cached encoder must agree with the whole-text lattice both times.
-TEST(SentencePiece, UnigramSegmentCacheKeepsNearTiesExact) {
-  using dlm::data::tok::SentencePieceUnigram;
-  Spec spec = unigram_spec(false);
-  spec.pieces.resize(3);
-  const std::string sp = "\u2581";
-  for (const auto& [text, score] : std::vector<std::pair<std::string, float>>{
-           {sp, -487 / 256.0f}, {"ab", -727 / 256.0f}, {sp + "a", -813 / 256.0f}, {"b", -402 / 256.0f}, {sp + "z", -1000}})
-    spec.pieces.push_back({text, score, Type::kNormal});
-  const SentencePieceUnigram u(dlm::data::tok::parse_sentencepiece_model(spec.proto(), "near_tie.model"));
-  ASSERT_TRUE(u.caches_segments());
-  const std::int32_t id_sp = 3, ab = 4, sp_a = 5, b = 6;
-  auto lattice = [&](const std::string& s) {
-    Ids out;
-    u.encode_lattice(s, out);
-    return out;
-  };
-  auto cached = [&](const std::string& s) {
-    Ids out;
-    u.encode_normalized(s, out);
-    return out;
-  };
-  const std::string word = sp + "ab";
-  ASSERT_EQ(lattice(word), (Ids{id_sp, ab}));
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(cached(word), (Ids{id_sp, ab}));  // now in this thread's cache
-  std::string doc;
-  for (int i = 0; i < 70; ++i) doc += sp + "z";
-  doc += word;
-  const Ids whole = lattice(doc);
-  ASSERT_EQ(std::vector<std::int32_t>(whole.end() - 2, whole.end()), (Ids{sp_a, b}));
-  EXPECT_EQ(cached(doc), whole);
-  EXPECT_EQ(cached(doc + word + word), lattice(doc + word + word));
-}
-
-// A piece with U+2581 past its first byte can cross a segment start, so such a model (and one with
-// treat_whitespace_as_suffix) gets no segment cache, and still encodes as the lattice does.
-TEST(SentencePiece, UnigramInnerWhitespacePieceMeansNoSegmentCache) {
-  using dlm::data::tok::SentencePieceUnigram;
-  auto model = [](Spec spec) { return SentencePieceUnigram(dlm::data::tok::parse_sentencepiece_model(spec.proto(), "m.model")); };
-  EXPECT_TRUE(model(unigram_spec(false)).caches_segments());
-  Spec inner = unigram_spec(false);
-  inner.pieces.push_back({"x\u2581y", -1, Type::kNormal});
-  const auto u = model(inner);
-  EXPECT_FALSE(u.caches_segments());
-  Ids out;
-  u.encode_normalized("\u2581x\u2581y", out);
-  EXPECT_EQ(out, (Ids{7, 13}));  // ▁ (-4) + x▁y (-1) beats ▁x + ▁ + y (-9): the piece crosses the second ▁
-  Spec user = unigram_spec(false);
-  user.pieces.push_back({"q\u2581", 0, Type::kUserDefined});
-  EXPECT_FALSE(model(user).caches_segments());
-  Spec suffix = unigram_spec(false);
-  suffix.suffix = true;
-  EXPECT_FALSE(model(suffix).caches_segments());
-  Spec unused = unigram_spec(false);
-  unused.pieces.push_back({"q\u2581", 0, Type::kUnused});  // never offered
-  EXPECT_TRUE(model(unused).caches_segments());
 }
 
 // Decoding is native (sentencepiece_decoder.h). The expected text is what Python sentencepiece 0.2.3
