@@ -13,8 +13,11 @@
 //   every best at s and after that an offer reached (a rescale that moves float rounding, kept too).
 // - Unused pieces are never offered. Each unknown node becomes, with byte_fallback, the <0xXX>
 //   pieces of its bytes; without it, a run of unknown nodes becomes one unknown id.
-// The whole text is one lattice: best[] is rounded to float along the way, so a segmentation near a
-// tie depends on the score of all that precedes it, and no per-word result can be cached.
+// The whole text is one lattice. best[] is rounded to float along the way, so a segmentation near a
+// tie depends on the score of all that precedes it; a per-segment result (the text between two
+// U+2581, when no piece holds U+2581 past its byte 0) is reusable exactly only where its decision
+// margins exceed the float error at that score, and such a cache costs about as much per segment as
+// this lattice does (docs/performance.md has the design and its numbers).
 #pragma once
 
 #include <array>
