@@ -1,7 +1,7 @@
 // FP8 on the device (backend/cuda/fp8_cast.h, Gemm::run_fp8): the GEMMs of a linear layer's forward and backward
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
-// updates against the host's AmaxHistory, saturating casts on outliers, and the casts fused into RMSNorm and
-// SwiGLU against the separate cast.
+// updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
+// and SwiGLU (forward and backward) against the separate cast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +283,62 @@ TEST(Fp8Cast, FusedProducersMatchTheSeparateCast) {
     swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr, &cast);
     swiglu_forward(gu.get(), h2.get(), rows, ffn, nullptr, &amax_only);
     check(h, std::size_t(rows) * ffn, rows, ffn, q, s.get(), s.get() + 1);
+  }
+}
+
+// The gradients' producers (RMSNorm backward for the residual gradient, SwiGLU backward for fc1's) max the amax of
+// the bf16 values they write into a slot: the same amax as fp8_amax of their output, so the tensorwise cast that
+// follows (without an amax pass) writes what the separate amax and cast write, byte for byte, in both layouts.
+TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  // out [rows, cols] written by a producer that max-ed its amax into `fused` (zeroed before).
+  auto check = [&](const DeviceVec<bf16>& out, int rows, int cols, Fp8Slot* fused) {
+    const std::size_t n = std::size_t(rows) * cols;
+    auto s = slots({kFp8E5m2Max});
+    DeviceVec<fp8> separate(n), separate_t(n), cast(n), cast_t(n);
+    cast_current(out.get(), rows, cols, s.get(), true, separate.get(), separate_t.get());
+    fp8_quantize(out.get(), rows, cols, {fused, true, true, 1.0f}, cast.get(), cast_t.get(), nullptr);
+    float amax = 0;
+    for (float v : gpu_test::to_float(out.download())) amax = std::max(amax, std::abs(v));
+    const auto fs = read_slot(fused), ss = read_slot(s.get());
+    EXPECT_EQ(fs.amax, amax);
+    EXPECT_EQ(fs.amax, ss.amax);
+    EXPECT_EQ(fs.scale, ss.scale);
+    EXPECT_EQ(cast.download(), separate.download());
+    EXPECT_EQ(cast_t.download(), separate_t.download());
+  };
+  // The four forms of rmsnorm_backward: rows at a time (1024), one vector a thread (2048), a warp a row (208), a
+  // block a row (2064); rows a multiple of 16 for the transposed cast.
+  for (const int dim : {1024, 2048, 208, 2064}) {
+    SCOPED_TRACE(dim);
+    const int rows = 48;
+    const std::size_t n = std::size_t(rows) * dim;
+    std::vector<float> f;
+    const DeviceVec<bf16> dy(gpu_test::random_bf16(n, rng, 3.0f, f)), s(gpu_test::random_bf16(n, rng, 1.0f, f));
+    DeviceVec<bf16> dres(gpu_test::random_bf16(n, rng, 0.5f, f));
+    std::vector<float> w(dim), r(rows);
+    for (auto& v : w) v = std::normal_distribution<float>(1.0f, 0.5f)(rng);
+    for (auto& v : r) v = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng);
+    const DeviceVec<float> norm_w(w), rstd(r);
+    DeviceVec<float> dw(std::vector<float>(dim, 0.0f)), partial(static_cast<std::size_t>(rmsnorm_partial_floats(rows, dim)));
+    auto fused = slots({kFp8E5m2Max});
+    rmsnorm_backward(dy.get(), s.get(), norm_w.get(), rstd.get(), dres.get(), true, dw.get(), partial.get(), rows, dim,
+                     nullptr, fused.get());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    check(dres, rows, dim, fused.get());
+  }
+  for (const int ffn : {344, 1024}) {
+    SCOPED_TRACE(ffn);
+    const int rows = 16;  // rows * ffn / 8 threads: not whole warps at 344
+    std::vector<float> f;
+    const DeviceVec<bf16> gu(gpu_test::random_bf16(std::size_t(rows) * 2 * ffn, rng, 3.0f, f)),
+        dh(gpu_test::random_bf16(std::size_t(rows) * ffn, rng, 2.0f, f));
+    DeviceVec<bf16> dgu(std::size_t(rows) * 2 * ffn);
+    auto fused = slots({kFp8E5m2Max});
+    swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr, fused.get());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    check(dgu, rows, 2 * ffn, fused.get());
   }
 }
 

@@ -159,7 +159,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
 
 }  // namespace
 
-void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv, bool fp8) {
+void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv, int fp8_slot) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
@@ -169,9 +169,9 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
-  fp8 = fp8 && I.fp8;
+  const bool fp8 = fp8_slot >= 0 && I.fp8;
   if (fp8) {
-    I.fp8->begin_forward(I.params, I.acts.T, st);
+    I.fp8->begin_forward(I.params, I.acts.T, fp8_slot, st);
     mark("fp8 scales + weight casts");
   }
   if (I.pre) {
@@ -199,6 +199,14 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
 }
 
 namespace {
+
+// The slot into which the kernel writing the whole output gradient of layer l's linear g (`rows` rows) maxes its
+// amax (tensorwise FP8: Fp8Linears::grad_amax), or null. A residual gradient's producer (RMSNorm backward) writes
+// only the rank's rows under SP (gathered after it), so it takes none there.
+Fp8Slot* grad_amax(Impl& I, int l, Fp8Linears::Linear g, int rows, bool residual) {
+  if (!I.fp8 || l < 0 || (residual && I.sp) || I.lp[static_cast<std::size_t>(l)].moe()) return nullptr;
+  return I.fp8->grad_amax(l, g, rows);
+}
 
 // Output layer and loss on the rows with loss weight (in.head_count of them, packed from hf into head_x unless
 // that is every row), a chunk of rows at a time: logits, the CE gradient in place, then (backward) the weight
@@ -258,14 +266,15 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   if (packed_mlp) {
     // The last MLP's rows stay packed: d residual of the loss rows into dres16's first rows.
     rmsnorm_backward(w.head_x, w.res_f, ps.F(I.lnf), w.rstd_f, w.dres16, false, ps.G(I.lnf), w.partial,
-                     static_cast<int>(count), d, st);
+                     static_cast<int>(count), d, st, grad_amax(I, I.layers - 1, Fp8Linears::kFc2, static_cast<int>(count), true));
     I.timer.mark("rmsnorm bwd", st);
     return;
   }
   if (in.head_packed) scatter_rows(w.head_x, in.head_slot, static_cast<int>(I.acts.T), d, w.dh_full, st);
   I.scatter_sum(w.dh_full, w.dh);
   rmsnorm_backward(w.dh, w.res_f, ps.F(I.lnf), w.rstd_f, w.dres16, false, ps.G(I.lnf), w.partial,
-                   static_cast<int>(I.acts.Ts), d, st);
+                   static_cast<int>(I.acts.Ts), d, st,
+                   grad_amax(I, I.layers - 1, Fp8Linears::kFc2, static_cast<int>(I.acts.T), true));
   I.timer.mark("rmsnorm bwd", st);
 }
 
@@ -296,7 +305,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     } else if (f8_mlp) {
       f8->backward(gm, l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
       mark("gemm fc2 bwd");
-      swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
+      swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
       mark("swiglu bwd");
       f8->backward(gm, l, Fp8Linears::kFc1, rows, w.dgu, A.h2, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
       I.scatter_sum(w.dh_full, w.dh);
@@ -317,7 +326,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
       mark("gemm fc1 bwd");
     }
     rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
-                     d, st);
+                     d, st, grad_amax(I, l, Fp8Linears::kProj, T, true));
     if (packed) {
       // d residual on every row: the loss rows' (slot order), zeros elsewhere, through dh into dres16.
       scatter_rows(w.dres16, in.head_slot, T, d, w.dh, st);
@@ -347,7 +356,8 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     }
     I.scatter_sum(w.dh_full, w.dh);
     mark("gemm qkv bwd");
-    rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st);
+    rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st,
+                     grad_amax(I, l - 1, Fp8Linears::kFc2, T, true));
     mark("rmsnorm bwd");
     if (I.layer_hook) I.layer_hook(I.first_layer + l);
   }
@@ -382,7 +392,7 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
   auto& I = *impl_;
   const MicroInputs& in = I.inputs.uploaded(k);
   if (I.post) I.acts.use_head(slot);
-  enqueue_forward(I, in, I.slot_acts(slot), nullptr, true);
+  enqueue_forward(I, in, I.slot_acts(slot), nullptr, slot);
   if (!I.post) return;
   if (!training) enqueue_head(I, in, false);
 }
@@ -390,6 +400,7 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
 void CudaModel::backward_stage(int k, int slot) {
   auto& I = *impl_;
   const MicroInputs& in = I.inputs.uploaded(k);
+  if (I.fp8) I.fp8->begin_backward(slot, I.stream);  // before the head's norm, the first gradient producer
   if (I.post) {
     // The head's inputs are the slot's (its forward may not be the last one run).
     I.acts.use_head(slot);

@@ -1,4 +1,4 @@
-// Device helpers of the FP8 casts (fp8_cast.cu and the producers that fuse a cast: rmsnorm.cu, swiglu.cu).
+// Device helpers of the FP8 casts (fp8_cast.cu and the producers that fuse a cast or an amax: rmsnorm.cu, swiglu.cu).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -33,6 +33,13 @@ __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
 __device__ __forceinline__ void warp_amax_commit(float v, Fp8Slot* slot) {
   v = warp_max(v);
   if ((threadIdx.x & 31) == 0) atomic_max_nonneg(&slot->amax, v);
+}
+// The largest |value| of eight bf16 (NaN ignored, as fp8_amax ignores it): a producer's amax of what it wrote.
+__device__ __forceinline__ float abs_max8(const Bf16x8& p) {
+  float f[8], m = 0.0f;
+  unpack8(p, f);
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i]));
+  return m;
 }
 // A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
 // Returns the eight's largest |value| for the caller's warp_amax_commit.

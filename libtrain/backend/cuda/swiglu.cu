@@ -1,7 +1,8 @@
 // SwiGLU on the fc1 output, rows of [gate | up]:  h = silu(g) * u,  silu(g) = g * sig(g)
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
 // Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
-// fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot.
+// fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot; the backward
+// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast.
 #include "common.cuh"
 #include "fp8_common.cuh"
 #include "kernels.h"
@@ -29,9 +30,12 @@ __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, 
   if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
-__global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn) {
+__global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn, Fp8Slot* amax) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
+  if (i >= vecs) {
+    if (amax) warp_amax_commit(0.0f, amax);  // every lane reaches the warp's commit
+    return;
+  }
   const int per_row = ffn / 8;
   const std::int64_t row = i / per_row, col = (i % per_row) * 8;
   float g[8], u[8], d[8], dg[8], du[8];
@@ -43,8 +47,10 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
     dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
     du[k] = d[k] * g[k] * sg;
   }
-  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pack8(dg);
-  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pack8(du);
+  const Bf16x8 pg = pack8(dg), pu = pack8(du);
+  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
+  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
+  if (amax) warp_amax_commit(fmaxf(abs_max8(pg), abs_max8(pu)), amax);
 }
 
 }  // namespace
@@ -55,9 +61,10 @@ void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStr
   swiglu_fwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
 }
 
-void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream) {
+void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream,
+                     Fp8Slot* dgu_amax) {
   const std::int64_t vecs = rows * (ffn / 8);
-  swiglu_bwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn);
+  swiglu_bwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn, dgu_amax);
 }
 
 }  // namespace dlm::train::cuda
