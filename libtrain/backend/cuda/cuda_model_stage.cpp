@@ -75,6 +75,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   mark("rmsnorm fwd");
   if (f8_attention) {
     f8->cast_input(l, Fp8Linears::kQkv, A.h1, T, h1_cast.slot != nullptr, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kQkv, T, A.qkv_raw, st);
   } else {
     gm.run(false, true, T, qkv, d, A.h1, d, ps.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
@@ -101,6 +102,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   }
   if (f8_attention) {
     f8->cast_input(l, Fp8Linears::kProj, A.att, T, false, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kProj, T, w.tmp_full, st);
   } else {
     gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
@@ -138,6 +140,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   }
   if (f8_mlp) {
     f8->cast_input(l, Fp8Linears::kFc1, A.h2, rows, h2_cast.slot != nullptr, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kFc1, rows, A.gu, st);
   } else {
     gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
@@ -149,6 +152,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   if (recompute) return I.timer.mark("recompute", st);
   if (f8_mlp) {
     f8->cast_input(l, Fp8Linears::kFc2, A.act, rows, true, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kFc2, rows, w.tmp_full, st);
   } else {
     gm.run(false, true, rows, d, F, A.act, F, ps.W(P.fc2), F, w.tmp_full, false, d, 0, st, family);
@@ -303,11 +307,15 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     if (P.moe()) {
       enqueue_moe_backward(I, in, A, l);  // marks its own phases
     } else if (f8_mlp) {
-      f8->backward(gm, l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
+      f8->cast_backward(l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kFc2, rows, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
       mark("gemm fc2 bwd");
       swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
       mark("swiglu bwd");
-      f8->backward(gm, l, Fp8Linears::kFc1, rows, w.dgu, A.h2, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
+      f8->cast_backward(l, Fp8Linears::kFc1, rows, w.dgu, A.h2, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kFc1, rows, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
       I.scatter_sum(w.dh_full, w.dh);
       mark("gemm fc1 bwd");
     } else {
@@ -337,7 +345,9 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     mark("rmsnorm bwd");
     I.gather(w.dres16, w.dres16_full);
     if (f8_attention) {
-      f8->backward(gm, l, Fp8Linears::kProj, T, w.dres16_full, A.att, ps.G(P.proj), I.grad_beta(P.proj), w.datt, st);
+      f8->cast_backward(l, Fp8Linears::kProj, T, w.dres16_full, A.att, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kProj, T, ps.G(P.proj), I.grad_beta(P.proj), w.datt, st);
     } else {
       gm.run(true, false, d, qd, T, w.dres16_full, d, A.att, qd, ps.G(P.proj), true, qd, I.grad_beta(P.proj), st);
       gm.run(false, false, T, qd, d, w.dres16_full, d, ps.W(P.proj), qd, w.datt, false, qd, 0, st);
@@ -349,7 +359,9 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
                           I.rope_sin, w.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), w.partial, st);
     mark("qk-norm+rope bwd");
     if (f8_attention) {
-      f8->backward(gm, l, Fp8Linears::kQkv, T, w.dqkv, A.h1, ps.G(P.qkv), I.grad_beta(P.qkv), w.dh_full, st);
+      f8->cast_backward(l, Fp8Linears::kQkv, T, w.dqkv, A.h1, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kQkv, T, ps.G(P.qkv), I.grad_beta(P.qkv), w.dh_full, st);
     } else {
       gm.run(true, false, qkv, d, T, w.dqkv, qkv, A.h1, d, ps.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
       gm.run(false, false, T, d, qkv, w.dqkv, qkv, ps.W(P.qkv), d, w.dh_full, false, d, 0, st);

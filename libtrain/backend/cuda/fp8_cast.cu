@@ -20,7 +20,7 @@ __global__ void amax_kernel(const bf16* x, std::int64_t n, Fp8Slot* slot) {
   }
   if (blockIdx.x == 0)
     for (std::int64_t i = n / 8 * 8 + threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(__bfloat162float(x[i])));
-  warp_amax_commit(m, slot);
+  block_amax_commit(m, slot);
 }
 
 // The cast's scale (see Fp8Cast); the first thread of the grid stores it and its inverse.
@@ -46,48 +46,53 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
     for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[i]));
     store_fp8x8(a, s, c.e5m2, out + v * 8);
   }
-  if (!c.current) warp_amax_commit(m, c.slot);
+  if (!c.current) block_amax_commit(m, c.slot);
   store_scale(c, s);
 }
 
-// 64 x 64 tiles through shared memory, 256 threads: each thread reads two 16-byte vectors of a tile's rows (and
-// writes their row-major cast, 8 bytes each), then 16 bytes of one column of the tile as a row of the transpose: a
-// column's 64 bytes are four threads' consecutive stores. Rows and columns beyond the tensor are skipped whole
-// (cols % 8 == 0, rows % 16 == 0).
-constexpr int kTile = 64, kTileThreads = 256;
-__global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
-                                                                   fp8* out, fp8* out_t) {
-  __shared__ __align__(16) fp8 tile[kTile][kTile + 8];  // rows of 72 bytes: 8-byte stores stay aligned
+// Four fp8 (the low bytes of b[0..3]) as one little-endian word.
+__device__ __forceinline__ std::uint32_t word4(const std::uint32_t* b) {
+  return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
+}
+
+// 16 x 16 elements a thread, in registers: 16 rows of 32 bytes read (whole sectors), cast, each row's 16 bytes
+// stored row-major, and the 16 x 16 bytes transposed into 16 stores of 16 bytes, one a column. Consecutive threads
+// take consecutive 16-row blocks, so a warp's stores to one row of the transpose are 512 contiguous bytes (a
+// shared-memory tile whose threads read single bytes of a column ran at half the bandwidth: fp8_bench).
+// rows % 16 == 0, cols % 16 == 0.
+constexpr int kBlockThreads = 256;
+__global__ void __launch_bounds__(kBlockThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
+                                                                      fp8* out, fp8* out_t) {
   const float s = cast_scale(c);
-  const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
+  const std::int64_t row_blocks = rows / 16, t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   float m = 0.0f;
-  for (int v = threadIdx.x; v < kTile * kTile / 8; v += kTileThreads) {
-    const int lr = v / (kTile / 8), lc = v % (kTile / 8) * 8, r = r0 + lr, col = c0 + lc;
-    union {
-      fp8 b[8];
-      uint2 u;
-    } p;
-    p.u = make_uint2(0, 0);
-    if (r < rows && col < cols) {
-      const std::int64_t at = static_cast<std::int64_t>(r) * cols + col;
-      float a[8];
-      unpack8(*reinterpret_cast<const Bf16x8*>(x + at), a);
-      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[i])), p.b[i] = to_fp8(a[i] * s, c.e5m2);
-      if (out) *reinterpret_cast<uint2*>(out + at) = p.u;
+  if (t < row_blocks * (cols / 16)) {
+    const std::int64_t r0 = t % row_blocks * 16, c0 = t / row_blocks * 16;
+    std::uint32_t tw[16][4];  // tw[column][row / 4]: the transposed bytes
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      std::uint32_t b[4][16];  // rows 4g .. 4g + 3, cast
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const std::int64_t at = (r0 + 4 * g + j) * cols + c0;
+        float a[16];
+        unpack8(reinterpret_cast<const Bf16x8*>(x + at)[0], a);
+        unpack8(reinterpret_cast<const Bf16x8*>(x + at)[1], a + 8);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(a[i])), b[j][i] = to_fp8(a[i] * s, c.e5m2);
+        if (out) *reinterpret_cast<uint4*>(out + at) = make_uint4(word4(b[j]), word4(b[j] + 4), word4(b[j] + 8), word4(b[j] + 12));
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const std::uint32_t col[4] = {b[0][i], b[1][i], b[2][i], b[3][i]};
+        tw[i][g] = word4(col);
+      }
     }
-    *reinterpret_cast<uint2*>(&tile[lr][lc]) = p.u;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      *reinterpret_cast<uint4*>(out_t + (c0 + i) * rows + r0) = make_uint4(tw[i][0], tw[i][1], tw[i][2], tw[i][3]);
   }
-  __syncthreads();
-  const int lc = threadIdx.x / 4, lr = threadIdx.x % 4 * 16, col = c0 + lc, r = r0 + lr;
-  if (out_t && col < cols && r < rows) {
-    union {
-      fp8 b[16];
-      uint4 u;
-    } q;
-    for (int i = 0; i < 16; ++i) q.b[i] = tile[lr + i][lc];
-    *reinterpret_cast<uint4*>(out_t + static_cast<std::int64_t>(col) * rows + r) = q.u;
-  }
-  if (!c.current) warp_amax_commit(m, c.slot);
+  if (!c.current) block_amax_commit(m, c.slot);
   store_scale(c, s);
 }
 
@@ -127,8 +132,9 @@ void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* o
     quantize_rows<<<grid_for(vecs), kThreads, 0, stream>>>(x, vecs, cast, out);
     return;
   }
-  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-  quantize_transpose<<<grid, kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
+  const std::int64_t threads = std::int64_t{rows / 16} * (cols / 16);
+  quantize_transpose<<<static_cast<unsigned>((threads + kBlockThreads - 1) / kBlockThreads), kBlockThreads, 0,
+                         stream>>>(x, rows, cols, cast, out, out_t);
 }
 
 void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin_factor,

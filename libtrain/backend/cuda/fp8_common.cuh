@@ -41,8 +41,22 @@ __device__ __forceinline__ float abs_max8(const Bf16x8& p) {
   for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i]));
   return m;
 }
+// The block's largest `v` max-ed into slot->amax by its first thread: one atomic a block (atomics on one address
+// serialize: a warp's each would be tens of thousands a tensor). Every thread of the block calls it once, at most
+// once a kernel (blockDim.x a multiple of 32, at most 1024).
+__device__ __forceinline__ void block_amax_commit(float v, Fp8Slot* slot) {
+  __shared__ float warps_max[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) warps_max[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = warp_max(lane < static_cast<int>(blockDim.x >> 5) ? warps_max[lane] : 0.0f);
+    if (lane == 0) atomic_max_nonneg(&slot->amax, v);
+  }
+}
 // A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
-// Returns the eight's largest |value| for the caller's warp_amax_commit.
+// Returns the eight's largest |value| for the caller's block_amax_commit.
 __device__ __forceinline__ float fused_fp8x8(const float* v, const Fp8Out& f, std::int64_t offset) {
   float m = 0.0f;
   for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));

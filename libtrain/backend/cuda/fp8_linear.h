@@ -68,9 +68,10 @@ class Fp8Linears {
   // maxes dy's amax (rmsnorm_backward's dres_amax, swiglu_backward's dgu_amax), and backward() then casts dy without
   // an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
   Fp8Slot* grad_amax(int l, Linear g, int rows);
-  // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W; x is the forward's bf16 input.
-  void backward(Gemm& gemm, int l, Linear g, int rows, const bf16* dy, const bf16* x, float* dw, float beta, bf16* dx,
-                cudaStream_t stream);
+  // The backward's operands: dy [rows, n] cast in both layouts, and x^T from x, the forward's bf16 input.
+  void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
+  // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W, from the operands cast_backward just cast.
+  void backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream);
   std::size_t device_bytes() const { return weight_arena_.bytes() + work_arena_.bytes() + slot_arena_.bytes(); }
 
  private:

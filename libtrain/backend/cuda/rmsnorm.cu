@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf1
       m = fmaxf(m, fused_fp8x8(a, f8, row * dim + v * 8));
     }
   }
-  if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 // The forward with blockDim = dim / 8 (a multiple of 32, at most 1024): a thread's 8 elements stay in registers
@@ -93,11 +93,12 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   for (int i = 0; i < 8; ++i) a[i] *= r * wv[i];
   const Bf16x8 p = pack8(a);
   reinterpret_cast<Bf16x8*>(y + base)[v] = p;
+  float m = 0.0f;  // the FP8 cast's amax
   if (f8.slot) {
     unpack8(p, a);
-    warp_amax_commit(fused_fp8x8(a, f8, base + v * 8), f8.slot);
-    fused_fp8_scale_inv(f8);
+    m = fused_fp8x8(a, f8, base + v * 8);
   }
+  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf16* s, const float* w,
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf
       m = fmaxf(m, abs_max8(p));
     }
   }
-  if (amax) warp_amax_commit(m, amax);
+  if (amax) block_amax_commit(m, amax);
   for (int v = threadIdx.x; v < vecs; v += kThreads)
     for (int i = 0; i < 8; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * dim + v * 8 + i] = dw_acc[v * 8 + i];
 }
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, con
       }
     }
   }
-  if (amax) warp_amax_commit(m, amax);
+  if (amax) block_amax_commit(m, amax);
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
     __syncthreads();
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_bwd_vec(const bf16* dy, const bf
     *db = p;
     m = fmaxf(m, abs_max8(p));
   }
-  if (amax) warp_amax_commit(m, amax);
+  if (amax) block_amax_commit(m, amax);
   float* out = partial + static_cast<std::int64_t>(blockIdx.x) * dim + 8 * v;
   reinterpret_cast<float4*>(out)[0] = make_float4(dw[0], dw[1], dw[2], dw[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(dw[4], dw[5], dw[6], dw[7]);
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_bwd_rows(const bf16* dy, const b
       m = fmaxf(m, abs_max8(p));
     }
   }
-  if (amax) warp_amax_commit(m, amax);
+  if (amax) block_amax_commit(m, amax);
   float* out = partial + static_cast<std::int64_t>(blockIdx.x) * dim + 8 * v;
   reinterpret_cast<float4*>(out)[0] = make_float4(dw[0], dw[1], dw[2], dw[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(dw[4], dw[5], dw[6], dw[7]);

@@ -10,11 +10,12 @@
 namespace dlm::train::cuda {
 namespace {
 
+// Grid-stride: with an FP8 amax the grid is bounded (fp8_grid), so that each block's one atomic stays few.
 __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  float m = 0.0f;  // the FP8 cast's amax; every lane reaches the warp's commit below
-  if (i < vecs) {
-    const int per_row = ffn / 8;
+  float m = 0.0f;  // the FP8 cast's amax; every thread reaches the block's commit below
+  const int per_row = ffn / 8;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
     float g[8], u[8];
     unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
@@ -24,33 +25,39 @@ __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, 
     *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
     if (f8.slot) {
       unpack8(p, g);
-      m = fused_fp8x8(g, f8, row * ffn + col);
+      m = fmaxf(m, fused_fp8x8(g, f8, row * ffn + col));
     }
   }
-  if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn, Fp8Slot* amax) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) {
-    if (amax) warp_amax_commit(0.0f, amax);  // every lane reaches the warp's commit
-    return;
-  }
+  float m = 0.0f;  // max |dgu| written; every thread reaches the block's commit below
   const int per_row = ffn / 8;
-  const std::int64_t row = i / per_row, col = (i % per_row) * 8;
-  float g[8], u[8], d[8], dg[8], du[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
-  unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
-  unpack8(*reinterpret_cast<const Bf16x8*>(dh + row * ffn + col), d);
-  for (int k = 0; k < 8; ++k) {
-    const float sg = 1.0f / (1.0f + __expf(-g[k]));
-    dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
-    du[k] = d[k] * g[k] * sg;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / per_row, col = (i % per_row) * 8;
+    float g[8], u[8], d[8], dg[8], du[8];
+    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
+    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
+    unpack8(*reinterpret_cast<const Bf16x8*>(dh + row * ffn + col), d);
+    for (int k = 0; k < 8; ++k) {
+      const float sg = 1.0f / (1.0f + __expf(-g[k]));
+      dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
+      du[k] = d[k] * g[k] * sg;
+    }
+    const Bf16x8 pg = pack8(dg), pu = pack8(du);
+    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
+    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
+    if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
   }
-  const Bf16x8 pg = pack8(dg), pu = pack8(du);
-  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
-  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
-  if (amax) warp_amax_commit(fmaxf(abs_max8(pg), abs_max8(pu)), amax);
+  if (amax) block_amax_commit(m, amax);
+}
+
+// One thread a vector, or with an amax at most 8 blocks a multiprocessor looping.
+unsigned grid(std::int64_t vecs, bool amax) {
+  const std::int64_t blocks = (vecs + 255) / 256, most = 8LL * multiprocessors();
+  return static_cast<unsigned>(amax && blocks > most ? most : blocks);
 }
 
 }  // namespace
@@ -58,13 +65,13 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
 void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream, const Fp8Out* fp8) {
   const std::int64_t vecs = rows * (ffn / 8);
   const Fp8Out f8 = fp8 ? *fp8 : Fp8Out{};
-  swiglu_fwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
+  swiglu_fwd<<<grid(vecs, f8.slot != nullptr), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
 }
 
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream,
                      Fp8Slot* dgu_amax) {
   const std::int64_t vecs = rows * (ffn / 8);
-  swiglu_bwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn, dgu_amax);
+  swiglu_bwd<<<grid(vecs, dgu_amax != nullptr), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn, dgu_amax);
 }
 
 }  // namespace dlm::train::cuda
