@@ -124,6 +124,17 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
   std::printf("%-13s with the fused amax: rmsnorm bwd [%d, %d] %.3f / %.3f ms, swiglu fwd [%d, %d] %.3f / %.3f ms, "
               "swiglu bwd %.3f / %.3f ms\n",
               model.name, T, model.hidden, nb, nba, T, ffn, sf, sfa, sb, sba);
+  // Delayed: SwiGLU's backward into bf16 then the cast in both layouts, against the backward straight into FP8.
+  fp8 *g8 = dlm::bench::device_alloc<fp8>(2 * gs), *gt8 = dlm::bench::device_alloc<fp8>(2 * gs);
+  const cuda::Fp8Cast e5m2{slots + 1, true, false, 1.0f};
+  const double two = dlm::bench::time_ms([&] {
+    cuda::swiglu_backward(act, gu, dgu, T, ffn, nullptr);
+    cuda::fp8_quantize(dgu, T, 2 * ffn, e5m2, g8, gt8, nullptr);
+  }, reps);
+  const double one = dlm::bench::time_ms([&] { cuda::swiglu_backward_fp8(act, gu, T, ffn, e5m2, g8, gt8, nullptr); }, reps);
+  std::printf("%-13s swiglu bwd [%d, %d] + cast (both layouts) %.3f ms, straight into FP8 %.3f ms\n", model.name, T,
+              ffn, two, one);
+  cudaFree(g8), cudaFree(gt8);
   for (void* p : {static_cast<void*>(h), static_cast<void*>(out), static_cast<void*>(q), static_cast<void*>(nw),
                   static_cast<void*>(rstd), static_cast<void*>(dres), static_cast<void*>(gu), static_cast<void*>(act),
                   static_cast<void*>(dgu), static_cast<void*>(ndw), static_cast<void*>(partial)})

@@ -1,7 +1,7 @@
 // FP8 on the device (backend/cuda/fp8_cast.h, Gemm::run_fp8): the GEMMs of a linear layer's forward and backward
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
 // updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
-// and SwiGLU (forward and backward) against the separate cast.
+// and SwiGLU (forward and backward, SwiGLU's backward straight into FP8) against the separate cast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -340,6 +340,43 @@ TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     check(dgu, rows, 2 * ffn, fused.get());
   }
+}
+
+// SwiGLU's backward straight into FP8 (delayed: the scale as it stands) writes what swiglu_backward then the
+// separate cast write, byte for byte in both layouts, and records the same amax.
+TEST(Fp8Cast, SwigluBackwardInFp8MatchesTheSeparateCast) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(13);
+  for (const int ffn : {352, 1024})
+    for (const bool e5m2 : {true, false}) {
+      SCOPED_TRACE(testing::Message() << ffn << (e5m2 ? " e5m2" : " e4m3"));
+      const int rows = 48;
+      const std::size_t n = std::size_t(rows) * 2 * ffn;
+      std::vector<float> f;
+      const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)),
+          dh(gpu_test::random_bf16(std::size_t(rows) * ffn, rng, 2.0f, f));
+      const float fmax = e5m2 ? kFp8E5m2Max : kFp8E4m3Max;
+      auto s = slots({fmax, fmax}, 0.0f);
+      const float scale = e5m2 ? 3000.0f : 25.0f;  // some values saturate
+      const Fp8Slot init{.scale_inv = 1.0f, .amax = 0.0f, .scale = scale, .fp8_max = fmax};
+      ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      DeviceVec<bf16> dgu(n);
+      DeviceVec<fp8> separate(n), separate_t(n), fused(n), fused_t(n);
+      swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
+      fp8_quantize(dgu.get(), rows, 2 * ffn, {s.get(), e5m2, false, 1.0f}, separate.get(), separate_t.get(), nullptr);
+      swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, fused.get(), fused_t.get(),
+                          nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      EXPECT_EQ(fused.download(), separate.download());
+      EXPECT_EQ(fused_t.download(), separate_t.download());
+      float amax = 0;
+      for (float v : gpu_test::to_float(dgu.download())) amax = std::max(amax, std::abs(v));
+      const auto fs = read_slot(s.get() + 1), ss = read_slot(s.get());
+      EXPECT_EQ(fs.amax, amax);
+      EXPECT_EQ(ss.amax, amax);
+      EXPECT_EQ(fs.scale_inv, 1.0f / scale);
+    }
 }
 
 }  // namespace

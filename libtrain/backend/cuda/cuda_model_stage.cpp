@@ -311,9 +311,12 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
       mark("fp8 casts bwd");
       f8->backward(gm, l, Fp8Linears::kFc2, rows, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
       mark("gemm fc2 bwd");
-      swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
+      // Delayed: fc1's gradient straight into FP8 (no bf16 dgu); tensorwise: bf16 with its amax, cast after.
+      const auto dgu8 = F % 16 == 0 ? f8->grad_fp8(l, Fp8Linears::kFc1, rows) : std::nullopt;
+      if (dgu8) swiglu_backward_fp8(w.dact, A.gu, rows, F, dgu8->cast, dgu8->out, dgu8->out_t, st);
+      else swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
       mark("swiglu bwd");
-      f8->cast_backward(l, Fp8Linears::kFc1, rows, w.dgu, A.h2, st);
+      f8->cast_backward(l, Fp8Linears::kFc1, rows, dgu8 ? nullptr : w.dgu, A.h2, st);
       mark("fp8 casts bwd");
       f8->backward(gm, l, Fp8Linears::kFc1, rows, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
       I.scatter_sum(w.dh_full, w.dh);

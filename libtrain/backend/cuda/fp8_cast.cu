@@ -23,18 +23,6 @@ __global__ void amax_kernel(const bf16* x, std::int64_t n, Fp8Slot* slot) {
   block_amax_commit(m, slot);
 }
 
-// The cast's scale (see Fp8Cast); the first thread of the grid stores it and its inverse.
-__device__ __forceinline__ float cast_scale(const Fp8Cast& c) {
-  const float s = c.current ? fp8_scale(c.slot->amax, c.slot->fp8_max, c.margin_factor, c.slot->scale) : c.slot->scale;
-  return s;
-}
-__device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
-    if (c.current) c.slot->scale = s;
-    c.slot->scale_inv = 1.0f / s;
-  }
-}
-
 // Row-major only: eight elements a thread.
 __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* out) {
   const float s = cast_scale(c);
@@ -50,50 +38,20 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
   store_scale(c, s);
 }
 
-// Four fp8 (the low bytes of b[0..3]) as one little-endian word.
-__device__ __forceinline__ std::uint32_t word4(const std::uint32_t* b) {
-  return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
-}
-
-// 16 x 16 elements a thread, in registers: 16 rows of 32 bytes read (whole sectors), cast, each row's 16 bytes
-// stored row-major, and the 16 x 16 bytes transposed into 16 stores of 16 bytes, one a column. Consecutive threads
-// take consecutive 16-row blocks, so a warp's stores to one row of the transpose are 512 contiguous bytes (a
-// shared-memory tile whose threads read single bytes of a column ran at half the bandwidth: fp8_bench).
-// rows % 16 == 0, cols % 16 == 0.
 constexpr int kBlockThreads = 256;
+// A thread a 16 x 16 block (cast_block16); consecutive threads take consecutive 16-row blocks. rows % 16 == 0,
+// cols % 16 == 0.
 __global__ void __launch_bounds__(kBlockThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
-                                                                      fp8* out, fp8* out_t) {
-  const float s = cast_scale(c);
-  const std::int64_t row_blocks = rows / 16, t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  float m = 0.0f;
-  if (t < row_blocks * (cols / 16)) {
-    const std::int64_t r0 = t % row_blocks * 16, c0 = t / row_blocks * 16;
-    std::uint32_t tw[16][4];  // tw[column][row / 4]: the transposed bytes
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      std::uint32_t b[4][16];  // rows 4g .. 4g + 3, cast
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const std::int64_t at = (r0 + 4 * g + j) * cols + c0;
-        float a[16];
-        unpack8(reinterpret_cast<const Bf16x8*>(x + at)[0], a);
-        unpack8(reinterpret_cast<const Bf16x8*>(x + at)[1], a + 8);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(a[i])), b[j][i] = to_fp8(a[i] * s, c.e5m2);
-        if (out) *reinterpret_cast<uint4*>(out + at) = make_uint4(word4(b[j]), word4(b[j] + 4), word4(b[j] + 8), word4(b[j] + 12));
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const std::uint32_t col[4] = {b[0][i], b[1][i], b[2][i], b[3][i]};
-        tw[i][g] = word4(col);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      *reinterpret_cast<uint4*>(out_t + (c0 + i) * rows + r0) = make_uint4(tw[i][0], tw[i][1], tw[i][2], tw[i][3]);
-  }
-  if (!c.current) block_amax_commit(m, c.slot);
-  store_scale(c, s);
+                                                                    fp8* out, fp8* out_t) {
+  cast_grid16(c, rows, cols / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    return cast_block16(
+        [&](int j, float* a) {
+          const bf16* p = x + (r0 + j) * cols + c0;
+          unpack8(reinterpret_cast<const Bf16x8*>(p)[0], a);
+          unpack8(reinterpret_cast<const Bf16x8*>(p)[1], a + 8);
+        },
+        r0, c0, rows, cols, s, c.e5m2, out, out_t);
+  });
 }
 
 __global__ void update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin) {

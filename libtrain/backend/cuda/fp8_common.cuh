@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include "common.cuh"
+#include "dlm/train/fp8.h"
 #include "fp8_cast.h"
 
 namespace dlm::train::cuda {
@@ -54,6 +55,68 @@ __device__ __forceinline__ void block_amax_commit(float v, Fp8Slot* slot) {
     v = warp_max(lane < static_cast<int>(blockDim.x >> 5) ? warps_max[lane] : 0.0f);
     if (lane == 0) atomic_max_nonneg(&slot->amax, v);
   }
+}
+// Four fp8 (the low bytes of b[0..3]) as one little-endian word.
+__device__ __forceinline__ std::uint32_t word4(const std::uint32_t* b) {
+  return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
+}
+// One thread's 16 x 16 block at (r0, c0) of a [rows, cols] tensor cast with `scale` into out [rows, cols] (may be
+// null) and out_t [cols, rows], in registers: row(j, v) gives the block's row j (16 values, as the bf16 tensor holds
+// them), each row's 16 bytes are stored row-major and the 16 x 16 bytes transposed into 16 stores of 16 bytes, one
+// a column. With consecutive threads on consecutive 16-row blocks a warp's stores to a row of the transpose are
+// 512 contiguous bytes (a shared-memory tile whose threads read single bytes of a column ran at half the bandwidth:
+// fp8_bench). Returns the block's max |value|.
+template <typename Row>
+__device__ __forceinline__ float cast_block16(Row row, std::int64_t r0, std::int64_t c0, std::int64_t rows,
+                                              std::int64_t cols, float scale, bool e5m2, fp8* out, fp8* out_t) {
+  float m = 0.0f;
+  std::uint32_t tw[16][4];  // tw[column][row / 4]: the transposed bytes
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    std::uint32_t b[4][16];  // rows 4g .. 4g + 3, cast
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float a[16];
+      row(4 * g + j, a);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(a[i])), b[j][i] = to_fp8(a[i] * scale, e5m2);
+      if (out)
+        *reinterpret_cast<uint4*>(out + (r0 + 4 * g + j) * cols + c0) =
+            make_uint4(word4(b[j]), word4(b[j] + 4), word4(b[j] + 8), word4(b[j] + 12));
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const std::uint32_t col[4] = {b[0][i], b[1][i], b[2][i], b[3][i]};
+      tw[i][g] = word4(col);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    *reinterpret_cast<uint4*>(out_t + (c0 + i) * rows + r0) = make_uint4(tw[i][0], tw[i][1], tw[i][2], tw[i][3]);
+  return m;
+}
+// The cast's scale (see Fp8Cast); the first thread of the grid stores it and its inverse.
+__device__ __forceinline__ float cast_scale(const Fp8Cast& c) {
+  const float s = c.current ? fp8_scale(c.slot->amax, c.slot->fp8_max, c.margin_factor, c.slot->scale) : c.slot->scale;
+  return s;
+}
+__device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (c.current) c.slot->scale = s;
+    c.slot->scale_inv = 1.0f / s;
+  }
+}
+
+// The body of a kernel of one thread a 16 x 16 block of a [rows, 16 block_cols] tensor, consecutive threads on
+// consecutive 16-row blocks: block(r0, c0, scale) casts the thread's block (cast_block16) and returns its max
+// |value|; the cast's scale is derived and stored, the amax recorded (delayed), as every cast does.
+template <typename Block>
+__device__ __forceinline__ void cast_grid16(const Fp8Cast& c, int rows, std::int64_t block_cols, Block block) {
+  const float s = cast_scale(c);
+  const std::int64_t row_blocks = rows / 16, t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const float m = t < row_blocks * block_cols ? block(t % row_blocks * 16, t / row_blocks * 16, s) : 0.0f;
+  if (!c.current) block_amax_commit(m, c.slot);
+  store_scale(c, s);
 }
 // A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
 // Returns the eight's largest |value| for the caller's block_amax_commit.

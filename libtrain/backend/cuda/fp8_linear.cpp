@@ -127,15 +127,22 @@ void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStr
                {w.w8, w.k, false, &slot(l, g, kW)->scale_inv}, y, false, w.n, 0.0f, true, stream);
 }
 
+std::optional<Fp8Linears::GradFp8> Fp8Linears::grad_fp8(int l, Linear g, int rows) const {
+  if (tensorwise() || !use(l, rows)) return std::nullopt;
+  return GradFp8{{slot(l, g, kDy), options_.grads_e5m2(), false, options_.margin_factor()}, dy8_, dyt8_};
+}
+
 void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream) {
   const Weight& w = weight(l, g);
   Fp8Slot *sx = slot(l, g, kX), *sdy = slot(l, g, kDy);
   char& ready = dy_amax_ready_[static_cast<std::size_t>(index(l, g))];
-  // Tensorwise: dy's amax from its producer (grad_amax) or from a pass here, into the slot begin_backward zeroed.
-  if (tensorwise() && !ready) fp8_amax(dy, std::int64_t{rows} * w.n, sdy, stream);
+  if (dy) {
+    // Tensorwise: dy's amax from its producer (grad_amax) or from a pass here, into the slot begin_backward zeroed.
+    if (tensorwise() && !ready) fp8_amax(dy, std::int64_t{rows} * w.n, sdy, stream);
+    fp8_quantize(dy, rows, w.n, {sdy, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_, dyt8_,
+                 stream);
+  }
   ready = 0;
-  fp8_quantize(dy, rows, w.n, {sdy, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_, dyt8_,
-               stream);
   // x^T [k, rows] with the scale x was cast with in the forward (tensorwise: its activation slot's; its amax, max-ed
   // in again, is unchanged) or the slot's scale as it stands (delayed).
   fp8_quantize(x, rows, w.k, {sx, false, false, options_.margin_factor()}, nullptr, xq_, stream);

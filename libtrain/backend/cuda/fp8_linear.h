@@ -17,7 +17,9 @@
 //     amax pass runs for x again and both GEMMs of x see the same scale. The amaxes are zeroed once per micro-batch's
 //     forward (inputs) and backward (gradients), each tensor's slot being written by one producer in between.
 //   delayed: every slot is updated from its amax history at each micro-batch's forward (begin_forward), Transformer
-//     Engine's per-forward update; casts use the scale as it stands and record their tensor's amax for the next.
+//     Engine's per-forward update; casts use the scale as it stands and record their tensor's amax for the next, so
+//     the producers cast as they write: RMSNorm and SwiGLU forward the inputs, SwiGLU backward fc1's gradient (in
+//     FP8 only, both layouts: grad_fp8).
 // A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
 // slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
@@ -27,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "device_arena.h"
@@ -68,7 +71,16 @@ class Fp8Linears {
   // maxes dy's amax (rmsnorm_backward's dres_amax, swiglu_backward's dgu_amax), and backward() then casts dy without
   // an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
   Fp8Slot* grad_amax(int l, Linear g, int rows);
-  // The backward's operands: dy [rows, n] cast in both layouts, and x^T from x, the forward's bf16 input.
+  // Delayed: where a kernel writes linear g's output gradient in FP8 only, both layouts (swiglu_backward_fp8 for
+  // fc1's), the cast and the two destinations; cast_backward then takes dy null. Empty where dy is written in bf16
+  // (tensorwise: its amax must come first; the linear in bf16 at `rows`).
+  struct GradFp8 {
+    Fp8Cast cast;
+    fp8 *out, *out_t;
+  };
+  std::optional<GradFp8> grad_fp8(int l, Linear g, int rows) const;
+  // The backward's operands: dy [rows, n] cast in both layouts (null: grad_fp8's producer wrote them), and x^T from x,
+  // the forward's bf16 input.
   void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
   // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W, from the operands cast_backward just cast.
   void backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream);

@@ -2,13 +2,28 @@
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
 // Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
 // fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot; the backward
-// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast.
+// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast, or (delayed) write dgu in
+// FP8 only, both layouts, cast from the bf16 values it would write.
 #include "common.cuh"
 #include "fp8_common.cuh"
 #include "kernels.h"
 
 namespace dlm::train::cuda {
 namespace {
+
+// Eight columns' gradients, rounded to bf16: dh at d, gate at g (up ffn further).
+__device__ __forceinline__ void grad8(const bf16* d8, const bf16* g8, int ffn, Bf16x8& pg, Bf16x8& pu) {
+  float g[8], u[8], d[8], dg[8], du[8];
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8), g);
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8 + ffn), u);
+  unpack8(*reinterpret_cast<const Bf16x8*>(d8), d);
+  for (int k = 0; k < 8; ++k) {
+    const float sg = 1.0f / (1.0f + __expf(-g[k]));
+    dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
+    du[k] = d[k] * g[k] * sg;
+  }
+  pg = pack8(dg), pu = pack8(du);
+}
 
 // Grid-stride: with an FP8 amax the grid is bounded (fp8_grid), so that each block's one atomic stays few.
 __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
@@ -37,21 +52,34 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
-    float g[8], u[8], d[8], dg[8], du[8];
-    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
-    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
-    unpack8(*reinterpret_cast<const Bf16x8*>(dh + row * ffn + col), d);
-    for (int k = 0; k < 8; ++k) {
-      const float sg = 1.0f / (1.0f + __expf(-g[k]));
-      dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
-      du[k] = d[k] * g[k] * sg;
-    }
-    const Bf16x8 pg = pack8(dg), pu = pack8(du);
+    Bf16x8 pg, pu;
+    grad8(dh + row * ffn + col, gu + row * 2 * ffn + col, ffn, pg, pu);
     *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
     *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
     if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
   }
   if (amax) block_amax_commit(m, amax);
+}
+
+// The backward straight into FP8 (no bf16 dgu): a thread a 16-row, 16-column block of the gate's gradient and the
+// same block of the up's, each cast in both layouts (cast_block16) from the bf16 values swiglu_bwd would write.
+__global__ void __launch_bounds__(256) swiglu_bwd_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Cast c,
+                                                      fp8* out, fp8* out_t) {
+  cast_grid16(c, rows, ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    float m = 0.0f;
+    for (int half = 0; half < 2; ++half)  // gate, up
+      m = fmaxf(m, cast_block16(
+                       [&](int j, float* a) {
+                         const std::int64_t r = r0 + j;
+                         for (int h = 0; h < 2; ++h) {
+                           Bf16x8 pg, pu;
+                           grad8(dh + r * ffn + c0 + 8 * h, gu + r * 2 * ffn + c0 + 8 * h, ffn, pg, pu);
+                           unpack8(half ? pu : pg, a + 8 * h);
+                         }
+                       },
+                       r0, c0 + half * ffn, rows, 2 * ffn, s, c.e5m2, out, out_t));
+    return m;
+  });
 }
 
 // One thread a vector, or with an amax at most 8 blocks a multiprocessor looping.
@@ -72,6 +100,12 @@ void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t row
                      Fp8Slot* dgu_amax) {
   const std::int64_t vecs = rows * (ffn / 8);
   swiglu_bwd<<<grid(vecs, dgu_amax != nullptr), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn, dgu_amax);
+}
+
+void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
+                         fp8* out_t, cudaStream_t stream) {
+  const std::int64_t threads = std::int64_t{rows / 16} * (ffn / 16);
+  swiglu_bwd_fp8<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
 }
 
 }  // namespace dlm::train::cuda
