@@ -26,9 +26,11 @@ __device__ __forceinline__ void store_fp8x8(const float* v, float scale, bool e5
   for (int i = 0; i < 8; ++i) p.b[i] = to_fp8(v[i] * scale, e5m2);
   *reinterpret_cast<uint2*>(dst) = p.u;
 }
-// *addr = max(*addr, v) for non-negative floats (their bit patterns order as integers); NaN is skipped.
+// *addr = max(*addr, v) for non-negative floats (their bit patterns order as integers); NaN is skipped. The value
+// only grows, so a v not above what L2 holds now (never above the final value) needs no atomic: most of a tensor's
+// blocks queue none on the one address.
 __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
-  if (v > 0.0f) atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+  if (v > 0.0f && v > __ldcg(addr)) atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
 }
 // The warp's largest `v` max-ed into slot->amax by its first lane (every lane of the warp must call).
 __device__ __forceinline__ void warp_amax_commit(float v, Fp8Slot* slot) {
