@@ -61,24 +61,24 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
   if (amax) block_amax_commit(m, amax);
 }
 
-// The backward straight into FP8 (no bf16 dgu): a thread a 16-row, 16-column block of the gate's gradient and the
-// same block of the up's, each cast in both layouts (cast_block16) from the bf16 values swiglu_bwd would write.
-__global__ void __launch_bounds__(256) swiglu_bwd_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Cast c,
+// The backward straight into FP8 (no bf16 dgu): a thread a 16-row, 16-column block of dgu (of the gate's gradient
+// or the up's), cast in both layouts (cast_block16) from the bf16 values swiglu_bwd would write.
+__global__ void __launch_bounds__(256, 2) swiglu_bwd_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Cast c,
                                                       fp8* out, fp8* out_t) {
-  cast_grid16(c, rows, ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
-    float m = 0.0f;
-    for (int half = 0; half < 2; ++half)  // gate, up
-      m = fmaxf(m, cast_block16(
-                       [&](int j, float* a) {
-                         const std::int64_t r = r0 + j;
-                         for (int h = 0; h < 2; ++h) {
-                           Bf16x8 pg, pu;
-                           grad8(dh + r * ffn + c0 + 8 * h, gu + r * 2 * ffn + c0 + 8 * h, ffn, pg, pu);
-                           unpack8(half ? pu : pg, a + 8 * h);
-                         }
-                       },
-                       r0, c0 + half * ffn, rows, 2 * ffn, s, c.e5m2, out, out_t));
-    return m;
+  cast_grid16(c, rows, 2 * ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    const bool up = c0 >= ffn;
+    const std::int64_t col = up ? c0 - ffn : c0;
+    return cast_block16(
+        [&](int j, float* a) {
+          const std::int64_t r = r0 + j;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            Bf16x8 pg, pu;
+            grad8(dh + r * ffn + col + 8 * h, gu + r * 2 * ffn + col + 8 * h, ffn, pg, pu);
+            unpack8(up ? pu : pg, a + 8 * h);
+          }
+        },
+        r0, c0, rows, 2 * ffn, s, c.e5m2, out, out_t);
   });
 }
 
