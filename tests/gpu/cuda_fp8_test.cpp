@@ -375,7 +375,7 @@ TEST(Fp8Cast, SwigluBackwardInFp8MatchesTheSeparateCast) {
       const auto fs = read_slot(s.get() + 1), ss = read_slot(s.get());
       EXPECT_EQ(fs.amax, amax);
       EXPECT_EQ(ss.amax, amax);
-      EXPECT_EQ(fs.scale_inv, 1.0f / scale);
+      EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale);
     }
 }
 
