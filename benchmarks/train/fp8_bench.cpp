@@ -134,6 +134,17 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
   const double one = dlm::bench::time_ms([&] { cuda::swiglu_backward_fp8(act, gu, T, ffn, e5m2, g8, gt8, nullptr); }, reps);
   std::printf("%-13s swiglu bwd [%d, %d] + cast (both layouts) %.3f ms, straight into FP8 %.3f ms\n", model.name, T,
               ffn, two, one);
+  // Delayed, fc2's input: SwiGLU's forward with its fused row-major cast, then the backward's transposed cast of h,
+  // against the forward straight into FP8 in both layouts.
+  const cuda::Fp8Out fused_h{g8, slots, false};
+  const cuda::Fp8Cast e4m3{slots, false, false, 1.0f};
+  const double fwd_two = dlm::bench::time_ms([&] {
+    cuda::swiglu_forward(gu, act, T, ffn, nullptr, &fused_h);
+    cuda::fp8_quantize(act, T, ffn, e4m3, nullptr, gt8, nullptr);
+  }, reps);
+  const double fwd_one = dlm::bench::time_ms([&] { cuda::swiglu_forward_fp8(gu, T, ffn, e4m3, g8, gt8, nullptr); }, reps);
+  std::printf("%-13s swiglu fwd [%d, %d] with its cast + the transposed cast %.3f ms, straight into FP8 %.3f ms\n",
+              model.name, T, ffn, fwd_two, fwd_one);
   cudaFree(g8), cudaFree(gt8);
   for (void* p : {static_cast<void*>(h), static_cast<void*>(out), static_cast<void*>(q), static_cast<void*>(nw),
                   static_cast<void*>(rstd), static_cast<void*>(dres), static_cast<void*>(gu), static_cast<void*>(act),

@@ -1,7 +1,7 @@
 // FP8 on the device (backend/cuda/fp8_cast.h, Gemm::run_fp8): the GEMMs of a linear layer's forward and backward
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
 // updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
-// and SwiGLU (forward and backward, SwiGLU's backward straight into FP8) against the separate cast.
+// and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways) against the separate cast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -342,9 +342,9 @@ TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
   }
 }
 
-// SwiGLU's backward straight into FP8 (delayed: the scale as it stands) writes what swiglu_backward then the
-// separate cast write, byte for byte in both layouts, and records the same amax.
-TEST(Fp8Cast, SwigluBackwardInFp8MatchesTheSeparateCast) {
+// SwiGLU's forward and backward straight into FP8 (delayed: the scale as it stands) write what swiglu_forward /
+// swiglu_backward then the separate cast write, byte for byte in both layouts, and record the same amax.
+TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(13);
   for (const int ffn : {352, 1024})
@@ -376,6 +376,22 @@ TEST(Fp8Cast, SwigluBackwardInFp8MatchesTheSeparateCast) {
       EXPECT_EQ(fs.amax, amax);
       EXPECT_EQ(ss.amax, amax);
       EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale);
+      // The forward: h [rows, ffn].
+      const std::size_t hn = std::size_t(rows) * ffn;
+      ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      DeviceVec<bf16> h(hn);
+      DeviceVec<fp8> hs(hn), hs_t(hn), hf(hn), hf_t(hn);
+      swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
+      fp8_quantize(h.get(), rows, ffn, {s.get(), e5m2, false, 1.0f}, hs.get(), hs_t.get(), nullptr);
+      swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, hf.get(), hf_t.get(), nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      EXPECT_EQ(hf.download(), hs.download());
+      EXPECT_EQ(hf_t.download(), hs_t.download());
+      float hmax = 0;
+      for (float v : gpu_test::to_float(h.download())) hmax = std::max(hmax, std::abs(v));
+      EXPECT_EQ(read_slot(s.get() + 1).amax, hmax);
+      EXPECT_EQ(read_slot(s.get()).amax, hmax);
     }
 }
 

@@ -146,8 +146,11 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   }
   mark("gemm fc1 fwd");
-  if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
-  swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
+  // Delayed FP8: h straight into FP8, its transpose kept in A.act's bytes for fc2's backward (Fp8Linears::swiglu_forward).
+  if (!(f8_mlp && f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st))) {
+    if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
+    swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
+  }
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
   if (f8_mlp) {

@@ -84,15 +84,15 @@ void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int 
     work_rows_ = rows;
   }
   act_slot_ = act_slot;
-  if (!tensorwise()) return;
   while (x_slots_.size() <= static_cast<std::size_t>(act_slot)) {
     // Scale 1 until the first amax (fp8_scale keeps the previous scale for an amax of 0).
     const std::vector<Fp8Slot> init(weights_.size(), {.scale_inv = 1.0f, .amax = 0.0f, .scale = 1.0f, .fp8_max = kFp8E4m3Max});
     Fp8Slot* s = slot_arena_.alloc<Fp8Slot>(static_cast<std::int64_t>(init.size()));
     check_cuda(cudaMemcpy(s, init.data(), init.size() * sizeof(Fp8Slot), cudaMemcpyHostToDevice), "FP8 slots");
     x_slots_.push_back(s);
+    kept_t_.emplace_back(weights_.size(), nullptr);
   }
-  zero_amaxes(x_slots_[static_cast<std::size_t>(act_slot)], static_cast<int>(weights_.size()), 1, stream);
+  if (tensorwise()) zero_amaxes(x_slots_[static_cast<std::size_t>(act_slot)], static_cast<int>(weights_.size()), 1, stream);
 }
 
 void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
@@ -113,6 +113,20 @@ void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused
   if (fused && !tensorwise()) return;  // the producer cast it
   if (!fused && tensorwise()) fp8_amax(x, std::int64_t{rows} * w.k, s, stream);  // zeroed by begin_forward
   fp8_quantize(x, rows, w.k, {s, false, tensorwise(), options_.margin_factor()}, xq_, nullptr, stream);
+}
+
+bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream) {
+  if (!use(l, rows)) return false;
+  const auto i = static_cast<std::size_t>(index(l, kFc2)), a = static_cast<std::size_t>(act_slot_);
+  kept_t_[a][i] = nullptr;
+  if (tensorwise() || ffn % 16 != 0) return false;
+  Fp8Slot* s = slot(l, kFc2, kX);
+  swiglu_forward_fp8(gu, rows, ffn, {s, false, false, options_.margin_factor()}, xq_, keep_t, stream);
+  // The scale keep_t was cast with, for the backward (a pipeline schedule's next forward may move the slot's).
+  check_cuda(cudaMemcpyAsync(&x_slots_[a][i].scale_inv, &s->scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, stream),
+             "FP8 kept scale");
+  kept_t_[a][i] = keep_t;
+  return true;
 }
 
 Fp8Slot* Fp8Linears::grad_amax(int l, Linear g, int rows) {
@@ -143,17 +157,23 @@ void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const 
                  stream);
   }
   ready = 0;
+  const auto i = static_cast<std::size_t>(index(l, g)), a = static_cast<std::size_t>(act_slot_);
+  if (const fp8* kept = kept_t_[a][i]) {  // the forward's (swiglu_forward)
+    xt_ = kept, xt_scale_inv_ = &x_slots_[a][i].scale_inv;
+    return;
+  }
   // x^T [k, rows] with the scale x was cast with in the forward (tensorwise: its activation slot's; its amax, max-ed
   // in again, is unchanged) or the slot's scale as it stands (delayed).
   fp8_quantize(x, rows, w.k, {sx, false, false, options_.margin_factor()}, nullptr, xq_, stream);
+  xt_ = xq_, xt_scale_inv_ = &sx->scale_inv;
 }
 
 void Fp8Linears::backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream) {
   const Weight& w = weight(l, g);
   const bool e5m2 = options_.grads_e5m2();
-  Fp8Slot *sx = slot(l, g, kX), *sw = slot(l, g, kW), *sdy = slot(l, g, kDy);
-  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, e5m2, &sdy->scale_inv}, {xq_, rows, false, &sx->scale_inv}, dw, true,
-               w.k, beta, false, stream);
+  Fp8Slot *sw = slot(l, g, kW), *sdy = slot(l, g, kDy);
+  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, e5m2, &sdy->scale_inv}, {xt_, rows, false, xt_scale_inv_}, dw, true, w.k,
+               beta, false, stream);
   gemm.run_fp8(rows, w.k, w.n, {dy8_, w.n, e5m2, &sdy->scale_inv}, {w.wt8, w.n, false, &sw->scale_inv}, dx, false,
                w.k, 0.0f, false, stream);
 }

@@ -65,6 +65,12 @@ class Fp8Linears {
   // then cast_input(..., fused = true); otherwise cast_input alone.
   Fp8Out producer_out(int l, Linear g, cudaStream_t stream);
   void cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream);
+  // Delayed, fc2 of local layer l at `rows` rows: SwiGLU's forward straight into FP8 (swiglu_forward_fp8): fc2's
+  // input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the caller's: the layer's bf16 h
+  // buffer, which nothing else reads then), kept with the scale it was cast with for the backward, whose x^T cast it
+  // replaces (cast_backward). False, nothing enqueued, under tensorwise (the amax comes first), where fc2 runs in
+  // bf16, or ffn % 16 != 0: the caller runs swiglu_forward (and cast_input).
+  bool swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream);
   // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
   void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
   // For the kernel that writes linear g's whole output gradient dy [rows, n] (tensorwise): the slot into which it
@@ -80,7 +86,7 @@ class Fp8Linears {
   };
   std::optional<GradFp8> grad_fp8(int l, Linear g, int rows) const;
   // The backward's operands: dy [rows, n] cast in both layouts (null: grad_fp8's producer wrote them), and x^T from x,
-  // the forward's bf16 input.
+  // the forward's bf16 input (unless the forward kept x^T: swiglu_forward).
   void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
   // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W, from the operands cast_backward just cast.
   void backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream);
@@ -108,7 +114,11 @@ class Fp8Linears {
   std::vector<Weight> weights_;   // per FP8 linear
   Fp8Slot* slots_ = nullptr;      // per FP8 linear, per operand
   float* history_ = nullptr;      // per slot, amax_history_len (delayed)
-  std::vector<Fp8Slot*> x_slots_;  // tensorwise: per activation slot, per FP8 linear, its input's scale
+  // Per activation slot, per FP8 linear: tensorwise its input's slot; delayed the scale_inv of a kept x^T.
+  std::vector<Fp8Slot*> x_slots_;
+  std::vector<std::vector<const fp8*>> kept_t_;  // per activation slot, per FP8 linear: x^T kept by the forward
+  const fp8* xt_ = nullptr;                     // the x^T and its scale_inv the next backward() reads
+  const float* xt_scale_inv_ = nullptr;
   int act_slot_ = 0;
   std::vector<char> dy_amax_ready_;  // per FP8 linear: grad_amax was handed out, backward() skips the amax pass
   int slot_count_ = 0, max_k_ = 0, max_n_ = 0;

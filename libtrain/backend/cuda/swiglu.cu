@@ -2,8 +2,9 @@
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
 // Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
 // fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot; the backward
-// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast, or (delayed) write dgu in
-// FP8 only, both layouts, cast from the bf16 values it would write.
+// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast. Delayed, either may write
+// its output in FP8 only, both layouts, cast from the bf16 values it would write (swiglu_forward_fp8: fc2's input,
+// swiglu_backward_fp8: fc1's output gradient).
 #include "common.cuh"
 #include "fp8_common.cuh"
 #include "kernels.h"
@@ -25,20 +26,26 @@ __device__ __forceinline__ void grad8(const bf16* d8, const bf16* g8, int ffn, B
   pg = pack8(dg), pu = pack8(du);
 }
 
-// Grid-stride: with an FP8 amax the grid is bounded (fp8_grid), so that each block's one atomic stays few.
+// Eight columns of h, rounded to bf16: gate at g8, up ffn further.
+__device__ __forceinline__ Bf16x8 act8(const bf16* g8, int ffn) {
+  float g[8], u[8];
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8), g);
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8 + ffn), u);
+  for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
+  return pack8(g);
+}
+
+// Grid-stride: with an FP8 amax the grid is bounded (grid()), so that each block's one atomic stays few.
 __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
   float m = 0.0f;  // the FP8 cast's amax; every thread reaches the block's commit below
   const int per_row = ffn / 8;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
-    float g[8], u[8];
-    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
-    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
-    for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
-    const Bf16x8 p = pack8(g);
+    const Bf16x8 p = act8(gu + row * 2 * ffn + col, ffn);
     *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
     if (f8.slot) {
+      float g[8];
       unpack8(p, g);
       m = fmaxf(m, fused_fp8x8(g, f8, row * ffn + col));
     }
@@ -59,6 +66,21 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
     if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
   }
   if (amax) block_amax_commit(m, amax);
+}
+
+// The forward straight into FP8 (no bf16 h): a thread a 16 x 16 block of h, cast in both layouts (cast_block16)
+// from the bf16 values swiglu_fwd would write.
+__global__ void __launch_bounds__(256, 2) swiglu_fwd_fp8(const bf16* gu, int rows, int ffn, Fp8Cast c, fp8* out,
+                                                      fp8* out_t) {
+  cast_grid16(c, rows, ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    return cast_block16(
+        [&](int j, float* a) {
+          const bf16* g8 = gu + (r0 + j) * 2 * ffn + c0;
+          unpack8(act8(g8, ffn), a);
+          unpack8(act8(g8 + 8, ffn), a + 8);
+        },
+        r0, c0, rows, ffn, s, c.e5m2, out, out_t);
+  });
 }
 
 // The backward straight into FP8 (no bf16 dgu): a thread a 16-row, 16-column block of dgu (of the gate's gradient
@@ -106,6 +128,12 @@ void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, cons
                          fp8* out_t, cudaStream_t stream) {
   const std::int64_t threads = std::int64_t{rows / 16} * (ffn / 16);
   swiglu_bwd_fp8<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
+}
+
+void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
+                        cudaStream_t stream) {
+  const std::int64_t threads = std::int64_t{rows / 16} * (ffn / 16);
+  swiglu_fwd_fp8<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(gu, rows, ffn, cast, out, out_t);
 }
 
 }  // namespace dlm::train::cuda
