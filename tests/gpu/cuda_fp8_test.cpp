@@ -61,6 +61,14 @@ std::vector<float> transpose(const std::vector<float>& a, int rows, int cols) {
   return t;
 }
 
+// How many bytes of a and b differ (sizes equal): a failure names the count, not two dumps.
+std::size_t differing(const std::vector<fp8>& a, const std::vector<fp8>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+  return n;
+}
+
 struct LinearShape {
   int tokens, in, out;
 };
@@ -305,8 +313,8 @@ TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
     EXPECT_EQ(fs.amax, amax);
     EXPECT_EQ(fs.amax, ss.amax);
     EXPECT_EQ(fs.scale, ss.scale);
-    EXPECT_EQ(cast.download(), separate.download());
-    EXPECT_EQ(cast_t.download(), separate_t.download());
+    EXPECT_EQ(differing(cast.download(), separate.download()), 0u) << "row-major";
+    EXPECT_EQ(differing(cast_t.download(), separate_t.download()), 0u) << "transposed";
   };
   // The four forms of rmsnorm_backward: rows at a time (1024), one vector a thread (2048), a warp a row (208), a
   // block a row (2064); rows a multiple of 16 for the transposed cast.
@@ -368,14 +376,14 @@ TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
       swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, fused.get(), fused_t.get(),
                           nullptr);
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-      EXPECT_EQ(fused.download(), separate.download());
-      EXPECT_EQ(fused_t.download(), separate_t.download());
+      EXPECT_EQ(differing(fused.download(), separate.download()), 0u) << "backward, row-major";
+      EXPECT_EQ(differing(fused_t.download(), separate_t.download()), 0u) << "backward, transposed";
       float amax = 0;
       for (float v : gpu_test::to_float(dgu.download())) amax = std::max(amax, std::abs(v));
       const auto fs = read_slot(s.get() + 1), ss = read_slot(s.get());
-      EXPECT_EQ(fs.amax, amax);
-      EXPECT_EQ(ss.amax, amax);
-      EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale);
+      EXPECT_EQ(fs.amax, amax) << "backward";
+      EXPECT_EQ(ss.amax, amax) << "backward";
+      EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale) << "backward";
       // The forward: h [rows, ffn].
       const std::size_t hn = std::size_t(rows) * ffn;
       ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
@@ -386,12 +394,12 @@ TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
       fp8_quantize(h.get(), rows, ffn, {s.get(), e5m2, false, 1.0f}, hs.get(), hs_t.get(), nullptr);
       swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, hf.get(), hf_t.get(), nullptr);
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-      EXPECT_EQ(hf.download(), hs.download());
-      EXPECT_EQ(hf_t.download(), hs_t.download());
+      EXPECT_EQ(differing(hf.download(), hs.download()), 0u) << "forward, row-major";
+      EXPECT_EQ(differing(hf_t.download(), hs_t.download()), 0u) << "forward, transposed";
       float hmax = 0;
       for (float v : gpu_test::to_float(h.download())) hmax = std::max(hmax, std::abs(v));
-      EXPECT_EQ(read_slot(s.get() + 1).amax, hmax);
-      EXPECT_EQ(read_slot(s.get()).amax, hmax);
+      EXPECT_EQ(read_slot(s.get() + 1).amax, hmax) << "forward";
+      EXPECT_EQ(read_slot(s.get()).amax, hmax) << "forward";
     }
 }
 

@@ -39,8 +39,7 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
 }
 
 constexpr int kBlockThreads = 256;
-// A thread a 16 x 16 block (cast_block16); consecutive threads take consecutive 16-row blocks. rows % 16 == 0,
-// cols % 16 == 0.
+// A thread a 16 x 16 block (cast_grid16, cast_block16). rows % 16 == 0, cols % 16 == 0.
 __global__ void __launch_bounds__(kBlockThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
                                                                     fp8* out, fp8* out_t) {
   cast_grid16(c, rows, cols / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
@@ -90,9 +89,7 @@ void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* o
     quantize_rows<<<grid_for(vecs), kThreads, 0, stream>>>(x, vecs, cast, out);
     return;
   }
-  const std::int64_t threads = std::int64_t{rows / 16} * (cols / 16);
-  quantize_transpose<<<static_cast<unsigned>((threads + kBlockThreads - 1) / kBlockThreads), kBlockThreads, 0,
-                         stream>>>(x, rows, cols, cast, out, out_t);
+  quantize_transpose<<<cast_grid16_blocks(rows, cols / 16), kBlockThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
 }
 
 void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin_factor,

@@ -65,9 +65,8 @@ __device__ __forceinline__ std::uint32_t word4(const std::uint32_t* b) {
 // One thread's 16 x 16 block at (r0, c0) of a [rows, cols] tensor cast with `scale` into out [rows, cols] (may be
 // null) and out_t [cols, rows], in registers: row(j, v) gives the block's row j (16 values, as the bf16 tensor holds
 // them), each row's 16 bytes are stored row-major and the 16 x 16 bytes transposed into 16 stores of 16 bytes, one
-// a column. With consecutive threads on consecutive 16-row blocks a warp's stores to a row of the transpose are
-// 512 contiguous bytes (a shared-memory tile whose threads read single bytes of a column ran at half the bandwidth:
-// fp8_bench). Returns the block's max |value|.
+// a column (a shared-memory tile whose threads read single bytes of a column ran at a third of the row-major cast's
+// bandwidth: fp8_bench). Returns the block's max |value|.
 template <typename Row>
 __device__ __forceinline__ float cast_block16(Row row, std::int64_t r0, std::int64_t c0, std::int64_t rows,
                                               std::int64_t cols, float scale, bool e5m2, fp8* out, fp8* out_t) {
@@ -109,16 +108,34 @@ __device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
   }
 }
 
-// The body of a kernel of one thread a 16 x 16 block of a [rows, 16 block_cols] tensor, consecutive threads on
-// consecutive 16-row blocks: block(r0, c0, scale) casts the thread's block (cast_block16) and returns its max
-// |value|; the cast's scale is derived and stored, the amax recorded (delayed), as every cast does.
+// The body of a kernel of one thread a 16 x 16 block of a [rows, 16 block_cols] tensor: block(r0, c0, scale) casts
+// the thread's block (cast_block16) and returns its max |value|; the cast's scale is derived and stored, the amax
+// recorded (delayed), as every cast does. A warp takes 4 row blocks by 8 column blocks, so that its loads are runs
+// of 256 bytes of a row, its stores runs of 128 bytes of a row and of 64 of a row of the transpose (a warp down 32
+// row blocks, whose loads were 32-byte pieces of 32 rows, ran at a third of the row-major cast's bandwidth).
+constexpr int kGridRowBlocks = 4, kGridColBlocks = 8;  // a warp's
+__device__ __forceinline__ void cast_grid16_block(int rows, std::int64_t block_cols, std::int64_t& r0, std::int64_t& c0) {
+  const std::int64_t row_groups = (rows / 16 + kGridRowBlocks - 1) / kGridRowBlocks,
+                     warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  r0 = (warp % row_groups * kGridRowBlocks + lane % kGridRowBlocks) * 16;
+  c0 = (warp / row_groups * kGridColBlocks + lane / kGridRowBlocks) * 16;
+  if (r0 >= rows || c0 >= block_cols * 16) r0 = c0 = -1;  // past the tensor
+}
 template <typename Block>
 __device__ __forceinline__ void cast_grid16(const Fp8Cast& c, int rows, std::int64_t block_cols, Block block) {
   const float s = cast_scale(c);
-  const std::int64_t row_blocks = rows / 16, t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const float m = t < row_blocks * block_cols ? block(t % row_blocks * 16, t / row_blocks * 16, s) : 0.0f;
+  std::int64_t r0, c0;
+  cast_grid16_block(rows, block_cols, r0, c0);
+  const float m = r0 >= 0 ? block(r0, c0, s) : 0.0f;
   if (!c.current) block_amax_commit(m, c.slot);
   store_scale(c, s);
+}
+// The grid of 256-thread blocks a cast_grid16 kernel takes for [rows, 16 block_cols].
+inline unsigned cast_grid16_blocks(int rows, std::int64_t block_cols) {
+  const std::int64_t warps = (rows / 16 + kGridRowBlocks - 1) / kGridRowBlocks *
+                             ((block_cols + kGridColBlocks - 1) / kGridColBlocks);
+  return static_cast<unsigned>((warps + 7) / 8);
 }
 // A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
 // Returns the eight's largest |value| for the caller's block_amax_commit.

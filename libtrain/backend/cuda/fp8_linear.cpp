@@ -76,6 +76,7 @@ void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int 
     }
     weights_stale_ = false;
   }
+  rows_ = rows;
   if (rows > work_rows_) {
     work_arena_.release();
     xq_ = work_arena_.alloc<fp8>(rows * max_k_);

@@ -23,7 +23,7 @@
 // A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
 // slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
-// A GEMM whose rows are not a multiple of 16 (the last layer's packed loss rows) runs in bf16 (use()).
+// The last layer's MLP on the packed loss rows, and a GEMM whose rows are not a multiple of 16, run in bf16 (use()).
 // Not yet: the amax reduction over data- and tensor-parallel groups (each rank scales its own tensors).
 #pragma once
 
@@ -58,8 +58,13 @@ class Fp8Linears {
   // A micro-batch's backward begins, of the forward that ran in act_slot: the gradients' amaxes zeroed (tensorwise).
   // Before the first producer of a gradient (the head's RMSNorm backward).
   void begin_backward(int act_slot, cudaStream_t stream);
-  // Whether local layer l's linear layers run in FP8 at `rows` rows.
-  bool use(int l, int rows) const { return base_[static_cast<std::size_t>(l)] >= 0 && rows % 16 == 0; }
+  // Whether local layer l's linear layers run in FP8 at `rows` rows: an FP8 layer at the micro-batch's full row count
+  // (begin_forward's), a multiple of 16. The last layer's MLP on the packed loss rows stays bf16: its row count
+  // changes every micro-batch, and each new count would be a new FP8 GEMM shape whose algorithm is asked for and
+  // timed anew (Gemm's tuning waits on the device), where the bf16 GEMMs reuse one for the family (Gemm::RowFamily).
+  bool use(int l, int rows) const {
+    return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_ && rows % 16 == 0;
+  }
 
   // The forward's input cast. Fused: the Fp8Out for the kernel that produces x (rmsnorm_forward, swiglu_forward),
   // then cast_input(..., fused = true); otherwise cast_input alone.
@@ -122,7 +127,7 @@ class Fp8Linears {
   int act_slot_ = 0;
   std::vector<char> dy_amax_ready_;  // per FP8 linear: grad_amax was handed out, backward() skips the amax pass
   int slot_count_ = 0, max_k_ = 0, max_n_ = 0;
-  std::int64_t work_rows_ = 0;
+  std::int64_t work_rows_ = 0, rows_ = 0;  // the work buffers' rows; the current micro-batch's
   fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;  // [rows, max_k] (x, then x^T), [rows, max_n] twice
   bool weights_stale_ = true;
   DeviceArena slot_arena_, weight_arena_, work_arena_;

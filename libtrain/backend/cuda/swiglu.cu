@@ -126,14 +126,13 @@ void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t row
 
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream) {
-  const std::int64_t threads = std::int64_t{rows / 16} * (ffn / 16);
-  swiglu_bwd_fp8<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
+  // The gate's column blocks, then the up's.
+  swiglu_bwd_fp8<<<cast_grid16_blocks(rows, 2 * ffn / 16), 256, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
 }
 
 void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
                         cudaStream_t stream) {
-  const std::int64_t threads = std::int64_t{rows / 16} * (ffn / 16);
-  swiglu_fwd_fp8<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(gu, rows, ffn, cast, out, out_t);
+  swiglu_fwd_fp8<<<cast_grid16_blocks(rows, ffn / 16), 256, 0, stream>>>(gu, rows, ffn, cast, out, out_t);
 }
 
 }  // namespace dlm::train::cuda
