@@ -65,8 +65,7 @@ __device__ __forceinline__ std::uint32_t word4(const std::uint32_t* b) {
 // One thread's 16 x 16 block at (r0, c0) of a [rows, cols] tensor cast with `scale` into out [rows, cols] (may be
 // null) and out_t [cols, rows], in registers: row(j, v) gives the block's row j (16 values, as the bf16 tensor holds
 // them), each row's 16 bytes are stored row-major and the 16 x 16 bytes transposed into 16 stores of 16 bytes, one
-// a column (a shared-memory tile whose threads read single bytes of a column ran at a third of the row-major cast's
-// bandwidth: fp8_bench). Returns the block's max |value|.
+// a column (no shared-memory tile read a byte at a time). Returns the block's max |value|.
 template <typename Row>
 __device__ __forceinline__ float cast_block16(Row row, std::int64_t r0, std::int64_t c0, std::int64_t rows,
                                               std::int64_t cols, float scale, bool e5m2, fp8* out, fp8* out_t) {
@@ -112,7 +111,7 @@ __device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
 // the thread's block (cast_block16) and returns its max |value|; the cast's scale is derived and stored, the amax
 // recorded (delayed), as every cast does. A warp takes 4 row blocks by 8 column blocks, so that its loads are runs
 // of 256 bytes of a row, its stores runs of 128 bytes of a row and of 64 of a row of the transpose (a warp down 32
-// row blocks, whose loads were 32-byte pieces of 32 rows, ran at a third of the row-major cast's bandwidth).
+// row blocks would read 32-byte pieces of 32 rows, which DRAM serves far below its bandwidth: fp8_bench).
 constexpr int kGridRowBlocks = 4, kGridColBlocks = 8;  // a warp's
 __device__ __forceinline__ void cast_grid16_block(int rows, std::int64_t block_cols, std::int64_t& r0, std::int64_t& c0) {
   const std::int64_t row_groups = (rows / 16 + kGridRowBlocks - 1) / kGridRowBlocks,
