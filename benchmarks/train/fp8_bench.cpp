@@ -2,7 +2,8 @@
 // MegaDLMs 1.7B (tokens = micro-batch x 2048), the forward, data-gradient and weight-gradient GEMMs in bf16
 // (Gemm::run, tuned) and in FP8 (Gemm::run_fp8: e4m3 x e4m3 forward with fast accumulation, e5m2 x e4m3 backward),
 // TFLOP/s and the ratio; then the casts' bandwidth (bytes read + written per second): amax, the row-major cast, the
-// transposed cast (both layouts, the backward's dy), and RMSNorm's forward with and without its fused cast.
+// transposed cast (both layouts, the backward's dy), RMSNorm's forward with and without its fused cast, and the
+// gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward) with and without their fused amax.
 // usage: fp8_bench [REPS=20]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -100,8 +101,54 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
       [&] { cuda::rmsnorm_forward(h, nullptr, nullptr, nw, out, rstd, T, model.hidden, 1e-6f, nullptr, &fused); }, reps);
   std::printf("%-13s rmsnorm fwd [%d, %d]: %.3f ms, with the fused FP8 cast %.3f ms\n", model.name, T, model.hidden,
               plain, cast);
+  // The gradients' producers alone and with the fused amax (tensorwise): RMSNorm's backward, SwiGLU's forward and
+  // backward (ffn: fc2's input width).
+  const int ffn = model.linears.back().k;
+  const std::size_t gs = std::size_t(T) * ffn;
+  bf16 *dres = dlm::bench::device_alloc<bf16>(hs), *gu = dlm::bench::device_alloc<bf16>(2 * gs),
+       *act = dlm::bench::device_alloc<bf16>(gs), *dgu = dlm::bench::device_alloc<bf16>(2 * gs);
+  float *ndw = dlm::bench::device_alloc<float>(model.hidden),
+        *partial = dlm::bench::device_alloc<float>(cuda::rmsnorm_partial_floats(T, model.hidden));
+  dlm::bench::fill_random(dres, hs, 7), dlm::bench::fill_random(gu, 2 * gs, 9), dlm::bench::fill_random(act, gs, 11);
+  const cuda::Fp8Out amax_only{nullptr, slots, false};
+  auto norm_bwd = [&](cuda::Fp8Slot* amax) {
+    return dlm::bench::time_ms([&] {
+      cuda::rmsnorm_backward(h, out, nw, rstd, dres, true, ndw, partial, T, model.hidden, nullptr, amax);
+    }, reps);
+  };
+  const double nb = norm_bwd(nullptr), nba = norm_bwd(slots);
+  const double sf = dlm::bench::time_ms([&] { cuda::swiglu_forward(gu, act, T, ffn, nullptr); }, reps);
+  const double sfa = dlm::bench::time_ms([&] { cuda::swiglu_forward(gu, act, T, ffn, nullptr, &amax_only); }, reps);
+  const double sb = dlm::bench::time_ms([&] { cuda::swiglu_backward(act, gu, dgu, T, ffn, nullptr); }, reps);
+  const double sba = dlm::bench::time_ms([&] { cuda::swiglu_backward(act, gu, dgu, T, ffn, nullptr, slots); }, reps);
+  std::printf("%-13s with the fused amax: rmsnorm bwd [%d, %d] %.3f / %.3f ms, swiglu fwd [%d, %d] %.3f / %.3f ms, "
+              "swiglu bwd %.3f / %.3f ms\n",
+              model.name, T, model.hidden, nb, nba, T, ffn, sf, sfa, sb, sba);
+  // Delayed: SwiGLU's backward into bf16 then the cast in both layouts, against the backward straight into FP8.
+  fp8 *g8 = dlm::bench::device_alloc<fp8>(2 * gs), *gt8 = dlm::bench::device_alloc<fp8>(2 * gs);
+  const cuda::Fp8Cast e5m2{slots + 1, true, false, 1.0f};
+  const double two = dlm::bench::time_ms([&] {
+    cuda::swiglu_backward(act, gu, dgu, T, ffn, nullptr);
+    cuda::fp8_quantize(dgu, T, 2 * ffn, e5m2, g8, gt8, nullptr);
+  }, reps);
+  const double one = dlm::bench::time_ms([&] { cuda::swiglu_backward_fp8(act, gu, T, ffn, e5m2, g8, gt8, nullptr); }, reps);
+  std::printf("%-13s swiglu bwd [%d, %d] + cast (both layouts) %.3f ms, straight into FP8 %.3f ms\n", model.name, T,
+              ffn, two, one);
+  // Delayed, fc2's input: SwiGLU's forward with its fused row-major cast, then the backward's transposed cast of h,
+  // against the forward straight into FP8 in both layouts.
+  const cuda::Fp8Out fused_h{g8, slots, false};
+  const cuda::Fp8Cast e4m3{slots, false, false, 1.0f};
+  const double fwd_two = dlm::bench::time_ms([&] {
+    cuda::swiglu_forward(gu, act, T, ffn, nullptr, &fused_h);
+    cuda::fp8_quantize(act, T, ffn, e4m3, nullptr, gt8, nullptr);
+  }, reps);
+  const double fwd_one = dlm::bench::time_ms([&] { cuda::swiglu_forward_fp8(gu, T, ffn, e4m3, g8, gt8, nullptr); }, reps);
+  std::printf("%-13s swiglu fwd [%d, %d] with its cast + the transposed cast %.3f ms, straight into FP8 %.3f ms\n",
+              model.name, T, ffn, fwd_two, fwd_one);
+  cudaFree(g8), cudaFree(gt8);
   for (void* p : {static_cast<void*>(h), static_cast<void*>(out), static_cast<void*>(q), static_cast<void*>(nw),
-                  static_cast<void*>(rstd)})
+                  static_cast<void*>(rstd), static_cast<void*>(dres), static_cast<void*>(gu), static_cast<void*>(act),
+                  static_cast<void*>(dgu), static_cast<void*>(ndw), static_cast<void*>(partial)})
     cudaFree(p);
 }
 

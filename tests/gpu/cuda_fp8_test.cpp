@@ -1,7 +1,7 @@
 // FP8 on the device (backend/cuda/fp8_cast.h, Gemm::run_fp8): the GEMMs of a linear layer's forward and backward
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
-// updates against the host's AmaxHistory, saturating casts on outliers, and the casts fused into RMSNorm and
-// SwiGLU against the separate cast.
+// updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
+// and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways) against the separate cast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,6 +59,14 @@ std::vector<float> transpose(const std::vector<float>& a, int rows, int cols) {
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < cols; ++j) t[std::size_t(j) * rows + i] = a[std::size_t(i) * cols + j];
   return t;
+}
+
+// How many bytes of a and b differ (sizes equal): a failure names the count, not two dumps.
+std::size_t differing(const std::vector<fp8>& a, const std::vector<fp8>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+  return n;
 }
 
 struct LinearShape {
@@ -284,6 +292,115 @@ TEST(Fp8Cast, FusedProducersMatchTheSeparateCast) {
     swiglu_forward(gu.get(), h2.get(), rows, ffn, nullptr, &amax_only);
     check(h, std::size_t(rows) * ffn, rows, ffn, q, s.get(), s.get() + 1);
   }
+}
+
+// The gradients' producers (RMSNorm backward for the residual gradient, SwiGLU backward for fc1's) max the amax of
+// the bf16 values they write into a slot: the same amax as fp8_amax of their output, so the tensorwise cast that
+// follows (without an amax pass) writes what the separate amax and cast write, byte for byte, in both layouts.
+TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  // out [rows, cols] written by a producer that max-ed its amax into `fused` (zeroed before).
+  auto check = [&](const DeviceVec<bf16>& out, int rows, int cols, Fp8Slot* fused) {
+    const std::size_t n = std::size_t(rows) * cols;
+    auto s = slots({kFp8E5m2Max});
+    DeviceVec<fp8> separate(n), separate_t(n), cast(n), cast_t(n);
+    cast_current(out.get(), rows, cols, s.get(), true, separate.get(), separate_t.get());
+    fp8_quantize(out.get(), rows, cols, {fused, true, true, 1.0f}, cast.get(), cast_t.get(), nullptr);
+    float amax = 0;
+    for (float v : gpu_test::to_float(out.download())) amax = std::max(amax, std::abs(v));
+    const auto fs = read_slot(fused), ss = read_slot(s.get());
+    EXPECT_EQ(fs.amax, amax);
+    EXPECT_EQ(fs.amax, ss.amax);
+    EXPECT_EQ(fs.scale, ss.scale);
+    EXPECT_EQ(differing(cast.download(), separate.download()), 0u) << "row-major";
+    EXPECT_EQ(differing(cast_t.download(), separate_t.download()), 0u) << "transposed";
+  };
+  // The four forms of rmsnorm_backward: rows at a time (1024), one vector a thread (2048), a warp a row (208), a
+  // block a row (2064); rows a multiple of 16 for the transposed cast.
+  for (const int dim : {1024, 2048, 208, 2064}) {
+    SCOPED_TRACE(dim);
+    const int rows = 48;
+    const std::size_t n = std::size_t(rows) * dim;
+    std::vector<float> f;
+    const DeviceVec<bf16> dy(gpu_test::random_bf16(n, rng, 3.0f, f)), s(gpu_test::random_bf16(n, rng, 1.0f, f));
+    DeviceVec<bf16> dres(gpu_test::random_bf16(n, rng, 0.5f, f));
+    std::vector<float> w(dim), r(rows);
+    for (auto& v : w) v = std::normal_distribution<float>(1.0f, 0.5f)(rng);
+    for (auto& v : r) v = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng);
+    const DeviceVec<float> norm_w(w), rstd(r);
+    DeviceVec<float> dw(std::vector<float>(dim, 0.0f)), partial(static_cast<std::size_t>(rmsnorm_partial_floats(rows, dim)));
+    auto fused = slots({kFp8E5m2Max});
+    rmsnorm_backward(dy.get(), s.get(), norm_w.get(), rstd.get(), dres.get(), true, dw.get(), partial.get(), rows, dim,
+                     nullptr, fused.get());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    check(dres, rows, dim, fused.get());
+  }
+  for (const int ffn : {344, 1024}) {
+    SCOPED_TRACE(ffn);
+    const int rows = 16;  // rows * ffn / 8 threads: not whole warps at 344
+    std::vector<float> f;
+    const DeviceVec<bf16> gu(gpu_test::random_bf16(std::size_t(rows) * 2 * ffn, rng, 3.0f, f)),
+        dh(gpu_test::random_bf16(std::size_t(rows) * ffn, rng, 2.0f, f));
+    DeviceVec<bf16> dgu(std::size_t(rows) * 2 * ffn);
+    auto fused = slots({kFp8E5m2Max});
+    swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr, fused.get());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    check(dgu, rows, 2 * ffn, fused.get());
+  }
+}
+
+// SwiGLU's forward and backward straight into FP8 (delayed: the scale as it stands) write what swiglu_forward /
+// swiglu_backward then the separate cast write, byte for byte in both layouts, and record the same amax.
+TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(13);
+  for (const int ffn : {352, 1024})
+    for (const bool e5m2 : {true, false}) {
+      SCOPED_TRACE(testing::Message() << ffn << (e5m2 ? " e5m2" : " e4m3"));
+      const int rows = 48;
+      const std::size_t n = std::size_t(rows) * 2 * ffn;
+      std::vector<float> f;
+      const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)),
+          dh(gpu_test::random_bf16(std::size_t(rows) * ffn, rng, 2.0f, f));
+      const float fmax = e5m2 ? kFp8E5m2Max : kFp8E4m3Max;
+      auto s = slots({fmax, fmax}, 0.0f);
+      const float scale = e5m2 ? 3000.0f : 25.0f;  // some values saturate
+      const Fp8Slot init{.scale_inv = 1.0f, .amax = 0.0f, .scale = scale, .fp8_max = fmax};
+      ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      DeviceVec<bf16> dgu(n);
+      DeviceVec<fp8> separate(n), separate_t(n), fused(n), fused_t(n);
+      swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
+      fp8_quantize(dgu.get(), rows, 2 * ffn, {s.get(), e5m2, false, 1.0f}, separate.get(), separate_t.get(), nullptr);
+      swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, fused.get(), fused_t.get(),
+                          nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      EXPECT_EQ(differing(fused.download(), separate.download()), 0u) << "backward, row-major";
+      EXPECT_EQ(differing(fused_t.download(), separate_t.download()), 0u) << "backward, transposed";
+      float amax = 0;
+      for (float v : gpu_test::to_float(dgu.download())) amax = std::max(amax, std::abs(v));
+      const auto fs = read_slot(s.get() + 1), ss = read_slot(s.get());
+      EXPECT_EQ(fs.amax, amax) << "backward";
+      EXPECT_EQ(ss.amax, amax) << "backward";
+      EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale) << "backward";
+      // The forward: h [rows, ffn].
+      const std::size_t hn = std::size_t(rows) * ffn;
+      ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+      DeviceVec<bf16> h(hn);
+      DeviceVec<fp8> hs(hn), hs_t(hn), hf(hn), hf_t(hn);
+      swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
+      fp8_quantize(h.get(), rows, ffn, {s.get(), e5m2, false, 1.0f}, hs.get(), hs_t.get(), nullptr);
+      swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, hf.get(), hf_t.get(), nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      EXPECT_EQ(differing(hf.download(), hs.download()), 0u) << "forward, row-major";
+      EXPECT_EQ(differing(hf_t.download(), hs_t.download()), 0u) << "forward, transposed";
+      float hmax = 0;
+      for (float v : gpu_test::to_float(h.download())) hmax = std::max(hmax, std::abs(v));
+      EXPECT_EQ(read_slot(s.get() + 1).amax, hmax) << "forward";
+      EXPECT_EQ(read_slot(s.get()).amax, hmax) << "forward";
+    }
 }
 
 }  // namespace

@@ -175,9 +175,10 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, Uploa
 // cuda_model_stage.cpp: the forward of one micro-batch's layers (the samplers' forward as well).
 // With `kv` (the samplers' block KV cache, kv_store.h): a storing forward keeps each layer's K and V in kv->store; a
 // window forward runs kv->rows() rows (the activations' first rows) and attends over the store.
-// `fp8`: the linear layers in FP8 where CudaOptions::fp8 chooses (the training stages; the samplers' stay bf16).
+// `fp8_slot`: the linear layers in FP8 where CudaOptions::fp8 chooses, their input scales kept for the backward of
+// activation slot fp8_slot (the training stages); -1: bf16 (the samplers).
 void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr,
-                     bool fp8 = false);
+                     int fp8_slot = -1);
 // cuda_model_moe.cpp: layer l's MoE MLP from A.h2 (`tokens` rows) into the shared tmp (under `recompute`, the
 // backward's rerun, only up to the experts' SwiGLU), and its backward from dres16_full into dh.
 void enqueue_moe_forward(CudaModel::Impl& I, LayerActs& A, int l, int tokens, bool recompute);

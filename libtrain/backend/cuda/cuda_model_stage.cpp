@@ -75,6 +75,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   mark("rmsnorm fwd");
   if (f8_attention) {
     f8->cast_input(l, Fp8Linears::kQkv, A.h1, T, h1_cast.slot != nullptr, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kQkv, T, A.qkv_raw, st);
   } else {
     gm.run(false, true, T, qkv, d, A.h1, d, ps.W(P.qkv), d, A.qkv_raw, false, qkv, 0, st);
@@ -101,6 +102,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   }
   if (f8_attention) {
     f8->cast_input(l, Fp8Linears::kProj, A.att, T, false, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kProj, T, w.tmp_full, st);
   } else {
     gm.run(false, true, T, d, qd, A.att, qd, ps.W(P.proj), qd, w.tmp_full, false, d, 0, st);
@@ -138,17 +140,22 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   }
   if (f8_mlp) {
     f8->cast_input(l, Fp8Linears::kFc1, A.h2, rows, h2_cast.slot != nullptr, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kFc1, rows, A.gu, st);
   } else {
     gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   }
   mark("gemm fc1 fwd");
-  if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
-  swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
+  // Delayed FP8: h straight into FP8, its transpose kept in A.act's bytes for fc2's backward (Fp8Linears::swiglu_forward).
+  if (!(f8_mlp && f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st))) {
+    if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
+    swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
+  }
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
   if (f8_mlp) {
     f8->cast_input(l, Fp8Linears::kFc2, A.act, rows, true, st);
+    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kFc2, rows, w.tmp_full, st);
   } else {
     gm.run(false, true, rows, d, F, A.act, F, ps.W(P.fc2), F, w.tmp_full, false, d, 0, st, family);
@@ -159,7 +166,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
 
 }  // namespace
 
-void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv, bool fp8) {
+void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv, int fp8_slot) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
@@ -169,9 +176,9 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
-  fp8 = fp8 && I.fp8;
+  const bool fp8 = fp8_slot >= 0 && I.fp8;
   if (fp8) {
-    I.fp8->begin_forward(I.params, I.acts.T, st);
+    I.fp8->begin_forward(I.params, I.acts.T, fp8_slot, st);
     mark("fp8 scales + weight casts");
   }
   if (I.pre) {
@@ -199,6 +206,14 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
 }
 
 namespace {
+
+// The slot into which the kernel writing the whole output gradient of layer l's linear g (`rows` rows) maxes its
+// amax (tensorwise FP8: Fp8Linears::grad_amax), or null. A residual gradient's producer (RMSNorm backward) writes
+// only the rank's rows under SP (gathered after it), so it takes none there.
+Fp8Slot* grad_amax(Impl& I, int l, Fp8Linears::Linear g, int rows, bool residual) {
+  if (!I.fp8 || l < 0 || (residual && I.sp) || I.lp[static_cast<std::size_t>(l)].moe()) return nullptr;
+  return I.fp8->grad_amax(l, g, rows);
+}
 
 // Output layer and loss on the rows with loss weight (in.head_count of them, packed from hf into head_x unless
 // that is every row), a chunk of rows at a time: logits, the CE gradient in place, then (backward) the weight
@@ -258,14 +273,15 @@ void enqueue_head(Impl& I, const MicroInputs& in, bool backward) {
   if (packed_mlp) {
     // The last MLP's rows stay packed: d residual of the loss rows into dres16's first rows.
     rmsnorm_backward(w.head_x, w.res_f, ps.F(I.lnf), w.rstd_f, w.dres16, false, ps.G(I.lnf), w.partial,
-                     static_cast<int>(count), d, st);
+                     static_cast<int>(count), d, st, grad_amax(I, I.layers - 1, Fp8Linears::kFc2, static_cast<int>(count), true));
     I.timer.mark("rmsnorm bwd", st);
     return;
   }
   if (in.head_packed) scatter_rows(w.head_x, in.head_slot, static_cast<int>(I.acts.T), d, w.dh_full, st);
   I.scatter_sum(w.dh_full, w.dh);
   rmsnorm_backward(w.dh, w.res_f, ps.F(I.lnf), w.rstd_f, w.dres16, false, ps.G(I.lnf), w.partial,
-                   static_cast<int>(I.acts.Ts), d, st);
+                   static_cast<int>(I.acts.Ts), d, st,
+                   grad_amax(I, I.layers - 1, Fp8Linears::kFc2, static_cast<int>(I.acts.T), true));
   I.timer.mark("rmsnorm bwd", st);
 }
 
@@ -294,11 +310,18 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     if (P.moe()) {
       enqueue_moe_backward(I, in, A, l);  // marks its own phases
     } else if (f8_mlp) {
-      f8->backward(gm, l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
+      f8->cast_backward(l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kFc2, rows, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
       mark("gemm fc2 bwd");
-      swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
+      // Delayed: fc1's gradient straight into FP8 (no bf16 dgu); tensorwise: bf16 with its amax, cast after.
+      const auto dgu8 = F % 16 == 0 ? f8->grad_fp8(l, Fp8Linears::kFc1, rows) : std::nullopt;
+      if (dgu8) swiglu_backward_fp8(w.dact, A.gu, rows, F, dgu8->cast, dgu8->out, dgu8->out_t, st);
+      else swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
       mark("swiglu bwd");
-      f8->backward(gm, l, Fp8Linears::kFc1, rows, w.dgu, A.h2, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
+      f8->cast_backward(l, Fp8Linears::kFc1, rows, dgu8 ? nullptr : w.dgu, A.h2, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kFc1, rows, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
       I.scatter_sum(w.dh_full, w.dh);
       mark("gemm fc1 bwd");
     } else {
@@ -317,7 +340,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
       mark("gemm fc1 bwd");
     }
     rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
-                     d, st);
+                     d, st, grad_amax(I, l, Fp8Linears::kProj, T, true));
     if (packed) {
       // d residual on every row: the loss rows' (slot order), zeros elsewhere, through dh into dres16.
       scatter_rows(w.dres16, in.head_slot, T, d, w.dh, st);
@@ -328,7 +351,9 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     mark("rmsnorm bwd");
     I.gather(w.dres16, w.dres16_full);
     if (f8_attention) {
-      f8->backward(gm, l, Fp8Linears::kProj, T, w.dres16_full, A.att, ps.G(P.proj), I.grad_beta(P.proj), w.datt, st);
+      f8->cast_backward(l, Fp8Linears::kProj, T, w.dres16_full, A.att, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kProj, T, ps.G(P.proj), I.grad_beta(P.proj), w.datt, st);
     } else {
       gm.run(true, false, d, qd, T, w.dres16_full, d, A.att, qd, ps.G(P.proj), true, qd, I.grad_beta(P.proj), st);
       gm.run(false, false, T, qd, d, w.dres16_full, d, ps.W(P.proj), qd, w.datt, false, qd, 0, st);
@@ -340,14 +365,17 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
                           I.rope_sin, w.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), w.partial, st);
     mark("qk-norm+rope bwd");
     if (f8_attention) {
-      f8->backward(gm, l, Fp8Linears::kQkv, T, w.dqkv, A.h1, ps.G(P.qkv), I.grad_beta(P.qkv), w.dh_full, st);
+      f8->cast_backward(l, Fp8Linears::kQkv, T, w.dqkv, A.h1, st);
+      mark("fp8 casts bwd");
+      f8->backward(gm, l, Fp8Linears::kQkv, T, ps.G(P.qkv), I.grad_beta(P.qkv), w.dh_full, st);
     } else {
       gm.run(true, false, qkv, d, T, w.dqkv, qkv, A.h1, d, ps.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
       gm.run(false, false, T, d, qkv, w.dqkv, qkv, ps.W(P.qkv), d, w.dh_full, false, d, 0, st);
     }
     I.scatter_sum(w.dh_full, w.dh);
     mark("gemm qkv bwd");
-    rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st);
+    rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st,
+                     grad_amax(I, l - 1, Fp8Linears::kFc2, T, true));
     mark("rmsnorm bwd");
     if (I.layer_hook) I.layer_hook(I.first_layer + l);
   }
@@ -382,7 +410,7 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
   auto& I = *impl_;
   const MicroInputs& in = I.inputs.uploaded(k);
   if (I.post) I.acts.use_head(slot);
-  enqueue_forward(I, in, I.slot_acts(slot), nullptr, true);
+  enqueue_forward(I, in, I.slot_acts(slot), nullptr, slot);
   if (!I.post) return;
   if (!training) enqueue_head(I, in, false);
 }
@@ -390,6 +418,7 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
 void CudaModel::backward_stage(int k, int slot) {
   auto& I = *impl_;
   const MicroInputs& in = I.inputs.uploaded(k);
+  if (I.fp8) I.fp8->begin_backward(slot, I.stream);  // before the head's norm, the first gradient producer
   if (I.post) {
     // The head's inputs are the slot's (its forward may not be the last one run).
     I.acts.use_head(slot);

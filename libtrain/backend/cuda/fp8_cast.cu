@@ -20,19 +20,7 @@ __global__ void amax_kernel(const bf16* x, std::int64_t n, Fp8Slot* slot) {
   }
   if (blockIdx.x == 0)
     for (std::int64_t i = n / 8 * 8 + threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(__bfloat162float(x[i])));
-  warp_amax_commit(m, slot);
-}
-
-// The cast's scale (see Fp8Cast); the first thread of the grid stores it and its inverse.
-__device__ __forceinline__ float cast_scale(const Fp8Cast& c) {
-  const float s = c.current ? fp8_scale(c.slot->amax, c.slot->fp8_max, c.margin_factor, c.slot->scale) : c.slot->scale;
-  return s;
-}
-__device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
-    if (c.current) c.slot->scale = s;
-    c.slot->scale_inv = 1.0f / s;
-  }
+  block_amax_commit(m, slot);
 }
 
 // Row-major only: eight elements a thread.
@@ -46,49 +34,23 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
     for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[i]));
     store_fp8x8(a, s, c.e5m2, out + v * 8);
   }
-  if (!c.current) warp_amax_commit(m, c.slot);
+  if (!c.current) block_amax_commit(m, c.slot);
   store_scale(c, s);
 }
 
-// 64 x 64 tiles through shared memory, 256 threads: each thread reads two 16-byte vectors of a tile's rows (and
-// writes their row-major cast, 8 bytes each), then 16 bytes of one column of the tile as a row of the transpose: a
-// column's 64 bytes are four threads' consecutive stores. Rows and columns beyond the tensor are skipped whole
-// (cols % 8 == 0, rows % 16 == 0).
-constexpr int kTile = 64, kTileThreads = 256;
-__global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
-                                                                   fp8* out, fp8* out_t) {
-  __shared__ __align__(16) fp8 tile[kTile][kTile + 8];  // rows of 72 bytes: 8-byte stores stay aligned
-  const float s = cast_scale(c);
-  const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
-  float m = 0.0f;
-  for (int v = threadIdx.x; v < kTile * kTile / 8; v += kTileThreads) {
-    const int lr = v / (kTile / 8), lc = v % (kTile / 8) * 8, r = r0 + lr, col = c0 + lc;
-    union {
-      fp8 b[8];
-      uint2 u;
-    } p;
-    p.u = make_uint2(0, 0);
-    if (r < rows && col < cols) {
-      const std::int64_t at = static_cast<std::int64_t>(r) * cols + col;
-      float a[8];
-      unpack8(*reinterpret_cast<const Bf16x8*>(x + at), a);
-      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[i])), p.b[i] = to_fp8(a[i] * s, c.e5m2);
-      if (out) *reinterpret_cast<uint2*>(out + at) = p.u;
-    }
-    *reinterpret_cast<uint2*>(&tile[lr][lc]) = p.u;
-  }
-  __syncthreads();
-  const int lc = threadIdx.x / 4, lr = threadIdx.x % 4 * 16, col = c0 + lc, r = r0 + lr;
-  if (out_t && col < cols && r < rows) {
-    union {
-      fp8 b[16];
-      uint4 u;
-    } q;
-    for (int i = 0; i < 16; ++i) q.b[i] = tile[lr + i][lc];
-    *reinterpret_cast<uint4*>(out_t + static_cast<std::int64_t>(col) * rows + r) = q.u;
-  }
-  if (!c.current) warp_amax_commit(m, c.slot);
-  store_scale(c, s);
+constexpr int kBlockThreads = 256;
+// A thread a 16 x 16 block (cast_grid16, cast_block16). rows % 16 == 0, cols % 16 == 0.
+__global__ void __launch_bounds__(kBlockThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
+                                                                    fp8* out, fp8* out_t) {
+  cast_grid16(c, rows, cols / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    return cast_block16(
+        [&](int j, float* a) {
+          const bf16* p = x + (r0 + j) * cols + c0;
+          unpack8(reinterpret_cast<const Bf16x8*>(p)[0], a);
+          unpack8(reinterpret_cast<const Bf16x8*>(p)[1], a + 8);
+        },
+        r0, c0, rows, cols, s, c.e5m2, out, out_t);
+  });
 }
 
 __global__ void update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin) {
@@ -127,8 +89,7 @@ void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* o
     quantize_rows<<<grid_for(vecs), kThreads, 0, stream>>>(x, vecs, cast, out);
     return;
   }
-  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-  quantize_transpose<<<grid, kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
+  quantize_transpose<<<cast_grid16_blocks(rows, cols / 16), kBlockThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
 }
 
 void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin_factor,

@@ -1,9 +1,10 @@
-// Device helpers of the FP8 casts (fp8_cast.cu and the producers that fuse a cast: rmsnorm.cu, swiglu.cu).
+// Device helpers of the FP8 casts (fp8_cast.cu and the producers that fuse a cast or an amax: rmsnorm.cu, swiglu.cu).
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include "common.cuh"
+#include "dlm/train/fp8.h"
 #include "fp8_cast.h"
 
 namespace dlm::train::cuda {
@@ -25,17 +26,118 @@ __device__ __forceinline__ void store_fp8x8(const float* v, float scale, bool e5
   for (int i = 0; i < 8; ++i) p.b[i] = to_fp8(v[i] * scale, e5m2);
   *reinterpret_cast<uint2*>(dst) = p.u;
 }
-// *addr = max(*addr, v) for non-negative floats (their bit patterns order as integers); NaN is skipped.
+// *addr = max(*addr, v) for non-negative floats (their bit patterns order as integers); NaN is skipped. The value
+// only grows, so a v not above what L2 holds now (never above the final value) needs no atomic: most of a tensor's
+// blocks queue none on the one address.
 __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
-  if (v > 0.0f) atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+  if (v > 0.0f && v > __ldcg(addr)) atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
 }
 // The warp's largest `v` max-ed into slot->amax by its first lane (every lane of the warp must call).
 __device__ __forceinline__ void warp_amax_commit(float v, Fp8Slot* slot) {
   v = warp_max(v);
   if ((threadIdx.x & 31) == 0) atomic_max_nonneg(&slot->amax, v);
 }
+// The largest |value| of eight bf16 (NaN ignored, as fp8_amax ignores it): a producer's amax of what it wrote.
+__device__ __forceinline__ float abs_max8(const Bf16x8& p) {
+  float f[8], m = 0.0f;
+  unpack8(p, f);
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i]));
+  return m;
+}
+// The block's largest `v` max-ed into slot->amax by its first thread: one atomic a block (atomics on one address
+// serialize: a warp's each would be tens of thousands a tensor). Every thread of the block calls it once, at most
+// once a kernel (blockDim.x a multiple of 32, at most 1024).
+__device__ __forceinline__ void block_amax_commit(float v, Fp8Slot* slot) {
+  __shared__ float warps_max[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) warps_max[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = warp_max(lane < static_cast<int>(blockDim.x >> 5) ? warps_max[lane] : 0.0f);
+    if (lane == 0) atomic_max_nonneg(&slot->amax, v);
+  }
+}
+// Four fp8 (the low bytes of b[0..3]) as one little-endian word.
+__device__ __forceinline__ std::uint32_t word4(const std::uint32_t* b) {
+  return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
+}
+// One thread's 16 x 16 block at (r0, c0) of a [rows, cols] tensor cast with `scale` into out [rows, cols] (may be
+// null) and out_t [cols, rows], in registers: row(j, v) gives the block's row j (16 values, as the bf16 tensor holds
+// them), each row's 16 bytes are stored row-major and the 16 x 16 bytes transposed into 16 stores of 16 bytes, one
+// a column (no shared-memory tile read a byte at a time). Returns the block's max |value|.
+template <typename Row>
+__device__ __forceinline__ float cast_block16(Row row, std::int64_t r0, std::int64_t c0, std::int64_t rows,
+                                              std::int64_t cols, float scale, bool e5m2, fp8* out, fp8* out_t) {
+  float m = 0.0f;
+  std::uint32_t tw[16][4];  // tw[column][row / 4]: the transposed bytes
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    std::uint32_t b[4][16];  // rows 4g .. 4g + 3, cast
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float a[16];
+      row(4 * g + j, a);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(a[i])), b[j][i] = to_fp8(a[i] * scale, e5m2);
+      if (out)
+        *reinterpret_cast<uint4*>(out + (r0 + 4 * g + j) * cols + c0) =
+            make_uint4(word4(b[j]), word4(b[j] + 4), word4(b[j] + 8), word4(b[j] + 12));
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const std::uint32_t col[4] = {b[0][i], b[1][i], b[2][i], b[3][i]};
+      tw[i][g] = word4(col);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    *reinterpret_cast<uint4*>(out_t + (c0 + i) * rows + r0) = make_uint4(tw[i][0], tw[i][1], tw[i][2], tw[i][3]);
+  return m;
+}
+// The cast's scale (see Fp8Cast); the first thread of the grid stores it and its inverse.
+__device__ __forceinline__ float cast_scale(const Fp8Cast& c) {
+  const float s = c.current ? fp8_scale(c.slot->amax, c.slot->fp8_max, c.margin_factor, c.slot->scale) : c.slot->scale;
+  return s;
+}
+__device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (c.current) c.slot->scale = s;
+    c.slot->scale_inv = 1.0f / s;
+  }
+}
+
+// The body of a kernel of one thread a 16 x 16 block of a [rows, 16 block_cols] tensor: block(r0, c0, scale) casts
+// the thread's block (cast_block16) and returns its max |value|; the cast's scale is derived and stored, the amax
+// recorded (delayed), as every cast does. A warp takes 4 row blocks by 8 column blocks, so that its loads are runs
+// of 256 bytes of a row, its stores runs of 128 bytes of a row and of 64 of a row of the transpose (a warp down 32
+// row blocks would read 32-byte pieces of 32 rows, which DRAM serves far below its bandwidth: fp8_bench).
+constexpr int kGridRowBlocks = 4, kGridColBlocks = 8;  // a warp's
+__device__ __forceinline__ void cast_grid16_block(int rows, std::int64_t block_cols, std::int64_t& r0, std::int64_t& c0) {
+  const std::int64_t row_groups = (rows / 16 + kGridRowBlocks - 1) / kGridRowBlocks,
+                     warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  r0 = (warp % row_groups * kGridRowBlocks + lane % kGridRowBlocks) * 16;
+  c0 = (warp / row_groups * kGridColBlocks + lane / kGridRowBlocks) * 16;
+  if (r0 >= rows || c0 >= block_cols * 16) r0 = c0 = -1;  // past the tensor
+}
+template <typename Block>
+__device__ __forceinline__ void cast_grid16(const Fp8Cast& c, int rows, std::int64_t block_cols, Block block) {
+  const float s = cast_scale(c);
+  std::int64_t r0, c0;
+  cast_grid16_block(rows, block_cols, r0, c0);
+  const float m = r0 >= 0 ? block(r0, c0, s) : 0.0f;
+  if (!c.current) block_amax_commit(m, c.slot);
+  store_scale(c, s);
+}
+// The grid of 256-thread blocks a cast_grid16 kernel takes for [rows, 16 block_cols].
+inline unsigned cast_grid16_blocks(int rows, std::int64_t block_cols) {
+  const std::int64_t warps = (rows / 16 + kGridRowBlocks - 1) / kGridRowBlocks *
+                             ((block_cols + kGridColBlocks - 1) / kGridColBlocks);
+  return static_cast<unsigned>((warps + 7) / 8);
+}
 // A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
-// Returns the eight's largest |value| for the caller's warp_amax_commit.
+// Returns the eight's largest |value| for the caller's block_amax_commit.
 __device__ __forceinline__ float fused_fp8x8(const float* v, const Fp8Out& f, std::int64_t offset) {
   float m = 0.0f;
   for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));

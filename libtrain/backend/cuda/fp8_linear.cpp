@@ -30,6 +30,7 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
       max_n_ = std::max(max_n_, n), max_k_ = std::max(max_k_, k);
     }
   }
+  dy_amax_ready_.assign(weights_.size(), 0);
   slot_count_ = static_cast<int>(weights_.size()) * kOperands;
   std::vector<Fp8Slot> init;
   for (std::size_t i = 0; i < weights_.size(); ++i)
@@ -45,17 +46,27 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
 
 void Fp8Linears::cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t,
                       cudaStream_t stream) {
-  const bool current = options_.recipe == Fp8Options::Recipe::kTensorwise;
-  if (current) {
+  if (tensorwise()) {
     check_cuda(cudaMemsetAsync(&s->amax, 0, sizeof(float), stream), "FP8 amax");
     fp8_amax(x, std::int64_t{rows} * cols, s, stream);
   }
-  fp8_quantize(x, rows, cols, {s, e5m2, current, options_.margin_factor()}, out, out_t, stream);
+  fp8_quantize(x, rows, cols, {s, e5m2, tensorwise(), options_.margin_factor()}, out, out_t, stream);
 }
 
-void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, cudaStream_t stream) {
+namespace {
+
+// slot->amax = 0 for `count` slots `stride` slots apart, in one call.
+void zero_amaxes(Fp8Slot* first, int count, int stride, cudaStream_t stream) {
+  if (count > 0)
+    check_cuda(cudaMemset2DAsync(&first->amax, sizeof(Fp8Slot) * stride, 0, sizeof(float), count, stream),
+               "FP8 amaxes");
+}
+
+}  // namespace
+
+void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int act_slot, cudaStream_t stream) {
   if (weights_.empty()) return;
-  if (options_.recipe == Fp8Options::Recipe::kDelayed)
+  if (!tensorwise())
     fp8_update_delayed(slots_, history_, slot_count_, options_.amax_history_len,
                        options_.amax_algo == Fp8Options::AmaxAlgo::kMax, options_.margin_factor(), stream);
   if (weights_stale_) {
@@ -65,6 +76,7 @@ void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, cuda
     }
     weights_stale_ = false;
   }
+  rows_ = rows;
   if (rows > work_rows_) {
     work_arena_.release();
     xq_ = work_arena_.alloc<fp8>(rows * max_k_);
@@ -72,21 +84,56 @@ void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, cuda
     dyt8_ = work_arena_.alloc<fp8>(rows * max_n_);
     work_rows_ = rows;
   }
+  act_slot_ = act_slot;
+  while (x_slots_.size() <= static_cast<std::size_t>(act_slot)) {
+    // Scale 1 until the first amax (fp8_scale keeps the previous scale for an amax of 0).
+    const std::vector<Fp8Slot> init(weights_.size(), {.scale_inv = 1.0f, .amax = 0.0f, .scale = 1.0f, .fp8_max = kFp8E4m3Max});
+    Fp8Slot* s = slot_arena_.alloc<Fp8Slot>(static_cast<std::int64_t>(init.size()));
+    check_cuda(cudaMemcpy(s, init.data(), init.size() * sizeof(Fp8Slot), cudaMemcpyHostToDevice), "FP8 slots");
+    x_slots_.push_back(s);
+    kept_t_.emplace_back(weights_.size(), nullptr);
+  }
+  if (tensorwise()) zero_amaxes(x_slots_[static_cast<std::size_t>(act_slot)], static_cast<int>(weights_.size()), 1, stream);
 }
 
-Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t stream) {
+void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
+  act_slot_ = act_slot;
+  std::fill(dy_amax_ready_.begin(), dy_amax_ready_.end(), 0);
+  if (tensorwise()) zero_amaxes(slots_ + kDy, static_cast<int>(weights_.size()), kOperands, stream);
+}
+
+Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t) {
   Fp8Slot* s = slot(l, g, kX);
-  if (options_.recipe == Fp8Options::Recipe::kDelayed) return {xq_, s, false};
-  check_cuda(cudaMemsetAsync(&s->amax, 0, sizeof(float), stream), "FP8 amax");
-  return {nullptr, s, false};  // the amax alone: cast_input casts with the scale it gives
+  if (!tensorwise()) return {xq_, s, false};
+  return {nullptr, s, false};  // the amax alone (zeroed by begin_forward): cast_input casts with the scale it gives
 }
 
 void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream) {
   const Weight& w = weight(l, g);
   Fp8Slot* s = slot(l, g, kX);
-  const bool current = options_.recipe == Fp8Options::Recipe::kTensorwise;
-  if (!fused) return cast(x, rows, w.k, s, false, xq_, nullptr, stream);
-  if (current) fp8_quantize(x, rows, w.k, {s, false, true, options_.margin_factor()}, xq_, nullptr, stream);
+  if (fused && !tensorwise()) return;  // the producer cast it
+  if (!fused && tensorwise()) fp8_amax(x, std::int64_t{rows} * w.k, s, stream);  // zeroed by begin_forward
+  fp8_quantize(x, rows, w.k, {s, false, tensorwise(), options_.margin_factor()}, xq_, nullptr, stream);
+}
+
+bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream) {
+  if (!use(l, rows)) return false;
+  const auto i = static_cast<std::size_t>(index(l, kFc2)), a = static_cast<std::size_t>(act_slot_);
+  kept_t_[a][i] = nullptr;
+  if (tensorwise() || ffn % 16 != 0) return false;
+  Fp8Slot* s = slot(l, kFc2, kX);
+  swiglu_forward_fp8(gu, rows, ffn, {s, false, false, options_.margin_factor()}, xq_, keep_t, stream);
+  // The scale keep_t was cast with, for the backward (a pipeline schedule's next forward may move the slot's).
+  check_cuda(cudaMemcpyAsync(&x_slots_[a][i].scale_inv, &s->scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, stream),
+             "FP8 kept scale");
+  kept_t_[a][i] = keep_t;
+  return true;
+}
+
+Fp8Slot* Fp8Linears::grad_amax(int l, Linear g, int rows) {
+  if (!tensorwise() || !use(l, rows)) return nullptr;
+  dy_amax_ready_[static_cast<std::size_t>(index(l, g))] = 1;
+  return slot(l, g, kDy);
 }
 
 void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream) {
@@ -95,15 +142,39 @@ void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStr
                {w.w8, w.k, false, &slot(l, g, kW)->scale_inv}, y, false, w.n, 0.0f, true, stream);
 }
 
-void Fp8Linears::backward(Gemm& gemm, int l, Linear g, int rows, const bf16* dy, const bf16* x, float* dw, float beta,
-                          bf16* dx, cudaStream_t stream) {
+std::optional<Fp8Linears::GradFp8> Fp8Linears::grad_fp8(int l, Linear g, int rows) const {
+  if (tensorwise() || !use(l, rows)) return std::nullopt;
+  return GradFp8{{slot(l, g, kDy), options_.grads_e5m2(), false, options_.margin_factor()}, dy8_, dyt8_};
+}
+
+void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream) {
+  const Weight& w = weight(l, g);
+  Fp8Slot *sx = slot(l, g, kX), *sdy = slot(l, g, kDy);
+  char& ready = dy_amax_ready_[static_cast<std::size_t>(index(l, g))];
+  if (dy) {
+    // Tensorwise: dy's amax from its producer (grad_amax) or from a pass here, into the slot begin_backward zeroed.
+    if (tensorwise() && !ready) fp8_amax(dy, std::int64_t{rows} * w.n, sdy, stream);
+    fp8_quantize(dy, rows, w.n, {sdy, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_, dyt8_,
+                 stream);
+  }
+  ready = 0;
+  const auto i = static_cast<std::size_t>(index(l, g)), a = static_cast<std::size_t>(act_slot_);
+  if (const fp8* kept = kept_t_[a][i]) {  // the forward's (swiglu_forward)
+    xt_ = kept, xt_scale_inv_ = &x_slots_[a][i].scale_inv;
+    return;
+  }
+  // x^T [k, rows] with the scale x was cast with in the forward (tensorwise: its activation slot's; its amax, max-ed
+  // in again, is unchanged) or the slot's scale as it stands (delayed).
+  fp8_quantize(x, rows, w.k, {sx, false, false, options_.margin_factor()}, nullptr, xq_, stream);
+  xt_ = xq_, xt_scale_inv_ = &sx->scale_inv;
+}
+
+void Fp8Linears::backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream) {
   const Weight& w = weight(l, g);
   const bool e5m2 = options_.grads_e5m2();
-  Fp8Slot *sx = slot(l, g, kX), *sw = slot(l, g, kW), *sdy = slot(l, g, kDy);
-  cast(dy, rows, w.n, sdy, e5m2, dy8_, dyt8_, stream);
-  cast(x, rows, w.k, sx, false, nullptr, xq_, stream);  // x^T [k, rows]
-  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, e5m2, &sdy->scale_inv}, {xq_, rows, false, &sx->scale_inv}, dw, true,
-               w.k, beta, false, stream);
+  Fp8Slot *sw = slot(l, g, kW), *sdy = slot(l, g, kDy);
+  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, e5m2, &sdy->scale_inv}, {xt_, rows, false, xt_scale_inv_}, dw, true, w.k,
+               beta, false, stream);
   gemm.run_fp8(rows, w.k, w.n, {dy8_, w.n, e5m2, &sdy->scale_inv}, {w.wt8, w.n, false, &sw->scale_inv}, dx, false,
                w.k, 0.0f, false, stream);
 }

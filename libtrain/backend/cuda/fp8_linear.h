@@ -5,18 +5,31 @@
 //   backward  dx = dy W         dy e5m2 (hybrid) or e4m3, W^T e4m3: the "TN" form needs W's transpose
 //             dW += dy^T x      dy^T and x^T, cast transposed from dy and from the kept bf16 x
 // Weights are cast (with their transposes) once after they change, at the first forward that follows: the
-// optimizer's update, an import or an init mark them (mark_weights_changed). Scaling per tensor (fp8_cast.h):
-// tensorwise derives each cast's scale from the tensor's own amax; delayed updates every slot from its amax
-// history at each micro-batch's forward (begin_forward), Transformer Engine's per-forward update. A recomputed
-// layer (full recomputation) casts again with the scales as they stand, the same as its first run's unless a
+// optimizer's update, an import or an init mark them (mark_weights_changed); micro-batches and recomputation reuse
+// the copies. Scaling per tensor (fp8_cast.h):
+//   tensorwise (current scaling, torchao's and Transformer Engine's Float8CurrentScaling): every cast's scale comes
+//     from the amax of the very tensor it casts. The amax is taken by the kernel that writes the tensor where one
+//     does (RMSNorm and SwiGLU forward for the inputs of QKV, fc1 and fc2; RMSNorm backward for the output gradients
+//     of the projection and fc2, SwiGLU backward for fc1's: producer_out, grad_amax), then one cast pass reads it;
+//     elsewhere (attention's output, the QKV gradient, a gradient gathered under SP or entering a pipeline stage) an
+//     amax pass precedes the cast. The backward's transposed cast of x reuses the scale x was cast with in its
+//     forward: the inputs' slots are kept per activation slot (a pipeline schedule's micro-batch in flight), so no
+//     amax pass runs for x again and both GEMMs of x see the same scale. The amaxes are zeroed once per micro-batch's
+//     forward (inputs) and backward (gradients), each tensor's slot being written by one producer in between.
+//   delayed: every slot is updated from its amax history at each micro-batch's forward (begin_forward), Transformer
+//     Engine's per-forward update; casts use the scale as it stands and record their tensor's amax for the next, so
+//     the producers cast as they write: RMSNorm and SwiGLU forward the inputs, SwiGLU backward fc1's gradient (in
+//     FP8 only, both layouts: grad_fp8).
+// A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
+// slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
-// A GEMM whose rows are not a multiple of 16 (the last layer's packed loss rows) runs in bf16 (use()).
-// Not yet: the casts fused into the gradients' producers (RMSNorm, SwiGLU and QK-norm backwards) and the amax
-// reduction over data- and tensor-parallel groups (each rank scales its own tensors).
+// The last layer's MLP on the packed loss rows, and a GEMM whose rows are not a multiple of 16, run in bf16 (use()).
+// Not yet: the amax reduction over data- and tensor-parallel groups (each rank scales its own tensors).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "device_arena.h"
@@ -38,21 +51,50 @@ class Fp8Linears {
   Fp8Linears& operator=(const Fp8Linears&) = delete;
 
   void mark_weights_changed() { weights_stale_ = true; }
-  // A micro-batch's forward begins (rows: its token rows): the delayed update, the weights' casts when they
-  // changed, the work buffers for `rows`.
-  void begin_forward(const ParameterStore& ps, std::int64_t rows, cudaStream_t stream);
-  // Whether local layer l's linear layers run in FP8 at `rows` rows.
-  bool use(int l, int rows) const { return base_[static_cast<std::size_t>(l)] >= 0 && rows % 16 == 0; }
+  // A micro-batch's forward begins (rows: its token rows; act_slot: its activation slot, whose backward reads
+  // what this forward casts): the delayed update, the weights' casts when they changed, the work buffers for
+  // `rows`, the inputs' amaxes zeroed (tensorwise).
+  void begin_forward(const ParameterStore& ps, std::int64_t rows, int act_slot, cudaStream_t stream);
+  // A micro-batch's backward begins, of the forward that ran in act_slot: the gradients' amaxes zeroed (tensorwise).
+  // Before the first producer of a gradient (the head's RMSNorm backward).
+  void begin_backward(int act_slot, cudaStream_t stream);
+  // Whether local layer l's linear layers run in FP8 at `rows` rows: an FP8 layer at the micro-batch's full row count
+  // (begin_forward's), a multiple of 16. The last layer's MLP on the packed loss rows stays bf16: its row count
+  // changes every micro-batch, and each new count would be a new FP8 GEMM shape whose algorithm is asked for and
+  // timed anew (Gemm's tuning waits on the device), where the bf16 GEMMs reuse one for the family (Gemm::RowFamily).
+  bool use(int l, int rows) const {
+    return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_ && rows % 16 == 0;
+  }
 
   // The forward's input cast. Fused: the Fp8Out for the kernel that produces x (rmsnorm_forward, swiglu_forward),
   // then cast_input(..., fused = true); otherwise cast_input alone.
   Fp8Out producer_out(int l, Linear g, cudaStream_t stream);
   void cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream);
+  // Delayed, fc2 of local layer l at `rows` rows: SwiGLU's forward straight into FP8 (swiglu_forward_fp8): fc2's
+  // input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the caller's: the layer's bf16 h
+  // buffer, which nothing else reads then), kept with the scale it was cast with for the backward, whose x^T cast it
+  // replaces (cast_backward). False, nothing enqueued, under tensorwise (the amax comes first), where fc2 runs in
+  // bf16, or ffn % 16 != 0: the caller runs swiglu_forward (and cast_input).
+  bool swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream);
   // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
   void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
-  // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W; x is the forward's bf16 input.
-  void backward(Gemm& gemm, int l, Linear g, int rows, const bf16* dy, const bf16* x, float* dw, float beta, bf16* dx,
-                cudaStream_t stream);
+  // For the kernel that writes linear g's whole output gradient dy [rows, n] (tensorwise): the slot into which it
+  // maxes dy's amax (rmsnorm_backward's dres_amax, swiglu_backward's dgu_amax), and backward() then casts dy without
+  // an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
+  Fp8Slot* grad_amax(int l, Linear g, int rows);
+  // Delayed: where a kernel writes linear g's output gradient in FP8 only, both layouts (swiglu_backward_fp8 for
+  // fc1's), the cast and the two destinations; cast_backward then takes dy null. Empty where dy is written in bf16
+  // (tensorwise: its amax must come first; the linear in bf16 at `rows`).
+  struct GradFp8 {
+    Fp8Cast cast;
+    fp8 *out, *out_t;
+  };
+  std::optional<GradFp8> grad_fp8(int l, Linear g, int rows) const;
+  // The backward's operands: dy [rows, n] cast in both layouts (null: grad_fp8's producer wrote them), and x^T from x,
+  // the forward's bf16 input (unless the forward kept x^T: swiglu_forward).
+  void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
+  // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W, from the operands cast_backward just cast.
+  void backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream);
   std::size_t device_bytes() const { return weight_arena_.bytes() + work_arena_.bytes() + slot_arena_.bytes(); }
 
  private:
@@ -61,8 +103,12 @@ class Fp8Linears {
     int tensor, n, k;
     fp8 *w8, *wt8;  // [n, k] and its transpose [k, n]
   };
+  int index(int l, Linear g) const { return base_[static_cast<std::size_t>(l)] + g; }
+  bool tensorwise() const { return options_.recipe == Fp8Options::Recipe::kTensorwise; }
+  // x's slot: tensorwise the current activation slot's, delayed the linear's own (its history's).
   Fp8Slot* slot(int l, Linear g, Operand o) const {
-    return slots_ + (base_[static_cast<std::size_t>(l)] + g) * kOperands + o;
+    if (o == kX && tensorwise()) return x_slots_[static_cast<std::size_t>(act_slot_)] + index(l, g);
+    return slots_ + index(l, g) * kOperands + o;
   }
   const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
   // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
@@ -73,8 +119,15 @@ class Fp8Linears {
   std::vector<Weight> weights_;   // per FP8 linear
   Fp8Slot* slots_ = nullptr;      // per FP8 linear, per operand
   float* history_ = nullptr;      // per slot, amax_history_len (delayed)
+  // Per activation slot, per FP8 linear: tensorwise its input's slot; delayed the scale_inv of a kept x^T.
+  std::vector<Fp8Slot*> x_slots_;
+  std::vector<std::vector<const fp8*>> kept_t_;  // per activation slot, per FP8 linear: x^T kept by the forward
+  const fp8* xt_ = nullptr;                     // the x^T and its scale_inv the next backward() reads
+  const float* xt_scale_inv_ = nullptr;
+  int act_slot_ = 0;
+  std::vector<char> dy_amax_ready_;  // per FP8 linear: grad_amax was handed out, backward() skips the amax pass
   int slot_count_ = 0, max_k_ = 0, max_n_ = 0;
-  std::int64_t work_rows_ = 0;
+  std::int64_t work_rows_ = 0, rows_ = 0;  // the work buffers' rows; the current micro-batch's
   fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;  // [rows, max_k] (x, then x^T), [rows, max_n] twice
   bool weights_stale_ = true;
   DeviceArena slot_arena_, weight_arena_, work_arena_;

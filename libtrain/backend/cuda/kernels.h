@@ -15,7 +15,8 @@
 namespace dlm::train::cuda {
 
 using bf16 = __nv_bfloat16;
-struct Fp8Out;  // fp8_cast.h: a cast fused into a producer of a GEMM operand
+struct Fp8Out;   // fp8_cast.h: a cast fused into a producer of a GEMM operand
+struct Fp8Slot;  // fp8_cast.h: one FP8 tensor's scaling state
 
 // The current device's multiprocessor count: grids sized as blocks a multiprocessor (tuned on the H100's 132)
 // fill any GPU in one wave.
@@ -32,8 +33,10 @@ void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w
 //   carried in bf16 as Megatron carries it (the sum in fp32, rounded once per norm), and the next GEMMs' input;
 //   dw += sum_rows dy * xh (deterministic: per-block partials, then a fixed-order sum). `partial` holds
 //   rmsnorm_partial_floats(rows, dim) floats.
+//   dres_amax (may be null): max |dres| over the bf16 values written is max-ed into dres_amax->amax (fp8_amax's
+//   value: the tensorwise FP8 cast of dres that follows needs no amax pass of its own).
 void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, bf16* dres, bool accumulate,
-                      float* dw, float* partial, int rows, int dim, cudaStream_t stream);
+                      float* dw, float* partial, int rows, int dim, cudaStream_t stream, Fp8Slot* dres_amax = nullptr);
 std::int64_t rmsnorm_partial_floats(int rows, int dim);
 
 // partial_sums.cu: the fixed-order second pass of the norms' weight gradients (rmsnorm, qk_norm_rope):
@@ -71,7 +74,9 @@ std::int64_t qk_norm_partial_floats(const QkvShape& s);
 void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream,
                     const Fp8Out* fp8 = nullptr);
 //   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
-void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream);
+//   dgu_amax (may be null): max |dgu| over the bf16 values written is max-ed into dgu_amax->amax (as rmsnorm_backward's).
+void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream,
+                     Fp8Slot* dgu_amax = nullptr);
 
 // embedding.cu: x[t] = table[ids[t]] (id -1: a zero row, no gradient: another tensor-parallel rank's); backward dtable[id] += sum of dx over the tokens holding id, deterministic
 // (no atomics): embedding_plan groups the tokens by id on the host (order: token indices sorted by id,

@@ -5,8 +5,10 @@
 //   the next GEMMs' input, 8 bytes an element a norm moved instead of 14 for an fp32 sum with a bf16 copy.
 // The residual sum s is rounded to bf16 before it is normalised, so that the backward sees exactly what
 // the forward normalised. The forward may cast y to FP8 as it writes it (Fp8Out, fp8_cast.h: the bf16-rounded y,
-// so the cast equals fp8_quantize of y) and max its amax into the slot. Weight gradients are summed per block into fixed columns of shared memory and
-// then over blocks in a fixed order: the result does not depend on scheduling (deterministic mode free).
+// so the cast equals fp8_quantize of y) and max its amax into the slot; the backward may max dres's amax (of the
+// bf16 values it writes, so it equals fp8_amax of dres) into a slot: the tensorwise scale of the FP8 gradient the
+// next linear layer's backward casts from dres. Weight gradients are summed per block into fixed columns of shared
+// memory and then over blocks in a fixed order: the result does not depend on scheduling (deterministic mode free).
 #include <algorithm>
 
 #include "common.cuh"
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf1
       m = fmaxf(m, fused_fp8x8(a, f8, row * dim + v * 8));
     }
   }
-  if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 // The forward with blockDim = dim / 8 (a multiple of 32, at most 1024): a thread's 8 elements stay in registers
@@ -91,19 +93,21 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   for (int i = 0; i < 8; ++i) a[i] *= r * wv[i];
   const Bf16x8 p = pack8(a);
   reinterpret_cast<Bf16x8*>(y + base)[v] = p;
+  float m = 0.0f;  // the FP8 cast's amax
   if (f8.slot) {
     unpack8(p, a);
-    warp_amax_commit(fused_fp8x8(a, f8, base + v * 8), f8.slot);
-    fused_fp8_scale_inv(f8);
+    m = fused_fp8x8(a, f8, base + v * 8);
   }
+  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf16* s, const float* w,
                                                         const float* rstd, bf16* dres, bool accumulate,
-                                                        float* partial, int rows, int dim) {
+                                                        float* partial, int rows, int dim, Fp8Slot* amax) {
   extern __shared__ float dw_acc[];
   __shared__ float scratch[32];
   const int vecs = dim / 8;
+  float m = 0.0f;  // max |dres| written (amax)
   for (int v = threadIdx.x; v < vecs; v += kThreads)
     for (int i = 0; i < 8; ++i) dw_acc[v * 8 + i] = 0.0f;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -129,9 +133,12 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf
         acc[i] += r * (d[i] * w[v * 8 + i] - xh * dot);
         dw_acc[v * 8 + i] += d[i] * xh;
       }
-      db[v] = pack8(acc);
+      const Bf16x8 p = pack8(acc);
+      db[v] = p;
+      m = fmaxf(m, abs_max8(p));
     }
   }
+  if (amax) block_amax_commit(m, amax);
   for (int v = threadIdx.x; v < vecs; v += kThreads)
     for (int i = 0; i < 8; ++i) partial[static_cast<std::int64_t>(blockIdx.x) * dim + v * 8 + i] = dw_acc[v * 8 + i];
 }
@@ -142,10 +149,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf
 template <int VPL>
 __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, const bf16* s, const float* w,
                                                              const float* rstd, bf16* dres, bool accumulate,
-                                                             float* partial, int rows, int dim) {
+                                                             float* partial, int rows, int dim, Fp8Slot* amax) {
   __shared__ float red[kThreads / 32][32 * 8];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, vecs = dim / 8;
   float dw[VPL][8] = {};
+  float m = 0.0f;  // max |dres| written (amax)
   for (int row = blockIdx.x * (kThreads / 32) + warp; row < rows; row += gridDim.x * (kThreads / 32)) {
     const float r = rstd[row];
     const auto* dyr = reinterpret_cast<const Bf16x8*>(dy + static_cast<std::int64_t>(row) * dim);
@@ -182,10 +190,13 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, con
           acc[i] += r * (d[i] * wv[i] - xh * dot);
           dw[k][i] += d[i] * xh;
         }
-        db[v] = pack8(acc);
+        const Bf16x8 p = pack8(acc);
+        db[v] = p;
+        m = fmaxf(m, abs_max8(p));
       }
     }
   }
+  if (amax) block_amax_commit(m, amax);
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
     __syncthreads();
@@ -205,12 +216,12 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_warp(const bf16* dy, con
 // that its blocks are too small to keep the memory busy.
 __global__ void __launch_bounds__(1024) rmsnorm_bwd_vec(const bf16* dy, const bf16* s, const float* w,
                                                         const float* rstd, bf16* dres, bool accumulate,
-                                                        float* partial, int rows, int dim) {
+                                                        float* partial, int rows, int dim, Fp8Slot* amax) {
   __shared__ float scratch[32];
   const int v = threadIdx.x;
   const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
   const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-  float dw[8] = {};
+  float dw[8] = {}, m = 0.0f;  // m: max |dres| written (amax)
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const std::int64_t base = static_cast<std::int64_t>(row) * dim;
     const float r = rstd[row];
@@ -228,8 +239,11 @@ __global__ void __launch_bounds__(1024) rmsnorm_bwd_vec(const bf16* dy, const bf
       acc[i] += r * (d[i] * wv[i] - xh * dot);
       dw[i] += d[i] * xh;
     }
-    *db = pack8(acc);
+    const Bf16x8 p = pack8(acc);
+    *db = p;
+    m = fmaxf(m, abs_max8(p));
   }
+  if (amax) block_amax_commit(m, amax);
   float* out = partial + static_cast<std::int64_t>(blockIdx.x) * dim + 8 * v;
   reinterpret_cast<float4*>(out)[0] = make_float4(dw[0], dw[1], dw[2], dw[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(dw[4], dw[5], dw[6], dw[7]);
@@ -242,12 +256,12 @@ __global__ void __launch_bounds__(1024) rmsnorm_bwd_vec(const bf16* dy, const bf
 template <int R>
 __global__ void __launch_bounds__(1024) rmsnorm_bwd_rows(const bf16* dy, const bf16* s, const float* w,
                                                          const float* rstd, bf16* dres, bool accumulate,
-                                                         float* partial, int rows, int dim) {
+                                                         float* partial, int rows, int dim, Fp8Slot* amax) {
   __shared__ float scratch[R][32];
   const int v = threadIdx.x, lane = v & 31, warp = v >> 5, warps = blockDim.x >> 5;
   const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
   const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-  float dw[8] = {};
+  float dw[8] = {}, m = 0.0f;  // m: max |dres| written (amax)
   for (int first = blockIdx.x * R; first < rows; first += gridDim.x * R) {
     Bf16x8 dp[R], xp[R], ap[R];
     float r[R], dot[R];
@@ -286,9 +300,12 @@ __global__ void __launch_bounds__(1024) rmsnorm_bwd_rows(const bf16* dy, const b
         acc[i] += r[j] * (d[i] * wv[i] - xh * dot[j]);
         dw[i] += d[i] * xh;
       }
-      reinterpret_cast<Bf16x8*>(dres + static_cast<std::int64_t>(first + j) * dim)[v] = pack8(acc);
+      const Bf16x8 p = pack8(acc);
+      reinterpret_cast<Bf16x8*>(dres + static_cast<std::int64_t>(first + j) * dim)[v] = p;
+      m = fmaxf(m, abs_max8(p));
     }
   }
+  if (amax) block_amax_commit(m, amax);
   float* out = partial + static_cast<std::int64_t>(blockIdx.x) * dim + 8 * v;
   reinterpret_cast<float4*>(out)[0] = make_float4(dw[0], dw[1], dw[2], dw[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(dw[4], dw[5], dw[6], dw[7]);
@@ -334,32 +351,32 @@ void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w
 std::int64_t rmsnorm_partial_floats(int rows, int dim) { return std::int64_t{backward_blocks(rows, dim)} * dim; }
 
 void rmsnorm_backward(const bf16* dy, const bf16* s, const float* w, const float* rstd, bf16* dres, bool accumulate,
-                      float* dw, float* partial, int rows, int dim, cudaStream_t stream) {
+                      float* dw, float* partial, int rows, int dim, cudaStream_t stream, Fp8Slot* dres_amax) {
   const int blocks = backward_blocks(rows, dim);
   if (rows_form(dim)) {
-    rmsnorm_bwd_rows<kRowsAtOnce><<<blocks, dim / 8, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
+    rmsnorm_bwd_rows<kRowsAtOnce><<<blocks, dim / 8, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
     sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;
   }
   if (vec_form(dim)) {
-    rmsnorm_bwd_vec<<<blocks, dim / 8, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
+    rmsnorm_bwd_vec<<<blocks, dim / 8, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
     sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;
   }
   const int vpl = (dim / 8 + 31) / 32;
   if (dim % 8 == 0 && vpl <= 8) {
     static_assert(kThreads == 256, "the warp kernel's reduction rounds are 256 columns");
-    if (vpl <= 1) rmsnorm_bwd_warp<1><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
-    else if (vpl <= 2) rmsnorm_bwd_warp<2><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
-    else if (vpl <= 4) rmsnorm_bwd_warp<4><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
-    else rmsnorm_bwd_warp<8><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
+    if (vpl <= 1) rmsnorm_bwd_warp<1><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
+    else if (vpl <= 2) rmsnorm_bwd_warp<2><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
+    else if (vpl <= 4) rmsnorm_bwd_warp<4><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
+    else rmsnorm_bwd_warp<8><<<blocks, kThreads, 0, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
     sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
     return;
   }
   const auto smem = static_cast<std::size_t>(dim) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(rmsnorm_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  rmsnorm_bwd<<<blocks, kThreads, smem, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim);
+  rmsnorm_bwd<<<blocks, kThreads, smem, stream>>>(dy, s, w, rstd, dres, accumulate, partial, rows, dim, dres_amax);
   sum_partial_rows(partial, blocks, dim, dw, dw, dim, stream);
 }
 

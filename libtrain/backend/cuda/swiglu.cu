@@ -1,7 +1,10 @@
 // SwiGLU on the fc1 output, rows of [gate | up]:  h = silu(g) * u,  silu(g) = g * sig(g)
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
 // Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
-// fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot.
+// fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot; the backward
+// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast. Delayed, either may write
+// its output in FP8 only, both layouts, cast from the bf16 values it would write (swiglu_forward_fp8: fc2's input,
+// swiglu_backward_fp8: fc1's output gradient).
 #include "common.cuh"
 #include "fp8_common.cuh"
 #include "kernels.h"
@@ -9,42 +12,102 @@
 namespace dlm::train::cuda {
 namespace {
 
-__global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  float m = 0.0f;  // the FP8 cast's amax; every lane reaches the warp's commit below
-  if (i < vecs) {
-    const int per_row = ffn / 8;
-    const std::int64_t row = i / per_row, col = (i % per_row) * 8;
-    float g[8], u[8];
-    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
-    unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
-    for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
-    const Bf16x8 p = pack8(g);
-    *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
-    if (f8.slot) {
-      unpack8(p, g);
-      m = fused_fp8x8(g, f8, row * ffn + col);
-    }
-  }
-  if (f8.slot) warp_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
-}
-
-__global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
-  const int per_row = ffn / 8;
-  const std::int64_t row = i / per_row, col = (i % per_row) * 8;
+// Eight columns' gradients, rounded to bf16: dh at d, gate at g (up ffn further).
+__device__ __forceinline__ void grad8(const bf16* d8, const bf16* g8, int ffn, Bf16x8& pg, Bf16x8& pu) {
   float g[8], u[8], d[8], dg[8], du[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + col), g);
-  unpack8(*reinterpret_cast<const Bf16x8*>(gu + row * 2 * ffn + ffn + col), u);
-  unpack8(*reinterpret_cast<const Bf16x8*>(dh + row * ffn + col), d);
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8), g);
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8 + ffn), u);
+  unpack8(*reinterpret_cast<const Bf16x8*>(d8), d);
   for (int k = 0; k < 8; ++k) {
     const float sg = 1.0f / (1.0f + __expf(-g[k]));
     dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
     du[k] = d[k] * g[k] * sg;
   }
-  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pack8(dg);
-  *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pack8(du);
+  pg = pack8(dg), pu = pack8(du);
+}
+
+// Eight columns of h, rounded to bf16: gate at g8, up ffn further.
+__device__ __forceinline__ Bf16x8 act8(const bf16* g8, int ffn) {
+  float g[8], u[8];
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8), g);
+  unpack8(*reinterpret_cast<const Bf16x8*>(g8 + ffn), u);
+  for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
+  return pack8(g);
+}
+
+// Grid-stride: with an FP8 amax the grid is bounded (grid()), so that each block's one atomic stays few.
+__global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
+  float m = 0.0f;  // the FP8 cast's amax; every thread reaches the block's commit below
+  const int per_row = ffn / 8;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / per_row, col = (i % per_row) * 8;
+    const Bf16x8 p = act8(gu + row * 2 * ffn + col, ffn);
+    *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
+    if (f8.slot) {
+      float g[8];
+      unpack8(p, g);
+      m = fmaxf(m, fused_fp8x8(g, f8, row * ffn + col));
+    }
+  }
+  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+}
+
+__global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn, Fp8Slot* amax) {
+  float m = 0.0f;  // max |dgu| written; every thread reaches the block's commit below
+  const int per_row = ffn / 8;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / per_row, col = (i % per_row) * 8;
+    Bf16x8 pg, pu;
+    grad8(dh + row * ffn + col, gu + row * 2 * ffn + col, ffn, pg, pu);
+    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
+    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
+    if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
+  }
+  if (amax) block_amax_commit(m, amax);
+}
+
+// The forward straight into FP8 (no bf16 h): a thread a 16 x 16 block of h, cast in both layouts (cast_block16)
+// from the bf16 values swiglu_fwd would write.
+__global__ void __launch_bounds__(256, 2) swiglu_fwd_fp8(const bf16* gu, int rows, int ffn, Fp8Cast c, fp8* out,
+                                                      fp8* out_t) {
+  cast_grid16(c, rows, ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    return cast_block16(
+        [&](int j, float* a) {
+          const bf16* g8 = gu + (r0 + j) * 2 * ffn + c0;
+          unpack8(act8(g8, ffn), a);
+          unpack8(act8(g8 + 8, ffn), a + 8);
+        },
+        r0, c0, rows, ffn, s, c.e5m2, out, out_t);
+  });
+}
+
+// The backward straight into FP8 (no bf16 dgu): a thread a 16-row, 16-column block of dgu (of the gate's gradient
+// or the up's), cast in both layouts (cast_block16) from the bf16 values swiglu_bwd would write.
+__global__ void __launch_bounds__(256, 2) swiglu_bwd_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Cast c,
+                                                      fp8* out, fp8* out_t) {
+  cast_grid16(c, rows, 2 * ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
+    const bool up = c0 >= ffn;
+    const std::int64_t col = up ? c0 - ffn : c0;
+    return cast_block16(
+        [&](int j, float* a) {
+          const std::int64_t r = r0 + j;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            Bf16x8 pg, pu;
+            grad8(dh + r * ffn + col + 8 * h, gu + r * 2 * ffn + col + 8 * h, ffn, pg, pu);
+            unpack8(up ? pu : pg, a + 8 * h);
+          }
+        },
+        r0, c0, rows, 2 * ffn, s, c.e5m2, out, out_t);
+  });
+}
+
+// One thread a vector, or with an amax at most 8 blocks a multiprocessor looping.
+unsigned grid(std::int64_t vecs, bool amax) {
+  const std::int64_t blocks = (vecs + 255) / 256, most = 8LL * multiprocessors();
+  return static_cast<unsigned>(amax && blocks > most ? most : blocks);
 }
 
 }  // namespace
@@ -52,12 +115,24 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
 void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream, const Fp8Out* fp8) {
   const std::int64_t vecs = rows * (ffn / 8);
   const Fp8Out f8 = fp8 ? *fp8 : Fp8Out{};
-  swiglu_fwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
+  swiglu_fwd<<<grid(vecs, f8.slot != nullptr), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
 }
 
-void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream) {
+void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream,
+                     Fp8Slot* dgu_amax) {
   const std::int64_t vecs = rows * (ffn / 8);
-  swiglu_bwd<<<static_cast<unsigned>((vecs + 255) / 256), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn);
+  swiglu_bwd<<<grid(vecs, dgu_amax != nullptr), 256, 0, stream>>>(dh, gu, dgu, vecs, ffn, dgu_amax);
+}
+
+void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
+                         fp8* out_t, cudaStream_t stream) {
+  // The gate's column blocks, then the up's.
+  swiglu_bwd_fp8<<<cast_grid16_blocks(rows, 2 * ffn / 16), 256, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
+}
+
+void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
+                        cudaStream_t stream) {
+  swiglu_fwd_fp8<<<cast_grid16_blocks(rows, ffn / 16), 256, 0, stream>>>(gu, rows, ffn, cast, out, out_t);
 }
 
 }  // namespace dlm::train::cuda
