@@ -114,7 +114,7 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     }
     I.lp.push_back(L);
   }
-  // The experts' gradients are added into (moe_accumulate_experts), so zero_grad clears them.
+  // The experts' gradients are added into by their grouped GEMMs, so zero_grad clears them.
   I.fresh.gemm_written.assign(P.specs.size(), 0);
   for (const auto& L : I.lp)
     for (int t : {L.qkv, L.proj, L.fc1, L.fc2, L.router})
@@ -130,7 +130,12 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     I.fp8 = std::make_unique<Fp8Linears>(options.fp8, I.params, linears, I.first_layer, I.cfg.num_layers, I.stream);
   }
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
-  if (I.cfg.num_experts > 0) I.grouped = std::make_unique<GroupedGemm>();
+  if (I.cfg.num_experts > 0) {
+    I.grouped = std::make_unique<GroupedGemm>();
+    if (!I.grouped->available())
+      fail("CudaModel: MoE layers need the CUTLASS Hopper grouped GEMM (a build with CUTLASS, a compute capability 9.0 "
+           "GPU)");
+  }
   I.attention = std::make_unique<Attention>(
       options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
       options.deterministic);
@@ -311,7 +316,7 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   acts.allocate(layout, batch, seq, partial, stream);
   if (cfg.num_experts > 0)
     moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
-                  cfg.moe_shared_expert_intermediate_size, grouped->fp32_output()},
+                  cfg.moe_shared_expert_intermediate_size},
                  T);
 }
 

@@ -8,13 +8,6 @@ namespace dlm::train {
 
 namespace cuda {
 
-void* MoeBuffers::pinned(std::size_t bytes) {
-  void* p = nullptr;
-  check_cuda(cudaMallocHost(&p, bytes), "cudaMallocHost");
-  pinned_.push_back(p);
-  return p;
-}
-
 void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   release();
   shape_ = shape, tokens_ = tokens;
@@ -24,18 +17,14 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   w.xs = arena_.alloc<bf16>(rows * d), w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
   w.dact = arena_.alloc<bf16>(act), w.dgu = arena_.alloc<bf16>(2 * act);
   w.dlogits = arena_.alloc<bf16>(tokens * E);
-  w.part = arena_.alloc<bf16>(shape.weight_gradients_in_place ? 0 : E * 2 * F * d);
   w.dw = arena_.alloc<float>(rows);
   w.sort = arena_.alloc<int>(cuda::moe_sort_scratch_ints(rows, shape.experts));
-  w.offsets_host = static_cast<int*>(pinned(sizeof(int) * static_cast<std::size_t>(E + 1)));
 }
 
 void MoeBuffers::release() {
   arena_.release();
-  for (void* p : pinned_) cudaFreeHost(p);
-  pinned_.clear();
   slots_.clear();
-  last_counts.clear();
+  last_offsets.clear();
   work_ = MoeWork{};
   tokens_ = 0;
 }
@@ -54,9 +43,9 @@ MoeLayerActs* MoeBuffers::layer(int s, int l) {
   m->gu = arena_.alloc<bf16>(rows * 2 * F), m->act = arena_.alloc<bf16>(rows * F);
   if (const std::int64_t S = shape_.shared; S > 0)
     m->shared_gu = arena_.alloc<bf16>(tokens_ * 2 * S), m->shared_act = arena_.alloc<bf16>(tokens_ * S);
-  const std::int64_t addresses = kMoeGemms * 3 * E;
-  m->addresses = static_cast<const void**>(static_cast<void*>(arena_.alloc<void*>(addresses)));
-  m->staged = static_cast<const void**>(pinned(sizeof(void*) * static_cast<std::size_t>(addresses)));
+  const auto per_gemm = static_cast<std::int64_t>(grouped_args_bytes(static_cast<int>(E)));
+  char* gemms = arena_.alloc<char>(kMoeGemms * per_gemm);
+  for (int g = 0; g < kMoeGemms; ++g) m->gemms[g] = grouped_args_at(gemms + g * per_gemm, static_cast<int>(E));
   return m.get();
 }
 
@@ -72,65 +61,39 @@ RouterShape router_shape(const Impl& I, int tokens) {
           c.moe_norm_topk_prob};
 }
 
-// The experts' row counts to the host (the one wait of a layer's forward), the groups (experts with rows), and
-// every grouped GEMM's operand addresses for them, uploaded once for the forward and the backward.
+// Every grouped GEMM's per-expert shapes, addresses and strides for this layer's forward and backward, filled on
+// the device from the sorted offsets (grouped_gemm.h). An expert's rows of a [T k, ld] matrix, or its slice of
+// an [E, ...] weight (bf16) or weight gradient (fp32):
 void plan_groups(Impl& I, MoeLayerActs& M, int l, const cuda_detail::LayerParams& P) {
   MoeWork& w = I.moe.work();
   const MoeShape& s = I.moe.shape();
   const int E = s.experts, d = s.hidden, F = s.ffn;
-  const cudaStream_t st = I.stream;
-  check_cuda(cudaMemcpyAsync(w.offsets_host, M.offsets, sizeof(int) * static_cast<std::size_t>(E + 1),
-                             cudaMemcpyDeviceToHost, st),
-             "expert counts");
-  check_cuda(cudaStreamSynchronize(st), "expert counts");
-  M.experts.clear(), M.rows.clear(), M.first.clear();
-  M.tokens_per_expert.assign(static_cast<std::size_t>(E), 0);
-  for (int e = 0; e < E; ++e) {
-    const int rows = w.offsets_host[e + 1] - w.offsets_host[e];
-    M.tokens_per_expert[static_cast<std::size_t>(e)] = rows;
-    if (rows == 0) continue;
-    M.experts.push_back(e), M.rows.push_back(rows), M.first.push_back(w.offsets_host[e]);
-  }
-  auto& last = I.moe.last_counts;
-  if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1);
-  last[static_cast<std::size_t>(l)] = M.tokens_per_expert;
-  const bf16 *w1 = I.params.W(P.experts_fc1), *w2 = I.params.W(P.experts_fc2);
-  // The weight gradients go straight into the fp32 gradients where the grouped GEMM writes fp32, else into `part`.
-  const bool in_place = I.grouped->fp32_output();
-  float *g1 = I.params.G(P.experts_fc1), *g2 = I.params.G(P.experts_fc2);
-  const auto at = [&](MoeGemm g, int operand, std::size_t i) -> const void*& {
-    return M.staged[(static_cast<std::size_t>(g) * 3 + operand) * E + i];
+  auto& last = I.moe.last_offsets;
+  if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1, nullptr);
+  last[static_cast<std::size_t>(l)] = M.offsets;
+  const auto rows = [](const void* base, int ld) { return GroupedOperand{base, ld, 0, ld, 2}; };
+  const auto expert = [](const void* base, std::int64_t size, int ld, int bytes) {
+    return GroupedOperand{base, 0, size, ld, bytes};
   };
-  for (std::size_t i = 0; i < M.experts.size(); ++i) {
-    const std::int64_t e = M.experts[i], r = M.first[i];
-    const bf16 *w1e = w1 + e * 2 * F * d, *w2e = w2 + e * d * F;
-    at(kMoeFc1, 0, i) = w.xs + r * d, at(kMoeFc1, 1, i) = w1e, at(kMoeFc1, 2, i) = M.gu + r * 2 * F;
-    at(kMoeFc2, 0, i) = M.act + r * F, at(kMoeFc2, 1, i) = w2e, at(kMoeFc2, 2, i) = w.ys + r * d;
-    at(kMoeFc2Data, 0, i) = w.dys + r * d, at(kMoeFc2Data, 1, i) = w2e, at(kMoeFc2Data, 2, i) = w.dact + r * F;
-    at(kMoeFc2Weight, 0, i) = w.dys + r * d, at(kMoeFc2Weight, 1, i) = M.act + r * F;
-    at(kMoeFc2Weight, 2, i) = in_place ? static_cast<const void*>(g2 + e * d * F) : w.part + e * d * F;
-    at(kMoeFc1Data, 0, i) = w.dgu + r * 2 * F, at(kMoeFc1Data, 1, i) = w1e, at(kMoeFc1Data, 2, i) = w.ys + r * d;
-    at(kMoeFc1Weight, 0, i) = w.dgu + r * 2 * F, at(kMoeFc1Weight, 1, i) = w.xs + r * d;
-    at(kMoeFc1Weight, 2, i) = in_place ? static_cast<const void*>(g1 + e * 2 * F * d) : w.part + e * 2 * F * d;
-  }
-  check_cuda(cudaMemcpyAsync(M.addresses, M.staged, sizeof(void*) * kMoeGemms * 3 * static_cast<std::size_t>(E),
-                             cudaMemcpyHostToDevice, st),
-             "expert addresses");
+  const bf16 *w1 = I.params.W(P.experts_fc1), *w2 = I.params.W(P.experts_fc2);
+  const float *g1 = I.params.G(P.experts_fc1), *g2 = I.params.G(P.experts_fc2);
+  const std::int64_t W1 = 2LL * F * d, W2 = static_cast<std::int64_t>(d) * F;
+  GroupedPlan p[kMoeGemms];
+  const auto set = [&](MoeGemm g, GroupedOperand a, GroupedOperand b, GroupedOperand c, int m, int n, int k) {
+    p[g] = {a, b, c, m, n, k, M.gemms[g]};
+  };
+  // m, n, k: 0 stands for the expert's rows.
+  set(kMoeFc1, rows(w.xs, d), expert(w1, W1, d, 2), rows(M.gu, 2 * F), 0, 2 * F, d);         // xs W1_e^T
+  set(kMoeFc2, rows(M.act, F), expert(w2, W2, F, 2), rows(w.ys, d), 0, d, F);                // act W2_e^T
+  set(kMoeFc2Data, rows(w.dys, d), expert(w2, W2, F, 2), rows(w.dact, F), 0, F, d);          // dys W2_e
+  set(kMoeFc2Weight, rows(w.dys, d), rows(M.act, F), expert(g2, W2, F, 4), d, F, 0);         // += dys^T act
+  set(kMoeFc1Weight, rows(w.dgu, 2 * F), rows(w.xs, d), expert(g1, W1, d, 4), 2 * F, d, 0);  // += dgu^T xs
+  set(kMoeFc1Data, rows(w.dgu, 2 * F), expert(w1, W1, d, 2), rows(w.ys, d), 0, d, 2 * F);    // dgu W1_e
+  grouped_plan(p, kMoeGemms, M.offsets, E, I.stream);
 }
 
-// One grouped GEMM of the layer: per group, rows = its row count in the dimension the tokens run along (k: a weight
-// gradient, added into the fp32 gradient where the grouped GEMM writes fp32, else written in bf16 to `part`).
-enum class TokensIn { kM, kK };
-void grouped(Impl& I, const MoeLayerActs& M, MoeGemm g, bool trans_a, bool trans_b, int m, int n, int k, int lda,
-             int ldb, int ldc, TokensIn tokens) {
-  const int E = I.moe.shape().experts;
-  GroupedGemm::Problem p;
-  p.trans_a = trans_a, p.trans_b = trans_b, p.lda = lda, p.ldb = ldb, p.ldc = ldc;
-  p.m.assign(M.rows.size(), m), p.n.assign(M.rows.size(), n), p.k.assign(M.rows.size(), k);
-  (tokens == TokensIn::kM ? p.m : p.k) = M.rows;
-  if (tokens == TokensIn::kK && I.grouped->fp32_output()) p.c_f32 = true, p.beta = 1.0f;
-  p.a = M.gemm_operand(g, 0, E), p.b = M.gemm_operand(g, 1, E), p.c = M.gemm_operand(g, 2, E);
-  I.grouped->run(p, I.stream);
+void grouped(Impl& I, const MoeLayerActs& M, MoeGemm g, GroupedForm form) {
+  I.grouped->run(form, I.moe.shape().experts, M.gemms[g], I.stream);
 }
 
 }  // namespace
@@ -151,8 +114,8 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   moe_sort_by_expert(M.idx, rows, E, w.sort, M.offsets, M.where, M.order, st);
   plan_groups(I, M, l, P);
   moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
-  mark("moe permute (host wait)");
-  grouped(I, M, kMoeFc1, false, true, 0, 2 * F, d, d, d, 2 * F, TokensIn::kM);
+  mark("moe permute");
+  grouped(I, M, kMoeFc1, GroupedForm::kNT);
   mark("moe grouped fc1 fwd");
   moe_swiglu_forward(M.gu, M.w, M.order, rows, F, M.act, st);
   mark("moe swiglu fwd");
@@ -163,7 +126,7 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
     mark("moe shared fc1 + swiglu fwd");
   }
   if (recompute) return;
-  grouped(I, M, kMoeFc2, false, true, 0, d, F, F, F, d, TokensIn::kM);
+  grouped(I, M, kMoeFc2, GroupedForm::kNT);
   mark("moe grouped fc2 fwd");
   moe_combine(w.ys, M.where, tokens, k, d, I.acts.shared.tmp, st);
   mark("moe combine fwd");
@@ -186,24 +149,15 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
   moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
   mark("moe permute bwd");
-  grouped(I, M, kMoeFc2Data, false, false, 0, F, d, d, F, F, TokensIn::kM);
+  grouped(I, M, kMoeFc2Data, GroupedForm::kNN);
   mark("moe grouped fc2 bwd data");
-  const bool in_place = I.grouped->fp32_output();  // else the weight gradients come through `part`
-  grouped(I, M, kMoeFc2Weight, true, false, d, F, 0, d, F, F, TokensIn::kK);
+  grouped(I, M, kMoeFc2Weight, GroupedForm::kTNAccumulate);
   mark("moe grouped fc2 bwd weight");
-  if (!in_place) {
-    moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(d) * F, I.params.G(P.experts_fc2), st);
-    mark("moe weight gradient add");
-  }
   moe_swiglu_backward(w.dact, M.gu, M.w, M.order, rows, F, w.dgu, w.dw, st);
   mark("moe swiglu bwd");
-  grouped(I, M, kMoeFc1Weight, true, false, 2 * F, d, 0, 2 * F, d, d, TokensIn::kK);
+  grouped(I, M, kMoeFc1Weight, GroupedForm::kTNAccumulate);
   mark("moe grouped fc1 bwd weight");
-  if (!in_place) {
-    moe_accumulate_experts(w.part, M.offsets, E, static_cast<std::int64_t>(2) * F * d, I.params.G(P.experts_fc1), st);
-    mark("moe weight gradient add");
-  }
-  grouped(I, M, kMoeFc1Data, false, false, 0, d, 2 * F, 2 * F, d, d, TokensIn::kM);
+  grouped(I, M, kMoeFc1Data, GroupedForm::kNN);
   mark("moe grouped fc1 bwd data");
   moe_combine(w.ys, M.where, T, k, d, sh.dh, st);
   mark("moe combine bwd");
@@ -229,11 +183,18 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
 }
 
 std::vector<std::vector<std::int64_t>> CudaModel::moe_tokens_per_expert() const {
-  std::vector<std::vector<std::int64_t>> out;
   const auto& I = *impl_;
-  for (std::size_t l = 0; l < I.lp.size(); ++l)
-    if (I.lp[l].router >= 0)
-      out.push_back(l < I.moe.last_counts.size() ? I.moe.last_counts[l] : std::vector<std::int64_t>{});
+  const auto& last = I.moe.last_offsets;
+  std::vector<std::vector<std::int64_t>> out;
+  std::vector<int> offsets(static_cast<std::size_t>(I.cfg.num_experts) + 1);
+  for (std::size_t l = 0; l < I.lp.size(); ++l) {
+    if (I.lp[l].router < 0) continue;
+    auto& counts = out.emplace_back();
+    if (l >= last.size() || !last[l]) continue;
+    check_cuda(cudaStreamSynchronize(I.stream), "expert counts");
+    check_cuda(cudaMemcpy(offsets.data(), last[l], sizeof(int) * offsets.size(), cudaMemcpyDeviceToHost), "expert counts");
+    for (std::size_t e = 0; e + 1 < offsets.size(); ++e) counts.push_back(offsets[e + 1] - offsets[e]);
+  }
   return out;
 }
 

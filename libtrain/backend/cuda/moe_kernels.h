@@ -42,9 +42,5 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 //   per row in a fixed order), dgu = the SwiGLU backward of w * dact.
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream);
-// grad[e] += part[e] for every expert e with rows (offsets); part and grad are [E, per_expert], per_expert % 8 == 0.
-// The grouped weight-gradient GEMMs skip empty experts, whose part is not written.
-void moe_accumulate_experts(const bf16* part, const int* offsets, int experts, std::int64_t per_expert, float* grad,
-                            cudaStream_t stream);
 
 }  // namespace dlm::train::cuda

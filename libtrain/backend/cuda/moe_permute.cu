@@ -142,21 +142,6 @@ __global__ void swiglu_bwd_k(const bf16* dact, const bf16* gu, const float* w, c
   if (threadIdx.x == 0) dw[order[row]] = dot;
 }
 
-__global__ void accumulate_k(const bf16* part, const int* offsets, std::int64_t per_expert, std::int64_t vecs,
-                             float* grad) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
-  const std::int64_t at = i * 8, e = at / per_expert;
-  if (offsets[e + 1] == offsets[e]) return;
-  float v[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(part + at), v);
-  float4* g = reinterpret_cast<float4*>(grad + at);
-  float4 a = g[0], b = g[1];
-  a.x += v[0], a.y += v[1], a.z += v[2], a.w += v[3];
-  b.x += v[4], b.y += v[5], b.z += v[6], b.w += v[7];
-  g[0] = a, g[1] = b;
-}
-
 unsigned blocks(std::int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
 
 }  // namespace
@@ -192,12 +177,6 @@ void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const
                          bf16* dgu, float* dw, cudaStream_t stream) {
   const int threads = std::min(256, std::max(32, (ffn / 8 + 31) / 32 * 32));
   if (rows > 0) swiglu_bwd_k<<<static_cast<unsigned>(rows), threads, 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
-}
-
-void moe_accumulate_experts(const bf16* part, const int* offsets, int experts, std::int64_t per_expert, float* grad,
-                            cudaStream_t stream) {
-  const std::int64_t vecs = experts * per_expert / 8;
-  if (vecs > 0) accumulate_k<<<blocks(vecs, 256), 256, 0, stream>>>(part, offsets, per_expert, vecs, grad);
 }
 
 }  // namespace dlm::train::cuda
