@@ -41,10 +41,11 @@ class CublasGrouped {
   }
   ~CublasGrouped() { cublasDestroy(handle_), cudaFree(workspace_); }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: B's memory is cuBLAS's first operand.
-  cublasStatus_t run(bool ta, bool tb, const std::vector<int>& m, int n, const std::vector<int>& k, const void* const* a,
-                     int lda, const void* const* b, int ldb, void* const* c, int ldc, bool c_f32) {
+  cublasStatus_t run(bool ta, bool tb, const std::vector<int>& m, int n, const std::vector<int>& k,
+                     const void* const* a, int lda, const void* const* b, int ldb, void* const* c, int ldc, bool c_f32) {
     const std::size_t groups = m.size();
-    std::vector<cublasOperation_t> opb(groups, tb ? CUBLAS_OP_T : CUBLAS_OP_N), opa(groups, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
+    std::vector<cublasOperation_t> opb(groups, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
+    std::vector<cublasOperation_t> opa(groups, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
     std::vector<int> ns(groups, n), ldbs(groups, ldb), ldas(groups, lda), ldcs(groups, ldc), ones(groups, 1);
     std::vector<float> alpha(groups, 1.0f), beta(groups, c_f32 ? 1.0f : 0.0f);
     return cublasGemmGroupedBatchedEx(handle_, opb.data(), opa.data(), ns.data(), m.data(), k.data(), alpha.data(), b,
@@ -100,8 +101,9 @@ void run(const std::vector<int>& counts, int hidden, int ffn, const Operands& o,
     // cutlass: the plan and the grouped GEMM, as the layer runs them.
     cuda::GroupedPlan plan;
     plan.a = {g.a, g.lda, 0, g.lda, 2};
-    plan.b = weight ? cuda::GroupedOperand{g.b, g.ldb, 0, g.ldb, 2} : cuda::GroupedOperand{g.b, 0, g.b_expert, g.ldb, 2};
-    plan.c = weight ? cuda::GroupedOperand{g.c, 0, g.c_expert, g.ldc, eb} : cuda::GroupedOperand{g.c, g.ldc, 0, g.ldc, 2};
+    using Operand = cuda::GroupedOperand;
+    plan.b = weight ? Operand{g.b, g.ldb, 0, g.ldb, 2} : Operand{g.b, 0, g.b_expert, g.ldb, 2};
+    plan.c = weight ? Operand{g.c, 0, g.c_expert, g.ldc, eb} : Operand{g.c, g.ldc, 0, g.ldc, 2};
     plan.m = g.m, plan.n = g.n, plan.k = g.k;
     plan.out = cuda::grouped_args_at(arrays, E);
     const double ms = dlm::bench::time_ms(
@@ -174,7 +176,8 @@ int main(int argc, char** argv) {
       dlm::bench::fill_random(*p, n, n);
     }
     o.g1 = dlm::bench::device_alloc<float>(E * 2 * F * d), o.g2 = dlm::bench::device_alloc<float>(E * d * F);
-    cuda::check_cuda(cudaMemset(o.g1, 0, E * 2 * F * d * 4), "zero"), cuda::check_cuda(cudaMemset(o.g2, 0, E * d * F * 4), "zero");
+    cuda::check_cuda(cudaMemset(o.g1, 0, E * 2 * F * d * 4), "zero");
+    cuda::check_cuda(cudaMemset(o.g2, 0, E * d * F * 4), "zero");
     cuda::GroupedGemm grouped;
     if (!grouped.available()) {
       std::fprintf(stderr, "grouped_gemm_bench: no CUTLASS Hopper grouped GEMM in this build or on this GPU\n");

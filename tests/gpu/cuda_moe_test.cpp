@@ -225,7 +225,8 @@ TEST(CudaMoeGroupedGemm, UnevenAndEmptyExpertsMatchReference) {
   gemm.run(cuda::GroupedForm::kNT, E, plans[0].out, stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (const std::vector<int>& other : {std::vector<int>{300, 0, 0, 201, 0, 0, 0}, std::vector<int>{1, 2, 3, 4, 5, 6, 7}}) {
+  const std::vector<int> others[] = {{300, 0, 0, 201, 0, 0, 0}, {1, 2, 3, 4, 5, 6, 7}};
+  for (const std::vector<int>& other : others) {
     const std::vector<int> o = offsets_of(other);
     d_off.upload(o);
     y.upload(std::vector<bf16>(static_cast<std::size_t>(rows) * N, __float2bfloat16(0.0f)));

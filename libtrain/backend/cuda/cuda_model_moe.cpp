@@ -14,7 +14,7 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   const std::int64_t E = shape.experts, rows = tokens * shape.topk, F = shape.ffn, d = shape.hidden;
   const std::int64_t act = std::max(rows * F, tokens * shape.shared);  // the experts' or the shared expert's
   MoeWork& w = work_;
-  w.xs = arena_.alloc<bf16>(rows * d), w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
+  w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
   w.dact = arena_.alloc<bf16>(act), w.dgu = arena_.alloc<bf16>(2 * act);
   w.dlogits = arena_.alloc<bf16>(tokens * E);
   w.dw = arena_.alloc<float>(rows);
@@ -36,10 +36,11 @@ MoeLayerActs* MoeBuffers::layer(int s, int l) {
   auto& m = layers[static_cast<std::size_t>(l)];
   if (m) return m.get();
   m = std::make_unique<MoeLayerActs>();
-  const std::int64_t E = shape_.experts, k = shape_.topk, rows = tokens_ * k, F = shape_.ffn;
+  const std::int64_t E = shape_.experts, k = shape_.topk, rows = tokens_ * k, F = shape_.ffn, d = shape_.hidden;
   m->logits = arena_.alloc<float>(tokens_ * E), m->w = arena_.alloc<float>(rows);
   m->idx = arena_.alloc<int>(rows), m->where = arena_.alloc<int>(rows), m->order = arena_.alloc<int>(rows);
   m->offsets = arena_.alloc<int>(E + 1);
+  m->xs = arena_.alloc<bf16>(rows * d);
   m->gu = arena_.alloc<bf16>(rows * 2 * F), m->act = arena_.alloc<bf16>(rows * F);
   if (const std::int64_t S = shape_.shared; S > 0)
     m->shared_gu = arena_.alloc<bf16>(tokens_ * 2 * S), m->shared_act = arena_.alloc<bf16>(tokens_ * S);
@@ -64,13 +65,10 @@ RouterShape router_shape(const Impl& I, int tokens) {
 // Every grouped GEMM's per-expert shapes, addresses and strides for this layer's forward and backward, filled on
 // the device from the sorted offsets (grouped_gemm.h). An expert's rows of a [T k, ld] matrix, or its slice of
 // an [E, ...] weight (bf16) or weight gradient (fp32):
-void plan_groups(Impl& I, MoeLayerActs& M, int l, const cuda_detail::LayerParams& P) {
+void plan_groups(Impl& I, MoeLayerActs& M, const cuda_detail::LayerParams& P) {
   MoeWork& w = I.moe.work();
   const MoeShape& s = I.moe.shape();
   const int E = s.experts, d = s.hidden, F = s.ffn;
-  auto& last = I.moe.last_offsets;
-  if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1, nullptr);
-  last[static_cast<std::size_t>(l)] = M.offsets;
   const auto rows = [](const void* base, int ld) { return GroupedOperand{base, ld, 0, ld, 2}; };
   const auto expert = [](const void* base, std::int64_t size, int ld, int bytes) {
     return GroupedOperand{base, 0, size, ld, bytes};
@@ -83,11 +81,11 @@ void plan_groups(Impl& I, MoeLayerActs& M, int l, const cuda_detail::LayerParams
     p[g] = {a, b, c, m, n, k, M.gemms[g]};
   };
   // m, n, k: 0 stands for the expert's rows.
-  set(kMoeFc1, rows(w.xs, d), expert(w1, W1, d, 2), rows(M.gu, 2 * F), 0, 2 * F, d);         // xs W1_e^T
+  set(kMoeFc1, rows(M.xs, d), expert(w1, W1, d, 2), rows(M.gu, 2 * F), 0, 2 * F, d);         // xs W1_e^T
   set(kMoeFc2, rows(M.act, F), expert(w2, W2, F, 2), rows(w.ys, d), 0, d, F);                // act W2_e^T
   set(kMoeFc2Data, rows(w.dys, d), expert(w2, W2, F, 2), rows(w.dact, F), 0, F, d);          // dys W2_e
   set(kMoeFc2Weight, rows(w.dys, d), rows(M.act, F), expert(g2, W2, F, 4), d, F, 0);         // += dys^T act
-  set(kMoeFc1Weight, rows(w.dgu, 2 * F), rows(w.xs, d), expert(g1, W1, d, 4), 2 * F, d, 0);  // += dgu^T xs
+  set(kMoeFc1Weight, rows(w.dgu, 2 * F), rows(M.xs, d), expert(g1, W1, d, 4), 2 * F, d, 0);  // += dgu^T xs
   set(kMoeFc1Data, rows(w.dgu, 2 * F), expert(w1, W1, d, 2), rows(w.ys, d), 0, d, 2 * F);    // dgu W1_e
   grouped_plan(p, kMoeGemms, M.offsets, E, I.stream);
 }
@@ -112,8 +110,11 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   moe_router_forward(router_shape(I, tokens), M.logits, M.idx, M.w, st);
   mark("moe router fwd");
   moe_sort_by_expert(M.idx, rows, E, w.sort, M.offsets, M.where, M.order, st);
-  plan_groups(I, M, l, P);
-  moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
+  auto& last = I.moe.last_offsets;
+  if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1, nullptr);
+  last[static_cast<std::size_t>(l)] = M.offsets;
+  plan_groups(I, M, P);
+  moe_gather(A.h2, M.order, rows, k, d, M.xs, st);
   mark("moe permute");
   grouped(I, M, kMoeFc1, GroupedForm::kNT);
   mark("moe grouped fc1 fwd");
@@ -145,8 +146,6 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   const int T = static_cast<int>(I.acts.T), E = s.experts, k = s.topk, F = s.ffn, d = s.hidden, rows = T * k;
   const cudaStream_t st = I.stream;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
-  // xs was overwritten by the later layers' forwards: gathered again.
-  moe_gather(A.h2, M.order, rows, k, d, w.xs, st);
   moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
   mark("moe permute bwd");
   grouped(I, M, kMoeFc2Data, GroupedForm::kNN);
@@ -192,7 +191,8 @@ std::vector<std::vector<std::int64_t>> CudaModel::moe_tokens_per_expert() const 
     auto& counts = out.emplace_back();
     if (l >= last.size() || !last[l]) continue;
     check_cuda(cudaStreamSynchronize(I.stream), "expert counts");
-    check_cuda(cudaMemcpy(offsets.data(), last[l], sizeof(int) * offsets.size(), cudaMemcpyDeviceToHost), "expert counts");
+    check_cuda(cudaMemcpy(offsets.data(), last[l], sizeof(int) * offsets.size(), cudaMemcpyDeviceToHost),
+               "expert counts");
     for (std::size_t e = 0; e + 1 < offsets.size(); ++e) counts.push_back(offsets[e + 1] - offsets[e]);
   }
   return out;

@@ -35,7 +35,8 @@ void GroupedGemm::run(GroupedForm form, int groups, const GroupedArgs& args, cud
   const bool launched = form == GroupedForm::kNT ? grouped_nt(l, stream)
                         : form == GroupedForm::kNN ? grouped_nn(l, stream)
                                                    : grouped_tn(l, stream);
-  if (!launched) fail(fmt::format("grouped GEMM: CUTLASS refused form {} of {} groups", static_cast<int>(form), groups));
+  if (!launched)
+    fail(fmt::format("grouped GEMM: CUTLASS refused form {} of {} groups", static_cast<int>(form), groups));
   check_cuda(cudaGetLastError(), "grouped GEMM launch");
 }
 

@@ -32,6 +32,7 @@ struct MoeLayerActs {
   float* logits = nullptr;                                                     // [T, E] router logits
   float* w = nullptr;                                                          // [T, k] routing weights
   int *idx = nullptr, *where = nullptr, *order = nullptr, *offsets = nullptr;  // [T, k], [T k], [T k], [E + 1]
+  bf16 *xs = nullptr;                                                          // [T k, d] the gathered input
   bf16 *gu = nullptr, *act = nullptr;                                          // [T k, 2 F], [T k, F]
   bf16 *shared_gu = nullptr, *shared_act = nullptr;                            // [T, 2 S], [T, S]
   GroupedArgs gemms[kMoeGemms];  // device: each grouped GEMM's per-expert shapes, addresses and strides
@@ -39,7 +40,7 @@ struct MoeLayerActs {
 
 // The work buffers the MoE layers share (every micro-batch, every layer), for T tokens.
 struct MoeWork {
-  bf16 *xs = nullptr, *ys = nullptr, *dys = nullptr;  // [T k, d]; ys is also the backward's dxs
+  bf16 *ys = nullptr, *dys = nullptr;                 // [T k, d]; ys is also the backward's dxs
   bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F] (or the shared expert's, if larger)
   bf16* dlogits = nullptr;                            // [T, E]
   float* dw = nullptr;                                // [T, k]
