@@ -5,6 +5,7 @@
 //            before: this needs the experts' counts downloaded and a host wait per layer, not counted here
 //   dense    one cuBLASLt GEMM of the same total size (every expert's rows in one matrix against one weight: the
 //            rate a perfect grouped GEMM would reach)
+// and the library's kernel under other tile schedules (grouped_gemm_variants.cu) for the forward and weight forms.
 // ms and TFLOP/s per GEMM, for experts that get equal rows and for skewed counts (expert e weighted 1 + e, the first
 // three empty). The weight gradients are added into fp32 gradients (beta 1) in all three. The shape is moe-2.9b's
 // micro-batch.
@@ -19,6 +20,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
+#include "grouped_gemm_variants.h"
 #include "kernel_bench.h"
 
 namespace {
@@ -30,6 +32,18 @@ struct Operands {
   bf16 *x, *w1, *w2, *gu, *act, *y, *dy, *dact, *dgu, *dx;
   float *g1, *g2;
 };
+
+struct Variant {
+  const char* name;
+  std::size_t (*workspace)(const cuda::GroupedLaunch&);
+  bool (*run)(const cuda::GroupedLaunch&, cudaStream_t);
+};
+const Variant kNtVariants[] = {{"pingpong", cuda::grouped_nt_pingpong_workspace, cuda::grouped_nt_pingpong},
+                               {"coop256", cuda::grouped_nt_coop256_workspace, cuda::grouped_nt_coop256}};
+const Variant kTnVariants[] = {{"pingpong", cuda::grouped_tn_pingpong_workspace, cuda::grouped_tn_pingpong},
+                               {nullptr, nullptr, nullptr}};
+constexpr std::size_t kVariantWorkspace = std::size_t{16} << 20;
+void* variant_workspace = nullptr;
 
 // The cuBLAS variant: per group g (row-major) C_g = op(A_g) op(B_g) (+ C_g for an fp32 C), sizes on the host.
 class CublasGrouped {
@@ -112,6 +126,21 @@ void run(const std::vector<int>& counts, int hidden, int ffn, const Operands& o,
           grouped.run(g.form, E, plan.out, nullptr);
         },
         20);
+    // The other tile schedules of this form, on the same planned arrays.
+    std::string variants;
+    const Variant* forms = g.form == Form::kNT ? kNtVariants : g.form == Form::kTNAccumulate ? kTnVariants : nullptr;
+    for (int v = 0; forms && v < 2 && forms[v].name; ++v) {
+      cuda::GroupedLaunch l;
+      l.groups = E, l.args = plan.out, l.sm_count = cuda::multiprocessors(), l.workspace = variant_workspace;
+      if (forms[v].workspace(l) > kVariantWorkspace || !forms[v].run(l, nullptr)) {
+        variants += std::string(" | ") + forms[v].name + " refused";
+        continue;
+      }
+      const double t = dlm::bench::time_ms([&] { forms[v].run(l, nullptr); }, 20);
+      char line[96];
+      std::snprintf(line, sizeof line, " | %s %.3f ms %.1f", forms[v].name, t, 2.0 * rows * g.n * (weight ? g.m : g.k) / t / 1e9);
+      variants += line;
+    }
     // cublas: the groups with rows, their addresses uploaded once (outside the timing).
     std::vector<int> m, k;
     std::vector<const void*> table;
@@ -148,9 +177,9 @@ void run(const std::vector<int>& counts, int hidden, int ffn, const Operands& o,
     const double flops = 2.0 * rows * g.n * (weight ? g.m : g.k);
     const auto tflops = [&](double t) { return t > 0 ? flops / t / 1e9 : 0.0; };
     std::printf("%-7s %-15s cutlass %7.3f ms %6.1f TFLOP/s | cublas %7.3f ms %6.1f | dense %7.3f ms %6.1f | "
-                "cutlass/dense %.2fx, cublas/cutlass %.2fx\n",
+                "cutlass/dense %.2fx, cublas/cutlass %.2fx%s\n",
                 label, g.what, ms, tflops(ms), cublas_ms, tflops(cublas_ms), dense_ms, tflops(dense_ms), ms / dense_ms,
-                cublas_ms / ms);
+                cublas_ms / ms, variants.c_str());
     cudaFree(d_table);
   }
   cudaFree(arrays), cudaFree(d_off);
@@ -184,6 +213,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     CublasGrouped cublas;
+    variant_workspace = dlm::bench::device_alloc<char>(kVariantWorkspace);
     cuda::Gemm dense;
     std::vector<int> equal(E, static_cast<int>(rows / E));
     equal[0] += static_cast<int>(rows - rows / E * E);

@@ -380,6 +380,31 @@ TEST(CudaMoeParity, RecomputationGivesTheSameGradients) {
   for (const auto& t : plain->tensors()) EXPECT_EQ(plain->export_gradient(t.name), again->export_gradient(t.name)) << t.name;
 }
 
+// The samplers' forward of an MoE model runs as a CUDA graph after a shape's first call (the experts' counts stay on
+// the device): the graphed model gives the eager model's greedy tokens and confidences bit for bit on calls eager
+// (the first), captured (the second) and replayed, each call on other ids, so other experts' row counts.
+TEST(CudaMoeModel, GraphedSamplingForwardMatchesEager) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_shared_expert_intermediate_size = 48;
+  CudaOptions graphed = gpu_test::deterministic_options(), eager = graphed;
+  eager.cuda_graphs = false;
+  const auto a = gpu_test::model_with(c, graphed, 9), e = gpu_test::model_with(c, eager, 9);
+  const std::int64_t batch = 2, seq = 32;
+  std::mt19937 rng(8);
+  std::vector<std::int32_t> tokens_a, tokens_e;
+  std::vector<float> confidence_a, confidence_e;
+  for (int call = 0; call < 4; ++call) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq));
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 500);
+    a->greedy_tokens(batch, seq, false, ids, {}, tokens_a, confidence_a);
+    e->greedy_tokens(batch, seq, false, ids, {}, tokens_e, confidence_e);
+    EXPECT_EQ(tokens_a, tokens_e) << "call " << call;
+    EXPECT_EQ(confidence_a, confidence_e) << "call " << call;
+    EXPECT_EQ(a->moe_tokens_per_expert(), e->moe_tokens_per_expert()) << "call " << call;
+  }
+}
+
 // The GPU router is dropless: a capacity factor (token dropping, the CPU reference's) is refused at construction, in
 // one line naming the field, before any device work.
 TEST(CudaMoeModel, CapacityFactorIsRefusedInOneLine) {

@@ -1,10 +1,12 @@
 // The grouped GEMM kernel of grouped_gemm.h as a CUTLASS 3 type, one instantiation per .cu file (grouped_gemm_nt.cu,
 // _nn.cu, _tn.cu: nvcc spends minutes and gigabytes on each). A ptr-array grouped GEMM: per group, the (m, n, k)
 // shape, the three operand addresses and the row strides are read on the device (GroupProblemShape without host
-// shapes), so the persistent grid is one CTA cluster per multiprocessor pair and a group with no tiles costs nothing.
+// shapes), so the persistent grid has a CTA per multiprocessor whatever the counts, and a group with no tiles costs
+// nothing.
 // Cooperative schedule, 128 x 256 x 64 tiles, clusters of 2 along m: torch._grouped_mm's choice for Hopper's large
 // groups (the experts' groups here hold hundreds to thousands of rows).
-// DLM_GROUPED_GEMM_FORM defines one form's pair of grouped_gemm.h functions (stubs in a build without CUTLASS).
+// DLM_GROUPED_GEMM_FORM defines one form's pair of grouped_gemm.h functions (stubs in a build without CUTLASS); a
+// sixth argument names other tiles than CooperativeTiles.
 #pragma once
 
 #include "grouped_gemm.h"
@@ -24,24 +26,32 @@ namespace dlm::train::cuda::grouped_detail {
 using namespace cute;
 using Bf = cutlass::bfloat16_t;
 
+// The library's tile schedule (the header's opening comment); benchmarks/train/grouped_gemm_variants.cu times others.
+struct CooperativeTiles {
+  using Tile = Shape<_128, _256, _64>;
+  using Cluster = Shape<_2, _1, _1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+
 // LayoutA / LayoutB in CUTLASS's column-major-of-(M, K) / (N, K) sense; ElementC void (C is not read) or float
 // (C = D, the fp32 gradient added into).
-template <class LayoutA, class LayoutB, class ElementC, class ElementD>
+template <class LayoutA, class LayoutB, class ElementC, class ElementD, class Tiles = CooperativeTiles>
 struct Sm90Grouped {
   using Problem = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using LayoutD = cutlass::layout::RowMajor;
-  using TileShape = Shape<_128, _256, _64>;
-  using ClusterShape = Shape<_2, _1, _1>;
+  using TileShape = typename Tiles::Tile;
+  using ClusterShape = typename Tiles::Cluster;
   static constexpr int kAlignAB = 8, kAlignD = 16 / static_cast<int>(sizeof(ElementD));
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD*, kAlignD, ElementD, LayoutD*,
-      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+      kAlignD, typename Tiles::Epilogue>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf, LayoutA*, kAlignAB, Bf, LayoutB*, kAlignAB, float,
       TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Tiles::Mainloop>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Problem, Mainloop, Epilogue>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
@@ -90,11 +100,11 @@ struct Sm90Grouped {
 
 }  // namespace dlm::train::cuda::grouped_detail
 
-#define DLM_GROUPED_GEMM_FORM(name, LayoutA, LayoutB, ElementC, ElementD)                                          \
+#define DLM_GROUPED_GEMM_FORM(name, LayoutA, LayoutB, ElementC, ElementD, ...)                                     \
   namespace dlm::train::cuda {                                                                                     \
   namespace {                                                                                                      \
   using name##_kernel = grouped_detail::Sm90Grouped<cutlass::layout::LayoutA, cutlass::layout::LayoutB, ElementC, \
-                                                    ElementD>;                                                      \
+                                                    ElementD, ##__VA_ARGS__>;                                       \
   }                                                                                                                \
   std::size_t name##_workspace(const GroupedLaunch& l) { return name##_kernel::workspace(l); }                    \
   bool name(const GroupedLaunch& l, cudaStream_t stream) { return name##_kernel::run(l, stream); }                 \
@@ -102,7 +112,7 @@ struct Sm90Grouped {
 
 #else
 
-#define DLM_GROUPED_GEMM_FORM(name, LayoutA, LayoutB, ElementC, ElementD)          \
+#define DLM_GROUPED_GEMM_FORM(name, LayoutA, LayoutB, ElementC, ElementD, ...)     \
   namespace dlm::train::cuda {                                                     \
   std::size_t name##_workspace(const GroupedLaunch&) { return 0; }                 \
   bool name(const GroupedLaunch&, cudaStream_t) { return false; }                  \
