@@ -135,6 +135,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     if (!I.grouped->available())
       fail("CudaModel: MoE layers need the CUTLASS Hopper grouped GEMM (a build with CUTLASS, a compute capability 9.0 "
            "GPU)");
+    if (I.cfg.moe_shared_expert_intermediate_size > 0)
+      I.moe_side = std::make_unique<SideStream>(), I.moe_side_gemm = std::make_unique<Gemm>(!options.deterministic);
   }
   I.attention = std::make_unique<Attention>(
       options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
@@ -168,6 +170,8 @@ CudaModel::~CudaModel() {
   I.fp8.reset();
   I.swiglu_gemm.reset();
   I.grouped.reset();
+  I.moe_side_gemm.reset();
+  I.moe_side.reset();
   I.attention.reset();
   if (I.stream && I.owns_stream) cudaStreamDestroy(I.stream);
 }

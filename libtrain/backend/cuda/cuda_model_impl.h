@@ -37,6 +37,7 @@
 #include "moe_layer.h"
 #include "parameter_store.h"
 #include "phase_timer.h"
+#include "side_stream.h"
 #include "state_copy.h"
 #include "swiglu_gemm.h"
 
@@ -76,6 +77,9 @@ struct CudaModel::Impl {
   std::unique_ptr<Attention> attention;
   std::unique_ptr<Fp8Linears> fp8;  // CudaOptions::fp8 enabled: the FP8 linear layers (fp8_linear.h)
   std::unique_ptr<GroupedGemm> grouped;  // the MoE experts' GEMMs (null without MoE layers)
+  // The MoE layers' shared expert runs on this stream with its own GEMMs (null without a shared expert).
+  std::unique_ptr<SideStream> moe_side;
+  std::unique_ptr<Gemm> moe_side_gemm;
   float *rope_cos = nullptr, *rope_sin = nullptr;  // [max_position_embeddings + 1, kv_channels / 2]
   DeviceArena tables;                              // the RoPE tables'
   ParameterStore params;

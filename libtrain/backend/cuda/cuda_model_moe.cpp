@@ -12,10 +12,11 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   release();
   shape_ = shape, tokens_ = tokens;
   const std::int64_t E = shape.experts, rows = tokens * shape.topk, F = shape.ffn, d = shape.hidden;
-  const std::int64_t act = std::max(rows * F, tokens * shape.shared);  // the experts' or the shared expert's
+  const std::int64_t S = shape.shared;
   MoeWork& w = work_;
   w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
-  w.dact = arena_.alloc<bf16>(act), w.dgu = arena_.alloc<bf16>(2 * act);
+  w.dact = arena_.alloc<bf16>(rows * F), w.dgu = arena_.alloc<bf16>(rows * 2 * F);
+  if (S > 0) w.shared_dact = arena_.alloc<bf16>(tokens * S), w.shared_dgu = arena_.alloc<bf16>(tokens * 2 * S);
   w.dlogits = arena_.alloc<bf16>(tokens * E);
   w.dw = arena_.alloc<float>(rows);
   w.sort = arena_.alloc<int>(cuda::moe_sort_scratch_ints(rows, shape.experts));
@@ -106,6 +107,16 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   auto mark = [&](const char* phase) {
     if (!recompute) I.timer.mark(phase, st);
   };
+  // The shared expert's fc1 and SwiGLU on the side stream, beside the routing and the routed experts (its fc2 adds
+  // into their combined output, after the join).
+  const int S = s.shared;
+  if (S > 0) {
+    const cudaStream_t side = I.moe_side->get();
+    I.moe_side->fork(st);
+    I.moe_side_gemm->run(false, true, tokens, 2 * S, d, A.h2, d, I.params.W(P.fc1), d, M.shared_gu, false, 2 * S, 0,
+                         side);
+    swiglu_forward(M.shared_gu, M.shared_act, tokens, S, side);
+  }
   I.gemm->run(false, true, tokens, E, d, A.h2, d, I.params.W(P.router), d, M.logits, true, E, 0, st);
   moe_router_forward(router_shape(I, tokens), M.logits, M.idx, M.w, st);
   mark("moe router fwd");
@@ -120,20 +131,18 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   mark("moe grouped fc1 fwd");
   moe_swiglu_forward(M.gu, M.w, M.order, rows, F, M.act, st);
   mark("moe swiglu fwd");
-  const int S = s.shared;
-  if (S > 0) {
-    I.gemm->run(false, true, tokens, 2 * S, d, A.h2, d, I.params.W(P.fc1), d, M.shared_gu, false, 2 * S, 0, st);
-    swiglu_forward(M.shared_gu, M.shared_act, tokens, S, st);
-    mark("moe shared fc1 + swiglu fwd");
+  if (recompute) {
+    if (S > 0) I.moe_side->join(st);
+    return;
   }
-  if (recompute) return;
   grouped(I, M, kMoeFc2, GroupedForm::kNT);
   mark("moe grouped fc2 fwd");
   moe_combine(w.ys, M.where, tokens, k, d, I.acts.shared.tmp, st);
   mark("moe combine fwd");
   if (S > 0) {
+    I.moe_side->join(st);
     I.gemm->run(false, true, tokens, d, S, M.shared_act, S, I.params.W(P.fc2), S, I.acts.shared.tmp, false, d, 1.0f, st);
-    mark("moe shared fc2 fwd");
+    mark("moe shared fc2 fwd (fc1 beside the experts)");
   }
 }
 
@@ -146,6 +155,19 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   const int T = static_cast<int>(I.acts.T), E = s.experts, k = s.topk, F = s.ffn, d = s.hidden, rows = T * k;
   const cudaStream_t st = I.stream;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
+  // The shared expert's backward on the side stream, beside the routed experts', up to its data gradient, which
+  // adds into dh after the routed experts' combine wrote it.
+  const int S = s.shared;
+  if (S > 0) {
+    const cudaStream_t side = I.moe_side->get();
+    Gemm& gm = *I.moe_side_gemm;
+    const ParameterStore& ps = I.params;
+    I.moe_side->fork(st);
+    gm.run(true, false, d, S, T, sh.dres16_full, d, M.shared_act, S, ps.G(P.fc2), true, S, I.grad_beta(P.fc2), side);
+    gm.run(false, false, T, S, d, sh.dres16_full, d, ps.W(P.fc2), S, w.shared_dact, false, S, 0, side);
+    swiglu_backward(w.shared_dact, M.shared_gu, w.shared_dgu, T, S, side);
+    gm.run(true, false, 2 * S, d, T, w.shared_dgu, 2 * S, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), side);
+  }
   moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
   mark("moe permute bwd");
   grouped(I, M, kMoeFc2Data, GroupedForm::kNN);
@@ -160,15 +182,10 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   mark("moe grouped fc1 bwd data");
   moe_combine(w.ys, M.where, T, k, d, sh.dh, st);
   mark("moe combine bwd");
-  if (const int S = s.shared; S > 0) {
-    auto& gm = *I.gemm;
-    const ParameterStore& ps = I.params;
-    gm.run(true, false, d, S, T, sh.dres16_full, d, M.shared_act, S, ps.G(P.fc2), true, S, I.grad_beta(P.fc2), st);
-    gm.run(false, false, T, S, d, sh.dres16_full, d, ps.W(P.fc2), S, w.dact, false, S, 0, st);
-    swiglu_backward(w.dact, M.shared_gu, w.dgu, T, S, st);
-    gm.run(true, false, 2 * S, d, T, w.dgu, 2 * S, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st);
-    gm.run(false, false, T, d, 2 * S, w.dgu, 2 * S, ps.W(P.fc1), d, sh.dh, false, d, 1.0f, st);
-    mark("moe shared expert bwd");
+  if (S > 0) {
+    I.moe_side->join(st);
+    I.gemm->run(false, false, T, d, 2 * S, w.shared_dgu, 2 * S, I.params.W(P.fc1), d, sh.dh, false, d, 1.0f, st);
+    mark("moe shared expert bwd (the rest beside the experts)");
   }
   // The router losses' gradients, weighted as the CPU model weights them (Model::backward's router_loss_weight).
   const auto& c = I.cfg;

@@ -8,7 +8,9 @@
 // (the weight gradients added into the fp32 gradients by their grouped GEMMs),
 // then the router: dlogits (aux and z losses included) -> dWr += dlogits^T h2, dh += dlogits Wr.
 // A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose fc2 adds into the
-// combined output (beta 1), and whose data gradient adds into dh the same way.
+// combined output (beta 1), and whose data gradient adds into dh the same way. It runs on a side stream
+// (side_stream.h) beside the routing and the routed experts, whose kernels are partly memory-bound, and joins back
+// before those additions: its fc1 and SwiGLU forward, its backward but the data gradient's GEMM.
 // No host wait: the grouped GEMMs (grouped_gemm.h) read the experts' row counts on the device, from the per-group
 // arrays that one grouped_plan launch per layer fills after the sort, so the layer is captured in CUDA graphs as
 // the dense MLP is.
@@ -41,7 +43,8 @@ struct MoeLayerActs {
 // The work buffers the MoE layers share (every micro-batch, every layer), for T tokens.
 struct MoeWork {
   bf16 *ys = nullptr, *dys = nullptr;                 // [T k, d]; ys is also the backward's dxs
-  bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F] (or the shared expert's, if larger)
+  bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F]
+  bf16 *shared_dact = nullptr, *shared_dgu = nullptr; // [T, S], [T, 2 S]: the shared expert's, on the side stream
   bf16* dlogits = nullptr;                            // [T, E]
   float* dw = nullptr;                                // [T, k]
   int* sort = nullptr;                                // moe_sort_scratch_ints
