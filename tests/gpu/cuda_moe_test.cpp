@@ -140,7 +140,8 @@ TEST(CudaMoePermute, SortsSlotsStablyByExpert) {
 // The three grouped GEMM forms over experts with uneven and empty row counts (grouped_gemm.h), their arrays planned
 // on the device from the offsets, against double sums of the same bf16 values: per expert e, rows [off[e], off[e+1]),
 //   kNT  Y_e = X_e W_e^T   [r, N],   kNN  Z_e = D_e W_e   [r, K],   kTNAccumulate  G_e += D_e^T X_e   [N, K] fp32,
-// with X [rows, K], D [rows, N], W [E, N, K]. An empty expert's G keeps its sentinel. Sizes cross the 128 x 256
+// with X [rows, K], D [rows, N], W [E, N, K]. An empty expert's G keeps its sentinel; with beta 0 G_e is written
+// over, and moe_clear_empty_experts zeroes the empty experts'. Sizes cross the 128 x 256
 // tiles and K is no multiple of the 64-deep k tile. Then the same plan and GEMM captured once in a CUDA graph and
 // replayed on other counts: the counts are read on the device.
 struct GroupedCase {
@@ -214,6 +215,20 @@ TEST(CudaMoeGroupedGemm, UnevenAndEmptyExpertsMatchReference) {
   for (int e : {0, 3})
     for (int j = 0; j < N; ++j)
       for (int i = 0; i < K; ++i) ASSERT_EQ(got_g[t.wi(e, j, i)], sentinel) << "expert " << e;
+  // With beta 0 the weight gradient is written over (the first micro-batch after zero_grad), and the empty experts'
+  // slices, which the GEMM skips, are cleared after it.
+  g.upload(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
+  gemm.run(cuda::GroupedForm::kTNAccumulate, E, plans[2].out, nullptr, 0.0f);
+  cuda::moe_clear_empty_experts(g.get(), d_off.get(), E, static_cast<std::int64_t>(N) * K, nullptr);
+  std::vector<double> want_over(want_g);
+  for (int e = 0; e < E; ++e)
+    for (int j = 0; j < N; ++j)
+      for (int i = 0; i < K; ++i) want_over[t.wi(e, j, i)] -= sentinel;
+  const auto got_over = g.download();
+  EXPECT_LT(gpu_test::rel_error(got_over, want_over), 1e-3);
+  for (int e : {0, 3})
+    for (int j = 0; j < N; ++j)
+      for (int i = 0; i < K; ++i) ASSERT_EQ(got_over[t.wi(e, j, i)], 0.0f) << "expert " << e << ", beta 0";
 
   // One graph of the plan and the forward GEMM, replayed after the offsets change on the device.
   cudaStream_t stream = nullptr;

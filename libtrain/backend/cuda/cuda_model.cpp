@@ -114,10 +114,10 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     }
     I.lp.push_back(L);
   }
-  // The experts' gradients are added into by their grouped GEMMs, so zero_grad clears them.
+  // The experts' grouped weight-gradient GEMMs overwrite too (their empty experts cleared after them).
   I.fresh.gemm_written.assign(P.specs.size(), 0);
   for (const auto& L : I.lp)
-    for (int t : {L.qkv, L.proj, L.fc1, L.fc2, L.router})
+    for (int t : {L.qkv, L.proj, L.fc1, L.fc2, L.router, L.experts_fc1, L.experts_fc2})
       if (t >= 0) I.fresh.gemm_written[static_cast<std::size_t>(t)] = 1;
   if (I.post && I.out != I.emb) I.fresh.gemm_written[static_cast<std::size_t>(I.out)] = 1;
   I.fresh.fresh.assign(P.specs.size(), 0);

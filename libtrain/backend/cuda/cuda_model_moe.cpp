@@ -95,6 +95,15 @@ void grouped(Impl& I, const MoeLayerActs& M, MoeGemm g, GroupedForm form) {
   I.grouped->run(form, I.moe.shape().experts, M.gemms[g], I.stream);
 }
 
+// A weight gradient's grouped GEMM: the first into the gradient since zero_grad overwrites it (the gradient freshness
+// of grad_freshness.h), its empty experts cleared after it; later ones add.
+void weight_gradient(Impl& I, const MoeLayerActs& M, MoeGemm g, int p, std::int64_t per_expert) {
+  const float beta = I.grad_beta(p);
+  const int E = I.moe.shape().experts;
+  I.grouped->run(GroupedForm::kTNAccumulate, E, M.gemms[g], I.stream, beta);
+  if (beta == 0.0f) moe_clear_empty_experts(I.params.G(p), M.offsets, E, per_expert, I.stream);
+}
+
 }  // namespace
 
 void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recompute) {
@@ -172,11 +181,11 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   mark("moe permute bwd");
   grouped(I, M, kMoeFc2Data, GroupedForm::kNN);
   mark("moe grouped fc2 bwd data");
-  grouped(I, M, kMoeFc2Weight, GroupedForm::kTNAccumulate);
+  weight_gradient(I, M, kMoeFc2Weight, P.experts_fc2, static_cast<std::int64_t>(d) * F);
   mark("moe grouped fc2 bwd weight");
   moe_swiglu_backward(w.dact, M.gu, M.w, M.order, rows, F, w.dgu, w.dw, st);
   mark("moe swiglu bwd");
-  grouped(I, M, kMoeFc1Weight, GroupedForm::kTNAccumulate);
+  weight_gradient(I, M, kMoeFc1Weight, P.experts_fc1, 2LL * F * d);
   mark("moe grouped fc1 bwd weight");
   grouped(I, M, kMoeFc1Data, GroupedForm::kNN);
   mark("moe grouped fc1 bwd data");

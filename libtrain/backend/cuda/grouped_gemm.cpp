@@ -27,11 +27,11 @@ GroupedGemm::~GroupedGemm() {
   if (workspace_) cudaFree(workspace_);
 }
 
-void GroupedGemm::run(GroupedForm form, int groups, const GroupedArgs& args, cudaStream_t stream) {
+void GroupedGemm::run(GroupedForm form, int groups, const GroupedArgs& args, cudaStream_t stream, float beta) {
   if (groups <= 0) return;
   if (!available_) fail("grouped GEMM: this build or GPU has no CUTLASS Hopper kernel (compute capability 9.0)");
   GroupedLaunch l;
-  l.groups = groups, l.args = args, l.sm_count = multiprocessors(), l.workspace = workspace_;
+  l.groups = groups, l.args = args, l.sm_count = multiprocessors(), l.workspace = workspace_, l.beta = beta;
   const bool launched = form == GroupedForm::kNT ? grouped_nt(l, stream)
                         : form == GroupedForm::kNN ? grouped_nn(l, stream)
                                                    : grouped_tn(l, stream);

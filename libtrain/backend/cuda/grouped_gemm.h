@@ -2,8 +2,9 @@
 // wait for the experts' row counts (so the layer can be captured in a CUDA graph). Row-major terms, per group g:
 //   kNT:          C_g [m_g, n_g] = A_g [m_g, k_g] B_g^T     (B_g stored [n_g, k_g]; the forward's fc1 and fc2)
 //   kNN:          C_g [m_g, n_g] = A_g [m_g, k_g] B_g       (B_g stored [k_g, n_g]; the backward's data GEMMs)
-//   kTNAccumulate: C_g [m_g, n_g] += A_g^T B_g             (A_g stored [k_g, m_g], B_g [k_g, n_g], C_g fp32: the
-//                                                             weight gradients, added into the fp32 gradients)
+//   kTNAccumulate: C_g [m_g, n_g] = A_g^T B_g + beta C_g   (A_g stored [k_g, m_g], B_g [k_g, n_g], C_g fp32: the
+//                                                             weight gradients, added into the fp32 gradients with
+//                                                             beta 1, or written over them with beta 0)
 // bf16 operands, fp32 accumulation, C bf16 except kTNAccumulate's. A group with a 0 in its shape is skipped (its C
 // is not written), which is what a group of no rows needs in every form (a weight gradient adds nothing).
 // The kernels are CUTLASS 3's Hopper ptr-array grouped GEMMs (TMA, wgmma, warp-specialized persistent tiles; the
@@ -63,8 +64,9 @@ class GroupedGemm {
   // Whether this build and device run the kernels (CUTLASS, compute capability 9.0).
   bool available() const { return available_; }
   // Enqueues C_g = ... for `groups` groups described by args (device arrays, filled before it runs on `stream`).
-  // Every address 16-byte aligned and every leading dimension a multiple of 8 (4 for the fp32 C).
-  void run(GroupedForm form, int groups, const GroupedArgs& args, cudaStream_t stream);
+  // Every address 16-byte aligned and every leading dimension a multiple of 8 (4 for the fp32 C). beta: 0 or 1,
+  // kTNAccumulate's only.
+  void run(GroupedForm form, int groups, const GroupedArgs& args, cudaStream_t stream, float beta = 1.0f);
 
  private:
   bool available_ = false;
@@ -79,6 +81,7 @@ struct GroupedLaunch {
   GroupedArgs args;
   int sm_count = 0;
   void* workspace = nullptr;
+  float beta = 1.0f;  // the fp32 C's (kTNAccumulate)
 };
 bool grouped_sm90_built();
 std::size_t grouped_nt_workspace(const GroupedLaunch& l);

@@ -35,7 +35,7 @@ struct CooperativeTiles {
 };
 
 // LayoutA / LayoutB in CUTLASS's column-major-of-(M, K) / (N, K) sense; ElementC void (C is not read) or float
-// (C = D, the fp32 gradient added into).
+// (C = D, the fp32 gradient added into with beta 1; with beta 0 the epilogue does not read it).
 template <class LayoutA, class LayoutB, class ElementC, class ElementD, class Tiles = CooperativeTiles>
 struct Sm90Grouped {
   using Problem = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
@@ -81,7 +81,7 @@ struct Sm90Grouped {
         hw};
     if constexpr (accumulate) args.epilogue.ptr_C = static_cast<const ElementC**>(static_cast<void*>(l.args.c));
     args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = accumulate ? 1.0f : 0.0f;
+    args.epilogue.thread.beta = accumulate ? l.beta : 0.0f;
     args.epilogue.thread.dAlpha = {_0{}, _0{}, 0};
     args.epilogue.thread.dBeta = {_0{}, _0{}, 0};
     return args;

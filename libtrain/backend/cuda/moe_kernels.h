@@ -42,5 +42,9 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 //   per row in a fixed order), dgu = the SwiGLU backward of w * dact.
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream);
+// grad[e] = 0 for every expert e without rows (offsets); grad is [E, per_expert], per_expert % 4 == 0. After a weight
+// gradient's grouped GEMM that overwrote (beta 0): it skips those experts, whose gradient is zero.
+void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
+                             cudaStream_t stream);
 
 }  // namespace dlm::train::cuda

@@ -5,7 +5,8 @@
 //   -> ys = act W2_e^T (one grouped GEMM) -> out[n] = sum_j ys[where[n, j]]
 // and the backward in reverse: the gathered output gradient dys -> dact = dys W2_e, dW2_e = dys^T act ->
 // dgu and dw (moe_swiglu_backward) -> dW1_e = dgu^T xs, dxs = dgu W1_e -> dh = sum of each token's dxs rows
-// (the weight gradients added into the fp32 gradients by their grouped GEMMs),
+// (the weight gradients written into the fp32 gradients by their grouped GEMMs: the first after zero_grad
+// overwrites, the empty experts' cleared after it, later micro-batches add),
 // then the router: dlogits (aux and z losses included) -> dWr += dlogits^T h2, dh += dlogits Wr.
 // A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose fc2 adds into the
 // combined output (beta 1), and whose data gradient adds into dh the same way. It runs on a side stream

@@ -142,6 +142,16 @@ __global__ void swiglu_bwd_k(const bf16* dact, const bf16* gu, const float* w, c
   if (threadIdx.x == 0) dw[order[row]] = dot;
 }
 
+// A grid row per expert: an expert with rows leaves at once, an empty one's blocks zero its slice.
+__global__ void clear_empty_k(float* grad, const int* offsets, std::int64_t per_expert) {
+  const int e = blockIdx.y;
+  if (offsets[e + 1] != offsets[e]) return;
+  auto* g = reinterpret_cast<float4*>(grad + e * per_expert);
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < per_expert / 4;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    g[i] = make_float4(0, 0, 0, 0);
+}
+
 unsigned blocks(std::int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
 // Threads of a block per row: the row's 16-byte vectors, rounded up to a warp, at most 256.
 unsigned row_threads(int width) {
@@ -179,6 +189,13 @@ void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const
                          bf16* dgu, float* dw, cudaStream_t stream) {
   if (rows > 0)
     swiglu_bwd_k<<<static_cast<unsigned>(rows), row_threads(ffn), 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
+}
+
+void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
+                             cudaStream_t stream) {
+  if (experts <= 0 || per_expert <= 0) return;
+  const dim3 grid(std::min(blocks(per_expert / 4, 256), 64u), static_cast<unsigned>(experts));
+  clear_empty_k<<<grid, 256, 0, stream>>>(grad, offsets, per_expert);
 }
 
 }  // namespace dlm::train::cuda
