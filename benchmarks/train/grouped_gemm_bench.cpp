@@ -7,8 +7,9 @@
 //            rate a perfect grouped GEMM would reach)
 // and the library's kernel under other tile schedules (grouped_gemm_variants.cu) for the forward and weight forms.
 // ms and TFLOP/s per GEMM, for experts that get equal rows and for skewed counts (expert e weighted 1 + e, the first
-// three empty). The weight gradients are added into fp32 gradients (beta 1) in all three. The shape is moe-2.9b's
-// micro-batch.
+// three empty). The weight gradients are added into fp32 gradients (beta 1) in all three, and the library's kernel
+// also writes over them (beta 0, "overwrite": the first micro-batch after zero_grad); cuBLAS's, where it takes no
+// fp32 C for bf16 operands, writes bf16 (beta 0, "bf16 C"). The shape is moe-2.9b's micro-batch.
 // usage: grouped_gemm_bench [TOKENS=8192] [EXPERTS=32] [TOPK=4] [HIDDEN=2048] [FFN=1024]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -40,7 +41,7 @@ struct Variant {
 };
 const Variant kNtVariants[] = {{"pingpong", cuda::grouped_nt_pingpong_workspace, cuda::grouped_nt_pingpong},
                                {"coop256", cuda::grouped_nt_coop256_workspace, cuda::grouped_nt_coop256}};
-const Variant kTnVariants[] = {{"pingpong", cuda::grouped_tn_pingpong_workspace, cuda::grouped_tn_pingpong},
+const Variant kTnVariants[] = {{"cooperative", cuda::grouped_tn_cooperative_workspace, cuda::grouped_tn_cooperative},
                                {nullptr, nullptr, nullptr}};
 constexpr std::size_t kVariantWorkspace = std::size_t{16} << 20;
 void* variant_workspace = nullptr;
@@ -126,8 +127,14 @@ void run(const std::vector<int>& counts, int hidden, int ffn, const Operands& o,
           grouped.run(g.form, E, plan.out, nullptr);
         },
         20);
-    // The other tile schedules of this form, on the same planned arrays.
+    // The other tile schedules of this form, on the same planned arrays (and a weight gradient written over).
     std::string variants;
+    if (weight) {
+      const double t = dlm::bench::time_ms([&] { grouped.run(g.form, E, plan.out, nullptr, 0.0f); }, 20);
+      char line[96];
+      std::snprintf(line, sizeof line, " | overwrite %.3f ms %.1f", t, 2.0 * rows * g.n * g.m / t / 1e9);
+      variants += line;
+    }
     const Variant* forms = g.form == Form::kNT ? kNtVariants : g.form == Form::kTNAccumulate ? kTnVariants : nullptr;
     for (int v = 0; forms && v < 2 && forms[v].name; ++v) {
       cuda::GroupedLaunch l;
@@ -138,7 +145,8 @@ void run(const std::vector<int>& counts, int hidden, int ffn, const Operands& o,
       }
       const double t = dlm::bench::time_ms([&] { forms[v].run(l, nullptr); }, 20);
       char line[96];
-      std::snprintf(line, sizeof line, " | %s %.3f ms %.1f", forms[v].name, t, 2.0 * rows * g.n * (weight ? g.m : g.k) / t / 1e9);
+      const double flop = 2.0 * rows * g.n * (weight ? g.m : g.k);
+      std::snprintf(line, sizeof line, " | %s %.3f ms %.1f", forms[v].name, t, flop / t / 1e9);
       variants += line;
     }
     // cublas: the groups with rows, their addresses uploaded once (outside the timing).
@@ -158,12 +166,19 @@ void run(const std::vector<int>& counts, int hidden, int ffn, const Operands& o,
     const void** d_table = dlm::bench::device_alloc<const void*>(table.size());
     cuda::check_cuda(cudaMemcpy(d_table, table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice), "table");
     const bool ta = weight, tb = g.form == Form::kNT;
+    bool c_f32 = weight;
     const auto cublas_call = [&] {
       return cublas.run(ta, tb, m, g.n, k, d_table, g.lda, d_table + groups, g.ldb,
-                        const_cast<void* const*>(d_table + 2 * groups), g.ldc, weight);
+                        const_cast<void* const*>(d_table + 2 * groups), g.ldc, c_f32);
     };
-    const bool cublas_ok = cublas_call() == CUBLAS_STATUS_SUCCESS && cudaDeviceSynchronize() == cudaSuccess;
+    bool cublas_ok = cublas_call() == CUBLAS_STATUS_SUCCESS && cudaDeviceSynchronize() == cudaSuccess;
     cudaGetLastError();
+    if (!cublas_ok && weight) {  // the bf16 C into the same (fp32-sized) slices
+      c_f32 = false;
+      cublas_ok = cublas_call() == CUBLAS_STATUS_SUCCESS && cudaDeviceSynchronize() == cudaSuccess;
+      cudaGetLastError();
+      variants += cublas_ok ? " | cublas with a bf16 C" : "";
+    }
     const double cublas_ms = cublas_ok ? dlm::bench::time_ms([&] { cublas_call(); }, 20) : 0.0;
     // dense: every row against expert 0's weight (or every expert's gradient as one, into the bf16 C).
     const int dm = weight ? g.m : rows, dk = weight ? rows : g.k;

@@ -9,6 +9,6 @@ std::size_t grouped_nt_pingpong_workspace(const GroupedLaunch& l);
 bool grouped_nt_pingpong(const GroupedLaunch& l, cudaStream_t stream);
 std::size_t grouped_nt_coop256_workspace(const GroupedLaunch& l);
 bool grouped_nt_coop256(const GroupedLaunch& l, cudaStream_t stream);
-std::size_t grouped_tn_pingpong_workspace(const GroupedLaunch& l);
-bool grouped_tn_pingpong(const GroupedLaunch& l, cudaStream_t stream);
+std::size_t grouped_tn_cooperative_workspace(const GroupedLaunch& l);
+bool grouped_tn_cooperative(const GroupedLaunch& l, cudaStream_t stream);
 }  // namespace dlm::train::cuda

@@ -3,8 +3,10 @@
 // shape, the three operand addresses and the row strides are read on the device (GroupProblemShape without host
 // shapes), so the persistent grid has a CTA per multiprocessor whatever the counts, and a group with no tiles costs
 // nothing.
-// Cooperative schedule, 128 x 256 x 64 tiles, clusters of 2 along m: torch._grouped_mm's choice for Hopper's large
-// groups (the experts' groups here hold hundreds to thousands of rows).
+// The data GEMMs (kNT, kNN): cooperative schedule, 128 x 256 x 64 tiles, clusters of 2 along m, torch._grouped_mm's
+// choice for Hopper's large groups (the experts' groups here hold hundreds to thousands of rows). The weight
+// gradients (kTNAccumulate): pingpong, 128 x 128 x 64 tiles, one consumer warp group's epilogue (an fp32 tile per
+// expert and tile: a large output for a short k) under the other's MMAs; grouped_gemm_bench times both.
 // DLM_GROUPED_GEMM_FORM defines one form's pair of grouped_gemm.h functions (stubs in a build without CUTLASS); a
 // sixth argument names other tiles than CooperativeTiles.
 #pragma once
@@ -26,12 +28,18 @@ namespace dlm::train::cuda::grouped_detail {
 using namespace cute;
 using Bf = cutlass::bfloat16_t;
 
-// The library's tile schedule (the header's opening comment); benchmarks/train/grouped_gemm_variants.cu times others.
+// The library's tile schedules (the header's opening comment); benchmarks/train/grouped_gemm_variants.cu times others.
 struct CooperativeTiles {
   using Tile = Shape<_128, _256, _64>;
   using Cluster = Shape<_2, _1, _1>;
   using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct PingpongTiles {
+  using Tile = Shape<_128, _128, _64>;
+  using Cluster = Shape<_2, _1, _1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 
 // LayoutA / LayoutB in CUTLASS's column-major-of-(M, K) / (N, K) sense; ElementC void (C is not read) or float

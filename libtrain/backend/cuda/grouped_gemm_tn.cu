@@ -2,4 +2,4 @@
 // row-major, C fp32 += the product.
 #include "grouped_gemm_sm90.cuh"
 
-DLM_GROUPED_GEMM_FORM(grouped_tn, ColumnMajor, RowMajor, float, float)
+DLM_GROUPED_GEMM_FORM(grouped_tn, ColumnMajor, RowMajor, float, float, grouped_detail::PingpongTiles)
