@@ -16,7 +16,10 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   MoeWork& w = work_;
   w.ys = arena_.alloc<bf16>(rows * d), w.dys = arena_.alloc<bf16>(rows * d);
   w.dact = arena_.alloc<bf16>(rows * F), w.dgu = arena_.alloc<bf16>(rows * 2 * F);
-  if (S > 0) w.shared_dact = arena_.alloc<bf16>(tokens * S), w.shared_dgu = arena_.alloc<bf16>(tokens * 2 * S);
+  if (S > 0) {
+    w.shared_dact = arena_.alloc<bf16>(tokens * S), w.shared_dgu = arena_.alloc<bf16>(tokens * 2 * S);
+    w.shared_out = arena_.alloc<bf16>(tokens * d);
+  }
   w.dlogits = arena_.alloc<bf16>(tokens * E);
   w.dw = arena_.alloc<float>(rows);
   w.sort = arena_.alloc<int>(cuda::moe_sort_scratch_ints(rows, shape.experts));
@@ -116,15 +119,17 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   auto mark = [&](const char* phase) {
     if (!recompute) I.timer.mark(phase, st);
   };
-  // The shared expert's fc1 and SwiGLU on the side stream, beside the routing and the routed experts (its fc2 adds
-  // into their combined output, after the join).
+  // The shared expert on the side stream, beside the routing and the routed experts: its output (not under
+  // `recompute`, which needs its activations only) is added by the combine, after the join.
   const int S = s.shared;
   if (S > 0) {
     const cudaStream_t side = I.moe_side->get();
+    Gemm& gm = *I.moe_side_gemm;
     I.moe_side->fork(st);
-    I.moe_side_gemm->run(false, true, tokens, 2 * S, d, A.h2, d, I.params.W(P.fc1), d, M.shared_gu, false, 2 * S, 0,
-                         side);
+    gm.run(false, true, tokens, 2 * S, d, A.h2, d, I.params.W(P.fc1), d, M.shared_gu, false, 2 * S, 0, side);
     swiglu_forward(M.shared_gu, M.shared_act, tokens, S, side);
+    if (!recompute)
+      gm.run(false, true, tokens, d, S, M.shared_act, S, I.params.W(P.fc2), S, w.shared_out, false, d, 0, side);
   }
   I.gemm->run(false, true, tokens, E, d, A.h2, d, I.params.W(P.router), d, M.logits, true, E, 0, st);
   moe_router_forward(router_shape(I, tokens), M.logits, M.idx, M.w, st);
@@ -146,13 +151,9 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   }
   grouped(I, M, kMoeFc2, GroupedForm::kNT);
   mark("moe grouped fc2 fwd");
-  moe_combine(w.ys, M.where, tokens, k, d, I.acts.shared.tmp, st);
-  mark("moe combine fwd");
-  if (S > 0) {
-    I.moe_side->join(st);
-    I.gemm->run(false, true, tokens, d, S, M.shared_act, S, I.params.W(P.fc2), S, I.acts.shared.tmp, false, d, 1.0f, st);
-    mark("moe shared fc2 fwd (fc1 beside the experts)");
-  }
+  if (S > 0) I.moe_side->join(st);
+  moe_combine(w.ys, M.where, tokens, k, d, S > 0 ? w.shared_out : nullptr, I.acts.shared.tmp, st);
+  mark("moe combine fwd (+ the shared expert's output)");
 }
 
 void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
@@ -164,8 +165,8 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   const int T = static_cast<int>(I.acts.T), E = s.experts, k = s.topk, F = s.ffn, d = s.hidden, rows = T * k;
   const cudaStream_t st = I.stream;
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
-  // The shared expert's backward on the side stream, beside the routed experts', up to its data gradient, which
-  // adds into dh after the routed experts' combine wrote it.
+  // The shared expert's backward on the side stream, beside the routed experts'; the combine adds its data
+  // gradient, after the join.
   const int S = s.shared;
   if (S > 0) {
     const cudaStream_t side = I.moe_side->get();
@@ -176,6 +177,7 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
     gm.run(false, false, T, S, d, sh.dres16_full, d, ps.W(P.fc2), S, w.shared_dact, false, S, 0, side);
     swiglu_backward(w.shared_dact, M.shared_gu, w.shared_dgu, T, S, side);
     gm.run(true, false, 2 * S, d, T, w.shared_dgu, 2 * S, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), side);
+    gm.run(false, false, T, d, 2 * S, w.shared_dgu, 2 * S, ps.W(P.fc1), d, w.shared_out, false, d, 0, side);
   }
   moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
   mark("moe permute bwd");
@@ -189,13 +191,9 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   mark("moe grouped fc1 bwd weight");
   grouped(I, M, kMoeFc1Data, GroupedForm::kNN);
   mark("moe grouped fc1 bwd data");
-  moe_combine(w.ys, M.where, T, k, d, sh.dh, st);
-  mark("moe combine bwd");
-  if (S > 0) {
-    I.moe_side->join(st);
-    I.gemm->run(false, false, T, d, 2 * S, w.shared_dgu, 2 * S, I.params.W(P.fc1), d, sh.dh, false, d, 1.0f, st);
-    mark("moe shared expert bwd (the rest beside the experts)");
-  }
+  if (S > 0) I.moe_side->join(st);
+  moe_combine(w.ys, M.where, T, k, d, S > 0 ? w.shared_out : nullptr, sh.dh, st);
+  mark("moe combine bwd (+ the shared expert's data gradient)");
   // The router losses' gradients, weighted as the CPU model weights them (Model::backward's router_loss_weight).
   const auto& c = I.cfg;
   const double lw = in.router_loss_weight, n = static_cast<double>(T);

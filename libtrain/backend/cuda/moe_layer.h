@@ -8,10 +8,10 @@
 // (the weight gradients written into the fp32 gradients by their grouped GEMMs: the first after zero_grad
 // overwrites, the empty experts' cleared after it, later micro-batches add),
 // then the router: dlogits (aux and z losses included) -> dWr += dlogits^T h2, dh += dlogits Wr.
-// A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose fc2 adds into the
-// combined output (beta 1), and whose data gradient adds into dh the same way. It runs on a side stream
-// (side_stream.h) beside the routing and the routed experts, whose kernels are partly memory-bound, and joins back
-// before those additions: its fc1 and SwiGLU forward, its backward but the data gradient's GEMM.
+// A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose output the combine adds to
+// the routed experts' sum, and whose data gradient the backward's combine adds to dh the same way. It runs whole on
+// a side stream (side_stream.h) beside the routing and the routed experts, whose kernels are partly memory-bound,
+// and joins back before the combine.
 // No host wait: the grouped GEMMs (grouped_gemm.h) read the experts' row counts on the device, from the per-group
 // arrays that one grouped_plan launch per layer fills after the sort, so the layer is captured in CUDA graphs as
 // the dense MLP is.
@@ -46,6 +46,7 @@ struct MoeWork {
   bf16 *ys = nullptr, *dys = nullptr;                 // [T k, d]; ys is also the backward's dxs
   bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F]
   bf16 *shared_dact = nullptr, *shared_dgu = nullptr; // [T, S], [T, 2 S]: the shared expert's, on the side stream
+  bf16* shared_out = nullptr;  // [T, d]: its output (forward) or its input's gradient (backward), for the combine
   bf16* dlogits = nullptr;                            // [T, E]
   float* dw = nullptr;                                // [T, k]
   int* sort = nullptr;                                // moe_sort_scratch_ints

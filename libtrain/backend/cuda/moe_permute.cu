@@ -90,10 +90,11 @@ __global__ void gather_k(const bf16* src, const int* order, int k, int d, bf16* 
   for (int c = threadIdx.x; c < d / 8; c += blockDim.x) out[c] = in[c];
 }
 
-__global__ void combine_k(const bf16* rows, const int* where, int k, int d, bf16* out) {
+__global__ void combine_k(const bf16* rows, const int* where, int k, int d, const bf16* add, bf16* out) {
   const std::int64_t n = blockIdx.x;
   for (int c = threadIdx.x; c < d / 8; c += blockDim.x) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+    if (add) unpack8(reinterpret_cast<const Bf16x8*>(add + n * d)[c], acc);
     for (int j = 0; j < k; ++j) {
       unpack8(reinterpret_cast<const Bf16x8*>(rows + static_cast<std::int64_t>(where[n * k + j]) * d)[c], v);
       for (int t = 0; t < 8; ++t) acc[t] += v[t];
@@ -175,8 +176,9 @@ void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16*
   if (rows > 0) gather_k<<<static_cast<unsigned>(rows), row_threads(d), 0, stream>>>(src, order, k, d, dst);
 }
 
-void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, bf16* out, cudaStream_t stream) {
-  if (tokens > 0) combine_k<<<static_cast<unsigned>(tokens), row_threads(d), 0, stream>>>(rows, where, k, d, out);
+void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,
+                 cudaStream_t stream) {
+  if (tokens > 0) combine_k<<<static_cast<unsigned>(tokens), row_threads(d), 0, stream>>>(rows, where, k, d, add, out);
 }
 
 void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int rows, int ffn, bf16* act,
