@@ -6,7 +6,8 @@
 //                                                             weight gradients, added into the fp32 gradients with
 //                                                             beta 1, or written over them with beta 0)
 // bf16 operands, fp32 accumulation, C bf16 except kTNAccumulate's. A group with a 0 in its shape is skipped (its C
-// is not written), which is what a group of no rows needs in every form (a weight gradient adds nothing).
+// is not written), which is what a group of no rows needs (a weight gradient adds nothing), except a weight gradient
+// written over with beta 0, whose skipped groups the caller clears (moe_clear_empty_experts).
 // The kernels are CUTLASS 3's Hopper ptr-array grouped GEMMs (TMA, wgmma, warp-specialized persistent tiles; the
 // same kind torch._grouped_mm runs), reading each group's shape, operand addresses and leading dimensions from the
 // device arrays of GroupedArgs; grouped_plan fills those arrays on the device from the experts' row offsets.
@@ -65,7 +66,7 @@ class GroupedGemm {
   bool available() const { return available_; }
   // Enqueues C_g = ... for `groups` groups described by args (device arrays, filled before it runs on `stream`).
   // Every address 16-byte aligned and every leading dimension a multiple of 8 (4 for the fp32 C). beta: 0 or 1,
-  // kTNAccumulate's only.
+  // kTNAccumulate's only. The launches share one workspace: no two may run at once (one stream).
   void run(GroupedForm form, int groups, const GroupedArgs& args, cudaStream_t stream, float beta = 1.0f);
 
  private:
