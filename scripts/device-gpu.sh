@@ -139,7 +139,7 @@ if [[ $WHAT == *moe* ]]; then
   echo "== MoE: tests/gpu/cuda_moe_test.cpp (router, sort, grouped GEMMs, MoE models against the CPU backend)"
   timeout 300 "$C/dlm_gpu_tests" --gtest_filter='CudaMoe*' > "$OUT/moe_tests.log" 2>&1; echo "MoE tests exit $?"
   grep -E "^\[  (FAILED|PASSED) |OK \]|FAILED|Failure|Expected|Which is|moe parity|error" "$OUT/moe_tests.log" | head -60
-  echo "== the experts' grouped GEMMs beside one dense GEMM of the same size (moe-2.9b's micro-batch)"
+  echo "== the experts' grouped GEMMs (CUTLASS, cuBLAS's grouped GEMM) beside one dense GEMM of the same size (moe-2.9b's micro-batch)"
   timeout 120 "$C/grouped_gemm_bench" 2>&1 | tee "$OUT/moe_grouped_gemm.log"
   echo "== tiny MoE step"
   timeout 60 "$C/cuda_train_bench" moe-tiny 5 2 2>&1 | tail -3

@@ -33,8 +33,6 @@ ExpertDispatchPlan plan_expert_dispatch(std::span<const int> mine, std::span<con
       for (int i = 0; i < got[at]; ++i, ++j)
         p.perm[static_cast<std::size_t>(j)] = start[at] + i, p.inv[static_cast<std::size_t>(start[at] + i)] = j;
     }
-    const int first = p.offsets[static_cast<std::size_t>(e)];
-    if (j > first) p.experts.push_back(e), p.rows.push_back(j - first), p.first.push_back(first);
   }
   p.offsets[static_cast<std::size_t>(local)] = j;
   return p;

@@ -14,8 +14,7 @@ namespace dlm::train {
 struct ExpertDispatchPlan {
   std::vector<std::int64_t> send, recv;  // rows to and from each EP rank
   int received = 0;
-  std::vector<int> perm, inv, offsets;  // [received], [received], [E_l + 1]
-  std::vector<int> experts, rows, first;  // the local experts with rows: index, row count, first permuted row
+  std::vector<int> perm, inv, offsets;  // [received], [received], [E_l + 1] (the local experts' grouped GEMMs' groups)
 };
 
 // mine[e]: this rank's rows of global expert e (E values); got[q * E_l + e]: rank q's rows for local expert e

@@ -2,8 +2,8 @@
 //   - the router kernel on the same fp32 logits as dlm::train::route(): the same experts (no near ties drawn),
 //     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
 //   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts;
-//   - the grouped GEMMs against a host reference, empty experts left out and their weight gradient untouched
-//     (through the bf16 C and the add, and in place into an fp32 C where cuBLAS computes one);
+//   - the grouped GEMMs (all three forms) against a host reference, with empty experts (their weight gradient
+//     untouched) and uneven counts, and replayed from a CUDA graph on other counts;
 //   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
 //     CPU backend's Model on the same weights and micro-batch: the loss, the logits, every gradient by cosine, and the
 //     tokens each expert got per layer, equal. The router reads a spike that each token's embedding row carries, so its top-k
@@ -137,83 +137,127 @@ TEST(CudaMoePermute, SortsSlotsStablyByExpert) {
   }
 }
 
-// Per expert e with rows r in [off[e], off[e + 1]):  Y_e = X_e W_e^T  (the experts' forward GEMM) and
-// G_e = D_e^T X_e  (their weight gradient: the token rows are the sum), against double sums of the same bf16
-// values; the empty experts' gradient (left out of the groups) keeps its sentinel through moe_accumulate_experts.
+// The three grouped GEMM forms over experts with uneven and empty row counts (grouped_gemm.h), their arrays planned
+// on the device from the offsets, against double sums of the same bf16 values: per expert e, rows [off[e], off[e+1]),
+//   kNT  Y_e = X_e W_e^T   [r, N],   kNN  Z_e = D_e W_e   [r, K],   kTNAccumulate  G_e += D_e^T X_e   [N, K] fp32,
+// with X [rows, K], D [rows, N], W [E, N, K]. An empty expert's G keeps its sentinel; with beta 0 G_e is written
+// over, and moe_clear_empty_experts zeroes the empty experts'. Sizes cross the 128 x 256
+// tiles and K is no multiple of the 64-deep k tile. Then the same plan and GEMM captured once in a CUDA graph and
+// replayed on other counts: the counts are read on the device.
+struct GroupedCase {
+  int K = 200, N = 264;
+  std::vector<float> x, w, dy;
+  DeviceVec<bf16> dx, dw, ddy;
+  GroupedCase(int max_rows, int experts, std::mt19937& rng)
+      : dx(gpu_test::random_bf16(static_cast<std::size_t>(max_rows) * K, rng, 1.0f, x)),
+        dw(gpu_test::random_bf16(static_cast<std::size_t>(experts) * N * K, rng, 0.1f, w)),
+        ddy(gpu_test::random_bf16(static_cast<std::size_t>(max_rows) * N, rng, 1.0f, dy)) {}
+  std::size_t xi(int r, int i) const { return static_cast<std::size_t>(r) * K + i; }
+  std::size_t di(int r, int j) const { return static_cast<std::size_t>(r) * N + j; }
+  std::size_t wi(int e, int j, int i) const { return (static_cast<std::size_t>(e) * N + j) * K + i; }
+};
+
+std::vector<int> offsets_of(const std::vector<int>& counts) {
+  std::vector<int> off(counts.size() + 1, 0);
+  for (std::size_t e = 0; e < counts.size(); ++e) off[e + 1] = off[e] + counts[e];
+  return off;
+}
+
 TEST(CudaMoeGroupedGemm, UnevenAndEmptyExpertsMatchReference) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<int> counts = {0, 5, 64, 0, 131, 1};
-  const int E = static_cast<int>(counts.size()), K = 72, N = 48;
-  std::vector<int> off(E + 1, 0);
-  for (int e = 0; e < E; ++e) off[e + 1] = off[e] + counts[e];
+  cuda::GroupedGemm gemm;
+  if (!gemm.available()) GTEST_SKIP() << "no CUTLASS Hopper grouped GEMM in this build or on this GPU";
+  const std::vector<int> counts = {0, 5, 64, 0, 131, 1, 300};
+  const int E = static_cast<int>(counts.size());
+  const std::vector<int> off = offsets_of(counts);
   const int rows = off[E];
   std::mt19937 rng(3);
-  std::vector<float> x, wt, dy;
-  DeviceVec<bf16> dx(gpu_test::random_bf16(static_cast<std::size_t>(rows) * K, rng, 1.0f, x));
-  DeviceVec<bf16> dw(gpu_test::random_bf16(static_cast<std::size_t>(E) * N * K, rng, 0.1f, wt));
-  DeviceVec<bf16> ddy(gpu_test::random_bf16(static_cast<std::size_t>(rows) * N, rng, 1.0f, dy));
-  DeviceVec<bf16> out(static_cast<std::size_t>(rows) * N), part(static_cast<std::size_t>(E) * N * K);
-  std::vector<int> m_rows;
-  std::vector<const void*> a, b, c, ga, gb, gc;
-  for (int e = 0; e < E; ++e) {
-    if (counts[e] == 0) continue;
-    m_rows.push_back(counts[e]);
-    a.push_back(dx.get() + static_cast<std::int64_t>(off[e]) * K), b.push_back(dw.get() + static_cast<std::int64_t>(e) * N * K);
-    c.push_back(out.get() + static_cast<std::int64_t>(off[e]) * N);
-    ga.push_back(ddy.get() + static_cast<std::int64_t>(off[e]) * N), gb.push_back(a.back());
-    gc.push_back(part.get() + static_cast<std::int64_t>(e) * N * K);
-  }
-  DeviceVec<const void*> pa(a), pb(b), pc(c), pga(ga), pgb(gb), pgc(gc);
-  cuda::GroupedGemm gemm;
-  cuda::GroupedGemm::Problem fwd;
-  fwd.trans_b = true, fwd.lda = K, fwd.ldb = K, fwd.ldc = N;
-  fwd.m = m_rows, fwd.n.assign(m_rows.size(), N), fwd.k.assign(m_rows.size(), K);
-  fwd.a = pa.get(), fwd.b = pb.get(), fwd.c = pc.get();
-  gemm.run(fwd, nullptr);
-  cuda::GroupedGemm::Problem grad;
-  grad.trans_a = true, grad.lda = N, grad.ldb = K, grad.ldc = K;
-  grad.m.assign(m_rows.size(), N), grad.n.assign(m_rows.size(), K), grad.k = m_rows;
-  grad.a = pga.get(), grad.b = pgb.get(), grad.c = pgc.get();
-  gemm.run(grad, nullptr);
+  GroupedCase t(rows, E, rng);
+  const int K = t.K, N = t.N;
   const float sentinel = 0.25f;
-  DeviceVec<float> acc(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
+  DeviceVec<bf16> y(static_cast<std::size_t>(rows) * N), z(static_cast<std::size_t>(rows) * K);
+  DeviceVec<float> g(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
   DeviceVec<int> d_off(off);
-  cuda::moe_accumulate_experts(part.get(), d_off.get(), E, static_cast<std::int64_t>(N) * K, acc.get(), nullptr);
+  DeviceVec<char> arrays(3 * cuda::grouped_args_bytes(E));
+  const auto out = [&](int i) { return cuda::grouped_args_at(arrays.get() + i * cuda::grouped_args_bytes(E), E); };
+  const auto rows_of = [](const void* base, int ld) { return cuda::GroupedOperand{base, ld, 0, ld, 2}; };
+  const auto expert = [&](const void* base, int ld, int bytes) {
+    return cuda::GroupedOperand{base, 0, static_cast<std::int64_t>(N) * K, ld, bytes};
+  };
+  const cuda::GroupedPlan plans[3] = {
+      {rows_of(t.dx.get(), K), expert(t.dw.get(), K, 2), rows_of(y.get(), N), 0, N, K, out(0)},   // kNT
+      {rows_of(t.ddy.get(), N), expert(t.dw.get(), K, 2), rows_of(z.get(), K), 0, K, N, out(1)},  // kNN
+      {rows_of(t.ddy.get(), N), rows_of(t.dx.get(), K), expert(g.get(), K, 4), N, K, 0, out(2)},  // kTNAccumulate
+  };
+  cuda::grouped_plan(plans, 3, d_off.get(), E, nullptr);
+  gemm.run(cuda::GroupedForm::kNT, E, plans[0].out, nullptr);
+  gemm.run(cuda::GroupedForm::kNN, E, plans[1].out, nullptr);
+  gemm.run(cuda::GroupedForm::kTNAccumulate, E, plans[2].out, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
-  std::vector<double> want_y(static_cast<std::size_t>(rows) * N), want_g(static_cast<std::size_t>(E) * N * K, sentinel);
+  std::vector<double> want_y(static_cast<std::size_t>(rows) * N), want_z(static_cast<std::size_t>(rows) * K),
+      want_g(static_cast<std::size_t>(E) * N * K, sentinel);
   for (int e = 0; e < E; ++e)
     for (int r = off[e]; r < off[e + 1]; ++r)
       for (int j = 0; j < N; ++j) {
         double s = 0;
-        for (int i = 0; i < K; ++i) s += double(x[static_cast<std::size_t>(r) * K + i]) * wt[(static_cast<std::size_t>(e) * N + j) * K + i];
-        want_y[static_cast<std::size_t>(r) * N + j] = s;
-        for (int i = 0; i < K; ++i)
-          want_g[(static_cast<std::size_t>(e) * N + j) * K + i] +=
-              double(dy[static_cast<std::size_t>(r) * N + j]) * x[static_cast<std::size_t>(r) * K + i];
+        for (int i = 0; i < K; ++i) {
+          s += double(t.x[t.xi(r, i)]) * t.w[t.wi(e, j, i)];
+          want_z[t.xi(r, i)] += double(t.dy[t.di(r, j)]) * t.w[t.wi(e, j, i)];
+          want_g[t.wi(e, j, i)] += double(t.dy[t.di(r, j)]) * t.x[t.xi(r, i)];
+        }
+        want_y[t.di(r, j)] = s;
       }
-  EXPECT_LT(gpu_test::rel_error(gpu_test::to_float(out.download()), want_y), 1e-2);
-  const auto got_g = acc.download();
-  EXPECT_LT(gpu_test::rel_error(got_g, want_g), 1e-2);
+  EXPECT_LT(gpu_test::rel_error(gpu_test::to_float(y.download()), want_y), 1e-2);
+  EXPECT_LT(gpu_test::rel_error(gpu_test::to_float(z.download()), want_z), 1e-2);
+  const auto got_g = g.download();
+  EXPECT_LT(gpu_test::rel_error(got_g, want_g), 1e-3);
   for (int e : {0, 3})
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(N) * K; ++i)
-      ASSERT_EQ(got_g[static_cast<std::size_t>(e * N * K + i)], sentinel) << "expert " << e;
-
-  // Where cuBLAS writes an fp32 C, the weight gradients added in place (beta 1), as the model then runs them.
-  std::printf("[moe grouped gemm] fp32 output %s\n", gemm.fp32_output() ? "computed (in place)" : "not computed");
-  if (!gemm.fp32_output()) return;
-  DeviceVec<float> in_place(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
-  std::vector<const void*> gc32;
+    for (int j = 0; j < N; ++j)
+      for (int i = 0; i < K; ++i) ASSERT_EQ(got_g[t.wi(e, j, i)], sentinel) << "expert " << e;
+  // With beta 0 the weight gradient is written over (the first micro-batch after zero_grad), and the empty experts'
+  // slices, which the GEMM skips, are cleared after it.
+  g.upload(std::vector<float>(static_cast<std::size_t>(E) * N * K, sentinel));
+  gemm.run(cuda::GroupedForm::kTNAccumulate, E, plans[2].out, nullptr, 0.0f);
+  cuda::moe_clear_empty_experts(g.get(), d_off.get(), E, static_cast<std::int64_t>(N) * K, nullptr);
+  std::vector<double> want_over(want_g);
   for (int e = 0; e < E; ++e)
-    if (counts[e] > 0) gc32.push_back(in_place.get() + static_cast<std::int64_t>(e) * N * K);
-  DeviceVec<const void*> pgc32(gc32);
-  grad.c = pgc32.get(), grad.c_f32 = true, grad.beta = 1.0f;
-  gemm.run(grad, nullptr);
-  const auto got32 = in_place.download();
-  EXPECT_LT(gpu_test::rel_error(got32, want_g), 1e-3);
+    for (int j = 0; j < N; ++j)
+      for (int i = 0; i < K; ++i) want_over[t.wi(e, j, i)] -= sentinel;
+  const auto got_over = g.download();
+  EXPECT_LT(gpu_test::rel_error(got_over, want_over), 1e-3);
   for (int e : {0, 3})
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(N) * K; ++i)
-      ASSERT_EQ(got32[static_cast<std::size_t>(e * N * K + i)], sentinel) << "expert " << e << ", fp32 C";
+    for (int j = 0; j < N; ++j)
+      for (int i = 0; i < K; ++i) ASSERT_EQ(got_over[t.wi(e, j, i)], 0.0f) << "expert " << e << ", beta 0";
+
+  // One graph of the plan and the forward GEMM, replayed after the offsets change on the device.
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cuda::grouped_plan(plans, 1, d_off.get(), E, stream);
+  gemm.run(cuda::GroupedForm::kNT, E, plans[0].out, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const std::vector<int> others[] = {{300, 0, 0, 201, 0, 0, 0}, {1, 2, 3, 4, 5, 6, 7}};
+  for (const std::vector<int>& other : others) {
+    const std::vector<int> o = offsets_of(other);
+    d_off.upload(o);
+    y.upload(std::vector<bf16>(static_cast<std::size_t>(rows) * N, __float2bfloat16(0.0f)));
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<double> want(static_cast<std::size_t>(rows) * N, 0.0);
+    for (int e = 0; e < E; ++e)
+      for (int r = o[e]; r < o[e + 1]; ++r)
+        for (int j = 0; j < N; ++j) {
+          double s = 0;
+          for (int i = 0; i < K; ++i) s += double(t.x[t.xi(r, i)]) * t.w[t.wi(e, j, i)];
+          want[t.di(r, j)] = s;
+        }
+    EXPECT_LT(gpu_test::rel_error(gpu_test::to_float(y.download()), want), 1e-2) << "replay, " << o[E] << " rows";
+  }
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(stream);
 }
 
 // ---- whole models ----
@@ -349,6 +393,31 @@ TEST(CudaMoeParity, RecomputationGivesTheSameGradients) {
   const MoeBatch mb = moe_batch(23);
   EXPECT_EQ(plain->forward_backward(mb.view(false)), again->forward_backward(mb.view(false)));
   for (const auto& t : plain->tensors()) EXPECT_EQ(plain->export_gradient(t.name), again->export_gradient(t.name)) << t.name;
+}
+
+// The samplers' forward of an MoE model runs as a CUDA graph after a shape's first call (the experts' counts stay on
+// the device): the graphed model gives the eager model's greedy tokens and confidences bit for bit on calls eager
+// (the first), captured (the second) and replayed, each call on other ids, so other experts' row counts.
+TEST(CudaMoeModel, GraphedSamplingForwardMatchesEager) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
+  c.moe_shared_expert_intermediate_size = 48;
+  CudaOptions graphed = gpu_test::deterministic_options(), eager = graphed;
+  eager.cuda_graphs = false;
+  const auto a = gpu_test::model_with(c, graphed, 9), e = gpu_test::model_with(c, eager, 9);
+  const std::int64_t batch = 2, seq = 32;
+  std::mt19937 rng(8);
+  std::vector<std::int32_t> tokens_a, tokens_e;
+  std::vector<float> confidence_a, confidence_e;
+  for (int call = 0; call < 4; ++call) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq));
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 500);
+    a->greedy_tokens(batch, seq, false, ids, {}, tokens_a, confidence_a);
+    e->greedy_tokens(batch, seq, false, ids, {}, tokens_e, confidence_e);
+    EXPECT_EQ(tokens_a, tokens_e) << "call " << call;
+    EXPECT_EQ(confidence_a, confidence_e) << "call " << call;
+    EXPECT_EQ(a->moe_tokens_per_expert(), e->moe_tokens_per_expert()) << "call " << call;
+  }
 }
 
 // The GPU router is dropless: a capacity factor (token dropping, the CPU reference's) is refused at construction, in

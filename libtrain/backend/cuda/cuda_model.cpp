@@ -120,10 +120,10 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     }
     I.lp.push_back(L);
   }
-  // The experts' gradients are added into (moe_accumulate_experts), so zero_grad clears them.
+  // The experts' grouped weight-gradient GEMMs overwrite too (their empty experts cleared after them).
   I.fresh.gemm_written.assign(P.specs.size(), 0);
   for (const auto& L : I.lp)
-    for (int t : {L.qkv, L.proj, L.fc1, L.fc2, L.router})
+    for (int t : {L.qkv, L.proj, L.fc1, L.fc2, L.router, L.experts_fc1, L.experts_fc2})
       if (t >= 0) I.fresh.gemm_written[static_cast<std::size_t>(t)] = 1;
   if (I.post && I.out != I.emb) I.fresh.gemm_written[static_cast<std::size_t>(I.out)] = 1;
   I.fresh.fresh.assign(P.specs.size(), 0);
@@ -136,7 +136,14 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     I.fp8 = std::make_unique<Fp8Linears>(options.fp8, I.params, linears, I.first_layer, I.cfg.num_layers, I.stream);
   }
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
-  if (I.cfg.num_experts > 0) I.grouped = std::make_unique<GroupedGemm>();
+  if (I.cfg.num_experts > 0) {
+    I.grouped = std::make_unique<GroupedGemm>();
+    if (!I.grouped->available())
+      fail("CudaModel: MoE layers need the CUTLASS Hopper grouped GEMM (a build with CUTLASS, a compute capability 9.0 "
+           "GPU)");
+    if (I.cfg.moe_shared_expert_intermediate_size > 0)
+      I.moe_side = std::make_unique<SideStream>(), I.moe_side_gemm = std::make_unique<Gemm>(!options.deterministic);
+  }
   I.attention = std::make_unique<Attention>(
       options.attention == CudaOptions::Attention::kOwn ? Attention::Engine::kOwn : Attention::Engine::kAuto,
       options.deterministic);
@@ -169,6 +176,8 @@ CudaModel::~CudaModel() {
   I.fp8.reset();
   I.swiglu_gemm.reset();
   I.grouped.reset();
+  I.moe_side_gemm.reset();
+  I.moe_side.reset();
   I.attention.reset();
   if (I.stream && I.owns_stream) cudaStreamDestroy(I.stream);
 }
@@ -320,7 +329,7 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   acts.allocate(layout, batch, seq, partial, stream);
   if (cfg.num_experts > 0)
     moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
-                  cfg.moe_shared_expert_intermediate_size, grouped->fp32_output()},
+                  cfg.moe_shared_expert_intermediate_size},
                  T);
 }
 

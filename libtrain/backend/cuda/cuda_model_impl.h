@@ -39,6 +39,7 @@
 #include "moe_layer.h"
 #include "parameter_store.h"
 #include "phase_timer.h"
+#include "side_stream.h"
 #include "state_copy.h"
 #include "swiglu_gemm.h"
 
@@ -78,6 +79,9 @@ struct CudaModel::Impl {
   std::unique_ptr<Attention> attention;
   std::unique_ptr<Fp8Linears> fp8;  // CudaOptions::fp8 enabled: the FP8 linear layers (fp8_linear.h)
   std::unique_ptr<GroupedGemm> grouped;  // the MoE experts' GEMMs (null without MoE layers)
+  // The MoE layers' shared expert runs on this stream with its own GEMMs (null without a shared expert).
+  std::unique_ptr<SideStream> moe_side;
+  std::unique_ptr<Gemm> moe_side_gemm;
   float *rope_cos = nullptr, *rope_sin = nullptr;  // [max_position_embeddings + 1, kv_channels / 2]
   DeviceArena tables;                              // the RoPE tables'
   ParameterStore params;
@@ -183,6 +187,11 @@ void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<Laye
 // backward's rerun, only up to the experts' SwiGLU), and its backward from dres16_full into dh.
 void enqueue_moe_forward(CudaModel::Impl& I, LayerActs& A, int l, int tokens, bool recompute);
 void enqueue_moe_backward(CudaModel::Impl& I, const MicroInputs& in, LayerActs& A, int l);
+// cuda_model_moe.cpp: the experts' grouped GEMMs over `rows` (moe_layer.h), both paths': plan_expert_gemms fills
+// every MoeGemm's per-group arrays on the device from rows.offsets (once per layer's forward, for its backward too);
+// run_expert_gemm enqueues one (a weight gradient's overwrites after zero_grad, its empty groups then cleared).
+void plan_expert_gemms(CudaModel::Impl& I, const LayerParams& P, const ExpertRows& rows);
+void run_expert_gemm(CudaModel::Impl& I, const LayerParams& P, const ExpertRows& rows, MoeGemm g);
 // cuda_moe_dispatch.cpp: under expert parallelism, layer l's routed rows (sorted, A.moe) through the EP group's
 // experts: their outputs into the MoE work buffers' ys, in xs's order; the backward's d xs into ys and the routing
 // weights' gradients into dw, as the local experts leave them.

@@ -137,11 +137,12 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     // Sampling repeats one shape hundreds of times: after its first (eager) call, the forward and the greedy
     // head run as one CUDA graph, so ~300 launches cost one. The graph holds no column position (a window reads its
     // first column on the device, KvStore::first; the greedy rows are gathered by index), so one serves every block:
-    // the exact sampler's and the storing forwards, and the dual cache's windows (one width). MoE layers wait on the
-    // host (moe_layer.h): eager.
+    // the exact sampler's and the storing forwards, and the dual cache's windows (one width). MoE layers too: their
+    // grouped GEMMs read the experts' row counts on the device (moe_layer.h); not under expert parallelism, whose
+    // counts exchange waits on the host (moe_dispatch.h): eager.
     const ForwardGraphCache::Shape shape{b.batch, b.seq, b.causal, head, static_cast<int>(kv.mode),
                                          pass.store ? pass.store->serial : 0, width};
-    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled() || I.cfg.num_experts > 0, st, [&] {
+    I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled() || I.shard.expert != nullptr, st, [&] {
       enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;
       if (!all) {

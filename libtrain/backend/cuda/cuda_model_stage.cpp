@@ -1,7 +1,7 @@
 // A training step of CudaModel as pipeline-stage calls, with the tensor-parallel collectives where
 // Megatron puts them (cuda_model.h). Everything is enqueued on the model's stream; the only host waits are
-// take_loss() and the uploads, which run before a step's first collective, and one in each MoE layer's forward
-// (moe_layer.h: the grouped GEMMs' sizes), which waits for the work enqueued before it.
+// take_loss() and the uploads, which run before a step's first collective, and under expert parallelism one in each
+// MoE layer's forward (moe_dispatch.h: the counts exchange), which waits for the work enqueued before it.
 //
 // Per layer, with Ts of the T token rows on this rank (Ts = T / TP under SP, else T):
 //   h1 = gather(RMSNorm(res1))            [Ts, d] -> [T, d]   (SP: all-gather; else nothing)

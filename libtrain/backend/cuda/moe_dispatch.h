@@ -3,12 +3,13 @@
 // E_l = E / EP experts; rank p's routed rows, sorted by expert (moe_layer.h's xs), are already grouped by
 // destination rank (expert e lives on rank e / E_l). Per MoE layer (the host's part: parallel/expert_dispatch_plan.h):
 //   counts:   counts[e] = rows of expert e here; all-to-all of E_l counts per peer, so each rank learns the rows it
-//             receives, [EP, E_l] (the layer's one host wait: the grouped GEMMs' sizes and the exchanges' counts
-//             live on the host);
+//             receives, [EP, E_l] (the layer's one host wait: the all-to-all-v's counts live on the host, so a
+//             model under EP runs eagerly, never in a CUDA graph);
 //   dispatch: all-to-all-v of the rows (bf16) and of their routing weights (fp32); the received rows, in
 //             (source rank, local expert) order, are permuted to (local expert, source rank) order (perm) so each
 //             local expert's rows are contiguous;
-//   experts:  the grouped GEMMs and the weighted SwiGLU as on one GPU, on the received rows;
+//   experts:  the grouped GEMMs and the weighted SwiGLU as on one GPU (the same plan_expert_gemms and
+//             run_expert_gemm, over ExpertRows of E_l groups whose offsets the plan uploads), on the received rows;
 //   combine:  the outputs back to the received order (inv = perm^-1) and by the reverse all-to-all-v to the rows'
 //             home, into xs's order, where moe_combine sums each token's k rows as without EP.
 // The backward runs the same exchanges for d output (dispatch) and for d input and the routing weights' gradients
@@ -31,15 +32,11 @@ namespace dlm::train::cuda {
 
 // What one MoE layer keeps of its dispatch for its backward (per micro-batch in flight).
 struct DispatchedRows {
-  ExpertDispatchPlan plan;  // the host's: rows to and from each rank, the permutation, the local groups
+  ExpertDispatchPlan plan;  // the host's: rows to and from each rank, the permutation, the local experts' offsets
   int *perm = nullptr, *inv = nullptr, *offsets = nullptr;  // the plan's on the device: [EP T k], [EP T k], [E_l + 1]
   bf16 *x = nullptr, *gu = nullptr, *act = nullptr;          // the permuted rows, [R, d], [R, 2F], [R, F]
   float* w = nullptr;                                        // their routing weights, received order [R]
-  const void** addresses = nullptr;  // device: kMoeGemms x 3 x E_l grouped-GEMM operand addresses
-  std::vector<const void*> staged_addresses;  // their host copy
-  const void* const* operand(MoeGemm g, int operand, int local_experts) const {
-    return addresses + (static_cast<std::int64_t>(g) * 3 + operand) * local_experts;
-  }
+  GroupedArgs gemms[kMoeGemms];  // device: each grouped GEMM's per-local-expert shapes, addresses and strides
 };
 
 // The dispatch's buffers for micro-batches of `tokens` tokens: the work buffers every layer shares, and each layer's
@@ -60,9 +57,9 @@ class ExpertDispatch {
 
   // Work buffers: rows in flight [EP T k, d] (two), the experts' SwiGLU gradients [EP T k, F] and [EP T k, 2F], the
   // weights' gradients in received order and in xs's order, the counts [2 E] (this rank's, then received) and
-  // their host copy, and the weight gradients' bf16 staging [E_l, 2F, d] where the grouped GEMM writes no fp32.
-  // (Host copies are pageable: their uploads are small, and a pageable upload leaves the host copy free at once.)
-  bf16 *rows_a = nullptr, *rows_b = nullptr, *dact = nullptr, *dgu = nullptr, *part = nullptr;
+  // their host copy. (Host copies are pageable: their uploads are small, and a pageable upload leaves the host copy
+  // free at once.)
+  bf16 *rows_a = nullptr, *rows_b = nullptr, *dact = nullptr, *dgu = nullptr;
   float *dw = nullptr, *w_sorted = nullptr;
   int* counts = nullptr;
   std::vector<int> counts_host;

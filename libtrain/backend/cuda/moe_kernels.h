@@ -32,9 +32,10 @@ void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_count
                         int* where, int* order, cudaStream_t stream);
 // dst[row] = src[order[row] / k]  (rows = N * k, d % 8 == 0)
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream);
-// out[n] = sum_j rows[where[n * k + j]], summed in fp32 in the order j  (the forward's combine, and the backward's
-// gradient of the gathered input)
-void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, bf16* out, cudaStream_t stream);
+// out[n] = add[n] + sum_j rows[where[n * k + j]], summed in fp32 in the order j (add may be null: 0)  (the forward's
+// combine, and the backward's gradient of the gathered input; add: the shared expert's output or data gradient)
+void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,
+                 cudaStream_t stream);
 // act[row] = w[order[row]] * silu(g) * u on gu's rows [gate | up]; ffn % 8 == 0.
 void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int rows, int ffn, bf16* act,
                         cudaStream_t stream);
@@ -42,9 +43,9 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 //   per row in a fixed order), dgu = the SwiGLU backward of w * dact.
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream);
-// grad[e] += part[e] for every expert e with rows (offsets); part and grad are [E, per_expert], per_expert % 8 == 0.
-// The grouped weight-gradient GEMMs skip empty experts, whose part is not written.
-void moe_accumulate_experts(const bf16* part, const int* offsets, int experts, std::int64_t per_expert, float* grad,
-                            cudaStream_t stream);
+// grad[e] = 0 for every expert e without rows (offsets); grad is [E, per_expert], per_expert % 4 == 0. After a weight
+// gradient's grouped GEMM that overwrote (beta 0): it skips those experts, whose gradient is zero.
+void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
+                             cudaStream_t stream);
 
 }  // namespace dlm::train::cuda

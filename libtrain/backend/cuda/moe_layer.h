@@ -5,12 +5,16 @@
 //   -> ys = act W2_e^T (one grouped GEMM) -> out[n] = sum_j ys[where[n, j]]
 // and the backward in reverse: the gathered output gradient dys -> dact = dys W2_e, dW2_e = dys^T act ->
 // dgu and dw (moe_swiglu_backward) -> dW1_e = dgu^T xs, dxs = dgu W1_e -> dh = sum of each token's dxs rows
-// (the weight gradients added into the fp32 gradients in the GEMM or after it: grouped_gemm.h),
+// (the weight gradients written into the fp32 gradients by their grouped GEMMs: the first after zero_grad
+// overwrites, the empty experts' cleared after it, later micro-batches add),
 // then the router: dlogits (aux and z losses included) -> dWr += dlogits^T h2, dh += dlogits Wr.
-// A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose fc2 adds into the
-// combined output (beta 1), and whose data gradient adds into dh the same way.
-// The forward waits once per layer for the experts' row counts (the grouped GEMM's sizes live on the host), so
-// a model with MoE layers runs its sampling forwards eagerly (no CUDA graphs).
+// A shared expert (LayerParams fc1 and fc2 of an MoE layer) is a dense SwiGLU on h2 whose output the combine adds to
+// the routed experts' sum, and whose data gradient the backward's combine adds to dh the same way. It runs whole on
+// a side stream (side_stream.h) beside the routing and the routed experts, whose kernels are partly memory-bound,
+// and joins back before the combine.
+// No host wait: the grouped GEMMs (grouped_gemm.h) read the experts' row counts on the device, from the per-group
+// arrays that one grouped_plan launch per layer fills after the sort, so the layer is captured in CUDA graphs as
+// the dense MLP is.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +22,12 @@
 #include <vector>
 
 #include "device_arena.h"
+#include "grouped_gemm.h"
 #include "kernels.h"
 
 namespace dlm::train::cuda {
 
-// The grouped GEMMs of one MoE layer, each with three address arrays (A, B, C) of one entry per expert with rows.
+// The grouped GEMMs of one MoE layer (a group per expert).
 enum MoeGemm { kMoeFc1, kMoeFc2, kMoeFc2Data, kMoeFc2Weight, kMoeFc1Data, kMoeFc1Weight, kMoeGemms };
 
 // What one MoE layer keeps from its forward for its backward, per micro-batch in flight.
@@ -30,33 +35,38 @@ struct MoeLayerActs {
   float* logits = nullptr;                                                     // [T, E] router logits
   float* w = nullptr;                                                          // [T, k] routing weights
   int *idx = nullptr, *where = nullptr, *order = nullptr, *offsets = nullptr;  // [T, k], [T k], [T k], [E + 1]
+  bf16 *xs = nullptr;                                                          // [T k, d] the gathered input
   bf16 *gu = nullptr, *act = nullptr;                                          // [T k, 2 F], [T k, F]
   bf16 *shared_gu = nullptr, *shared_act = nullptr;                            // [T, 2 S], [T, S]
-  const void** addresses = nullptr;  // device: kMoeGemms x 3 x E operand addresses
-  const void** staged = nullptr;     // their pinned host copy
-  // The groups of the last forward: the experts with rows, their row counts and first rows (host).
-  std::vector<int> experts, rows, first;
-  std::vector<std::int64_t> tokens_per_expert;  // [E]
-  const void* const* gemm_operand(MoeGemm g, int operand, int experts_total) const {
-    return addresses + (static_cast<std::int64_t>(g) * 3 + operand) * experts_total;
-  }
+  GroupedArgs gemms[kMoeGemms];  // device: each grouped GEMM's per-expert shapes, addresses and strides
+};
+
+// The rows a layer's grouped GEMMs run on, grouped by expert, and those GEMMs' device arrays: on one GPU the layer's
+// sorted rows over all E experts (MoeLayerActs, MoeWork); under expert parallelism the rows received from the EP
+// group over this rank's E / EP experts (moe_dispatch.h). x, gu, act are kept for the backward; y is the forward's
+// output, dy, dact, dgu the backward's work and dx its output (dx may be y, and dy's memory).
+struct ExpertRows {
+  const int* offsets = nullptr;  // device [groups + 1]: group g's rows are [offsets[g], offsets[g + 1])
+  int groups = 0;
+  bf16 *x = nullptr, *gu = nullptr, *act = nullptr;
+  bf16 *y = nullptr, *dy = nullptr, *dact = nullptr, *dgu = nullptr, *dx = nullptr;
+  GroupedArgs* gemms = nullptr;  // [kMoeGemms]
 };
 
 // The work buffers the MoE layers share (every micro-batch, every layer), for T tokens.
 struct MoeWork {
-  bf16 *xs = nullptr, *ys = nullptr, *dys = nullptr;  // [T k, d]; ys is also the backward's dxs
-  bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F] (or the shared expert's, if larger)
+  bf16 *ys = nullptr, *dys = nullptr;                 // [T k, d]; ys is also the backward's dxs
+  bf16 *dact = nullptr, *dgu = nullptr;               // [T k, F], [T k, 2 F]
+  bf16 *shared_dact = nullptr, *shared_dgu = nullptr; // [T, S], [T, 2 S]: the shared expert's, on the side stream
+  bf16* shared_out = nullptr;  // [T, d]: its output (forward) or its input's gradient (backward), for the combine
   bf16* dlogits = nullptr;                            // [T, E]
-  bf16* part = nullptr;  // [E, 2 F, d]: one weight gradient before it is added (unless they are added in place)
   float* dw = nullptr;                                // [T, k]
   int* sort = nullptr;                                // moe_sort_scratch_ints
-  int* offsets_host = nullptr;                        // pinned [E + 1]
 };
 
 struct MoeShape {
   int experts = 0, topk = 0, ffn = 0, hidden = 0;
   int shared = 0;  // the shared expert's width S (0: none)
-  bool weight_gradients_in_place = false;  // GroupedGemm::fp32_output(): no `part`
 };
 
 class MoeBuffers {
@@ -75,17 +85,16 @@ class MoeBuffers {
   MoeWork& work() { return work_; }
   const MoeShape& shape() const { return shape_; }
   std::size_t bytes() const { return arena_.bytes(); }
-  // The last forward's row counts of each MoE layer (global layer order of this rank's layers), for tests.
-  std::vector<std::vector<std::int64_t>> last_counts;
+  // Per layer (this rank's order), the device offsets [E + 1] of its last forward (null before one): read back
+  // only when asked (CudaModel::moe_tokens_per_expert).
+  std::vector<const int*> last_offsets;
 
  private:
   MoeShape shape_;
   std::int64_t tokens_ = 0;
   MoeWork work_;
   std::vector<std::vector<std::unique_ptr<MoeLayerActs>>> slots_;
-  std::vector<void*> pinned_;
   DeviceArena arena_;
-  void* pinned(std::size_t bytes);
 };
 
 }  // namespace dlm::train::cuda

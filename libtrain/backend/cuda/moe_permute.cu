@@ -81,25 +81,26 @@ __global__ void expert_assign(const int* idx, int slots, int experts, const int*
   }
 }
 
-__global__ void gather_k(const bf16* src, const int* order, std::int64_t vecs, int k, int d, bf16* dst) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
-  const int per_row = d / 8;
-  const std::int64_t row = i / per_row, col = (i % per_row) * 8, token = order[row] / k;
-  *reinterpret_cast<Bf16x8*>(dst + row * d + col) = *reinterpret_cast<const Bf16x8*>(src + token * d + col);
+// A block per output row (gather) or token (combine), its threads along the row's 16-byte vectors: no index
+// arithmetic per element, and the row's index read once.
+__global__ void gather_k(const bf16* src, const int* order, int k, int d, bf16* dst) {
+  const std::int64_t row = blockIdx.x, token = order[row] / k;
+  const auto* in = reinterpret_cast<const Bf16x8*>(src + token * d);
+  auto* out = reinterpret_cast<Bf16x8*>(dst + row * d);
+  for (int c = threadIdx.x; c < d / 8; c += blockDim.x) out[c] = in[c];
 }
 
-__global__ void combine_k(const bf16* rows, const int* where, std::int64_t vecs, int k, int d, bf16* out) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
-  const int per_row = d / 8;
-  const std::int64_t n = i / per_row, col = (i % per_row) * 8;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
-  for (int j = 0; j < k; ++j) {
-    unpack8(*reinterpret_cast<const Bf16x8*>(rows + static_cast<std::int64_t>(where[n * k + j]) * d + col), v);
-    for (int c = 0; c < 8; ++c) acc[c] += v[c];
+__global__ void combine_k(const bf16* rows, const int* where, int k, int d, const bf16* add, bf16* out) {
+  const std::int64_t n = blockIdx.x;
+  for (int c = threadIdx.x; c < d / 8; c += blockDim.x) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+    if (add) unpack8(reinterpret_cast<const Bf16x8*>(add + n * d)[c], acc);
+    for (int j = 0; j < k; ++j) {
+      unpack8(reinterpret_cast<const Bf16x8*>(rows + static_cast<std::int64_t>(where[n * k + j]) * d)[c], v);
+      for (int t = 0; t < 8; ++t) acc[t] += v[t];
+    }
+    reinterpret_cast<Bf16x8*>(out + n * d)[c] = pack8(acc);
   }
-  *reinterpret_cast<Bf16x8*>(out + n * d + col) = pack8(acc);
 }
 
 __global__ void swiglu_fwd_k(const bf16* gu, const float* w, const int* order, std::int64_t vecs, int ffn, bf16* act) {
@@ -142,22 +143,21 @@ __global__ void swiglu_bwd_k(const bf16* dact, const bf16* gu, const float* w, c
   if (threadIdx.x == 0) dw[order[row]] = dot;
 }
 
-__global__ void accumulate_k(const bf16* part, const int* offsets, std::int64_t per_expert, std::int64_t vecs,
-                             float* grad) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= vecs) return;
-  const std::int64_t at = i * 8, e = at / per_expert;
-  if (offsets[e + 1] == offsets[e]) return;
-  float v[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(part + at), v);
-  float4* g = reinterpret_cast<float4*>(grad + at);
-  float4 a = g[0], b = g[1];
-  a.x += v[0], a.y += v[1], a.z += v[2], a.w += v[3];
-  b.x += v[4], b.y += v[5], b.z += v[6], b.w += v[7];
-  g[0] = a, g[1] = b;
+// A grid row per expert: an expert with rows leaves at once, an empty one's blocks zero its slice.
+__global__ void clear_empty_k(float* grad, const int* offsets, std::int64_t per_expert) {
+  const int e = blockIdx.y;
+  if (offsets[e + 1] != offsets[e]) return;
+  auto* g = reinterpret_cast<float4*>(grad + e * per_expert);
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < per_expert / 4;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    g[i] = make_float4(0, 0, 0, 0);
 }
 
 unsigned blocks(std::int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+// Threads of a block per row: the row's 16-byte vectors, rounded up to a warp, at most 256.
+unsigned row_threads(int width) {
+  return static_cast<unsigned>(std::min(256, std::max(32, (width / 8 + 31) / 32 * 32)));
+}
 
 }  // namespace
 
@@ -173,13 +173,12 @@ void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_count
 }
 
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream) {
-  const std::int64_t vecs = static_cast<std::int64_t>(rows) * (d / 8);
-  if (vecs > 0) gather_k<<<blocks(vecs, 256), 256, 0, stream>>>(src, order, vecs, k, d, dst);
+  if (rows > 0) gather_k<<<static_cast<unsigned>(rows), row_threads(d), 0, stream>>>(src, order, k, d, dst);
 }
 
-void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, bf16* out, cudaStream_t stream) {
-  const std::int64_t vecs = static_cast<std::int64_t>(tokens) * (d / 8);
-  if (vecs > 0) combine_k<<<blocks(vecs, 256), 256, 0, stream>>>(rows, where, vecs, k, d, out);
+void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,
+                 cudaStream_t stream) {
+  if (tokens > 0) combine_k<<<static_cast<unsigned>(tokens), row_threads(d), 0, stream>>>(rows, where, k, d, add, out);
 }
 
 void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int rows, int ffn, bf16* act,
@@ -190,14 +189,15 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream) {
-  const int threads = std::min(256, std::max(32, (ffn / 8 + 31) / 32 * 32));
-  if (rows > 0) swiglu_bwd_k<<<static_cast<unsigned>(rows), threads, 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
+  if (rows > 0)
+    swiglu_bwd_k<<<static_cast<unsigned>(rows), row_threads(ffn), 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
 }
 
-void moe_accumulate_experts(const bf16* part, const int* offsets, int experts, std::int64_t per_expert, float* grad,
-                            cudaStream_t stream) {
-  const std::int64_t vecs = experts * per_expert / 8;
-  if (vecs > 0) accumulate_k<<<blocks(vecs, 256), 256, 0, stream>>>(part, offsets, per_expert, vecs, grad);
+void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
+                             cudaStream_t stream) {
+  if (experts <= 0 || per_expert <= 0) return;
+  const dim3 grid(std::min(blocks(per_expert / 4, 256), 64u), static_cast<unsigned>(experts));
+  clear_empty_k<<<grid, 256, 0, stream>>>(grad, offsets, per_expert);
 }
 
 }  // namespace dlm::train::cuda
