@@ -312,8 +312,10 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     } else if (f8_mlp) {
       f8->cast_backward(l, Fp8Linears::kFc2, rows, w.dres16_full, A.act, st);
       mark("fp8 casts bwd");
-      f8->backward(gm, l, Fp8Linears::kFc2, rows, ps.G(P.fc2), I.grad_beta(P.fc2), w.dact, st);
-      mark("gemm fc2 bwd");
+      f8->backward_weight(gm, l, Fp8Linears::kFc2, rows, ps.G(P.fc2), I.grad_beta(P.fc2), st);
+      mark("gemm fc2 bwd weight");
+      f8->backward_data(gm, l, Fp8Linears::kFc2, rows, w.dact, st);
+      mark("gemm fc2 bwd data");
       // Delayed: fc1's gradient straight into FP8 (no bf16 dgu); tensorwise: bf16 with its amax, cast after.
       const auto dgu8 = F % 16 == 0 ? f8->grad_fp8(l, Fp8Linears::kFc1, rows) : std::nullopt;
       if (dgu8) swiglu_backward_fp8(w.dact, A.gu, rows, F, dgu8->cast, dgu8->out, dgu8->out_t, st);
@@ -321,23 +323,27 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
       mark("swiglu bwd");
       f8->cast_backward(l, Fp8Linears::kFc1, rows, dgu8 ? nullptr : w.dgu, A.h2, st);
       mark("fp8 casts bwd");
-      f8->backward(gm, l, Fp8Linears::kFc1, rows, ps.G(P.fc1), I.grad_beta(P.fc1), w.dh_full, st);
+      f8->backward_weight(gm, l, Fp8Linears::kFc1, rows, ps.G(P.fc1), I.grad_beta(P.fc1), st);
+      mark("gemm fc1 bwd weight");
+      f8->backward_data(gm, l, Fp8Linears::kFc1, rows, w.dh_full, st);
       I.scatter_sum(w.dh_full, w.dh);
-      mark("gemm fc1 bwd");
+      mark("gemm fc1 bwd data");
     } else {
       gm.run(true, false, d, F, rows, w.dres16_full, d, A.act, F, ps.G(P.fc2), true, F, I.grad_beta(P.fc2), st, fam_k);
+      mark("gemm fc2 bwd weight");
       if (I.swiglu_gemm->run(w.dres16_full, ps.W(P.fc2), A.gu, w.dgu, rows, d, F, st)) {
-        mark("gemm fc2 bwd + swiglu bwd");
+        mark("gemm fc2 bwd data + swiglu bwd");
       } else {
         gm.run(false, false, rows, F, d, w.dres16_full, d, ps.W(P.fc2), F, w.dact, false, F, 0, st, fam_m);
-        mark("gemm fc2 bwd");
+        mark("gemm fc2 bwd data");
         swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st);
         mark("swiglu bwd");
       }
       gm.run(true, false, 2 * F, d, rows, w.dgu, 2 * F, A.h2, d, ps.G(P.fc1), true, d, I.grad_beta(P.fc1), st, fam_k);
+      mark("gemm fc1 bwd weight");
       gm.run(false, false, rows, d, 2 * F, w.dgu, 2 * F, ps.W(P.fc1), d, w.dh_full, false, d, 0, st, fam_m);
       I.scatter_sum(w.dh_full, w.dh);
-      mark("gemm fc1 bwd");
+      mark("gemm fc1 bwd data");
     }
     rmsnorm_backward(w.dh, A.res2, ps.F(P.ln2), A.rstd2, w.dres16, true, ps.G(P.ln2), w.partial, packed ? packed : Ts,
                      d, st, grad_amax(I, l, Fp8Linears::kProj, T, true));
@@ -353,12 +359,15 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     if (f8_attention) {
       f8->cast_backward(l, Fp8Linears::kProj, T, w.dres16_full, A.att, st);
       mark("fp8 casts bwd");
-      f8->backward(gm, l, Fp8Linears::kProj, T, ps.G(P.proj), I.grad_beta(P.proj), w.datt, st);
+      f8->backward_weight(gm, l, Fp8Linears::kProj, T, ps.G(P.proj), I.grad_beta(P.proj), st);
+      mark("gemm proj bwd weight");
+      f8->backward_data(gm, l, Fp8Linears::kProj, T, w.datt, st);
     } else {
       gm.run(true, false, d, qd, T, w.dres16_full, d, A.att, qd, ps.G(P.proj), true, qd, I.grad_beta(P.proj), st);
+      mark("gemm proj bwd weight");
       gm.run(false, false, T, qd, d, w.dres16_full, d, ps.W(P.proj), qd, w.datt, false, qd, 0, st);
     }
-    mark("gemm proj bwd");
+    mark("gemm proj bwd data");
     I.attention->backward(as, A.qkv_rot, A.qkv_raw, A.att, w.datt, A.lse, w.delta, w.dqkv_rot, w.dqkv, st);
     mark("attention bwd");
     qk_norm_rope_backward(qs, w.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
@@ -367,13 +376,16 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     if (f8_attention) {
       f8->cast_backward(l, Fp8Linears::kQkv, T, w.dqkv, A.h1, st);
       mark("fp8 casts bwd");
-      f8->backward(gm, l, Fp8Linears::kQkv, T, ps.G(P.qkv), I.grad_beta(P.qkv), w.dh_full, st);
+      f8->backward_weight(gm, l, Fp8Linears::kQkv, T, ps.G(P.qkv), I.grad_beta(P.qkv), st);
+      mark("gemm qkv bwd weight");
+      f8->backward_data(gm, l, Fp8Linears::kQkv, T, w.dh_full, st);
     } else {
       gm.run(true, false, qkv, d, T, w.dqkv, qkv, A.h1, d, ps.G(P.qkv), true, d, I.grad_beta(P.qkv), st);
+      mark("gemm qkv bwd weight");
       gm.run(false, false, T, d, qkv, w.dqkv, qkv, ps.W(P.qkv), d, w.dh_full, false, d, 0, st);
     }
     I.scatter_sum(w.dh_full, w.dh);
-    mark("gemm qkv bwd");
+    mark("gemm qkv bwd data");
     rmsnorm_backward(w.dh, A.res1, ps.F(P.ln1), A.rstd1, w.dres16, true, ps.G(P.ln1), w.partial, Ts, d, st,
                      grad_amax(I, l - 1, Fp8Linears::kFc2, T, true));
     mark("rmsnorm bwd");

@@ -169,14 +169,16 @@ void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const 
   xt_ = xq_, xt_scale_inv_ = &sx->scale_inv;
 }
 
-void Fp8Linears::backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream) {
+void Fp8Linears::backward_weight(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, cudaStream_t stream) {
   const Weight& w = weight(l, g);
-  const bool e5m2 = options_.grads_e5m2();
-  Fp8Slot *sw = slot(l, g, kW), *sdy = slot(l, g, kDy);
-  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, e5m2, &sdy->scale_inv}, {xt_, rows, false, xt_scale_inv_}, dw, true, w.k,
-               beta, false, stream);
-  gemm.run_fp8(rows, w.k, w.n, {dy8_, w.n, e5m2, &sdy->scale_inv}, {w.wt8, w.n, false, &sw->scale_inv}, dx, false,
-               w.k, 0.0f, false, stream);
+  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, options_.grads_e5m2(), &slot(l, g, kDy)->scale_inv},
+               {xt_, rows, false, xt_scale_inv_}, dw, true, w.k, beta, false, stream);
+}
+
+void Fp8Linears::backward_data(Gemm& gemm, int l, Linear g, int rows, bf16* dx, cudaStream_t stream) {
+  const Weight& w = weight(l, g);
+  gemm.run_fp8(rows, w.k, w.n, {dy8_, w.n, options_.grads_e5m2(), &slot(l, g, kDy)->scale_inv},
+               {w.wt8, w.n, false, &slot(l, g, kW)->scale_inv}, dx, false, w.k, 0.0f, false, stream);
 }
 
 }  // namespace dlm::train::cuda

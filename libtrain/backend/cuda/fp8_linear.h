@@ -93,8 +93,10 @@ class Fp8Linears {
   // The backward's operands: dy [rows, n] cast in both layouts (null: grad_fp8's producer wrote them), and x^T from x,
   // the forward's bf16 input (unless the forward kept x^T: swiglu_forward).
   void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
-  // dw (fp32 [n, k]) = beta dw + dy^T x and dx [rows, k] = dy W, from the operands cast_backward just cast.
-  void backward(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, bf16* dx, cudaStream_t stream);
+  // From the operands cast_backward just cast: the weight gradient dw (fp32 [n, k]) = beta dw + dy^T x, and the
+  // input gradient dx [rows, k] = dy W (two calls, so that a profile times each GEMM apart).
+  void backward_weight(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, cudaStream_t stream);
+  void backward_data(Gemm& gemm, int l, Linear g, int rows, bf16* dx, cudaStream_t stream);
   std::size_t device_bytes() const { return weight_arena_.bytes() + work_arena_.bytes() + slot_arena_.bytes(); }
 
  private:
