@@ -126,7 +126,6 @@ bool Gemm::skinny(const Key& key) {
 }
 
 bool Gemm::tuned_shape(const Key& key) {
-  if (std::get<kKeyTypeA>(key) != kBf16 && std::get<kKeyF32>(key)) return false;  // an FP8 weight gradient
   const double flops = 2.0 * std::get<kKeyM>(key) * std::get<kKeyN>(key) * std::get<kKeyK>(key);
   return flops >= kTuneFlops || skinny(key);
 }

@@ -14,9 +14,7 @@
 // tiles of 128 columns: split-K is what fills the GPU), each timed from a cold L2 (the
 // workspace is overwritten before every timed call), because in a forward each layer's weight comes from memory.
 // FP8 (run_fp8): e4m3 or e5m2 operands (not both e5m2) with per-tensor dequantization scales, fp32 accumulation,
-// bf16 or fp32 output. An FP8 GEMM into fp32 (a weight gradient, K the token rows) keeps the heuristic's first: the
-// pick timed back to back on its own operands ran several times slower inside the training step than the
-// heuristic's first did there (the step's profile, `gemm * bwd weight`). Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
+// bf16 or fp32 output. Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
 // operands K-contiguous, and 16-byte-aligned leading dimensions: fp8_gemm_fits says which shapes qualify.
 #pragma once
 
