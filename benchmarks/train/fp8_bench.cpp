@@ -2,7 +2,7 @@
 // MegaDLMs 1.7B (tokens = micro-batch x 2048), the forward, data-gradient and weight-gradient GEMMs in bf16
 // (Gemm::run, tuned) and in FP8 (Gemm::run_fp8: e4m3 x e4m3 forward with fast accumulation, e5m2 x e4m3 backward),
 // TFLOP/s and the ratio; then the casts' bandwidth (bytes read + written per second): amax, the row-major cast, the
-// transposed cast (both layouts, the backward's dy), RMSNorm's forward with and without its fused cast, and the
+// transposed cast (both layouts, the backward's dy; beside it fp8_cast_variants.cu's tiled kernel), RMSNorm's forward with and without its fused cast, and the
 // gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward) with and without their fused amax.
 // usage: fp8_bench [REPS=20]
 #include <cuda_bf16.h>
@@ -15,6 +15,7 @@
 
 #include "backend/cuda/fp8_cast.h"
 #include "backend/cuda/gemm.h"
+#include "fp8_cast_variants.h"
 #include "kernel_bench.h"
 
 namespace {
@@ -32,6 +33,12 @@ struct Model {
   int tokens, hidden;
   std::vector<Linear> linears;
 };
+
+std::vector<fp8> download(const fp8* device, std::size_t n) {
+  std::vector<fp8> host(n);
+  cuda::check_cuda(cudaMemcpy(host.data(), device, n, cudaMemcpyDeviceToHost), "download");
+  return host;
+}
 
 double tflops(int m, int n, int k, double ms) { return 2.0 * m * n * k / (ms * 1e-3) / 1e12; }
 
@@ -78,9 +85,14 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     const double amax = dlm::bench::time_ms([&] { cuda::fp8_amax(y, static_cast<std::int64_t>(ys), slots + 1, nullptr); }, reps);
     const double rows = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, nullptr, nullptr); }, reps);
     const double both = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
+    // The transposed cast's other kernel (fp8_cast_variants.cu), and whether it writes the library's bytes.
+    const std::vector<fp8> lib = download(dy8, ys), lib_t = download(dyt8, ys);
+    const double tiled = dlm::bench::time_ms([&] { cuda::fp8_quantize_tiled(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
+    const bool same = download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
     std::printf("%-13s %-5s casts of dy [%d, %d]: amax %.0f GB/s, row-major %.0f GB/s, row-major + transposed %.0f GB/s "
-                "(%.3f ms)\n",
-                model.name, l.name, T, l.n, 2 * n / amax / 1e6, 3 * n / rows / 1e6, 4 * n / both / 1e6, both);
+                "(%.3f ms), tiled %.0f GB/s (%.3f ms, %s bytes)\n",
+                model.name, l.name, T, l.n, 2 * n / amax / 1e6, 3 * n / rows / 1e6, 4 * n / both / 1e6, both,
+                4 * n / tiled / 1e6, tiled, same ? "same" : "DIFFERENT");
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y), static_cast<void*>(dx),
                     static_cast<void*>(dw), static_cast<void*>(x8), static_cast<void*>(w8), static_cast<void*>(wt8),
                     static_cast<void*>(dy8), static_cast<void*>(dyt8), static_cast<void*>(xt8)})
@@ -132,8 +144,12 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     cuda::fp8_quantize(dgu, T, 2 * ffn, e5m2, g8, gt8, nullptr);
   }, reps);
   const double one = dlm::bench::time_ms([&] { cuda::swiglu_backward_fp8(act, gu, T, ffn, e5m2, g8, gt8, nullptr); }, reps);
-  std::printf("%-13s swiglu bwd [%d, %d] + cast (both layouts) %.3f ms, straight into FP8 %.3f ms\n", model.name, T,
-              ffn, two, one);
+  // Bytes moved: the backward reads dh and gu (6 bytes an element of h) and writes dgu (4 in bf16, 2 + 2 in FP8's
+  // two layouts); the separate cast reads the bf16 dgu back (4) and writes both layouts (4).
+  const double g = static_cast<double>(gs);
+  std::printf("%-13s swiglu bwd [%d, %d] + cast (both layouts) %.3f ms (%.0f GB/s), straight into FP8 %.3f ms "
+              "(%.0f GB/s)\n",
+              model.name, T, ffn, two, 18 * g / two / 1e6, one, 10 * g / one / 1e6);
   // Delayed, fc2's input: SwiGLU's forward with its fused row-major cast, then the backward's transposed cast of h,
   // against the forward straight into FP8 in both layouts.
   const cuda::Fp8Out fused_h{g8, slots, false};
@@ -143,8 +159,11 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     cuda::fp8_quantize(act, T, ffn, e4m3, nullptr, gt8, nullptr);
   }, reps);
   const double fwd_one = dlm::bench::time_ms([&] { cuda::swiglu_forward_fp8(gu, T, ffn, e4m3, g8, gt8, nullptr); }, reps);
-  std::printf("%-13s swiglu fwd [%d, %d] with its cast + the transposed cast %.3f ms, straight into FP8 %.3f ms\n",
-              model.name, T, ffn, fwd_two, fwd_one);
+  // The forward reads gu (4) and writes h (2 in bf16 + 1 in FP8, or 1 + 1 in FP8's two layouts); the transposed
+  // cast reads h back (2) and writes 1.
+  std::printf("%-13s swiglu fwd [%d, %d] with its cast + the transposed cast %.3f ms (%.0f GB/s), straight into FP8 "
+              "%.3f ms (%.0f GB/s)\n",
+              model.name, T, ffn, fwd_two, 10 * g / fwd_two / 1e6, fwd_one, 6 * g / fwd_one / 1e6);
   cudaFree(g8), cudaFree(gt8);
   for (void* p : {static_cast<void*>(h), static_cast<void*>(out), static_cast<void*>(q), static_cast<void*>(nw),
                   static_cast<void*>(rstd), static_cast<void*>(dres), static_cast<void*>(gu), static_cast<void*>(act),

@@ -136,6 +136,111 @@ inline unsigned cast_grid16_blocks(int rows, std::int64_t block_cols) {
                              ((block_cols + kGridColBlocks - 1) / kGridColBlocks);
   return static_cast<unsigned>((warps + 7) / 8);
 }
+// The tiled cast of a producer that writes its output straight into FP8 in both layouts (swiglu.cu): a 256-thread
+// block casts a 64 x 128 tile of the output, a thread rows 4 (t / 16) + [0, 4) by columns 8 (t % 16) + [0, 8) of it,
+// so that a warp's loads are runs of 256 bytes of a row and its row-major stores runs of 128 bytes. The transpose
+// goes through shared memory: each thread turns its 4 x 4 byte squares into column words (byte_perm), the block
+// stores them by column, and reads them back 16 bytes (16 rows) at a time, so that the transposed stores are runs
+// of 64 bytes of a row of out_t. Each thread loads all of its inputs before its first store (the producer loads
+// them into registers, then cast_tile8 asks it for the values), so that its loads are all in flight together.
+constexpr int kTileThreads = 256, kTileRows = 64, kTileCols = 128;
+struct Fp8Tile {
+  std::int64_t row0, col0;  // the block's tile
+  std::int64_t r, c;        // the thread's first row and column
+  bool live;                // the thread's 4 x 8 lie inside the tensor (rows % 4 == 0, cols % 8 == 0)
+};
+// The block's tile of a [rows, cols] tensor (the grid: fp8_tile_blocks), tiles row-major by blockIdx.x.
+__device__ __forceinline__ Fp8Tile fp8_tile(int rows, int cols) {
+  const std::int64_t tiles_c = (cols + kTileCols - 1) / kTileCols;
+  Fp8Tile t;
+  t.row0 = blockIdx.x / tiles_c * kTileRows, t.col0 = blockIdx.x % tiles_c * kTileCols;
+  t.r = t.row0 + 4 * (threadIdx.x / 16), t.c = t.col0 + 8 * (threadIdx.x % 16);
+  t.live = t.r < rows && t.c < cols;
+  return t;
+}
+inline unsigned fp8_tile_blocks(int rows, int cols) {
+  return static_cast<unsigned>(static_cast<std::int64_t>((rows + kTileRows - 1) / kTileRows) *
+                               ((cols + kTileCols - 1) / kTileCols));
+}
+// Column j of four words (rows 0..3, byte i of each = column i) as a word of its four rows' bytes.
+__device__ __forceinline__ void transpose4x4(const std::uint32_t* w, std::uint32_t* col) {
+  const std::uint32_t a = __byte_perm(w[0], w[1], 0x5140), b = __byte_perm(w[0], w[1], 0x7362),
+                      c = __byte_perm(w[2], w[3], 0x5140), d = __byte_perm(w[2], w[3], 0x7362);
+  col[0] = __byte_perm(a, c, 0x5410), col[1] = __byte_perm(a, c, 0x7632);
+  col[2] = __byte_perm(b, d, 0x5410), col[3] = __byte_perm(b, d, 0x7632);
+}
+// Four values scaled and cast as one word (byte i = value i).
+__device__ __forceinline__ std::uint32_t fp8x4(const float* v, float scale, bool e5m2) {
+  const __nv_fp8_interpretation_t f = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[0] * scale, v[1] * scale), __NV_SATFINITE, f),
+                      hi = __nv_cvt_float2_to_fp8x2(make_float2(v[2] * scale, v[3] * scale), __NV_SATFINITE, f);
+  return lo | (hi << 16);
+}
+// The tile `t` of kOuts outputs of a producer over [rows, cols], cast with `scale`: values(j, a) gives the thread's
+// row j (0..3) of output k in a[k] (8 values, as the bf16 tensor holds them; asked only of live threads). Output k
+// is columns k * out_stride + [0, cols) of out [rows, ld] (may be null) and rows k * out_stride + [0, cols) of
+// out_t [ld, rows]. rows % 16 == 0, cols % 8 == 0. Every thread of the block calls it. Returns the thread's max
+// |value|.
+template <int kOuts, typename Values>
+__device__ __forceinline__ float cast_tile8(const Fp8Tile& t, Values values, int rows, int cols, std::int64_t ld,
+                                            std::int64_t out_stride, float scale, bool e5m2, fp8* out, fp8* out_t) {
+  // cols_t[k][c][w]: tile column c's rows 4w .. 4w + 3, the 16-byte chunk w / 4 stored at chunk (w / 4) ^ swz(c) so
+  // that a warp's column stores spread over 8 banks and the 16-byte reads stay conflict-free.
+  __shared__ alignas(16) std::uint32_t cols_t[kOuts][kTileCols][kTileRows / 4];
+  const auto swz = [](int c) { return (c >> 3) & 3; };
+  float m = 0.0f;
+  const int rg = threadIdx.x / 16, c8 = 8 * (threadIdx.x % 16);
+  if (t.live) {
+    std::uint32_t w[kOuts][2][4];  // [output][column half][row]
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float a[kOuts][8];
+      values(j, a);
+#pragma unroll
+      for (int k = 0; k < kOuts; ++k) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[k][i]));
+        w[k][0][j] = fp8x4(a[k], scale, e5m2), w[k][1][j] = fp8x4(a[k] + 4, scale, e5m2);
+        if (out)
+          *reinterpret_cast<uint2*>(out + (t.r + j) * ld + k * out_stride + t.c) = make_uint2(w[k][0][j], w[k][1][j]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kOuts; ++k)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        std::uint32_t col[4];
+        transpose4x4(w[k][h], col);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = c8 + 4 * h + i;
+          cols_t[k][c][(((rg >> 2) ^ swz(c)) << 2) | (rg & 3)] = col[i];
+        }
+      }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kOuts; ++k)
+#pragma unroll
+    for (int it = 0; it < kTileCols * kTileRows / 16 / kTileThreads; ++it) {
+      const int idx = it * kTileThreads + threadIdx.x, c = idx / 4, q = idx % 4;
+      const std::int64_t col = t.col0 + c, row = t.row0 + 16 * q;
+      if (col < cols && row < rows)
+        *reinterpret_cast<uint4*>(out_t + (k * out_stride + col) * rows + row) =
+            reinterpret_cast<const uint4*>(cols_t[k][c])[q ^ swz(c)];
+    }
+  return m;
+}
+// The body of a tiled kernel: the cast's scale derived (Fp8Cast), the tile cast (cast_tile8), the amax recorded
+// (delayed) and the scale stored, as every cast does.
+template <int kOuts, typename Values>
+__device__ __forceinline__ void cast_tiled(const Fp8Cast& c, const Fp8Tile& t, Values values, int rows, int cols,
+                                           std::int64_t ld, std::int64_t out_stride, fp8* out, fp8* out_t) {
+  const float s = cast_scale(c);
+  const float m = cast_tile8<kOuts>(t, values, rows, cols, ld, out_stride, s, c.e5m2, out, out_t);
+  if (!c.current) block_amax_commit(m, c.slot);
+  store_scale(c, s);
+}
 // A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
 // Returns the eight's largest |value| for the caller's block_amax_commit.
 __device__ __forceinline__ float fused_fp8x8(const float* v, const Fp8Out& f, std::int64_t offset) {

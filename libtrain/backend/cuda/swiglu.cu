@@ -12,12 +12,10 @@
 namespace dlm::train::cuda {
 namespace {
 
-// Eight columns' gradients, rounded to bf16: dh at d, gate at g (up ffn further).
-__device__ __forceinline__ void grad8(const bf16* d8, const bf16* g8, int ffn, Bf16x8& pg, Bf16x8& pu) {
+// Eight columns' gradients, rounded to bf16, from dh, the gate and the up.
+__device__ __forceinline__ void grad8(const Bf16x8& d8, const Bf16x8& g8, const Bf16x8& u8, Bf16x8& pg, Bf16x8& pu) {
   float g[8], u[8], d[8], dg[8], du[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(g8), g);
-  unpack8(*reinterpret_cast<const Bf16x8*>(g8 + ffn), u);
-  unpack8(*reinterpret_cast<const Bf16x8*>(d8), d);
+  unpack8(g8, g), unpack8(u8, u), unpack8(d8, d);
   for (int k = 0; k < 8; ++k) {
     const float sg = 1.0f / (1.0f + __expf(-g[k]));
     dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
@@ -26,14 +24,14 @@ __device__ __forceinline__ void grad8(const bf16* d8, const bf16* g8, int ffn, B
   pg = pack8(dg), pu = pack8(du);
 }
 
-// Eight columns of h, rounded to bf16: gate at g8, up ffn further.
-__device__ __forceinline__ Bf16x8 act8(const bf16* g8, int ffn) {
+// Eight columns of h, rounded to bf16, from the gate and the up.
+__device__ __forceinline__ Bf16x8 act8(const Bf16x8& g8, const Bf16x8& u8) {
   float g[8], u[8];
-  unpack8(*reinterpret_cast<const Bf16x8*>(g8), g);
-  unpack8(*reinterpret_cast<const Bf16x8*>(g8 + ffn), u);
+  unpack8(g8, g), unpack8(u8, u);
   for (int k = 0; k < 8; ++k) g[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
   return pack8(g);
 }
+__device__ __forceinline__ Bf16x8 load8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
 
 // Grid-stride: with an FP8 amax the grid is bounded (grid()), so that each block's one atomic stays few.
 __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
@@ -42,7 +40,8 @@ __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, 
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
-    const Bf16x8 p = act8(gu + row * 2 * ffn + col, ffn);
+    const bf16* g8 = gu + row * 2 * ffn + col;
+    const Bf16x8 p = act8(load8(g8), load8(g8 + ffn));
     *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
     if (f8.slot) {
       float g[8];
@@ -60,7 +59,8 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
     Bf16x8 pg, pu;
-    grad8(dh + row * ffn + col, gu + row * 2 * ffn + col, ffn, pg, pu);
+    const bf16* g8 = gu + row * 2 * ffn + col;
+    grad8(load8(dh + row * ffn + col), load8(g8), load8(g8 + ffn), pg, pu);
     *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
     *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
     if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
@@ -68,40 +68,40 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
   if (amax) block_amax_commit(m, amax);
 }
 
-// The forward straight into FP8 (no bf16 h): a thread a 16 x 16 block of h, cast in both layouts (cast_block16)
-// from the bf16 values swiglu_fwd would write.
-__global__ void __launch_bounds__(256, 2) swiglu_fwd_fp8(const bf16* gu, int rows, int ffn, Fp8Cast c, fp8* out,
-                                                      fp8* out_t) {
-  cast_grid16(c, rows, ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
-    return cast_block16(
-        [&](int j, float* a) {
-          const bf16* g8 = gu + (r0 + j) * 2 * ffn + c0;
-          unpack8(act8(g8, ffn), a);
-          unpack8(act8(g8 + 8, ffn), a + 8);
-        },
-        r0, c0, rows, ffn, s, c.e5m2, out, out_t);
-  });
+// The forward straight into FP8 (no bf16 h): a block a 64 x 128 tile of h, cast in both layouts (cast_tile8) from
+// the bf16 values swiglu_fwd would write.
+__global__ void __launch_bounds__(kTileThreads) swiglu_fwd_fp8(const bf16* __restrict__ gu, int rows, int ffn,
+                                                               Fp8Cast c, fp8* __restrict__ out, fp8* __restrict__ out_t) {
+  const Fp8Tile t = fp8_tile(rows, ffn);
+  Bf16x8 g[4], u[4];
+  if (t.live)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
+      g[j] = load8(p), u[j] = load8(p + ffn);
+    }
+  cast_tiled<1>(c, t, [&](int j, float (&a)[1][8]) { unpack8(act8(g[j], u[j]), a[0]); }, rows, ffn, ffn, 0, out,
+                out_t);
 }
 
-// The backward straight into FP8 (no bf16 dgu): a thread a 16-row, 16-column block of dgu (of the gate's gradient
-// or the up's), cast in both layouts (cast_block16) from the bf16 values swiglu_bwd would write.
-__global__ void __launch_bounds__(256, 2) swiglu_bwd_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Cast c,
-                                                      fp8* out, fp8* out_t) {
-  cast_grid16(c, rows, 2 * ffn / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
-    const bool up = c0 >= ffn;
-    const std::int64_t col = up ? c0 - ffn : c0;
-    return cast_block16(
-        [&](int j, float* a) {
-          const std::int64_t r = r0 + j;
+// The backward straight into FP8 (no bf16 dgu): a block a 64 x 128 tile of the gate's gradient and the same of the
+// up's (ffn columns further), cast in both layouts (cast_tile8) from the bf16 values swiglu_bwd would write.
+__global__ void __launch_bounds__(kTileThreads) swiglu_bwd_fp8(const bf16* __restrict__ dh, const bf16* __restrict__ gu,
+                                                               int rows, int ffn, Fp8Cast c, fp8* __restrict__ out,
+                                                               fp8* __restrict__ out_t) {
+  const Fp8Tile t = fp8_tile(rows, ffn);
+  Bf16x8 d[4], g[4], u[4];
+  if (t.live)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            Bf16x8 pg, pu;
-            grad8(dh + r * ffn + col + 8 * h, gu + r * 2 * ffn + col + 8 * h, ffn, pg, pu);
-            unpack8(up ? pu : pg, a + 8 * h);
-          }
-        },
-        r0, c0, rows, 2 * ffn, s, c.e5m2, out, out_t);
-  });
+    for (int j = 0; j < 4; ++j) {
+      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
+      d[j] = load8(dh + (t.r + j) * ffn + t.c), g[j] = load8(p), u[j] = load8(p + ffn);
+    }
+  cast_tiled<2>(c, t, [&](int j, float (&a)[2][8]) {
+    Bf16x8 pg, pu;
+    grad8(d[j], g[j], u[j], pg, pu);
+    unpack8(pg, a[0]), unpack8(pu, a[1]);
+  }, rows, ffn, 2 * ffn, ffn, out, out_t);
 }
 
 // One thread a vector, or with an amax at most 8 blocks a multiprocessor looping.
@@ -126,13 +126,12 @@ void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t row
 
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream) {
-  // The gate's column blocks, then the up's.
-  swiglu_bwd_fp8<<<cast_grid16_blocks(rows, 2 * ffn / 16), 256, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
+  swiglu_bwd_fp8<<<fp8_tile_blocks(rows, ffn), kTileThreads, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
 }
 
 void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
                         cudaStream_t stream) {
-  swiglu_fwd_fp8<<<cast_grid16_blocks(rows, ffn / 16), 256, 0, stream>>>(gu, rows, ffn, cast, out, out_t);
+  swiglu_fwd_fp8<<<fp8_tile_blocks(rows, ffn), kTileThreads, 0, stream>>>(gu, rows, ffn, cast, out, out_t);
 }
 
 }  // namespace dlm::train::cuda
