@@ -3,7 +3,8 @@
 // (Gemm::run, tuned) and in FP8 (Gemm::run_fp8: e4m3 x e4m3 forward with fast accumulation, e5m2 x e4m3 backward),
 // TFLOP/s and the ratio; then the casts' bandwidth (bytes read + written per second): amax, the row-major cast, the
 // transposed cast (both layouts, the backward's dy; beside it fp8_cast_variants.cu's tiled kernel), RMSNorm's forward with and without its fused cast, and the
-// gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward) with and without their fused amax.
+// gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward) with and without their fused amax, and SwiGLU
+// straight into FP8 against SwiGLU then the casts (delayed and tensorwise).
 // usage: fp8_bench [REPS=20]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -164,6 +165,30 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
   std::printf("%-13s swiglu fwd [%d, %d] with its cast + the transposed cast %.3f ms (%.0f GB/s), straight into FP8 "
               "%.3f ms (%.0f GB/s)\n",
               model.name, T, ffn, fwd_two, 10 * g / fwd_two / 1e6, fwd_one, 6 * g / fwd_one / 1e6);
+  // Tensorwise, where the amax must come first: SwiGLU into bf16 with its amax then the cast(s), against an amax
+  // pass that writes nothing then straight into FP8 with the scale it gives.
+  const cuda::Fp8Cast cur5{slots + 1, true, true, 1.0f}, cur4{slots, false, true, 1.0f};
+  const cuda::Fp8Out amax_h{nullptr, slots, false};
+  const double tw_bwd_old = dlm::bench::time_ms([&] {
+    cuda::swiglu_backward(act, gu, dgu, T, ffn, nullptr, slots + 1);
+    cuda::fp8_quantize(dgu, T, 2 * ffn, cur5, g8, gt8, nullptr);
+  }, reps);
+  const double tw_bwd_new = dlm::bench::time_ms([&] {
+    cuda::swiglu_backward(act, gu, nullptr, T, ffn, nullptr, slots + 1);
+    cuda::swiglu_backward_fp8(act, gu, T, ffn, cur5, g8, gt8, nullptr);
+  }, reps);
+  const double tw_fwd_old = dlm::bench::time_ms([&] {
+    cuda::swiglu_forward(gu, act, T, ffn, nullptr, &amax_h);
+    cuda::fp8_quantize(act, T, ffn, cur4, g8, nullptr, nullptr);
+    cuda::fp8_quantize(act, T, ffn, e4m3, nullptr, gt8, nullptr);
+  }, reps);
+  const double tw_fwd_new = dlm::bench::time_ms([&] {
+    cuda::swiglu_forward(gu, nullptr, T, ffn, nullptr, &amax_h);
+    cuda::swiglu_forward_fp8(gu, T, ffn, cur4, g8, gt8, nullptr);
+  }, reps);
+  std::printf("%-13s tensorwise swiglu bwd: bf16 + amax, cast %.3f ms; amax pass, straight into FP8 %.3f ms | "
+              "fwd: bf16 + amax, cast, transposed cast %.3f ms; amax pass, straight into FP8 %.3f ms\n",
+              model.name, tw_bwd_old, tw_bwd_new, tw_fwd_old, tw_fwd_new);
   cudaFree(g8), cudaFree(gt8);
   for (void* p : {static_cast<void*>(h), static_cast<void*>(out), static_cast<void*>(q), static_cast<void*>(nw),
                   static_cast<void*>(rstd), static_cast<void*>(dres), static_cast<void*>(gu), static_cast<void*>(act),

@@ -1,7 +1,8 @@
 // FP8 on the device (backend/cuda/fp8_cast.h, Gemm::run_fp8): the GEMMs of a linear layer's forward and backward
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
 // updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
-// and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways) against the separate cast.
+// and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways, delayed and after an amax pass) against
+// the separate cast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -401,6 +402,48 @@ TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
       EXPECT_EQ(read_slot(s.get() + 1).amax, hmax) << "forward";
       EXPECT_EQ(read_slot(s.get()).amax, hmax) << "forward";
     }
+}
+
+// Tensorwise: SwiGLU's amax pass (no output written) then SwiGLU straight into FP8 with the scale derived from it
+// write what SwiGLU into bf16, the tensor's amax and the tensorwise cast write, in both layouts, with the same scale.
+TEST(Fp8Cast, SwigluAmaxPassThenFp8MatchesTheTensorwiseCast) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(17);
+  for (const int ffn : {352, 1024}) {
+    SCOPED_TRACE(ffn);
+    const int rows = 80;  // two row tiles, the second partial
+    const std::size_t n = std::size_t(rows) * 2 * ffn, hn = std::size_t(rows) * ffn;
+    std::vector<float> f;
+    const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)), dh(gpu_test::random_bf16(hn, rng, 2.0f, f));
+    auto s = slots({kFp8E5m2Max, kFp8E5m2Max, kFp8E4m3Max, kFp8E4m3Max});
+    DeviceVec<bf16> dgu(n), h(hn);
+    DeviceVec<fp8> separate(n), separate_t(n), fused(n), fused_t(n);
+    swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
+    cast_current(dgu.get(), rows, 2 * ffn, s.get(), true, separate.get(), separate_t.get());
+    swiglu_backward(dh.get(), gu.get(), nullptr, rows, ffn, nullptr, s.get() + 1);
+    swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, true, true, 1.0f}, fused.get(), fused_t.get(),
+                        nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(differing(fused.download(), separate.download()), 0u) << "backward, row-major";
+    EXPECT_EQ(differing(fused_t.download(), separate_t.download()), 0u) << "backward, transposed";
+    auto same_slot = [](const Fp8Slot& a, const Fp8Slot& b, const char* what) {
+      EXPECT_EQ(a.amax, b.amax) << what;
+      EXPECT_EQ(a.scale, b.scale) << what;
+      EXPECT_EQ(a.scale_inv, b.scale_inv) << what;
+      EXPECT_NE(a.scale, 1.0f) << what;  // derived from the amax, not the initial scale
+    };
+    same_slot(read_slot(s.get() + 1), read_slot(s.get()), "backward");
+    const Fp8Out amax_only{nullptr, s.get() + 3, false};
+    DeviceVec<fp8> hs(hn), hs_t(hn), hf(hn), hf_t(hn);
+    swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
+    cast_current(h.get(), rows, ffn, s.get() + 2, false, hs.get(), hs_t.get());
+    swiglu_forward(gu.get(), nullptr, rows, ffn, nullptr, &amax_only);
+    swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 3, false, true, 1.0f}, hf.get(), hf_t.get(), nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(differing(hf.download(), hs.download()), 0u) << "forward, row-major";
+    EXPECT_EQ(differing(hf_t.download(), hs_t.download()), 0u) << "forward, transposed";
+    same_slot(read_slot(s.get() + 3), read_slot(s.get() + 2), "forward");
+  }
 }
 
 }  // namespace

@@ -146,15 +146,16 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   }
   mark("gemm fc1 fwd");
-  // Delayed FP8: h straight into FP8, its transpose kept in A.act's bytes for fc2's backward (Fp8Linears::swiglu_forward).
-  if (!(f8_mlp && f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st))) {
+  // FP8: h straight into FP8, its transpose kept in A.act's bytes for fc2's backward (Fp8Linears::swiglu_forward).
+  const bool h8 = f8_mlp && f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st);
+  if (!h8) {
     if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
     swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
   }
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
   if (f8_mlp) {
-    f8->cast_input(l, Fp8Linears::kFc2, A.act, rows, true, st);
+    if (!h8) f8->cast_input(l, Fp8Linears::kFc2, A.act, rows, true, st);
     mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kFc2, rows, w.tmp_full, st);
   } else {
@@ -316,10 +317,9 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
       mark("gemm fc2 bwd weight");
       f8->backward_data(gm, l, Fp8Linears::kFc2, rows, w.dact, st);
       mark("gemm fc2 bwd data");
-      // Delayed: fc1's gradient straight into FP8 (no bf16 dgu); tensorwise: bf16 with its amax, cast after.
-      const auto dgu8 = F % 16 == 0 ? f8->grad_fp8(l, Fp8Linears::kFc1, rows) : std::nullopt;
-      if (dgu8) swiglu_backward_fp8(w.dact, A.gu, rows, F, dgu8->cast, dgu8->out, dgu8->out_t, st);
-      else swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
+      // fc1's gradient straight into FP8 (no bf16 dgu), or bf16 with its amax and cast after.
+      const bool dgu8 = f8->swiglu_backward(l, w.dact, A.gu, rows, F, st);
+      if (!dgu8) swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
       mark("swiglu bwd");
       f8->cast_backward(l, Fp8Linears::kFc1, rows, dgu8 ? nullptr : w.dgu, A.h2, st);
       mark("fp8 casts bwd");

@@ -120,12 +120,19 @@ bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* k
   if (!use(l, rows)) return false;
   const auto i = static_cast<std::size_t>(index(l, kFc2)), a = static_cast<std::size_t>(act_slot_);
   kept_t_[a][i] = nullptr;
-  if (tensorwise() || ffn % 16 != 0) return false;
+  if (ffn % 16 != 0) return false;
   Fp8Slot* s = slot(l, kFc2, kX);
-  swiglu_forward_fp8(gu, rows, ffn, {s, false, false, options_.margin_factor()}, xq_, keep_t, stream);
-  // The scale keep_t was cast with, for the backward (a pipeline schedule's next forward may move the slot's).
-  check_cuda(cudaMemcpyAsync(&x_slots_[a][i].scale_inv, &s->scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, stream),
-             "FP8 kept scale");
+  if (tensorwise()) {  // h's amax into its activation slot's (zeroed by begin_forward; a recomputation's is the same)
+    const Fp8Out amax{nullptr, s, false};
+    cuda::swiglu_forward(gu, nullptr, rows, ffn, stream, &amax);
+  }
+  swiglu_forward_fp8(gu, rows, ffn, {s, false, tensorwise(), options_.margin_factor()}, xq_, keep_t, stream);
+  // The scale keep_t was cast with, for the backward (a pipeline schedule's next forward may move the slot's);
+  // tensorwise s is the activation slot's own.
+  if (!tensorwise())
+    check_cuda(cudaMemcpyAsync(&x_slots_[a][i].scale_inv, &s->scale_inv, sizeof(float), cudaMemcpyDeviceToDevice,
+                               stream),
+               "FP8 kept scale");
   kept_t_[a][i] = keep_t;
   return true;
 }
@@ -142,9 +149,13 @@ void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStr
                {w.w8, w.k, false, &slot(l, g, kW)->scale_inv}, y, false, w.n, 0.0f, true, stream);
 }
 
-std::optional<Fp8Linears::GradFp8> Fp8Linears::grad_fp8(int l, Linear g, int rows) const {
-  if (tensorwise() || !use(l, rows)) return std::nullopt;
-  return GradFp8{{slot(l, g, kDy), options_.grads_e5m2(), false, options_.margin_factor()}, dy8_, dyt8_};
+bool Fp8Linears::swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream) {
+  if (!use(l, rows) || ffn % 16 != 0) return false;
+  Fp8Slot* s = slot(l, kFc1, kDy);
+  if (tensorwise()) cuda::swiglu_backward(dh, gu, nullptr, rows, ffn, stream, s);  // zeroed by begin_backward
+  swiglu_backward_fp8(dh, gu, rows, ffn, {s, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_,
+                      dyt8_, stream);
+  return true;
 }
 
 void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream) {

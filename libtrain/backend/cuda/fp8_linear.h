@@ -9,8 +9,10 @@
 // the copies. Scaling per tensor (fp8_cast.h):
 //   tensorwise (current scaling, torchao's and Transformer Engine's Float8CurrentScaling): every cast's scale comes
 //     from the amax of the very tensor it casts. The amax is taken by the kernel that writes the tensor where one
-//     does (RMSNorm and SwiGLU forward for the inputs of QKV, fc1 and fc2; RMSNorm backward for the output gradients
-//     of the projection and fc2, SwiGLU backward for fc1's: producer_out, grad_amax), then one cast pass reads it;
+//     does (RMSNorm forward for the inputs of QKV and fc1; RMSNorm backward for the output gradients of the
+//     projection and fc2: producer_out, grad_amax), then one cast pass reads it; SwiGLU's forward and backward run
+//     twice instead, an amax pass that writes nothing and then straight into FP8 in both layouts (fc2's input, fc1's
+//     output gradient: swiglu_forward, swiglu_backward), which reads less than writing bf16 and casting it after;
 //     elsewhere (attention's output, the QKV gradient, a gradient gathered under SP or entering a pipeline stage) an
 //     amax pass precedes the cast. The backward's transposed cast of x reuses the scale x was cast with in its
 //     forward: the inputs' slots are kept per activation slot (a pipeline schedule's micro-batch in flight), so no
@@ -19,7 +21,7 @@
 //   delayed: every slot is updated from its amax history at each micro-batch's forward (begin_forward), Transformer
 //     Engine's per-forward update; casts use the scale as it stands and record their tensor's amax for the next, so
 //     the producers cast as they write: RMSNorm and SwiGLU forward the inputs, SwiGLU backward fc1's gradient (in
-//     FP8 only, both layouts: grad_fp8).
+//     FP8 only, both layouts: swiglu_backward).
 // A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
 // slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
@@ -29,7 +31,6 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "device_arena.h"
@@ -70,11 +71,11 @@ class Fp8Linears {
   // then cast_input(..., fused = true); otherwise cast_input alone.
   Fp8Out producer_out(int l, Linear g, cudaStream_t stream);
   void cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream);
-  // Delayed, fc2 of local layer l at `rows` rows: SwiGLU's forward straight into FP8 (swiglu_forward_fp8): fc2's
-  // input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the caller's: the layer's bf16 h
-  // buffer, which nothing else reads then), kept with the scale it was cast with for the backward, whose x^T cast it
-  // replaces (cast_backward). False, nothing enqueued, under tensorwise (the amax comes first), where fc2 runs in
-  // bf16, or ffn % 16 != 0: the caller runs swiglu_forward (and cast_input).
+  // fc2 of local layer l at `rows` rows: SwiGLU's forward straight into FP8 (swiglu_forward_fp8; tensorwise after
+  // an amax pass): fc2's input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the
+  // caller's: the layer's bf16 h buffer, which nothing else reads then), kept with the scale it was cast with for
+  // the backward, whose x^T cast it replaces (cast_backward). False, nothing enqueued, where fc2 runs in bf16 or
+  // ffn % 16 != 0: the caller runs swiglu_forward (and cast_input).
   bool swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream);
   // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
   void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
@@ -82,15 +83,11 @@ class Fp8Linears {
   // maxes dy's amax (rmsnorm_backward's dres_amax, swiglu_backward's dgu_amax), and backward() then casts dy without
   // an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
   Fp8Slot* grad_amax(int l, Linear g, int rows);
-  // Delayed: where a kernel writes linear g's output gradient in FP8 only, both layouts (swiglu_backward_fp8 for
-  // fc1's), the cast and the two destinations; cast_backward then takes dy null. Empty where dy is written in bf16
-  // (tensorwise: its amax must come first; the linear in bf16 at `rows`).
-  struct GradFp8 {
-    Fp8Cast cast;
-    fp8 *out, *out_t;
-  };
-  std::optional<GradFp8> grad_fp8(int l, Linear g, int rows) const;
-  // The backward's operands: dy [rows, n] cast in both layouts (null: grad_fp8's producer wrote them), and x^T from x,
+  // fc1 of local layer l at `rows` rows: SwiGLU's backward straight into FP8, fc1's output gradient in both layouts
+  // (swiglu_backward_fp8; tensorwise after an amax pass); cast_backward then takes dy null. False, nothing enqueued,
+  // where fc1 runs in bf16 or ffn % 16 != 0: the caller runs swiglu_backward (with grad_amax).
+  bool swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream);
+  // The backward's operands: dy [rows, n] cast in both layouts (null: swiglu_backward wrote them), and x^T from x,
   // the forward's bf16 input (unless the forward kept x^T: swiglu_forward).
   void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
   // From the operands cast_backward just cast: the weight gradient dw (fp32 [n, k]) = beta dw + dy^T x, and the

@@ -2,9 +2,10 @@
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
 // Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
 // fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot; the backward
-// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast. Delayed, either may write
-// its output in FP8 only, both layouts, cast from the bf16 values it would write (swiglu_forward_fp8: fc2's input,
-// swiglu_backward_fp8: fc1's output gradient).
+// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast; with a null output either
+// takes the amax alone. Either may write its output in FP8 only, both layouts, cast from the bf16 values it would
+// write (swiglu_forward_fp8: fc2's input, swiglu_backward_fp8: fc1's output gradient), delayed with the scale as it
+// stands, tensorwise after such an amax pass.
 #include "common.cuh"
 #include "fp8_common.cuh"
 #include "kernels.h"
@@ -42,7 +43,7 @@ __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, 
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
     const bf16* g8 = gu + row * 2 * ffn + col;
     const Bf16x8 p = act8(load8(g8), load8(g8 + ffn));
-    *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
+    if (h) *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
     if (f8.slot) {
       float g[8];
       unpack8(p, g);
@@ -61,8 +62,10 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
     Bf16x8 pg, pu;
     const bf16* g8 = gu + row * 2 * ffn + col;
     grad8(load8(dh + row * ffn + col), load8(g8), load8(g8 + ffn), pg, pu);
-    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
-    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
+    if (dgu) {
+      *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
+      *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
+    }
     if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
   }
   if (amax) block_amax_commit(m, amax);
