@@ -86,14 +86,20 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     const double amax = dlm::bench::time_ms([&] { cuda::fp8_amax(y, static_cast<std::int64_t>(ys), slots + 1, nullptr); }, reps);
     const double rows = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, nullptr, nullptr); }, reps);
     const double both = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
-    // The transposed cast's other kernel (fp8_cast_variants.cu), and whether it writes the library's bytes.
+    // The transposed cast's other kernels (fp8_cast_variants.cu): tiles of 64 x 128 and 128 x 64 through shared
+    // memory, and whether they write the library's bytes.
     const std::vector<fp8> lib = download(dy8, ys), lib_t = download(dyt8, ys);
-    const double tiled = dlm::bench::time_ms([&] { cuda::fp8_quantize_tiled(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
-    const bool same = download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
+    double tiled[2];
+    bool same = true;
+    for (int v = 0; v < 2; ++v) {
+      tiled[v] = dlm::bench::time_ms(
+          [&] { cuda::fp8_quantize_tiled(y, T, l.n, e5m2, dy8, dyt8, v == 0 ? 128 : 64, nullptr); }, reps);
+      same = same && download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
+    }
     std::printf("%-13s %-5s casts of dy [%d, %d]: amax %.0f GB/s, row-major %.0f GB/s, row-major + transposed %.0f GB/s "
-                "(%.3f ms), tiled %.0f GB/s (%.3f ms, %s bytes)\n",
+                "(%.3f ms); tiled 64 x 128 %.0f GB/s, 128 x 64 %.0f GB/s (%s bytes)\n",
                 model.name, l.name, T, l.n, 2 * n / amax / 1e6, 3 * n / rows / 1e6, 4 * n / both / 1e6, both,
-                4 * n / tiled / 1e6, tiled, same ? "same" : "DIFFERENT");
+                4 * n / tiled[0] / 1e6, 4 * n / tiled[1] / 1e6, same ? "same" : "DIFFERENT");
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y), static_cast<void*>(dx),
                     static_cast<void*>(dw), static_cast<void*>(x8), static_cast<void*>(w8), static_cast<void*>(wt8),
                     static_cast<void*>(dy8), static_cast<void*>(dyt8), static_cast<void*>(xt8)})

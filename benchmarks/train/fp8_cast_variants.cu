@@ -5,9 +5,10 @@
 namespace dlm::train::cuda {
 namespace {
 
+template <int kCols>
 __global__ void __launch_bounds__(kTileThreads) quantize_tiled(const bf16* __restrict__ x, int rows, int cols,
                                                                Fp8Cast c, fp8* __restrict__ out, fp8* __restrict__ out_t) {
-  const Fp8Tile t = fp8_tile(rows, cols);
+  const auto t = fp8_tile<kCols>(rows, cols);
   Bf16x8 v[4];
   if (t.live)
 #pragma unroll
@@ -17,9 +18,12 @@ __global__ void __launch_bounds__(kTileThreads) quantize_tiled(const bf16* __res
 
 }  // namespace
 
-void fp8_quantize_tiled(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, fp8* out_t,
+void fp8_quantize_tiled(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, fp8* out_t, int tile_cols,
                         cudaStream_t stream) {
-  quantize_tiled<<<fp8_tile_blocks(rows, cols), kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
+  if (tile_cols == 64)
+    quantize_tiled<64><<<fp8_tile_blocks<64>(rows, cols), kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
+  else
+    quantize_tiled<128><<<fp8_tile_blocks<128>(rows, cols), kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
 }
 
 }  // namespace dlm::train::cuda

@@ -137,30 +137,37 @@ inline unsigned cast_grid16_blocks(int rows, std::int64_t block_cols) {
   return static_cast<unsigned>((warps + 7) / 8);
 }
 // The tiled cast of a producer that writes its output straight into FP8 in both layouts (swiglu.cu): a 256-thread
-// block casts a 64 x 128 tile of the output, a thread rows 4 (t / 16) + [0, 4) by columns 8 (t % 16) + [0, 8) of it,
-// so that a warp's loads are runs of 256 bytes of a row and its row-major stores runs of 128 bytes. The transpose
-// goes through shared memory: each thread turns its 4 x 4 byte squares into column words (byte_perm), the block
-// stores them by column, and reads them back 16 bytes (16 rows) at a time, so that the transposed stores are runs
-// of 64 bytes of a row of out_t. Each thread loads all of its inputs before its first store (the producer loads
-// them into registers, then cast_tile8 asks it for the values), so that its loads are all in flight together.
-constexpr int kTileThreads = 256, kTileRows = 64, kTileCols = 128;
+// block casts a kRows x kCols tile of the output (kCols 128: 64 x 128; 64: 128 x 64), a thread rows
+// 4 (t / (kCols / 8)) + [0, 4) by columns 8 (t % (kCols / 8)) + [0, 8) of it, so that a warp's loads are runs of
+// 2 kCols bytes of a row and its row-major stores runs of kCols bytes. The transpose goes through shared memory: each
+// thread turns its 4 x 4 byte squares into column words (byte_perm), the block stores them by column, and reads them
+// back 16 bytes (16 rows) at a time, so that the transposed stores are runs of kRows bytes of a row of out_t. Each
+// thread loads all of its inputs before its first store (the producer loads them into registers, then cast_tile8
+// asks it for the values), so that its loads are all in flight together.
+constexpr int kTileThreads = 256;
+template <int kCols_ = 128>
 struct Fp8Tile {
+  static constexpr int kCols = kCols_, kColThreads = kCols / 8, kRows = 4 * kTileThreads / kColThreads;
+  static_assert(kCols == 64 || kCols == 128, "a 64 x 128 or 128 x 64 tile");
   std::int64_t row0, col0;  // the block's tile
   std::int64_t r, c;        // the thread's first row and column
   bool live;                // the thread's 4 x 8 lie inside the tensor (rows % 4 == 0, cols % 8 == 0)
 };
 // The block's tile of a [rows, cols] tensor (the grid: fp8_tile_blocks), tiles row-major by blockIdx.x.
-__device__ __forceinline__ Fp8Tile fp8_tile(int rows, int cols) {
-  const std::int64_t tiles_c = (cols + kTileCols - 1) / kTileCols;
-  Fp8Tile t;
-  t.row0 = blockIdx.x / tiles_c * kTileRows, t.col0 = blockIdx.x % tiles_c * kTileCols;
-  t.r = t.row0 + 4 * (threadIdx.x / 16), t.c = t.col0 + 8 * (threadIdx.x % 16);
+template <int kCols = 128>
+__device__ __forceinline__ Fp8Tile<kCols> fp8_tile(int rows, int cols) {
+  using T = Fp8Tile<kCols>;
+  const std::int64_t tiles_c = (cols + kCols - 1) / kCols;
+  T t;
+  t.row0 = blockIdx.x / tiles_c * T::kRows, t.col0 = blockIdx.x % tiles_c * kCols;
+  t.r = t.row0 + 4 * (threadIdx.x / T::kColThreads), t.c = t.col0 + 8 * (threadIdx.x % T::kColThreads);
   t.live = t.r < rows && t.c < cols;
   return t;
 }
+template <int kCols = 128>
 inline unsigned fp8_tile_blocks(int rows, int cols) {
-  return static_cast<unsigned>(static_cast<std::int64_t>((rows + kTileRows - 1) / kTileRows) *
-                               ((cols + kTileCols - 1) / kTileCols));
+  constexpr int kRows = Fp8Tile<kCols>::kRows;
+  return static_cast<unsigned>(static_cast<std::int64_t>((rows + kRows - 1) / kRows) * ((cols + kCols - 1) / kCols));
 }
 // Column j of four words (rows 0..3, byte i of each = column i) as a word of its four rows' bytes.
 __device__ __forceinline__ void transpose4x4(const std::uint32_t* w, std::uint32_t* col) {
@@ -181,15 +188,19 @@ __device__ __forceinline__ std::uint32_t fp8x4(const float* v, float scale, bool
 // is columns k * out_stride + [0, cols) of out [rows, ld] (may be null) and rows k * out_stride + [0, cols) of
 // out_t [ld, rows]. rows % 16 == 0, cols % 8 == 0. Every thread of the block calls it. Returns the thread's max
 // |value|.
-template <int kOuts, typename Values>
-__device__ __forceinline__ float cast_tile8(const Fp8Tile& t, Values values, int rows, int cols, std::int64_t ld,
-                                            std::int64_t out_stride, float scale, bool e5m2, fp8* out, fp8* out_t) {
+template <int kOuts, int kCols, typename Values>
+__device__ __forceinline__ float cast_tile8(const Fp8Tile<kCols>& t, Values values, int rows, int cols,
+                                            std::int64_t ld, std::int64_t out_stride, float scale, bool e5m2, fp8* out,
+                                            fp8* out_t) {
+  using T = Fp8Tile<kCols>;
+  constexpr int kWords = T::kRows / 4, kChunks = kWords / 4;  // a tile column's: 4 rows a word, 16 a chunk
   // cols_t[k][c][w]: tile column c's rows 4w .. 4w + 3, the 16-byte chunk w / 4 stored at chunk (w / 4) ^ swz(c) so
-  // that a warp's column stores spread over 8 banks and the 16-byte reads stay conflict-free.
-  __shared__ alignas(16) std::uint32_t cols_t[kOuts][kTileCols][kTileRows / 4];
-  const auto swz = [](int c) { return (c >> 3) & 3; };
+  // that a warp's column stores spread over the banks (8 of 32 at 64 x 128, all 32 at 128 x 64) and the 16-byte
+  // reads stay conflict-free.
+  __shared__ alignas(16) std::uint32_t cols_t[kOuts][kCols][kWords];
+  const auto swz = [](int c) { return (c >> 3) & (kChunks - 1); };
   float m = 0.0f;
-  const int rg = threadIdx.x / 16, c8 = 8 * (threadIdx.x % 16);
+  const int rg = threadIdx.x / T::kColThreads, c8 = 8 * (threadIdx.x % T::kColThreads);
   if (t.live) {
     std::uint32_t w[kOuts][2][4];  // [output][column half][row]
 #pragma unroll
@@ -222,8 +233,8 @@ __device__ __forceinline__ float cast_tile8(const Fp8Tile& t, Values values, int
 #pragma unroll
   for (int k = 0; k < kOuts; ++k)
 #pragma unroll
-    for (int it = 0; it < kTileCols * kTileRows / 16 / kTileThreads; ++it) {
-      const int idx = it * kTileThreads + threadIdx.x, c = idx / 4, q = idx % 4;
+    for (int it = 0; it < kCols * kChunks / kTileThreads; ++it) {
+      const int idx = it * kTileThreads + threadIdx.x, c = idx / kChunks, q = idx % kChunks;
       const std::int64_t col = t.col0 + c, row = t.row0 + 16 * q;
       if (col < cols && row < rows)
         *reinterpret_cast<uint4*>(out_t + (k * out_stride + col) * rows + row) =
@@ -233,9 +244,9 @@ __device__ __forceinline__ float cast_tile8(const Fp8Tile& t, Values values, int
 }
 // The body of a tiled kernel: the cast's scale derived (Fp8Cast), the tile cast (cast_tile8), the amax recorded
 // (delayed) and the scale stored, as every cast does.
-template <int kOuts, typename Values>
-__device__ __forceinline__ void cast_tiled(const Fp8Cast& c, const Fp8Tile& t, Values values, int rows, int cols,
-                                           std::int64_t ld, std::int64_t out_stride, fp8* out, fp8* out_t) {
+template <int kOuts, int kCols, typename Values>
+__device__ __forceinline__ void cast_tiled(const Fp8Cast& c, const Fp8Tile<kCols>& t, Values values, int rows,
+                                           int cols, std::int64_t ld, std::int64_t out_stride, fp8* out, fp8* out_t) {
   const float s = cast_scale(c);
   const float m = cast_tile8<kOuts>(t, values, rows, cols, ld, out_stride, s, c.e5m2, out, out_t);
   if (!c.current) block_amax_commit(m, c.slot);
