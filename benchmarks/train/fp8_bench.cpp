@@ -2,9 +2,10 @@
 // MegaDLMs 1.7B (tokens = micro-batch x 2048), the forward, data-gradient and weight-gradient GEMMs in bf16
 // (Gemm::run, tuned) and in FP8 (Gemm::run_fp8: e4m3 x e4m3 forward with fast accumulation, e5m2 x e4m3 backward),
 // TFLOP/s and the ratio; then the casts' bandwidth (bytes read + written per second): amax, the row-major cast, the
-// transposed cast (both layouts, the backward's dy; beside it fp8_cast_variants.cu's tiled kernel), RMSNorm's forward with and without its fused cast, and the
-// gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward) with and without their fused amax, and SwiGLU
-// straight into FP8 against SwiGLU then the casts (delayed and tensorwise).
+// transposed cast (both layouts, the backward's dy; beside it fp8_cast_variants.cu's other tilings), RMSNorm's
+// forward with and without its fused cast, the gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward)
+// with and without their fused amax, and SwiGLU straight into FP8 against SwiGLU then the casts (delayed and
+// tensorwise).
 // usage: fp8_bench [REPS=20]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -86,20 +87,18 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     const double amax = dlm::bench::time_ms([&] { cuda::fp8_amax(y, static_cast<std::int64_t>(ys), slots + 1, nullptr); }, reps);
     const double rows = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, nullptr, nullptr); }, reps);
     const double both = dlm::bench::time_ms([&] { cuda::fp8_quantize(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
-    // The transposed cast's other kernels (fp8_cast_variants.cu): tiles of 64 x 128 and 128 x 64 through shared
-    // memory, and whether they write the library's bytes.
+    // The transposed cast's other kernels (fp8_cast_variants.cu), and whether they write the library's bytes.
     const std::vector<fp8> lib = download(dy8, ys), lib_t = download(dyt8, ys);
-    double tiled[2];
-    bool same = true;
-    for (int v = 0; v < 2; ++v) {
-      tiled[v] = dlm::bench::time_ms(
-          [&] { cuda::fp8_quantize_tiled(y, T, l.n, e5m2, dy8, dyt8, v == 0 ? 128 : 64, nullptr); }, reps);
-      same = same && download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
-    }
+    const double tiles128x64 = dlm::bench::time_ms(
+        [&] { cuda::fp8_quantize_tiled_128x64(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
+    bool same = download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
+    const double blocks16 =
+        dlm::bench::time_ms([&] { cuda::fp8_quantize_blocks16(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
+    same = same && download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
     std::printf("%-13s %-5s casts of dy [%d, %d]: amax %.0f GB/s, row-major %.0f GB/s, row-major + transposed %.0f GB/s "
-                "(%.3f ms); tiled 64 x 128 %.0f GB/s, 128 x 64 %.0f GB/s (%s bytes)\n",
+                "(%.3f ms; 128 x 64 tiles %.0f GB/s, 16 x 16 register blocks %.0f GB/s, %s bytes)\n",
                 model.name, l.name, T, l.n, 2 * n / amax / 1e6, 3 * n / rows / 1e6, 4 * n / both / 1e6, both,
-                4 * n / tiled[0] / 1e6, 4 * n / tiled[1] / 1e6, same ? "same" : "DIFFERENT");
+                4 * n / tiles128x64 / 1e6, 4 * n / blocks16 / 1e6, same ? "same" : "DIFFERENT");
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y), static_cast<void*>(dx),
                     static_cast<void*>(dw), static_cast<void*>(x8), static_cast<void*>(w8), static_cast<void*>(wt8),
                     static_cast<void*>(dy8), static_cast<void*>(dyt8), static_cast<void*>(xt8)})

@@ -38,19 +38,16 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
   store_scale(c, s);
 }
 
-constexpr int kBlockThreads = 256;
-// A thread a 16 x 16 block (cast_grid16, cast_block16). rows % 16 == 0, cols % 16 == 0.
-__global__ void __launch_bounds__(kBlockThreads) quantize_transpose(const bf16* x, int rows, int cols, Fp8Cast c,
-                                                                    fp8* out, fp8* out_t) {
-  cast_grid16(c, rows, cols / 16, [&](std::int64_t r0, std::int64_t c0, float s) {
-    return cast_block16(
-        [&](int j, float* a) {
-          const bf16* p = x + (r0 + j) * cols + c0;
-          unpack8(reinterpret_cast<const Bf16x8*>(p)[0], a);
-          unpack8(reinterpret_cast<const Bf16x8*>(p)[1], a + 8);
-        },
-        r0, c0, rows, cols, s, c.e5m2, out, out_t);
-  });
+// A block a 64 x 128 tile (fp8_tile, cast_tiled). rows % 16 == 0, cols % 8 == 0.
+__global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* __restrict__ x, int rows, int cols,
+                                                                   Fp8Cast c, fp8* __restrict__ out,
+                                                                   fp8* __restrict__ out_t) {
+  const auto t = fp8_tile(rows, cols);
+  Bf16x8 v[4];
+  if (t.live)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const Bf16x8*>(x + (t.r + j) * cols + t.c);
+  cast_tiled<1>(c, t, [&](int j, float (&a)[1][8]) { unpack8(v[j], a[0]); }, rows, cols, cols, 0, out, out_t);
 }
 
 __global__ void update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin) {
@@ -89,7 +86,7 @@ void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* o
     quantize_rows<<<grid_for(vecs), kThreads, 0, stream>>>(x, vecs, cast, out);
     return;
   }
-  quantize_transpose<<<cast_grid16_blocks(rows, cols / 16), kBlockThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
+  quantize_transpose<<<fp8_tile_blocks(rows, cols), kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
 }
 
 void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin_factor,
