@@ -71,9 +71,10 @@ __device__ __forceinline__ void store_scale(const Fp8Cast& c, float s) {
 }
 
 // The tiled cast into both layouts, of a bf16 tensor (fp8_cast.cu: the transposed cast) or of a producer that
-// writes its output straight into FP8 (swiglu.cu): a 256-thread block casts a kRows x kCols tile of the output (kCols 128: 64 x 128; 64: 128 x 64), a thread rows
-// 4 (t / (kCols / 8)) + [0, 4) by columns 8 (t % (kCols / 8)) + [0, 8) of it, so that a warp's loads are runs of
-// 2 kCols bytes of a row and its row-major stores runs of kCols bytes. The transpose goes through shared memory: each
+// writes its output straight into FP8 (swiglu.cu): a 256-thread block casts a kRows x kCols tile of the output
+// (kCols 128: 64 x 128, the library's; 64: 128 x 64), a thread rows 4 (t / (kCols / 8)) + [0, 4) by columns
+// 8 (t % (kCols / 8)) + [0, 8) of it, so that a warp's loads are runs of 2 kCols bytes of a row and its row-major
+// stores runs of kCols bytes. The transpose goes through shared memory: each
 // thread turns its 4 x 4 byte squares into column words (byte_perm), the block stores them by column, and reads them
 // back 16 bytes (16 rows) at a time, so that the transposed stores are runs of kRows bytes of a row of out_t. Each
 // thread loads all of its inputs before its first store (the producer loads them into registers, then cast_tile8
