@@ -371,8 +371,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
     I.attention->backward(as, A.qkv_rot, A.qkv_raw, A.att, w.datt, A.lse, w.delta, w.dqkv_rot, w.dqkv, st);
     mark("attention bwd");
     qk_norm_rope_backward(qs, w.dqkv_rot, A.qkv_raw, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
-                          I.rope_sin, w.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), w.partial, st,
-                          grad_amax(I, l, Fp8Linears::kQkv, T, false));
+                          I.rope_sin, w.dqkv, opt_grad(I, P.qn), opt_grad(I, P.kn), w.partial, st);
     mark("qk-norm+rope bwd");
     if (f8_attention) {
       f8->cast_backward(l, Fp8Linears::kQkv, T, w.dqkv, A.h1, st);

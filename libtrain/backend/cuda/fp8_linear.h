@@ -10,11 +10,11 @@
 //   tensorwise (current scaling, torchao's and Transformer Engine's Float8CurrentScaling): every cast's scale comes
 //     from the amax of the very tensor it casts. The amax is taken by the kernel that writes the tensor where one
 //     does (RMSNorm forward for the inputs of QKV and fc1; RMSNorm backward for the output gradients of the
-//     projection and fc2, QK-norm + RoPE backward for QKV's: producer_out, grad_amax), then one cast pass reads it; SwiGLU's forward and backward run
+//     projection and fc2: producer_out, grad_amax), then one cast pass reads it; SwiGLU's forward and backward run
 //     twice instead, an amax pass that writes nothing and then straight into FP8 in both layouts (fc2's input, fc1's
 //     output gradient: swiglu_forward, swiglu_backward), which reads less than writing bf16 and casting it after;
-//     elsewhere (attention's output, a gradient gathered under SP or entering a pipeline stage) an amax pass
-//     precedes the cast. The backward's transposed cast of x reuses the scale x was cast with in its
+//     elsewhere (attention's output, the QKV gradient, a gradient gathered under SP or entering a pipeline stage) an
+//     amax pass precedes the cast. The backward's transposed cast of x reuses the scale x was cast with in its
 //     forward: the inputs' slots are kept per activation slot (a pipeline schedule's micro-batch in flight), so no
 //     amax pass runs for x again and both GEMMs of x see the same scale. The amaxes are zeroed once per micro-batch's
 //     forward (inputs) and backward (gradients), each tensor's slot being written by one producer in between.

@@ -63,12 +63,10 @@ void qk_norm_rope_forward(const QkvShape& s, const bf16* qkv, bf16* out, float* 
                           const float* sin_table, cudaStream_t stream);
 //   backward: un-rotate (the transpose of the rotation), then the RMSNorm backward per head; dqn/dkn
 //   accumulate (+=) deterministically through `partial` (qk_norm_partial_floats floats).
-//   dqkv_amax (may be null): max |dqkv| over the whole bf16 tensor after the pass (v's slots as the attention wrote
-//   them when copy_v is false) is max-ed into dqkv_amax->amax (as rmsnorm_backward's).
 void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd,
                            const float* qn, const float* kn, const int* positions, const float* cos_table,
                            const float* sin_table, bf16* dqkv, float* dqn, float* dkn, float* partial,
-                           cudaStream_t stream, Fp8Slot* dqkv_amax = nullptr);
+                           cudaStream_t stream);
 std::int64_t qk_norm_partial_floats(const QkvShape& s);
 
 // swiglu.cu: gu = [gate | up] per row (the fc1 layout), h = silu(gate) * up.

@@ -14,11 +14,8 @@
 // (8-byte accesses to both halves), so a warp does 32 / L slots at once and the reductions stay inside
 // the L lanes. v takes the same path with w = 1, no rotation and no norm. Each thread keeps dw sums for
 // its fixed columns; a block sums its threads' in a fixed order into one partial row, and sum_partial_rows
-// sums the rows in a fixed order (deterministic). The backward may max dqkv's amax (of the bf16 values in it after
-// the pass: those it writes, and v's as the attention wrote them when it does not copy them) into a slot, for the
-// QKV projection's tensorwise FP8 gradient cast (as rmsnorm_backward does for its output).
+// sums the rows in a fixed order (deterministic).
 #include "common.cuh"
-#include "fp8_common.cuh"
 #include "kernels.h"
 
 namespace dlm::train::cuda {
@@ -65,9 +62,8 @@ struct Place {
 };
 // 32-bit division: tokens * slots < 2^31 is checked by the launchers (64-bit division is a long
 // instruction sequence, in the loop of a memory-bound kernel).
-// work: the slots a token's items cover (work_slots, or every slot: the backward's amax reads v's too).
-__device__ Place place_of(const QkvShape& s, std::int64_t item, unsigned work) {
-  const unsigned slots = static_cast<unsigned>(s.heads + 2 * s.groups);
+__device__ Place place_of(const QkvShape& s, std::int64_t item) {
+  const unsigned slots = static_cast<unsigned>(s.heads + 2 * s.groups), work = work_slots(s);
   const bool live = item < static_cast<std::int64_t>(s.tokens) * work;
   const unsigned i = live ? static_cast<unsigned>(item) : 0u;
   const std::int64_t t = i / work;
@@ -108,7 +104,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   constexpr int L = D / 8, G = 32 / L, half = D / 2;
   const int lane = threadIdx.x & 31, j = (lane % L) * kPairs;
   const std::int64_t item = (static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * G + lane / L;
-  const auto [live, t, row, orow, sl] = place_of(s, item, work_slots(s));
+  const auto [live, t, row, orow, sl] = place_of(s, item);
   float a[kPairs], b[kPairs];
   load4(qkv + row + j, a);
   load4(qkv + row + half + j, b);
@@ -144,28 +140,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   store4(out + orow + half + j, ob);
 }
 
-// kAmax: amax is set (a form of its own, so that the plain backward keeps its registers).
-template <int D, bool kAmax>
+template <int D>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     qk_bwd(QkvShape s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn, const float* kn,
-           const int* positions, const float* cos_t, const float* sin_t, bf16* dqkv, float* partial, Fp8Slot* amax) {
+           const int* positions, const float* cos_t, const float* sin_t, bf16* dqkv, float* partial) {
   constexpr int L = D / 8, G = 32 / L, half = D / 2;
   __shared__ float red[kWarpsPerBlock * G][2 * D];
   const int lane = threadIdx.x & 31, j = (lane % L) * kPairs;
-  // With an amax and v not copied, v's slots are items too, read where the attention wrote them, written never.
-  const unsigned work = kAmax && !s.copy_v ? static_cast<unsigned>(s.heads + 2 * s.groups) : work_slots(s);
-  const std::int64_t total = static_cast<std::int64_t>(s.tokens) * work;
-  float m = 0.0f;  // max |dqkv|
+  const std::int64_t total = static_cast<std::int64_t>(s.tokens) * work_slots(s);
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
   // dw sums of this thread's columns: [q | k][j..j+3, half+j..half+j+3]
   float dwq[2 * kPairs] = {}, dwk[2 * kPairs] = {};
   for (std::int64_t wi = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; wi * G < total;
        wi += warps) {
-    const auto [live, t, row, orow, sl] = place_of(s, wi * G + lane / L, work);
-    const bool v_as_written = kAmax && sl.kind == 2 && !s.copy_v;
+    const auto [live, t, row, orow, sl] = place_of(s, wi * G + lane / L);
     float da[kPairs], db[kPairs];
-    load4((v_as_written ? dqkv + row : dout + orow) + j, da);
-    load4((v_as_written ? dqkv + row : dout + orow) + half + j, db);
+    load4(dout + orow + j, da);
+    load4(dout + orow + half + j, db);
     const bool qk = sl.kind != 2;
     float c[kPairs] = {1, 1, 1, 1}, sn[kPairs] = {}, wa[kPairs] = {1, 1, 1, 1}, wb[kPairs] = {1, 1, 1, 1};
     float xa[kPairs] = {}, xb[kPairs] = {};
@@ -193,11 +184,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     }
     dot = group_sum<L>(dot) / static_cast<float>(D);
     if (!live) continue;
-    if (v_as_written) {
-#pragma unroll
-      for (int i = 0; i < kPairs; ++i) m = fmaxf(m, fmaxf(fabsf(da[i]), fabsf(db[i])));
-      continue;
-    }
     float ga[kPairs], gb[kPairs];
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
@@ -206,11 +192,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     }
     store4(dqkv + row + j, ga);
     store4(dqkv + row + half + j, gb);
-    if (kAmax)
-#pragma unroll
-      for (int i = 0; i < kPairs; ++i)  // of the bf16 values stored
-        m = fmaxf(m, fmaxf(fabsf(__bfloat162float(__float2bfloat16_rn(ga[i]))),
-                           fabsf(__bfloat162float(__float2bfloat16_rn(gb[i])))));
     const float fq = sl.kind == 0 ? 1.0f : 0.0f, fk = sl.kind == 1 ? 1.0f : 0.0f;
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
@@ -230,7 +211,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     for (int k = 0; k < kWarpsPerBlock * G; ++k) acc += red[k][col];
     partial[static_cast<std::int64_t>(blockIdx.x) * 2 * D + col] = acc;
   }
-  if (kAmax) block_amax_commit(m, amax);
 }
 
 template <int D>
@@ -246,13 +226,9 @@ void forward_d(const QkvShape& s, const bf16* qkv, bf16* out, float* rstd, const
 template <int D>
 void backward_d(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn,
                 const float* kn, const int* positions, const float* cos_table, const float* sin_table, bf16* dqkv,
-                float* partial, Fp8Slot* amax, cudaStream_t stream) {
-  if (amax)
-    qk_bwd<D, true><<<backward_blocks(), kWarpsPerBlock * 32, 0, stream>>>(s, dout, qkv, rstd, qn, kn, positions,
-                                                                          cos_table, sin_table, dqkv, partial, amax);
-  else
-    qk_bwd<D, false><<<backward_blocks(), kWarpsPerBlock * 32, 0, stream>>>(s, dout, qkv, rstd, qn, kn, positions,
-                                                                           cos_table, sin_table, dqkv, partial, nullptr);
+                float* partial, cudaStream_t stream) {
+  qk_bwd<D><<<backward_blocks(), kWarpsPerBlock * 32, 0, stream>>>(s, dout, qkv, rstd, qn, kn, positions, cos_table,
+                                                                  sin_table, dqkv, partial);
 }
 
 bool slots_fit(const QkvShape& s) {
@@ -278,14 +254,13 @@ std::int64_t qk_norm_partial_floats(const QkvShape& s) { return std::int64_t{bac
 
 void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv, const float* rstd, const float* qn,
                            const float* kn, const int* positions, const float* cos_table, const float* sin_table,
-                           bf16* dqkv, float* dqn, float* dkn, float* partial, cudaStream_t stream,
-                           Fp8Slot* dqkv_amax) {
+                           bf16* dqkv, float* dqn, float* dkn, float* partial, cudaStream_t stream) {
   if (!slots_fit(s)) return check_cuda(cudaErrorInvalidValue, "qk_norm_rope: tokens x head slots must be below 2^31");
   switch (s.head_dim) {
-    case 16: backward_d<16>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, dqkv_amax, stream); break;
-    case 32: backward_d<32>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, dqkv_amax, stream); break;
-    case 64: backward_d<64>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, dqkv_amax, stream); break;
-    case 128: backward_d<128>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, dqkv_amax, stream); break;
+    case 16: backward_d<16>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
+    case 32: backward_d<32>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
+    case 64: backward_d<64>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
+    case 128: backward_d<128>(s, dout, qkv, rstd, qn, kn, positions, cos_table, sin_table, dqkv, partial, stream); break;
     default: check_cuda(cudaErrorInvalidValue, "qk_norm_rope: head_dim must be 16, 32, 64 or 128"); return;
   }
   if (s.qk_norm) sum_partial_rows(partial, backward_blocks(), 2 * s.head_dim, dqn, dkn, s.head_dim, stream);
