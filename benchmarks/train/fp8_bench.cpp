@@ -92,13 +92,16 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     const double tiles128x64 = dlm::bench::time_ms(
         [&] { cuda::fp8_quantize_tiled_128x64(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
     bool same = download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
+    const double looping =
+        dlm::bench::time_ms([&] { cuda::fp8_quantize_tiled_looping(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
+    same = same && download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
     const double blocks16 =
         dlm::bench::time_ms([&] { cuda::fp8_quantize_blocks16(y, T, l.n, e5m2, dy8, dyt8, nullptr); }, reps);
     same = same && download(dy8, ys) == lib && download(dyt8, ys) == lib_t;
     std::printf("%-13s %-5s casts of dy [%d, %d]: amax %.0f GB/s, row-major %.0f GB/s, row-major + transposed %.0f GB/s "
-                "(%.3f ms; 128 x 64 tiles %.0f GB/s, 16 x 16 register blocks %.0f GB/s, %s bytes)\n",
+                "(%.3f ms; 128 x 64 tiles %.0f, looping %.0f, 16 x 16 register blocks %.0f GB/s, %s bytes)\n",
                 model.name, l.name, T, l.n, 2 * n / amax / 1e6, 3 * n / rows / 1e6, 4 * n / both / 1e6, both,
-                4 * n / tiles128x64 / 1e6, 4 * n / blocks16 / 1e6, same ? "same" : "DIFFERENT");
+                4 * n / tiles128x64 / 1e6, 4 * n / looping / 1e6, 4 * n / blocks16 / 1e6, same ? "same" : "DIFFERENT");
     for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(y), static_cast<void*>(dx),
                     static_cast<void*>(dw), static_cast<void*>(x8), static_cast<void*>(w8), static_cast<void*>(wt8),
                     static_cast<void*>(dy8), static_cast<void*>(dyt8), static_cast<void*>(xt8)})

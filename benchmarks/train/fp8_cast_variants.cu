@@ -1,4 +1,5 @@
-// The transposed FP8 cast's other kernels (fp8_cast_variants.h): 128 x 64 tiles, and 16 x 16 blocks in registers.
+// The transposed FP8 cast's other kernels (fp8_cast_variants.h): 128 x 64 tiles, 64 x 128 tiles a block looping,
+// and 16 x 16 blocks in registers.
 #include "backend/cuda/fp8_common.cuh"
 #include "fp8_cast_variants.h"
 
@@ -8,7 +9,7 @@ namespace {
 __global__ void __launch_bounds__(kTileThreads) quantize_tiled_128x64(const bf16* __restrict__ x, int rows, int cols,
                                                                       Fp8Cast c, fp8* __restrict__ out,
                                                                       fp8* __restrict__ out_t) {
-  const auto t = fp8_tile<64>(rows, cols);
+  const auto t = fp8_tile<64>(blockIdx.x, rows, cols);
   Bf16x8 v[4];
   if (t.live)
 #pragma unroll
@@ -96,7 +97,49 @@ __global__ void __launch_bounds__(256) quantize_blocks16(const bf16* x, int rows
   });
 }
 
+// 64 x 128 tiles, a block looping over them (as many blocks as fit at once): the next tile's loads are issued
+// before the current tile's cast and stores, so that a block's loads stay in flight while it stores.
+__global__ void __launch_bounds__(kTileThreads) quantize_tiled_looping(const bf16* __restrict__ x, int rows, int cols,
+                                                                       Fp8Cast c, fp8* __restrict__ out,
+                                                                       fp8* __restrict__ out_t) {
+  const float s = cast_scale(c);
+  const std::int64_t tiles = fp8_tile_blocks(rows, cols);
+  auto load = [&](const Fp8Tile<>& t, Bf16x8* v) {
+    if (t.live)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const Bf16x8*>(x + (t.r + j) * cols + t.c);
+  };
+  std::int64_t tile = blockIdx.x;
+  auto t = fp8_tile(tile, rows, cols);
+  Bf16x8 next[4];
+  load(t, next);
+  float m = 0.0f;
+  for (; tile < tiles; tile += gridDim.x) {
+    Bf16x8 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = next[j];
+    const auto t_next = fp8_tile(tile + gridDim.x, rows, cols);
+    if (tile + gridDim.x < tiles) load(t_next, next);
+    m = fmaxf(m, cast_tile8<1>(t, [&](int j, float (&a)[1][8]) { unpack8(v[j], a[0]); }, rows, cols, cols, 0, s,
+                               c.e5m2, out, out_t));
+    __syncthreads();  // the shared tile is the next one's
+    t = t_next;
+  }
+  if (!c.current) block_amax_commit(m, c.slot);
+  store_scale(c, s);
+}
+
 }  // namespace
+
+void fp8_quantize_tiled_looping(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, fp8* out_t,
+                                cudaStream_t stream) {
+  static int per_sm = 0;
+  if (!per_sm)
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_tiled_looping, kTileThreads, 0),
+               "occupancy");
+  const unsigned tiles = fp8_tile_blocks(rows, cols), most = static_cast<unsigned>(per_sm * multiprocessors());
+  quantize_tiled_looping<<<tiles < most ? tiles : most, kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
+}
 
 void fp8_quantize_tiled_128x64(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, fp8* out_t,
                                cudaStream_t stream) {

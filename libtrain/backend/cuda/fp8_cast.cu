@@ -42,7 +42,7 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
 __global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* __restrict__ x, int rows, int cols,
                                                                    Fp8Cast c, fp8* __restrict__ out,
                                                                    fp8* __restrict__ out_t) {
-  const auto t = fp8_tile(rows, cols);
+  const auto t = fp8_tile(blockIdx.x, rows, cols);
   Bf16x8 v[4];
   if (t.live)
 #pragma unroll

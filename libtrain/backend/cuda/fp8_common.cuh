@@ -88,19 +88,19 @@ struct Fp8Tile {
   std::int64_t r, c;        // the thread's first row and column
   bool live;                // the thread's 4 x 8 lie inside the tensor (rows % 4 == 0, cols % 8 == 0)
 };
-// The block's tile of a [rows, cols] tensor (the grid: fp8_tile_blocks), tiles row-major by blockIdx.x.
+// Tile `tile` of a [rows, cols] tensor (fp8_tile_blocks of them, row-major), as the calling thread takes it.
 template <int kCols = 128>
-__device__ __forceinline__ Fp8Tile<kCols> fp8_tile(int rows, int cols) {
+__device__ __forceinline__ Fp8Tile<kCols> fp8_tile(std::int64_t tile, int rows, int cols) {
   using T = Fp8Tile<kCols>;
   const std::int64_t tiles_c = (cols + kCols - 1) / kCols;
   T t;
-  t.row0 = blockIdx.x / tiles_c * T::kRows, t.col0 = blockIdx.x % tiles_c * kCols;
+  t.row0 = tile / tiles_c * T::kRows, t.col0 = tile % tiles_c * kCols;
   t.r = t.row0 + 4 * (threadIdx.x / T::kColThreads), t.c = t.col0 + 8 * (threadIdx.x % T::kColThreads);
   t.live = t.r < rows && t.c < cols;
   return t;
 }
 template <int kCols = 128>
-inline unsigned fp8_tile_blocks(int rows, int cols) {
+__host__ __device__ inline unsigned fp8_tile_blocks(int rows, int cols) {
   constexpr int kRows = Fp8Tile<kCols>::kRows;
   return static_cast<unsigned>(static_cast<std::int64_t>((rows + kRows - 1) / kRows) * ((cols + kCols - 1) / kCols));
 }

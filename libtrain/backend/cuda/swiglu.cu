@@ -75,7 +75,7 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
 // the bf16 values swiglu_fwd would write.
 __global__ void __launch_bounds__(kTileThreads) swiglu_fwd_fp8(const bf16* __restrict__ gu, int rows, int ffn,
                                                                Fp8Cast c, fp8* __restrict__ out, fp8* __restrict__ out_t) {
-  const auto t = fp8_tile(rows, ffn);
+  const auto t = fp8_tile(blockIdx.x, rows, ffn);
   Bf16x8 g[4], u[4];
   if (t.live)
 #pragma unroll
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kTileThreads) swiglu_fwd_fp8(const bf16* __res
 __global__ void __launch_bounds__(kTileThreads) swiglu_bwd_fp8(const bf16* __restrict__ dh, const bf16* __restrict__ gu,
                                                                int rows, int ffn, Fp8Cast c, fp8* __restrict__ out,
                                                                fp8* __restrict__ out_t) {
-  const auto t = fp8_tile(rows, ffn);
+  const auto t = fp8_tile(blockIdx.x, rows, ffn);
   Bf16x8 d[4], g[4], u[4];
   if (t.live)
 #pragma unroll
