@@ -1,7 +1,8 @@
 // CudaModel's mixture-of-experts layers (backend/cuda/moe_layer.h) against the CPU reference:
 //   - the router kernel on the same fp32 logits as dlm::train::route(): the same experts (no near ties drawn),
 //     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
-//   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts;
+//   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts, and the
+//     permutation's row copies (gather and expand) against the host's;
 //   - the grouped GEMMs (all three forms) against a host reference, with empty experts (their weight gradient
 //     untouched) and uneven counts, and replayed from a CUDA graph on other counts;
 //   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
@@ -134,6 +135,41 @@ TEST(CudaMoePermute, SortsSlotsStablyByExpert) {
     EXPECT_EQ(d_off.download(), offsets) << slots;
     EXPECT_EQ(d_order.download(), order) << slots;
     EXPECT_EQ(d_where.download(), where) << slots;
+  }
+}
+
+// The permutation's row copies, from both sides: moe_gather (a row per sorted slot, as expert parallelism's k = 1
+// permutations use it) and moe_expand (a token's row to its k rows) give the same bits, rows of one 16-byte vector,
+// of a part of a warp's stretch, and of more than one stretch.
+TEST(CudaMoePermute, GatherAndExpandCopyEveryTokensRows) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  struct Shape {
+    int tokens, k, d;
+  };
+  for (const Shape s : {Shape{1, 1, 8}, Shape{37, 4, 264}, Shape{9, 3, 2056}, Shape{19, 8, 4096}}) {
+    const int rows = s.tokens * s.k;
+    std::vector<int> order(static_cast<std::size_t>(rows)), where(order.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int r = 0; r < rows; ++r) where[static_cast<std::size_t>(order[r])] = r;
+    std::vector<float> src;
+    DeviceVec<bf16> d_src(gpu_test::random_bf16(static_cast<std::size_t>(s.tokens) * s.d, rng, 1.0f, src));
+    DeviceVec<int> d_order(order), d_where(where);
+    DeviceVec<bf16> gathered(static_cast<std::size_t>(rows) * s.d), expanded(static_cast<std::size_t>(rows) * s.d);
+    cuda::moe_gather(d_src.get(), d_order.get(), rows, s.k, s.d, gathered.get(), nullptr);
+    cuda::moe_expand(d_src.get(), d_where.get(), s.tokens, s.k, s.d, expanded.get(), nullptr);
+    const auto g = gathered.download(), x = expanded.download();
+    std::size_t wrong_g = 0, wrong_x = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < s.d; ++c) {
+        const float want = src[static_cast<std::size_t>(order[r] / s.k) * s.d + c];
+        const std::size_t at = static_cast<std::size_t>(r) * s.d + c;
+        wrong_g += __bfloat162float(g[at]) != want;
+        wrong_x += __bfloat162float(x[at]) != want;
+      }
+    EXPECT_EQ(wrong_g, 0u) << s.tokens << " x " << s.k << " x " << s.d;
+    EXPECT_EQ(wrong_x, 0u) << s.tokens << " x " << s.k << " x " << s.d;
   }
 }
 

@@ -155,7 +155,7 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   } else {
     const ExpertRows r = local_rows(I, M);
     plan_expert_gemms(I, P, r);
-    moe_gather(A.h2, M.order, rows, k, d, M.xs, st);
+    moe_expand(A.h2, M.where, tokens, k, d, M.xs, st);
     mark("moe permute");
     run_expert_gemm(I, P, r, kMoeFc1);
     mark("moe grouped fc1 fwd");
@@ -203,7 +203,7 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
     mark("moe expert-parallel experts bwd");
   } else {
     const ExpertRows r = local_rows(I, M);
-    moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
+    moe_expand(sh.dres16_full, M.where, T, k, d, w.dys, st);
     mark("moe permute bwd");
     run_expert_gemm(I, P, r, kMoeFc2Data);
     mark("moe grouped fc2 bwd data");

@@ -32,6 +32,9 @@ void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_count
                         int* where, int* order, cudaStream_t stream);
 // dst[row] = src[order[row] / k]  (rows = N * k, d % 8 == 0)
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream);
+// The same rows from the other side: dst[where[n * k + j]] = src[n] for the N tokens, k <= 32 (each token's row
+// read once; where and order are inverse permutations, so this equals moe_gather(src, order, N * k, k, ...)).
+void moe_expand(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst, cudaStream_t stream);
 // out[n] = add[n] + sum_j rows[where[n * k + j]], summed in fp32 in the order j (add may be null: 0)  (the forward's
 // combine, and the backward's gradient of the gathered input; add: the shared expert's output or data gradient)
 void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,

@@ -81,13 +81,53 @@ __global__ void expert_assign(const int* idx, int slots, int experts, const int*
   }
 }
 
-// A block per output row (gather) or token (combine), its threads along the row's 16-byte vectors: no index
-// arithmetic per element, and the row's index read once.
-__global__ void gather_k(const bf16* src, const int* order, int k, int d, bf16* dst) {
-  const std::int64_t row = blockIdx.x, token = order[row] / k;
+// Row copies: a warp per row (gather) or token (expand), its row indices read once and broadcast; each lane loads
+// its kRowVecs 16-byte vectors of a stretch before storing any, so a warp keeps a whole 4 KB row in flight (the
+// copies are latency-bound otherwise). The expand reads each token's row once and stores it to its k rows.
+constexpr int kRowVecs = 8;
+constexpr int kRowWarps = 8;  // warps (rows) per block
+
+// One stretch of a row: lane's vectors c0 + u * 32 + lane, u < kRowVecs.
+__device__ __forceinline__ void load_stretch(const Bf16x8* in, int c0, int vecs, int lane, Bf16x8 (&v)[kRowVecs]) {
+#pragma unroll
+  for (int u = 0; u < kRowVecs; ++u)
+    if (const int c = c0 + u * 32 + lane; c < vecs) v[u] = in[c];
+}
+__device__ __forceinline__ void store_stretch(Bf16x8* out, int c0, int vecs, int lane, const Bf16x8 (&v)[kRowVecs]) {
+#pragma unroll
+  for (int u = 0; u < kRowVecs; ++u)
+    if (const int c = c0 + u * 32 + lane; c < vecs) out[c] = v[u];
+}
+
+__global__ void gather_k(const bf16* src, const int* order, int rows, int k, int d, bf16* dst) {
+  const int lane = threadIdx.x & 31, vecs = d / 8;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const std::int64_t token = __shfl_sync(0xffffffffu, lane == 0 ? order[row] : 0, 0) / k;
   const auto* in = reinterpret_cast<const Bf16x8*>(src + token * d);
   auto* out = reinterpret_cast<Bf16x8*>(dst + row * d);
-  for (int c = threadIdx.x; c < d / 8; c += blockDim.x) out[c] = in[c];
+  for (int c0 = 0; c0 < vecs; c0 += 32 * kRowVecs) {
+    Bf16x8 v[kRowVecs];
+    load_stretch(in, c0, vecs, lane, v);
+    store_stretch(out, c0, vecs, lane, v);
+  }
+}
+
+// k <= 32: lane j holds the token's j-th row.
+__global__ void expand_k(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst) {
+  const int lane = threadIdx.x & 31, vecs = d / 8;
+  const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (n >= tokens) return;
+  const int mine = lane < k ? where[n * k + lane] : 0;
+  const auto* in = reinterpret_cast<const Bf16x8*>(src + n * d);
+  for (int c0 = 0; c0 < vecs; c0 += 32 * kRowVecs) {
+    Bf16x8 v[kRowVecs];
+    load_stretch(in, c0, vecs, lane, v);
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t row = __shfl_sync(0xffffffffu, mine, j);
+      store_stretch(reinterpret_cast<Bf16x8*>(dst + row * d), c0, vecs, lane, v);
+    }
+  }
 }
 
 __global__ void combine_k(const bf16* rows, const int* where, int k, int d, const bf16* add, bf16* out) {
@@ -173,7 +213,11 @@ void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_count
 }
 
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream) {
-  if (rows > 0) gather_k<<<static_cast<unsigned>(rows), row_threads(d), 0, stream>>>(src, order, k, d, dst);
+  if (rows > 0) gather_k<<<blocks(rows, kRowWarps), kRowWarps * 32, 0, stream>>>(src, order, rows, k, d, dst);
+}
+
+void moe_expand(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst, cudaStream_t stream) {
+  if (tokens > 0) expand_k<<<blocks(tokens, kRowWarps), kRowWarps * 32, 0, stream>>>(src, where, tokens, k, d, dst);
 }
 
 void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,
