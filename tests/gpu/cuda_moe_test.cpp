@@ -2,7 +2,7 @@
 //   - the router kernel on the same fp32 logits as dlm::train::route(): the same experts (no near ties drawn),
 //     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
 //   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts, and the
-//     permutation's row copies (gather and expand) against the host's;
+//     permutation's row copies (gather and expand) against the host's, and the experts' SwiGLU backward;
 //   - the grouped GEMMs (all three forms) against a host reference, with empty experts (their weight gradient
 //     untouched) and uneven counts, and replayed from a CUDA graph on other counts;
 //   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -170,6 +171,49 @@ TEST(CudaMoePermute, GatherAndExpandCopyEveryTokensRows) {
       }
     EXPECT_EQ(wrong_g, 0u) << s.tokens << " x " << s.k << " x " << s.d;
     EXPECT_EQ(wrong_x, 0u) << s.tokens << " x " << s.k << " x " << s.d;
+  }
+}
+
+// The experts' SwiGLU backward (moe_swiglu_backward) against a host double reference, on widths of one vector a
+// lane, of a partial round and of two rounds of the kernel's warp: dgu within bf16 rounding, dw (the routing
+// weight's gradient, each slot's from its sorted row) within float summation error.
+TEST(CudaMoePermute, SwigluBackwardMatchesHost) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  for (const int ffn : {8, 1000, 1024, 4104}) {
+    const int rows = 37;
+    std::vector<int> order(static_cast<std::size_t>(rows));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> gu, dact, w(static_cast<std::size_t>(rows));
+    std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+    for (auto& v : w) v = wd(rng);
+    DeviceVec<bf16> d_gu(gpu_test::random_bf16(static_cast<std::size_t>(rows) * 2 * ffn, rng, 1.0f, gu));
+    DeviceVec<bf16> d_dact(gpu_test::random_bf16(static_cast<std::size_t>(rows) * ffn, rng, 1.0f, dact));
+    DeviceVec<float> d_w(w), d_dw(w.size());
+    DeviceVec<int> d_order(order);
+    DeviceVec<bf16> d_dgu(static_cast<std::size_t>(rows) * 2 * ffn);
+    cuda::moe_swiglu_backward(d_dact.get(), d_gu.get(), d_w.get(), d_order.get(), rows, ffn, d_dgu.get(), d_dw.get(),
+                              nullptr);
+    const auto dgu = d_dgu.download();
+    const auto dw = d_dw.download();
+    double worst_dgu = 0, worst_dw = 0;
+    for (int r = 0; r < rows; ++r) {
+      const double c = w[static_cast<std::size_t>(order[r])];
+      double dot = 0, scale = 0;
+      for (int j = 0; j < ffn; ++j) {
+        const std::size_t at = static_cast<std::size_t>(r) * 2 * ffn + j;
+        const double g = gu[at], u = gu[at + ffn], d = dact[static_cast<std::size_t>(r) * ffn + j];
+        const double sg = 1.0 / (1.0 + std::exp(-g)), silu = g * sg;
+        dot += d * silu * u, scale += std::abs(d * silu * u);
+        const double dg = c * d * u * sg * (1.0 + g * (1.0 - sg)), du = c * d * silu;
+        worst_dgu = std::max({worst_dgu, std::abs(__bfloat162float(dgu[at]) - dg) / (std::abs(dg) + 1e-2),
+                              std::abs(__bfloat162float(dgu[at + ffn]) - du) / (std::abs(du) + 1e-2)});
+      }
+      worst_dw = std::max(worst_dw, std::abs(dw[static_cast<std::size_t>(order[r])] - dot) / (scale + 1e-6));
+    }
+    EXPECT_LT(worst_dgu, 1e-2) << ffn;
+    EXPECT_LT(worst_dw, 1e-5) << ffn;
   }
 }
 

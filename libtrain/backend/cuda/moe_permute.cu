@@ -156,31 +156,56 @@ __global__ void swiglu_fwd_k(const bf16* gu, const float* w, const int* order, s
   *reinterpret_cast<Bf16x8*>(act + row * ffn + col) = pack8(g);
 }
 
-// A block per row.
-__global__ void swiglu_bwd_k(const bf16* dact, const bf16* gu, const float* w, const int* order, int ffn, bf16* dgu,
-                             float* dw) {
-  __shared__ float scratch[32];
-  const std::int64_t row = blockIdx.x;
-  const float c = w[order[row]];
+// A warp per row (loads of a round issued before any store). Lane L takes the columns, and keeps the partial dots,
+// of threads L, L + 32, ... of a block of `virt` warps (row_threads(ffn)), and sums those as block_sum would, so
+// the routing weight's gradient has a fixed order that does not depend on how the rows map to warps.
+constexpr int kMaxVirtWarps = 8;  // row_threads(...) <= 256
+__global__ void swiglu_bwd_k(const bf16* __restrict__ dact, const bf16* __restrict__ gu, const float* w,
+                             const int* order, int rows, int ffn, int virt, bf16* __restrict__ dgu, float* dw) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int slot = __shfl_sync(0xffffffffu, lane == 0 ? order[row] : 0, 0);
+  const float c = w[slot];
   const bf16 *g_row = gu + row * 2 * ffn, *d_row = dact + row * ffn;
   bf16* out = dgu + row * 2 * ffn;
-  float dot = 0;
-  for (int col = threadIdx.x * 8; col < ffn; col += blockDim.x * 8) {
-    float g[8], u[8], d[8], dg[8], du[8];
-    unpack8(*reinterpret_cast<const Bf16x8*>(g_row + col), g);
-    unpack8(*reinterpret_cast<const Bf16x8*>(g_row + ffn + col), u);
-    unpack8(*reinterpret_cast<const Bf16x8*>(d_row + col), d);
-    for (int t = 0; t < 8; ++t) {
-      const float sg = 1.0f / (1.0f + __expf(-g[t])), silu = g[t] * sg, da = c * d[t];
-      dot += d[t] * silu * u[t];
-      dg[t] = da * u[t] * sg * (1.0f + g[t] * (1.0f - sg));
-      du[t] = da * silu;
+  float dot[kMaxVirtWarps] = {};
+  for (int base = 0, step = virt * 32 * 8; base < ffn; base += step) {
+    Bf16x8 gv[kMaxVirtWarps], uv[kMaxVirtWarps], dv[kMaxVirtWarps];
+#pragma unroll
+    for (int i = 0; i < kMaxVirtWarps; ++i)
+      if (const int col = base + (i * 32 + lane) * 8; i < virt && col < ffn) {
+        gv[i] = *reinterpret_cast<const Bf16x8*>(g_row + col);
+        uv[i] = *reinterpret_cast<const Bf16x8*>(g_row + ffn + col);
+        dv[i] = *reinterpret_cast<const Bf16x8*>(d_row + col);
+      }
+#pragma unroll
+    for (int i = 0; i < kMaxVirtWarps; ++i) {
+      const int col = base + (i * 32 + lane) * 8;
+      if (i >= virt || col >= ffn) continue;
+      float g[8], u[8], d[8], dg[8], du[8];
+      unpack8(gv[i], g);
+      unpack8(uv[i], u);
+      unpack8(dv[i], d);
+      for (int t = 0; t < 8; ++t) {
+        const float sg = 1.0f / (1.0f + __expf(-g[t])), silu = g[t] * sg, da = c * d[t];
+        dot[i] += d[t] * silu * u[t];
+        dg[t] = da * u[t] * sg * (1.0f + g[t] * (1.0f - sg));
+        du[t] = da * silu;
+      }
+      *reinterpret_cast<Bf16x8*>(out + col) = pack8(dg);
+      *reinterpret_cast<Bf16x8*>(out + ffn + col) = pack8(du);
     }
-    *reinterpret_cast<Bf16x8*>(out + col) = pack8(dg);
-    *reinterpret_cast<Bf16x8*>(out + ffn + col) = pack8(du);
   }
-  dot = block_sum(dot, scratch);
-  if (threadIdx.x == 0) dw[order[row]] = dot;
+  float total = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxVirtWarps; ++i)
+    if (i < virt) {
+      const float part = warp_sum(dot[i]);
+      if (lane == i) total = part;
+    }
+  total = warp_sum(total);
+  if (lane == 0) dw[slot] = total;
 }
 
 // A grid row per expert: an expert with rows leaves at once, an empty one's blocks zero its slice.
@@ -233,8 +258,9 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream) {
+  const int virt = static_cast<int>(row_threads(ffn) / 32);
   if (rows > 0)
-    swiglu_bwd_k<<<static_cast<unsigned>(rows), row_threads(ffn), 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
+    swiglu_bwd_k<<<blocks(rows, kRowWarps), kRowWarps * 32, 0, stream>>>(dact, gu, w, order, rows, ffn, virt, dgu, dw);
 }
 
 void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
