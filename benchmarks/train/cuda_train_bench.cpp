@@ -1,7 +1,6 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--norm-after-backward] [--fp8 tensorwise|delayed]
-//        CONFIG [STEPS [WARMUP
+// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed] CONFIG [STEPS [WARMUP
 //        [ACCUMULATE [RECOMPUTE [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
 //   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
@@ -9,9 +8,7 @@
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
 // between them for the host, on stderr. --fp8 RECIPE: the layers' linear GEMMs in FP8 (CudaOptions::fp8, format
-// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which. --norm-after-backward: the
-// gradient norm in one pass after the backward, instead of by layer beside it (CudaModel::take_norm_in_next_backward,
-// as dlm-train's single-GPU step asks for), to measure what that overlap saves.
+// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which.
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
@@ -55,7 +52,7 @@ bool lookup(const std::string& name, Shape& s) {
 
 int main(int argc, char** argv) {
   dlm::train::CudaOptions options;
-  bool dense_embedding = false, gaps = false, norm_after_backward = false;
+  bool dense_embedding = false, gaps = false;
   std::string precision = "bf16";
   std::vector<char*> args;  // argv without the flags
   for (int i = 0; i < argc; ++i) {
@@ -68,7 +65,6 @@ int main(int argc, char** argv) {
     } else if (a == "--profile") options.profile = true;
     else if (a == "--dense-embedding") dense_embedding = true;
     else if (a == "--gaps") gaps = true;
-    else if (a == "--norm-after-backward") norm_after_backward = true;
     else if (a == "--deterministic") options.deterministic = true;
     else args.push_back(argv[i]);
   }
@@ -76,7 +72,6 @@ int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
-                         "[--norm-after-backward] "
                          "[--fp8 tensorwise|delayed] "
                          "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.9b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
                          "[BATCH]]]]]\n");
@@ -151,7 +146,6 @@ int main(int argc, char** argv) {
       mark();
       for (int m = 0; m < accumulate; ++m) {
         model.forward_stage(input, 0, true);
-        if (m + 1 == accumulate && !norm_after_backward) model.take_norm_in_next_backward();
         model.backward_stage(input, 0);
         input ^= 1;
         if (m + 1 < accumulate) upload(i, m + 1);

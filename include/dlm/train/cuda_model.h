@@ -168,14 +168,6 @@ class CudaModel {
   // caller has summed the shares over the replica, set_grad_sumsq() makes that the sum apply_adamw() clips by.
   double grad_sumsq();
   void set_grad_sumsq(double sumsq);
-  // The caller's word that the next backward (forward_backward(), or backward_stage()) is the step's last and that
-  // nothing writes the gradients between it and the norm (grad_sumsq(), grad_norm(), adamw_step()): that backward
-  // then takes each layer's part of the squared norm on a side stream as soon as the layer's gradients are done,
-  // beside the backward of the layers before it, and the norm pass adds only the rest (the embedding, the head)
-  // and sums the parts, in the same order: the same bits as without. Another backward or zero_grad() before the
-  // norm, or a backward layer hook (whose reduction writes the layers' gradients after them), undoes it; a
-  // caller whose gradients are summed over other ranks after the backward must not call it.
-  void take_norm_in_next_backward();
   // --log-num-zeros-in-grad: the exact zeros among the gradients grad_sumsq() counts (this rank's share: the
   // tensors it saves, in its optimizer range), as they stand (unclipped: apply_adamw() clips on the fly).
   std::int64_t grad_zeros();

@@ -251,23 +251,14 @@ std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors, int count) {
   return chunks;
 }
 
-void grad_sumsq_partials(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
-                         cudaStream_t stream) {
-  if (num_chunks > 0) sumsq_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, partial);
-}
-
-void sum_grad_partials(const double* partial, int num_partials, double* sumsq, cudaStream_t stream) {
-  if (num_partials == 0) {
+void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
+                double* sumsq, cudaStream_t stream) {
+  if (num_chunks == 0) {
     cudaMemsetAsync(sumsq, 0, sizeof(double), stream);
     return;
   }
-  sum_kernel<<<1, 1024, 0, stream>>>(partial, num_partials, sumsq);
-}
-
-void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
-                double* sumsq, cudaStream_t stream) {
-  grad_sumsq_partials(tensors_device, chunks, num_chunks, partial, stream);
-  sum_grad_partials(partial, num_chunks, sumsq, stream);
+  sumsq_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors_device, chunks, partial);
+  sum_kernel<<<1, 1024, 0, stream>>>(partial, num_chunks, sumsq);
 }
 
 void count_grad_zeros(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks,

@@ -128,13 +128,6 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
   if (I.post && I.out != I.emb) I.fresh.gemm_written[static_cast<std::size_t>(I.out)] = 1;
   I.fresh.fresh.assign(P.specs.size(), 0);
   I.build_zero_runs();
-  std::vector<int> layer_of(P.specs.size(), -1);
-  for (std::size_t l = 0; l < I.lp.size(); ++l) {
-    const auto& L = I.lp[l];
-    for (int t : {L.ln1, L.qkv, L.qn, L.kn, L.proj, L.ln2, L.fc1, L.fc2, L.router, L.experts_fc1, L.experts_fc2})
-      if (t >= 0) layer_of[static_cast<std::size_t>(t)] = static_cast<int>(l);
-  }
-  I.norm_sums.build(I.params, layer_of, static_cast<int>(I.lp.size()));
   I.gemm = std::make_unique<Gemm>(!options.deterministic);
   if (options.fp8.enabled) {
     options.fp8.validate(I.cfg.num_layers, layout.pp);
@@ -320,7 +313,6 @@ std::vector<float> CudaModel::export_gradient(std::string_view name) const {
 
 void CudaModel::zero_grad() {
   auto& I = *impl_;
-  I.norm_sums.discard(I.stream);
   I.fresh.zero(I.params, I.stream);
   // The sparse embedding left zero_runs: its flagged rows are cleared (and their flags with them).
   if (I.deferred.on)

@@ -9,7 +9,6 @@
 //   state_copy StateCopy (state_copy.h): the checkpoint state's pinned host copy, and the copies in flight
 //   moe        MoeBuffers (moe_layer.h): the MoE layers' routing, expert activations and work buffers
 //   dispatch   ExpertDispatch (moe_dispatch.h): under expert parallelism, the MoE layers' exchanged rows
-//   norm_sums  LayerNormSums (layer_norm_sums.h): the gradient norm's parts taken by layer in the last backward
 // and, here, what the rank runs (its widths, layers and ends), the stream, the GEMM and attention engines.
 // Files: cuda_model.cpp (construction, parameters by name), cuda_model_stage.cpp (a step's stages and their
 // collectives), micro_inputs.cpp (uploads), cuda_model_optimizer.cpp (the norm, AdamW, the optimizer state's
@@ -35,7 +34,6 @@
 #include "grouped_gemm.h"
 #include "kernels.h"
 #include "kv_store.h"
-#include "layer_norm_sums.h"
 #include "micro_inputs.h"
 #include "moe_dispatch.h"
 #include "moe_layer.h"
@@ -96,7 +94,6 @@ struct CudaModel::Impl {
   StateCopy state_copy;
   MoeBuffers moe;
   ExpertDispatch dispatch;
-  LayerNormSums norm_sums;
 
   int d() const { return cfg.hidden_size; }
   // Local widths (the whole model's when tp == 1).
@@ -130,14 +127,6 @@ struct CudaModel::Impl {
   void settle_grad(int p) { fresh.settle(p, params, stream); }
   void settle_grads() { fresh.settle_all(params, stream); }
   void build_zero_runs() { fresh.build_zero_runs(params, deferred.on ? emb : -1); }
-  // Local layer l's backward is enqueued: its gradients are done (the norm's parts of the layer may be taken).
-  void layer_grads_done(int l) {
-    if (!norm_sums.taking()) return;
-    const LayerParams& P = lp[static_cast<std::size_t>(l)];
-    for (int t : {P.ln1, P.qkv, P.qn, P.kn, P.proj, P.ln2, P.fc1, P.fc2, P.router, P.experts_fc1, P.experts_fc2})
-      if (t >= 0) settle_grad(t);
-    norm_sums.layer_done(l, params, stream);
-  }
   // The tensor list to the device, the sparse embedding's rows flagged in it (adamw.cu skips or defers the rest).
   void upload_adam_list(double weight_decay);
   // The bf16 weights changed (init, import, the optimizer): the FP8 copies are cast again before the next forward.

@@ -27,16 +27,15 @@ namespace {
 // Every optimizer pass starts here: gradients still fresh after zero_grad are cleared, the tensor list (with
 // the decay AdamW applies; the norm ignores it) uploaded, the profiler's phase clock started.
 void begin_pass(CudaModel::Impl& I, double weight_decay) {
-  I.norm_sums.join(I.stream);  // the layers' norm parts read the tensor list that is uploaded again here
   I.before_state_write();
   I.settle_grads();
   I.upload_adam_list(weight_decay);
   I.timer.start(I.stream);
 }
-// The sum of squares of the gradients this rank counts, into I.params.sumsq on the device (the parts the last
-// backward took by layer are not taken again).
+// The sum of squares of the gradients this rank counts, into I.params.sumsq on the device.
 void enqueue_norm(CudaModel::Impl& I) {
-  I.norm_sums.enqueue_sumsq(I.params, I.stream);
+  cuda::grad_sumsq(I.params.adam_dev, I.params.norm_chunks, I.params.num_norm_chunks, I.params.norm_partial,
+                   I.params.sumsq, I.stream);
   I.timer.mark("grad norm", I.stream);
 }
 // The update of the tensors in I's list by the sum of squares already on the device (I.params.sumsq).
@@ -77,13 +76,6 @@ void CudaModel::set_grad_sumsq(double sumsq) {
 }
 
 double CudaModel::grad_norm() { return std::sqrt(grad_sumsq()); }
-
-void CudaModel::take_norm_in_next_backward() {
-  auto& I = *impl_;
-  I.norm_sums.join(I.stream);
-  I.upload_adam_list(0.0);  // the layers' entries as the norm pass uploads them (the decay, unread by the norm, aside)
-  I.norm_sums.arm();
-}
 
 std::int64_t CudaModel::grad_zeros() {
   auto& I = *impl_;

@@ -390,7 +390,6 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
                      grad_amax(I, l - 1, Fp8Linears::kFc2, T, true));
     mark("rmsnorm bwd");
     if (I.layer_hook) I.layer_hook(I.first_layer + l);
-    I.layer_grads_done(l);
   }
   // The residual gradient leaves the layers in fp32: the embedding's backward and a previous stage take it so.
   bf16_to_f32(w.dres16, w.dres, I.acts.Ts * d, st);
@@ -431,7 +430,6 @@ void CudaModel::forward_stage(int k, int slot, bool training) {
 void CudaModel::backward_stage(int k, int slot) {
   auto& I = *impl_;
   const MicroInputs& in = I.inputs.uploaded(k);
-  I.norm_sums.begin_backward(static_cast<bool>(I.layer_hook));
   if (I.fp8) I.fp8->begin_backward(slot, I.stream);  // before the head's norm, the first gradient producer
   if (I.post) {
     // The head's inputs are the slot's (its forward may not be the last one run).
@@ -441,7 +439,6 @@ void CudaModel::backward_stage(int k, int slot) {
     f32_to_bf16(I.acts.shared.dres_in, I.acts.shared.dres16, I.acts.Ts * I.d(), I.stream);
   }
   enqueue_backward_layers(I, in, I.slot_acts(slot));
-  I.norm_sums.end_backward();
   I.timer.finish();
   check_cuda(cudaGetLastError(), "backward");
 }

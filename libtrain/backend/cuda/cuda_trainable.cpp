@@ -436,8 +436,6 @@ class CudaTrainable final : public TrainableModel, public DeviceTraining {
       double loss = 0;
       for (std::size_t k = 0; k < batches.size(); ++k) {
         if (overlap && k + 1 == batches.size()) reducers_.front()->start();
-        // One GPU and no other rank: nothing writes the gradients between the step's last backward and its norm.
-        if (training && !parallel_.host && k + 1 == batches.size()) m.take_norm_in_next_backward();
         loss += training ? m.forward_backward(cuda_batch(batches[k])) : m.forward_loss(cuda_batch(batches[k]));
       }
       return loss;

@@ -177,13 +177,8 @@ struct AdamWChunk {
   int tensor, piece;
 };
 std::vector<AdamWChunk> adamw_chunks(const AdamWTensor* tensors_host, int count);
-// The sum of squares of every gradient in a fixed order (deterministic), in two halves: partial[i] = the sum of
-// squares of chunk chunks[i] (i < num_chunks, each by itself, so a caller may take the chunks in parts and on other
-// streams), then *sumsq = the num_partials partials summed in index order.
-void grad_sumsq_partials(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
-                         cudaStream_t stream);
-void sum_grad_partials(const double* partial, int num_partials, double* sumsq, cudaStream_t stream);
-// Both halves over every chunk.
+// sum of squares of every gradient into *sumsq (double, one slot) in a fixed order (deterministic);
+// `partial` holds num_chunks doubles.
 void grad_sumsq(const AdamWTensor* tensors_device, const AdamWChunk* chunks, int num_chunks, double* partial,
                 double* sumsq, cudaStream_t stream);
 // The exact zeros of every gradient in `chunks` into *count (elements of an AdamWTensor's unflagged rows count as

@@ -87,11 +87,8 @@ void ParameterStore::allocate(std::vector<ckpt::TensorShard> tensors, int optimi
   for (int p = 0; p < static_cast<int>(specs.size()); ++p)
     if (moment_part(p).numel > 0) listed.push_back(p);
   std::vector<AdamWChunk> counted;
-  norm_chunk_spec.clear();
-  for (const AdamWChunk& chunk : chunks) {
-    const int spec = listed[static_cast<std::size_t>(chunk.tensor)];
-    if (specs[static_cast<std::size_t>(spec)].saved) counted.push_back(chunk), norm_chunk_spec.push_back(spec);
-  }
+  for (const AdamWChunk& chunk : chunks)
+    if (specs[static_cast<std::size_t>(listed[static_cast<std::size_t>(chunk.tensor)])].saved) counted.push_back(chunk);
   num_norm_chunks = static_cast<int>(counted.size());
   norm_chunks = arena.alloc<AdamWChunk>(num_norm_chunks);
   if (!counted.empty())

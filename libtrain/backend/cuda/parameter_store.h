@@ -51,7 +51,6 @@ struct ParameterStore {
   int num_chunks = 0;
   AdamWChunk* norm_chunks = nullptr;
   int num_norm_chunks = 0;
-  std::vector<int> norm_chunk_spec;  // host: the tensor (specs index) of each norm chunk
   double *norm_partial = nullptr, *sumsq = nullptr;
   unsigned long long* zeros = nullptr;
   int steps = 0;  // AdamW steps taken
