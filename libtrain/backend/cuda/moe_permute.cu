@@ -157,11 +157,11 @@ __global__ void swiglu_fwd_k(const bf16* gu, const float* w, const int* order, s
 }
 
 // A warp per row (loads of a round issued before any store). Lane L takes the columns, and keeps the partial dots,
-// of threads L, L + 32, ... of a block of `virt` warps (row_threads(ffn)), and sums those as block_sum would, so
+// of threads L, L + 32, ... of a block of kVirt warps (row_threads(ffn)), and sums those as block_sum would, so
 // the routing weight's gradient has a fixed order that does not depend on how the rows map to warps.
-constexpr int kMaxVirtWarps = 8;  // row_threads(...) <= 256
+template <int kVirt>
 __global__ void swiglu_bwd_k(const bf16* __restrict__ dact, const bf16* __restrict__ gu, const float* w,
-                             const int* order, int rows, int ffn, int virt, bf16* __restrict__ dgu, float* dw) {
+                             const int* order, int rows, int ffn, bf16* __restrict__ dgu, float* dw) {
   const int lane = threadIdx.x & 31;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
   if (row >= rows) return;
@@ -169,20 +169,20 @@ __global__ void swiglu_bwd_k(const bf16* __restrict__ dact, const bf16* __restri
   const float c = w[slot];
   const bf16 *g_row = gu + row * 2 * ffn, *d_row = dact + row * ffn;
   bf16* out = dgu + row * 2 * ffn;
-  float dot[kMaxVirtWarps] = {};
-  for (int base = 0, step = virt * 32 * 8; base < ffn; base += step) {
-    Bf16x8 gv[kMaxVirtWarps], uv[kMaxVirtWarps], dv[kMaxVirtWarps];
+  float dot[kVirt] = {};
+  for (int base = 0; base < ffn; base += kVirt * 32 * 8) {
+    Bf16x8 gv[kVirt], uv[kVirt], dv[kVirt];
 #pragma unroll
-    for (int i = 0; i < kMaxVirtWarps; ++i)
-      if (const int col = base + (i * 32 + lane) * 8; i < virt && col < ffn) {
+    for (int i = 0; i < kVirt; ++i)
+      if (const int col = base + (i * 32 + lane) * 8; col < ffn) {
         gv[i] = *reinterpret_cast<const Bf16x8*>(g_row + col);
         uv[i] = *reinterpret_cast<const Bf16x8*>(g_row + ffn + col);
         dv[i] = *reinterpret_cast<const Bf16x8*>(d_row + col);
       }
 #pragma unroll
-    for (int i = 0; i < kMaxVirtWarps; ++i) {
+    for (int i = 0; i < kVirt; ++i) {
       const int col = base + (i * 32 + lane) * 8;
-      if (i >= virt || col >= ffn) continue;
+      if (col >= ffn) continue;
       float g[8], u[8], d[8], dg[8], du[8];
       unpack8(gv[i], g);
       unpack8(uv[i], u);
@@ -199,11 +199,10 @@ __global__ void swiglu_bwd_k(const bf16* __restrict__ dact, const bf16* __restri
   }
   float total = 0;
 #pragma unroll
-  for (int i = 0; i < kMaxVirtWarps; ++i)
-    if (i < virt) {
-      const float part = warp_sum(dot[i]);
-      if (lane == i) total = part;
-    }
+  for (int i = 0; i < kVirt; ++i) {
+    const float part = warp_sum(dot[i]);
+    if (lane == i) total = part;
+  }
   total = warp_sum(total);
   if (lane == 0) dw[slot] = total;
 }
@@ -258,9 +257,18 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream) {
-  const int virt = static_cast<int>(row_threads(ffn) / 32);
-  if (rows > 0)
-    swiglu_bwd_k<<<blocks(rows, kRowWarps), kRowWarps * 32, 0, stream>>>(dact, gu, w, order, rows, ffn, virt, dgu, dw);
+  if (rows <= 0) return;
+  const unsigned grid = blocks(rows, kRowWarps), threads = kRowWarps * 32;
+  switch (row_threads(ffn) / 32) {  // 1 to 8
+    case 1: return swiglu_bwd_k<1><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 2: return swiglu_bwd_k<2><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 3: return swiglu_bwd_k<3><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 4: return swiglu_bwd_k<4><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 5: return swiglu_bwd_k<5><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 6: return swiglu_bwd_k<6><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 7: return swiglu_bwd_k<7><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    default: return swiglu_bwd_k<8><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+  }
 }
 
 void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
