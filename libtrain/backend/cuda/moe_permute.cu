@@ -81,6 +81,30 @@ __global__ void expert_assign(const int* idx, int slots, int experts, const int*
   }
 }
 
+// A thread per sorted row: its rank among its expert's rows (by position: its place; by probs: the rows of a larger w,
+// or of the same w and an earlier slot, which sorts before it in slot order).
+__global__ void capacity_rank_k(const int* idx, const int* order, const int* offsets, int rows, int capacity,
+                                bool by_position, const float* w, std::uint8_t* kept) {
+  const int r = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int slot = order[r], e = idx[slot], begin = offsets[e], end = offsets[e + 1];
+  int rank = r - begin;
+  if (end - begin > capacity && !by_position) {
+    const float mine = w[slot];
+    rank = 0;
+    for (int q = begin; q < end; ++q) {
+      const float other = w[order[q]];
+      rank += other > mine || (other == mine && q < r);
+    }
+  }
+  kept[slot] = rank < capacity;
+}
+
+__global__ void zero_dropped_k(const std::uint8_t* kept, int slots, float* w) {
+  const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < slots && !kept[i]) w[i] = 0.0f;
+}
+
 // Row copies: a warp per row (gather) or token (expand), its row indices read once and broadcast; each lane loads
 // its kRowVecs 16-byte vectors of a stretch before storing any, so a warp keeps a whole 4 KB row in flight (the
 // copies are latency-bound otherwise). The expand reads each token's row once and stores it to its k rows.
@@ -234,6 +258,13 @@ void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_count
   if (chunks > 0) expert_count<<<chunks, 32, shared, stream>>>(idx, slots, experts, chunk_counts);
   expert_scan<<<1, 256, shared, stream>>>(chunk_counts, static_cast<int>(chunks), experts, offsets);
   if (chunks > 0) expert_assign<<<chunks, 32, shared, stream>>>(idx, slots, experts, chunk_counts, where, order);
+}
+
+void moe_drop_over_capacity(const int* idx, const int* order, const int* offsets, int rows, int capacity,
+                            bool by_position, float* w, std::uint8_t* kept, cudaStream_t stream) {
+  if (rows <= 0) return;
+  capacity_rank_k<<<blocks(rows, 256), 256, 0, stream>>>(idx, order, offsets, rows, capacity, by_position, w, kept);
+  zero_dropped_k<<<blocks(rows, 256), 256, 0, stream>>>(kept, rows, w);
 }
 
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream) {
