@@ -1,16 +1,20 @@
 // CudaModel's mixture-of-experts layers (backend/cuda/moe_layer.h) against the CPU reference:
 //   - the router kernel on the same fp32 logits as dlm::train::route(): the same experts (no near ties drawn),
-//     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward();
-//   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts;
+//     weights within 1e-5, and the logits' gradient (aux and z losses included) against route_backward(); with a
+//     capacity factor (both drop policies), the same kept slots and the backward's dropped slots and capped counts;
+//   - the sort by expert against a stable host sort, with experts that get no slot and uneven counts, and the
+//     permutation's row copies (gather and expand) against the host's, and the experts' SwiGLU backward;
 //   - the grouped GEMMs (all three forms) against a host reference, with empty experts (their weight gradient
 //     untouched) and uneven counts, and replayed from a CUDA graph on other counts;
-//   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert) against the
+//   - whole MoE models (softmax and sigmoid routers, all-MoE and mixed layer patterns, a shared expert, a capacity
+//     factor) against the
 //     CPU backend's Model on the same weights and micro-batch: the loss, the logits, every gradient by cosine, and the
 //     tokens each expert got per layer, equal. The router reads a spike that each token's embedding row carries, so its top-k
 //     has gaps far larger than bf16's rounding and the GPU routes every token as the CPU does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -89,7 +93,8 @@ TEST(CudaMoeRouter, MatchesHostRouterForwardAndBackward) {
     DeviceVec<int> doff(offsets);
     DeviceVec<bf16> dlog(static_cast<std::size_t>(N) * E);
     const auto aux = static_cast<float>(0.5 * 0.01 * E / (double(k) * N * N)), z = static_cast<float>(0.5 * 0.001 * 2 / N);
-    cuda::moe_router_backward(shape, dl.get(), idx.get(), w.get(), ddw.get(), doff.get(), aux, z, dlog.get(), nullptr);
+    cuda::moe_router_backward(shape, dl.get(), idx.get(), w.get(), ddw.get(), doff.get(), nullptr, 0, aux, z, dlog.get(),
+                              nullptr);
     const auto got_dl = gpu_test::to_float(dlog.download());
     double worst = 0, most = 0;
     for (std::size_t i = 0; i < want_dl.size(); ++i) {
@@ -99,6 +104,73 @@ TEST(CudaMoeRouter, MatchesHostRouterForwardAndBackward) {
     EXPECT_GE(gpu_test::cosine(got_dl, want_dl), 0.99999) << c.name;
     EXPECT_LE(worst, 1e-2 * most) << c.name;
   }
+}
+
+// The capacity drop (moe_drop_over_capacity after the router kernel and the sort) against route() with a capacity
+// factor, both policies: the same kept slots, a dropped slot's weight 0 and the others' the host's; then the router
+// backward with the kept flags and the capped counts against route_backward(). The weights of each expert's slots are
+// at least 2e-5 apart (logits redrawn otherwise), so the probs policy's ranking is decided by more than float rounding.
+TEST(CudaMoeRouter, CapacityDropMatchesHostRouter) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const int N = 120, E = 8, k = 2;
+  std::mt19937 rng(13);
+  for (const auto policy : {ckpt::MoeDropPolicy::kProbs, ckpt::MoeDropPolicy::kPosition})
+    for (const double factor : {0.5, 1.0}) {
+      const std::string what = std::string(policy == ckpt::MoeDropPolicy::kProbs ? "probs" : "position") +
+                               ", factor " + std::to_string(factor);
+      const RouterOptions o{E, k, ckpt::MoeScoreFunction::kSoftmax, true, 0.01, 0.001, factor, policy};
+      RouterOptions dropless = o;
+      dropless.capacity_factor = 0;
+      std::vector<float> logits;
+      for (bool apart = false; !apart;) {
+        logits = untied_logits(rng, N, E, k);
+        const Routing all = route(dropless, logits);
+        std::vector<std::vector<float>> by_expert(E);
+        for (std::size_t i = 0; i < all.experts.size(); ++i) by_expert[all.experts[i]].push_back(all.weights[i]);
+        apart = true;
+        for (auto& ws : by_expert) {
+          std::sort(ws.begin(), ws.end());
+          for (std::size_t i = 1; i < ws.size(); ++i) apart = apart && ws[i] - ws[i - 1] >= 2e-5f;
+        }
+      }
+      const Routing want = route(o, logits);
+      const int slots = N * k;
+      DeviceVec<float> dl(logits), w(static_cast<std::size_t>(slots));
+      DeviceVec<int> idx(static_cast<std::size_t>(slots)), where(static_cast<std::size_t>(slots));
+      DeviceVec<int> order(static_cast<std::size_t>(slots)), off(static_cast<std::size_t>(E) + 1);
+      DeviceVec<int> scratch(static_cast<std::size_t>(cuda::moe_sort_scratch_ints(slots, E)));
+      DeviceVec<std::uint8_t> kept(static_cast<std::size_t>(slots));
+      const cuda::RouterShape shape{N, E, k, false, true};
+      cuda::moe_router_forward(shape, dl.get(), idx.get(), w.get(), nullptr);
+      cuda::moe_sort_by_expert(idx.get(), slots, E, scratch.get(), off.get(), where.get(), order.get(), nullptr);
+      const int capacity = static_cast<int>(want.capacity);
+      cuda::moe_drop_over_capacity(idx.get(), order.get(), off.get(), slots, capacity,
+                                   policy == ckpt::MoeDropPolicy::kPosition, w.get(), kept.get(), nullptr);
+      EXPECT_EQ(kept.download(), want.kept) << what;
+      const auto got_w = w.download();
+      for (std::size_t i = 0; i < got_w.size(); ++i) ASSERT_NEAR(got_w[i], want.weights[i], 1e-5) << what << " " << i;
+      std::int64_t dropped = 0;
+      for (auto v : want.kept) dropped += v == 0;
+      if (factor < 1.0) EXPECT_GT(dropped, 0) << what;
+
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> dweights(static_cast<std::size_t>(slots)), want_dl(static_cast<std::size_t>(N) * E);
+      for (auto& v : dweights) v = dist(rng);
+      route_backward(o, want, dweights, 0.5, want_dl);
+      DeviceVec<float> ddw(dweights);
+      DeviceVec<bf16> dlog(static_cast<std::size_t>(N) * E);
+      const auto aux = static_cast<float>(0.5 * 0.01 * E / (double(k) * N * N)), z = static_cast<float>(0.5 * 0.001 * 2 / N);
+      cuda::moe_router_backward(shape, dl.get(), idx.get(), w.get(), ddw.get(), off.get(), kept.get(), capacity, aux, z,
+                                dlog.get(), nullptr);
+      const auto got_dl = gpu_test::to_float(dlog.download());
+      double worst = 0, most = 0;
+      for (std::size_t i = 0; i < want_dl.size(); ++i) {
+        worst = std::max(worst, double(std::abs(got_dl[i] - want_dl[i])));
+        most = std::max(most, double(std::abs(want_dl[i])));
+      }
+      EXPECT_GE(gpu_test::cosine(got_dl, want_dl), 0.99999) << what;
+      EXPECT_LE(worst, 1e-2 * most) << what;
+    }
 }
 
 // ---- the sort and the grouped GEMMs ----
@@ -134,6 +206,84 @@ TEST(CudaMoePermute, SortsSlotsStablyByExpert) {
     EXPECT_EQ(d_off.download(), offsets) << slots;
     EXPECT_EQ(d_order.download(), order) << slots;
     EXPECT_EQ(d_where.download(), where) << slots;
+  }
+}
+
+// The permutation's row copies, from both sides: moe_gather (a row per sorted slot, as expert parallelism's k = 1
+// permutations use it) and moe_expand (a token's row to its k rows) give the same bits, rows of one 16-byte vector,
+// of a part of a warp's stretch, and of more than one stretch.
+TEST(CudaMoePermute, GatherAndExpandCopyEveryTokensRows) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  struct Shape {
+    int tokens, k, d;
+  };
+  for (const Shape s : {Shape{1, 1, 8}, Shape{37, 4, 264}, Shape{9, 3, 2056}, Shape{19, 8, 4096}}) {
+    const int rows = s.tokens * s.k;
+    std::vector<int> order(static_cast<std::size_t>(rows)), where(order.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int r = 0; r < rows; ++r) where[static_cast<std::size_t>(order[r])] = r;
+    std::vector<float> src;
+    DeviceVec<bf16> d_src(gpu_test::random_bf16(static_cast<std::size_t>(s.tokens) * s.d, rng, 1.0f, src));
+    DeviceVec<int> d_order(order), d_where(where);
+    DeviceVec<bf16> gathered(static_cast<std::size_t>(rows) * s.d), expanded(static_cast<std::size_t>(rows) * s.d);
+    cuda::moe_gather(d_src.get(), d_order.get(), rows, s.k, s.d, gathered.get(), nullptr);
+    cuda::moe_expand(d_src.get(), d_where.get(), s.tokens, s.k, s.d, expanded.get(), nullptr);
+    const auto g = gathered.download(), x = expanded.download();
+    std::size_t wrong_g = 0, wrong_x = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < s.d; ++c) {
+        const float want = src[static_cast<std::size_t>(order[r] / s.k) * s.d + c];
+        const std::size_t at = static_cast<std::size_t>(r) * s.d + c;
+        wrong_g += __bfloat162float(g[at]) != want;
+        wrong_x += __bfloat162float(x[at]) != want;
+      }
+    EXPECT_EQ(wrong_g, 0u) << s.tokens << " x " << s.k << " x " << s.d;
+    EXPECT_EQ(wrong_x, 0u) << s.tokens << " x " << s.k << " x " << s.d;
+  }
+}
+
+// The experts' SwiGLU backward (moe_swiglu_backward) against a host double reference, on widths of one vector a
+// lane, of a partial round and of two rounds of the kernel's warp: dgu within bf16 rounding, dw (the routing
+// weight's gradient, each slot's from its sorted row) within float summation error.
+TEST(CudaMoePermute, SwigluBackwardMatchesHost) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  for (const int ffn : {8, 1000, 1024, 4104}) {
+    const int rows = 37;
+    std::vector<int> order(static_cast<std::size_t>(rows));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> gu, dact, w(static_cast<std::size_t>(rows));
+    std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+    for (auto& v : w) v = wd(rng);
+    DeviceVec<bf16> d_gu(gpu_test::random_bf16(static_cast<std::size_t>(rows) * 2 * ffn, rng, 1.0f, gu));
+    DeviceVec<bf16> d_dact(gpu_test::random_bf16(static_cast<std::size_t>(rows) * ffn, rng, 1.0f, dact));
+    DeviceVec<float> d_w(w), d_dw(w.size());
+    DeviceVec<int> d_order(order);
+    DeviceVec<bf16> d_dgu(static_cast<std::size_t>(rows) * 2 * ffn);
+    cuda::moe_swiglu_backward(d_dact.get(), d_gu.get(), d_w.get(), d_order.get(), rows, ffn, d_dgu.get(), d_dw.get(),
+                              nullptr);
+    const auto dgu = d_dgu.download();
+    const auto dw = d_dw.download();
+    double worst_dgu = 0, worst_dw = 0;
+    for (int r = 0; r < rows; ++r) {
+      const double c = w[static_cast<std::size_t>(order[r])];
+      double dot = 0, scale = 0;
+      for (int j = 0; j < ffn; ++j) {
+        const std::size_t at = static_cast<std::size_t>(r) * 2 * ffn + j;
+        const double g = gu[at], u = gu[at + ffn], d = dact[static_cast<std::size_t>(r) * ffn + j];
+        const double sg = 1.0 / (1.0 + std::exp(-g)), silu = g * sg;
+        dot += d * silu * u, scale += std::abs(d * silu * u);
+        const double dg = c * d * u * sg * (1.0 + g * (1.0 - sg)), du = c * d * silu;
+        worst_dgu = std::max({worst_dgu, std::abs(__bfloat162float(dgu[at]) - dg) / (std::abs(dg) + 1e-2),
+                              std::abs(__bfloat162float(dgu[at + ffn]) - du) / (std::abs(du) + 1e-2)});
+      }
+      worst_dw = std::max(worst_dw, std::abs(dw[static_cast<std::size_t>(order[r])] - dot) / (scale + 1e-6));
+    }
+    EXPECT_LT(worst_dgu, 1e-2) << ffn;
+    EXPECT_LT(worst_dw, 1e-5) << ffn;
   }
 }
 
@@ -319,7 +469,9 @@ MoeBatch moe_batch(std::uint32_t seed) {
   return b;
 }
 
-void check_moe_model(const ckpt::ModelConfig& c, bool causal, const std::string& what, const CudaOptions& options = {}) {
+// Returns the slots the CPU's experts kept, summed over the layers.
+std::int64_t check_moe_model(const ckpt::ModelConfig& c, bool causal, const std::string& what,
+                             const CudaOptions& options = {}) {
   MoePair pair(c, options);
   const MoeBatch mb = moe_batch(17);
   const CudaBatch b = mb.view(causal);
@@ -346,13 +498,21 @@ void check_moe_model(const ckpt::ModelConfig& c, bool causal, const std::string&
 
   const auto stats = pair.model.moe_stats();
   const auto counts = pair.gpu.moe_tokens_per_expert();
-  ASSERT_EQ(counts.size(), stats.size()) << what;
-  for (std::size_t l = 0; l < stats.size(); ++l) EXPECT_EQ(counts[l], stats[l].tokens_per_expert) << what << " layer " << l;
+  if (counts.size() != stats.size()) {
+    ADD_FAILURE() << what << ": " << counts.size() << " MoE layers on the GPU, " << stats.size() << " on the CPU";
+    return 0;
+  }
+  std::int64_t kept = 0;
+  for (std::size_t l = 0; l < stats.size(); ++l) {
+    EXPECT_EQ(counts[l], stats[l].tokens_per_expert) << what << " layer " << l;
+    for (auto n : stats[l].tokens_per_expert) kept += n;
+  }
 
   std::string worst_name;
   const double worst = gpu_test::expect_gradients_match(pair.model, pair.gpu, what, worst_name);
   std::printf("[moe parity] %s: loss cpu %.6f gpu %.6f, logits worst row %.5f, worst cosine %.6f (%s)\n", what.c_str(),
               want, got, worst_logits, worst, worst_name.c_str());
+  return kept;
 }
 
 TEST(CudaMoeParity, SoftmaxRouterEveryLayer) {
@@ -383,16 +543,21 @@ TEST(CudaMoeParity, SharedExpert) {
   check_moe_model(c, true, "softmax, shared expert, layers dense + MoE, causal");
 }
 
-// Full recomputation reruns the routing before each MoE layer's backward: the same gradients, bit for bit.
+// Full recomputation reruns the routing (and a capacity factor's drop) before each MoE layer's backward: the same
+// gradients, bit for bit.
 TEST(CudaMoeParity, RecomputationGivesTheSameGradients) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
   c.moe_shared_expert_intermediate_size = 48;
-  auto plain = gpu_test::deterministic_model(c, 3), again = gpu_test::deterministic_model(c, 3);
-  again->set_recompute_layers(true);
-  const MoeBatch mb = moe_batch(23);
-  EXPECT_EQ(plain->forward_backward(mb.view(false)), again->forward_backward(mb.view(false)));
-  for (const auto& t : plain->tensors()) EXPECT_EQ(plain->export_gradient(t.name), again->export_gradient(t.name)) << t.name;
+  for (const double factor : {0.0, 0.6}) {  // dropless, and the rerun's drop the same
+    c.moe_expert_capacity_factor = factor;
+    auto plain = gpu_test::deterministic_model(c, 3), again = gpu_test::deterministic_model(c, 3);
+    again->set_recompute_layers(true);
+    const MoeBatch mb = moe_batch(23);
+    EXPECT_EQ(plain->forward_backward(mb.view(false)), again->forward_backward(mb.view(false))) << factor;
+    for (const auto& t : plain->tensors())
+      EXPECT_EQ(plain->export_gradient(t.name), again->export_gradient(t.name)) << t.name << ", factor " << factor;
+  }
 }
 
 // The samplers' forward of an MoE model runs as a CUDA graph after a shape's first call (the experts' counts stay on
@@ -420,17 +585,18 @@ TEST(CudaMoeModel, GraphedSamplingForwardMatchesEager) {
   }
 }
 
-// The GPU router is dropless: a capacity factor (token dropping, the CPU reference's) is refused at construction, in
-// one line naming the field, before any device work.
-TEST(CudaMoeModel, CapacityFactorIsRefusedInOneLine) {
+// A capacity factor on every MoE layer (the position policy: the earliest tokens, decided by the routing alone, which
+// the spiked router makes the CPU's): the GPU keeps the slots the CPU keeps (the tokens each expert kept, equal) and
+// follows its logits, loss and gradients; with a shared expert too. Some slots are dropped.
+TEST(CudaMoeParity, CapacityFactorDropsAsTheCpu) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   auto c = moe_config(ckpt::MoeScoreFunction::kSoftmax, {});
-  c.moe_expert_capacity_factor = 1.5;
-  try {
-    CudaModel m(c, CudaShard{}, CudaOptions{});
-    ADD_FAILURE() << "a capacity factor was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("moe_expert_capacity_factor 1.5"), std::string::npos) << e.what();
-  }
+  c.moe_expert_capacity_factor = 0.6;
+  c.moe_token_drop_policy = ckpt::MoeDropPolicy::kPosition;
+  const std::int64_t routed = static_cast<std::int64_t>(c.num_layers) * 3 * 40 * c.moe_router_topk;  // moe_batch's
+  EXPECT_LT(check_moe_model(c, false, "softmax, capacity factor 0.6, position"), routed);
+  c.moe_shared_expert_intermediate_size = 48;
+  EXPECT_LT(check_moe_model(c, true, "softmax, capacity factor 0.6, position, shared expert, causal"), routed);
 }
 
 }  // namespace

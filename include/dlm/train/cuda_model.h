@@ -259,7 +259,8 @@ class CudaModel {
   // Nothing without shards.
   void share_updated_weights(DeviceGroup& data);
   void synchronize() const;
-  // Per MoE layer of this rank (in order), the tokens routed to each expert by the last forward (empty before one).
+  // Per MoE layer of this rank (in order), the tokens routed to each expert by the last forward and kept (at most its
+  // capacity with a capacity factor; empty before one).
   std::vector<std::vector<std::int64_t>> moe_tokens_per_expert() const;
   // Device memory in use by this model (parameters, optimizer, activations), bytes.
   std::size_t device_bytes() const;

@@ -51,9 +51,6 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
       fail("CudaModel: moe_shared_expert_intermediate_size must be a multiple of 8");
     if (options.fp8.enabled)
       fail("CudaModel: FP8 training of MoE models is not supported yet (train MoE models in bf16: drop --fp8-format)");
-    if (config.moe_expert_capacity_factor > 0)
-      fail(fmt::format("CudaModel: moe_expert_capacity_factor {}: the GPU router is dropless (token dropping runs on "
-                       "--device cpu)", config.moe_expert_capacity_factor));
     if (shard.layout.tp > 1)
       fail(fmt::format("CudaModel: tensor parallelism {} of MoE layers: the CUDA backend runs them without it (the CPU "
                        "backend has it: --device cpu)", shard.layout.tp));
@@ -329,7 +326,8 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   acts.allocate(layout, batch, seq, partial, stream);
   if (cfg.num_experts > 0)
     moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
-                  cfg.moe_shared_expert_intermediate_size},
+                  cfg.moe_shared_expert_intermediate_size, cfg.moe_expert_capacity_factor,
+                  cfg.moe_token_drop_policy == ckpt::MoeDropPolicy::kPosition},
                  T);
 }
 

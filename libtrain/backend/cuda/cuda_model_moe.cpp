@@ -29,6 +29,7 @@ void MoeBuffers::release() {
   arena_.release();
   slots_.clear();
   last_offsets.clear();
+  last_capacity.clear();
   work_ = MoeWork{};
   tokens_ = 0;
 }
@@ -44,6 +45,7 @@ MoeLayerActs* MoeBuffers::layer(int s, int l) {
   m->logits = arena_.alloc<float>(tokens_ * E), m->w = arena_.alloc<float>(rows);
   m->idx = arena_.alloc<int>(rows), m->where = arena_.alloc<int>(rows), m->order = arena_.alloc<int>(rows);
   m->offsets = arena_.alloc<int>(E + 1);
+  if (shape_.capacity_factor > 0) m->kept = arena_.alloc<std::uint8_t>(rows);
   m->xs = arena_.alloc<bf16>(rows * d);
   m->gu = arena_.alloc<bf16>(rows * 2 * F), m->act = arena_.alloc<bf16>(rows * F);
   if (const std::int64_t S = shape_.shared; S > 0)
@@ -146,16 +148,21 @@ void enqueue_moe_forward(Impl& I, LayerActs& A, int l, int tokens, bool recomput
   moe_router_forward(router_shape(I, tokens), M.logits, M.idx, M.w, st);
   mark("moe router fwd");
   moe_sort_by_expert(M.idx, rows, E, w.sort, M.offsets, M.where, M.order, st);
+  const int capacity = s.capacity(tokens);
+  if (capacity > 0) moe_drop_over_capacity(M.idx, M.order, M.offsets, rows, capacity, s.drop_by_position, M.w, M.kept, st);
   auto& last = I.moe.last_offsets;
   if (static_cast<int>(last.size()) <= l) last.resize(static_cast<std::size_t>(l) + 1, nullptr);
   last[static_cast<std::size_t>(l)] = M.offsets;
+  auto& caps = I.moe.last_capacity;
+  if (static_cast<int>(caps.size()) <= l) caps.resize(static_cast<std::size_t>(l) + 1, 0);
+  caps[static_cast<std::size_t>(l)] = capacity;
   if (I.shard.expert) {
     enqueue_expert_parallel_forward(I, A, l, tokens);  // dispatch, local experts, combine: outputs in ys (moe_dispatch.h)
     mark("moe expert-parallel experts fwd (counts exchange: host wait)");
   } else {
     const ExpertRows r = local_rows(I, M);
     plan_expert_gemms(I, P, r);
-    moe_gather(A.h2, M.order, rows, k, d, M.xs, st);
+    moe_expand(A.h2, M.where, tokens, k, d, M.xs, st);
     mark("moe permute");
     run_expert_gemm(I, P, r, kMoeFc1);
     mark("moe grouped fc1 fwd");
@@ -203,7 +210,7 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
     mark("moe expert-parallel experts bwd");
   } else {
     const ExpertRows r = local_rows(I, M);
-    moe_gather(sh.dres16_full, M.order, rows, k, d, w.dys, st);
+    moe_expand(sh.dres16_full, M.where, T, k, d, w.dys, st);
     mark("moe permute bwd");
     run_expert_gemm(I, P, r, kMoeFc2Data);
     mark("moe grouped fc2 bwd data");
@@ -224,7 +231,8 @@ void enqueue_moe_backward(Impl& I, const MicroInputs& in, LayerActs& A, int l) {
   const double lw = in.router_loss_weight, n = static_cast<double>(T);
   const auto aux = static_cast<float>(lw * c.moe_aux_loss_coeff * E / (static_cast<double>(k) * n * n));
   const auto z = static_cast<float>(lw * c.moe_z_loss_coeff * 2.0 / n);
-  moe_router_backward(router_shape(I, T), M.logits, M.idx, M.w, w.dw, M.offsets, aux, z, w.dlogits, st);
+  moe_router_backward(router_shape(I, T), M.logits, M.idx, M.w, w.dw, M.offsets, M.kept, s.capacity(T), aux, z,
+                      w.dlogits, st);
   I.gemm->run(true, false, E, d, T, w.dlogits, E, A.h2, d, I.params.G(P.router), true, d, I.grad_beta(P.router), st);
   I.gemm->run(false, false, T, d, E, w.dlogits, E, I.params.W(P.router), d, sh.dh, false, d, 1.0f, st);
   mark("moe router bwd");
@@ -242,7 +250,11 @@ std::vector<std::vector<std::int64_t>> CudaModel::moe_tokens_per_expert() const 
     check_cuda(cudaStreamSynchronize(I.stream), "expert counts");
     check_cuda(cudaMemcpy(offsets.data(), last[l], sizeof(int) * offsets.size(), cudaMemcpyDeviceToHost),
                "expert counts");
-    for (std::size_t e = 0; e + 1 < offsets.size(); ++e) counts.push_back(offsets[e + 1] - offsets[e]);
+    const int capacity = l < I.moe.last_capacity.size() ? I.moe.last_capacity[l] : 0;
+    for (std::size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int count = offsets[e + 1] - offsets[e];
+      counts.push_back(capacity > 0 ? std::min(count, capacity) : count);  // the kept slots
+    }
   }
   return out;
 }

@@ -110,7 +110,7 @@ void enqueue_expert_parallel_forward(Impl& I, LayerActs& A, int l, int tokens) {
   const ExpertDispatchPlan& plan = R.plan;
   const ExpertRows local = dispatched_rows(I, R);
   const auto send = times(plan.send, d), recv = times(plan.recv, d);
-  moe_gather(A.h2, M.order, rows, k, d, M.xs, st);
+  moe_expand(A.h2, M.where, tokens, k, d, M.xs, st);
   g.all_to_all_v(M.xs, send, X.rows_a, recv, DeviceElement::kBF16, st);
   gather_f32(M.w, M.order, rows, X.w_sorted, st);
   g.all_to_all_v(X.w_sorted, plan.send, R.w, plan.recv, DeviceElement::kF32, st);
@@ -135,7 +135,7 @@ void enqueue_expert_parallel_backward(Impl& I, LayerActs& A, int l) {
   const ExpertDispatchPlan& plan = R.plan;
   const ExpertRows local = dispatched_rows(I, R);
   const auto send = times(plan.send, d), recv = times(plan.recv, d);
-  moe_gather(I.acts.shared.dres16_full, M.order, rows, k, d, w.dys, st);
+  moe_expand(I.acts.shared.dres16_full, M.where, static_cast<int>(I.acts.T), k, d, w.dys, st);
   g.all_to_all_v(w.dys, send, X.rows_a, recv, DeviceElement::kBF16, st);
   moe_gather(X.rows_a, R.perm, plan.received, 1, d, X.rows_b, st);
   run_expert_gemm(I, P, local, kMoeFc2Data);

@@ -21,17 +21,29 @@ struct RouterShape {
 //   [N, k]; w = s / (sum of the k) when norm_topk_prob (+ 1e-20 for sigmoid), else s.
 void moe_router_forward(const RouterShape& r, const float* logits, int* idx, float* w, cudaStream_t stream);
 //   backward: d(loss_weight * (aux + z) + sum dw * w) / d logits into dlogits [N, E] (bf16: the router GEMMs'
-//   input). counts come from offsets (the aux loss's c_e); aux_scale = loss_weight * coeff * E / (k N^2),
-//   z_scale = loss_weight * coeff_z * 2 / N.
+//   input). counts come from offsets (the aux loss's c_e; at most `capacity` each when > 0); aux_scale =
+//   loss_weight * coeff * E / (k N^2), z_scale = loss_weight * coeff_z * 2 / N. With `kept` (moe_drop_over_capacity;
+//   null: dropless) a dropped slot's dw counts as 0 (its w, 0, carries no gradient; the normalisation saw it).
 void moe_router_backward(const RouterShape& r, const float* logits, const int* idx, const float* w, const float* dw,
-                         const int* offsets, float aux_scale, float z_scale, bf16* dlogits, cudaStream_t stream);
+                         const int* offsets, const std::uint8_t* kept, int capacity, float aux_scale, float z_scale,
+                         bf16* dlogits, cudaStream_t stream);
 
 // The permutation. `chunk_counts` holds moe_sort_scratch_ints(slots, experts) ints.
 std::int64_t moe_sort_scratch_ints(std::int64_t slots, int experts);
 void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_counts, int* offsets /*[E + 1]*/,
                         int* where, int* order, cudaStream_t stream);
+// The capacity (moe_router.h's, Megatron's topk_softmax_with_capacity), after the sort: each expert keeps at most
+// `capacity` of its rows, the first in slot order (by_position) or those of the largest w (ties: the earlier slot);
+// kept[slot] = 0 and w[slot] = 0 for a dropped slot, kept = 1 for the others. A dropped slot's row still runs
+// through its expert with w = 0: its output, its data gradient and its share of the weight gradients are zeros, as
+// if it had been left out.
+void moe_drop_over_capacity(const int* idx, const int* order, const int* offsets, int rows, int capacity,
+                            bool by_position, float* w, std::uint8_t* kept, cudaStream_t stream);
 // dst[row] = src[order[row] / k]  (rows = N * k, d % 8 == 0)
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream);
+// The same rows from the other side: dst[where[n * k + j]] = src[n] for the N tokens, k <= 32 (each token's row
+// read once; where and order are inverse permutations, so this equals moe_gather(src, order, N * k, k, ...)).
+void moe_expand(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst, cudaStream_t stream);
 // out[n] = add[n] + sum_j rows[where[n * k + j]], summed in fp32 in the order j (add may be null: 0)  (the forward's
 // combine, and the backward's gradient of the gathered input; add: the shared expert's output or data gradient)
 void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,

@@ -17,6 +17,7 @@
 // the dense MLP is.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -35,6 +36,7 @@ struct MoeLayerActs {
   float* logits = nullptr;                                                     // [T, E] router logits
   float* w = nullptr;                                                          // [T, k] routing weights
   int *idx = nullptr, *where = nullptr, *order = nullptr, *offsets = nullptr;  // [T, k], [T k], [T k], [E + 1]
+  std::uint8_t* kept = nullptr;  // [T, k] with a capacity factor (moe_drop_over_capacity); null when dropless
   bf16 *xs = nullptr;                                                          // [T k, d] the gathered input
   bf16 *gu = nullptr, *act = nullptr;                                          // [T k, 2 F], [T k, F]
   bf16 *shared_gu = nullptr, *shared_act = nullptr;                            // [T, 2 S], [T, S]
@@ -67,6 +69,13 @@ struct MoeWork {
 struct MoeShape {
   int experts = 0, topk = 0, ffn = 0, hidden = 0;
   int shared = 0;  // the shared expert's width S (0: none)
+  double capacity_factor = 0;  // > 0: each expert keeps at most capacity(tokens) of its slots (moe_router.h)
+  bool drop_by_position = false;  // which it keeps: the earliest slots, or (false) those of the largest weights
+  // Megatron's get_capacity: ceil(tokens k / E * capacity_factor); 0 when dropless.
+  int capacity(std::int64_t tokens) const {
+    if (capacity_factor <= 0) return 0;
+    return static_cast<int>(std::ceil(static_cast<double>(tokens * topk) / experts * capacity_factor));
+  }
 };
 
 class MoeBuffers {
@@ -85,9 +94,10 @@ class MoeBuffers {
   MoeWork& work() { return work_; }
   const MoeShape& shape() const { return shape_; }
   std::size_t bytes() const { return arena_.bytes(); }
-  // Per layer (this rank's order), the device offsets [E + 1] of its last forward (null before one): read back
-  // only when asked (CudaModel::moe_tokens_per_expert).
+  // Per layer (this rank's order), the device offsets [E + 1] of its last forward (null before one) and that
+  // forward's capacity (0: dropless): read back only when asked (CudaModel::moe_tokens_per_expert).
   std::vector<const int*> last_offsets;
+  std::vector<int> last_capacity;
 
  private:
   MoeShape shape_;

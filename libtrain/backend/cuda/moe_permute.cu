@@ -81,13 +81,77 @@ __global__ void expert_assign(const int* idx, int slots, int experts, const int*
   }
 }
 
-// A block per output row (gather) or token (combine), its threads along the row's 16-byte vectors: no index
-// arithmetic per element, and the row's index read once.
-__global__ void gather_k(const bf16* src, const int* order, int k, int d, bf16* dst) {
-  const std::int64_t row = blockIdx.x, token = order[row] / k;
+// A thread per sorted row: its rank among its expert's rows (by position: its place; by probs: the rows of a larger w,
+// or of the same w and an earlier slot, which sorts before it in slot order).
+__global__ void capacity_rank_k(const int* idx, const int* order, const int* offsets, int rows, int capacity,
+                                bool by_position, const float* w, std::uint8_t* kept) {
+  const int r = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int slot = order[r], e = idx[slot], begin = offsets[e], end = offsets[e + 1];
+  int rank = r - begin;
+  if (end - begin > capacity && !by_position) {
+    const float mine = w[slot];
+    rank = 0;
+    for (int q = begin; q < end; ++q) {
+      const float other = w[order[q]];
+      rank += other > mine || (other == mine && q < r);
+    }
+  }
+  kept[slot] = rank < capacity;
+}
+
+__global__ void zero_dropped_k(const std::uint8_t* kept, int slots, float* w) {
+  const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < slots && !kept[i]) w[i] = 0.0f;
+}
+
+// Row copies: a warp per row (gather) or token (expand), its row indices read once and broadcast; each lane loads
+// its kRowVecs 16-byte vectors of a stretch before storing any, so a warp keeps a whole 4 KB row in flight (the
+// copies are latency-bound otherwise). The expand reads each token's row once and stores it to its k rows.
+constexpr int kRowVecs = 8;
+constexpr int kRowWarps = 8;  // warps (rows) per block
+
+// One stretch of a row: lane's vectors c0 + u * 32 + lane, u < kRowVecs.
+__device__ __forceinline__ void load_stretch(const Bf16x8* in, int c0, int vecs, int lane, Bf16x8 (&v)[kRowVecs]) {
+#pragma unroll
+  for (int u = 0; u < kRowVecs; ++u)
+    if (const int c = c0 + u * 32 + lane; c < vecs) v[u] = in[c];
+}
+__device__ __forceinline__ void store_stretch(Bf16x8* out, int c0, int vecs, int lane, const Bf16x8 (&v)[kRowVecs]) {
+#pragma unroll
+  for (int u = 0; u < kRowVecs; ++u)
+    if (const int c = c0 + u * 32 + lane; c < vecs) out[c] = v[u];
+}
+
+__global__ void gather_k(const bf16* src, const int* order, int rows, int k, int d, bf16* dst) {
+  const int lane = threadIdx.x & 31, vecs = d / 8;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const std::int64_t token = __shfl_sync(0xffffffffu, lane == 0 ? order[row] : 0, 0) / k;
   const auto* in = reinterpret_cast<const Bf16x8*>(src + token * d);
   auto* out = reinterpret_cast<Bf16x8*>(dst + row * d);
-  for (int c = threadIdx.x; c < d / 8; c += blockDim.x) out[c] = in[c];
+  for (int c0 = 0; c0 < vecs; c0 += 32 * kRowVecs) {
+    Bf16x8 v[kRowVecs];
+    load_stretch(in, c0, vecs, lane, v);
+    store_stretch(out, c0, vecs, lane, v);
+  }
+}
+
+// k <= 32: lane j holds the token's j-th row.
+__global__ void expand_k(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst) {
+  const int lane = threadIdx.x & 31, vecs = d / 8;
+  const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (n >= tokens) return;
+  const int mine = lane < k ? where[n * k + lane] : 0;
+  const auto* in = reinterpret_cast<const Bf16x8*>(src + n * d);
+  for (int c0 = 0; c0 < vecs; c0 += 32 * kRowVecs) {
+    Bf16x8 v[kRowVecs];
+    load_stretch(in, c0, vecs, lane, v);
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t row = __shfl_sync(0xffffffffu, mine, j);
+      store_stretch(reinterpret_cast<Bf16x8*>(dst + row * d), c0, vecs, lane, v);
+    }
+  }
 }
 
 __global__ void combine_k(const bf16* rows, const int* where, int k, int d, const bf16* add, bf16* out) {
@@ -116,31 +180,55 @@ __global__ void swiglu_fwd_k(const bf16* gu, const float* w, const int* order, s
   *reinterpret_cast<Bf16x8*>(act + row * ffn + col) = pack8(g);
 }
 
-// A block per row.
-__global__ void swiglu_bwd_k(const bf16* dact, const bf16* gu, const float* w, const int* order, int ffn, bf16* dgu,
-                             float* dw) {
-  __shared__ float scratch[32];
-  const std::int64_t row = blockIdx.x;
-  const float c = w[order[row]];
+// A warp per row (loads of a round issued before any store). Lane L takes the columns, and keeps the partial dots,
+// of threads L, L + 32, ... of a block of kVirt warps (row_threads(ffn)), and sums those as block_sum would, so
+// the routing weight's gradient has a fixed order that does not depend on how the rows map to warps.
+template <int kVirt>
+__global__ void swiglu_bwd_k(const bf16* __restrict__ dact, const bf16* __restrict__ gu, const float* w,
+                             const int* order, int rows, int ffn, bf16* __restrict__ dgu, float* dw) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int slot = __shfl_sync(0xffffffffu, lane == 0 ? order[row] : 0, 0);
+  const float c = w[slot];
   const bf16 *g_row = gu + row * 2 * ffn, *d_row = dact + row * ffn;
   bf16* out = dgu + row * 2 * ffn;
-  float dot = 0;
-  for (int col = threadIdx.x * 8; col < ffn; col += blockDim.x * 8) {
-    float g[8], u[8], d[8], dg[8], du[8];
-    unpack8(*reinterpret_cast<const Bf16x8*>(g_row + col), g);
-    unpack8(*reinterpret_cast<const Bf16x8*>(g_row + ffn + col), u);
-    unpack8(*reinterpret_cast<const Bf16x8*>(d_row + col), d);
-    for (int t = 0; t < 8; ++t) {
-      const float sg = 1.0f / (1.0f + __expf(-g[t])), silu = g[t] * sg, da = c * d[t];
-      dot += d[t] * silu * u[t];
-      dg[t] = da * u[t] * sg * (1.0f + g[t] * (1.0f - sg));
-      du[t] = da * silu;
+  float dot[kVirt] = {};
+  for (int base = 0; base < ffn; base += kVirt * 32 * 8) {
+    Bf16x8 gv[kVirt], uv[kVirt], dv[kVirt];
+#pragma unroll
+    for (int i = 0; i < kVirt; ++i)
+      if (const int col = base + (i * 32 + lane) * 8; col < ffn) {
+        gv[i] = *reinterpret_cast<const Bf16x8*>(g_row + col);
+        uv[i] = *reinterpret_cast<const Bf16x8*>(g_row + ffn + col);
+        dv[i] = *reinterpret_cast<const Bf16x8*>(d_row + col);
+      }
+#pragma unroll
+    for (int i = 0; i < kVirt; ++i) {
+      const int col = base + (i * 32 + lane) * 8;
+      if (col >= ffn) continue;
+      float g[8], u[8], d[8], dg[8], du[8];
+      unpack8(gv[i], g);
+      unpack8(uv[i], u);
+      unpack8(dv[i], d);
+      for (int t = 0; t < 8; ++t) {
+        const float sg = 1.0f / (1.0f + __expf(-g[t])), silu = g[t] * sg, da = c * d[t];
+        dot[i] += d[t] * silu * u[t];
+        dg[t] = da * u[t] * sg * (1.0f + g[t] * (1.0f - sg));
+        du[t] = da * silu;
+      }
+      *reinterpret_cast<Bf16x8*>(out + col) = pack8(dg);
+      *reinterpret_cast<Bf16x8*>(out + ffn + col) = pack8(du);
     }
-    *reinterpret_cast<Bf16x8*>(out + col) = pack8(dg);
-    *reinterpret_cast<Bf16x8*>(out + ffn + col) = pack8(du);
   }
-  dot = block_sum(dot, scratch);
-  if (threadIdx.x == 0) dw[order[row]] = dot;
+  float total = 0;
+#pragma unroll
+  for (int i = 0; i < kVirt; ++i) {
+    const float part = warp_sum(dot[i]);
+    if (lane == i) total = part;
+  }
+  total = warp_sum(total);
+  if (lane == 0) dw[slot] = total;
 }
 
 // A grid row per expert: an expert with rows leaves at once, an empty one's blocks zero its slice.
@@ -172,8 +260,19 @@ void moe_sort_by_expert(const int* idx, int slots, int experts, int* chunk_count
   if (chunks > 0) expert_assign<<<chunks, 32, shared, stream>>>(idx, slots, experts, chunk_counts, where, order);
 }
 
+void moe_drop_over_capacity(const int* idx, const int* order, const int* offsets, int rows, int capacity,
+                            bool by_position, float* w, std::uint8_t* kept, cudaStream_t stream) {
+  if (rows <= 0) return;
+  capacity_rank_k<<<blocks(rows, 256), 256, 0, stream>>>(idx, order, offsets, rows, capacity, by_position, w, kept);
+  zero_dropped_k<<<blocks(rows, 256), 256, 0, stream>>>(kept, rows, w);
+}
+
 void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16* dst, cudaStream_t stream) {
-  if (rows > 0) gather_k<<<static_cast<unsigned>(rows), row_threads(d), 0, stream>>>(src, order, k, d, dst);
+  if (rows > 0) gather_k<<<blocks(rows, kRowWarps), kRowWarps * 32, 0, stream>>>(src, order, rows, k, d, dst);
+}
+
+void moe_expand(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst, cudaStream_t stream) {
+  if (tokens > 0) expand_k<<<blocks(tokens, kRowWarps), kRowWarps * 32, 0, stream>>>(src, where, tokens, k, d, dst);
 }
 
 void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,
@@ -189,8 +288,18 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream) {
-  if (rows > 0)
-    swiglu_bwd_k<<<static_cast<unsigned>(rows), row_threads(ffn), 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
+  if (rows <= 0) return;
+  const unsigned grid = blocks(rows, kRowWarps), threads = kRowWarps * 32;
+  switch (row_threads(ffn) / 32) {  // 1 to 8
+    case 1: return swiglu_bwd_k<1><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 2: return swiglu_bwd_k<2><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 3: return swiglu_bwd_k<3><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 4: return swiglu_bwd_k<4><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 5: return swiglu_bwd_k<5><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 6: return swiglu_bwd_k<6><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    case 7: return swiglu_bwd_k<7><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+    default: return swiglu_bwd_k<8><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
+  }
 }
 
 void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,

@@ -81,7 +81,8 @@ __global__ void router_fwd(RouterShape r, const float* logits, int* idx, float* 
 }
 
 __global__ void router_bwd(RouterShape r, const float* logits, const int* idx, const float* w, const float* dw,
-                           const int* offsets, float aux_scale, float z_scale, bf16* dlogits) {
+                           const int* offsets, const std::uint8_t* kept, int capacity, float aux_scale, float z_scale,
+                           bf16* dlogits) {
   const int n = static_cast<int>((static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31, E = r.experts, k = r.topk;
   if (n >= r.tokens) return;
@@ -96,15 +97,17 @@ __global__ void router_bwd(RouterShape r, const float* logits, const int* idx, c
   }
   const int* ex = idx + static_cast<std::int64_t>(n) * k;
   const float *wn = w + static_cast<std::int64_t>(n) * k, *dwn = dw + static_cast<std::int64_t>(n) * k;
+  const std::uint8_t* kn = kept ? kept + static_cast<std::int64_t>(n) * k : nullptr;
   float picked = 0, dot = 0;
   for (int j = 0; j < k; ++j) {
     picked += score(l[ex[j]], lse, r.sigmoid);
-    dot += dwn[j] * wn[j];
+    dot += dwn[j] * wn[j];  // a dropped slot's w is 0
   }
   const float denom = r.norm_topk_prob ? picked + (r.sigmoid ? kSigmoidEps : 0.0f) : 1.0f;
   for (int j = 0; j < k; ++j) {
     const int e = ex[j];
-    const float add = r.norm_topk_prob ? (dwn[j] - dot) / denom : dwn[j];
+    const float dwj = !kn || kn[j] ? dwn[j] : 0.0f;
+    const float add = r.norm_topk_prob ? (dwj - dot) / denom : dwj;
     if (lane == (e & 31)) {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i)
@@ -115,7 +118,8 @@ __global__ void router_bwd(RouterShape r, const float* logits, const int* idx, c
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    g[i] = e < E ? aux_scale * static_cast<float>(offsets[e + 1] - offsets[e]) : 0.0f;
+    const int count = e < E ? offsets[e + 1] - offsets[e] : 0;
+    g[i] = aux_scale * static_cast<float>(capacity > 0 ? min(count, capacity) : count);
   }
   float dl[kPerLane];
   if (r.sigmoid) {
@@ -159,9 +163,11 @@ void moe_router_forward(const RouterShape& r, const float* logits, int* idx, flo
 }
 
 void moe_router_backward(const RouterShape& r, const float* logits, const int* idx, const float* w, const float* dw,
-                         const int* offsets, float aux_scale, float z_scale, bf16* dlogits, cudaStream_t stream) {
+                         const int* offsets, const std::uint8_t* kept, int capacity, float aux_scale, float z_scale,
+                         bf16* dlogits, cudaStream_t stream) {
   if (r.tokens == 0) return;
-  router_bwd<<<warps_grid(r.tokens), 256, 0, stream>>>(r, logits, idx, w, dw, offsets, aux_scale, z_scale, dlogits);
+  router_bwd<<<warps_grid(r.tokens), 256, 0, stream>>>(r, logits, idx, w, dw, offsets, kept, capacity, aux_scale,
+                                                       z_scale, dlogits);
 }
 
 }  // namespace dlm::train::cuda
