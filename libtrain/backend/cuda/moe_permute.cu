@@ -105,9 +105,9 @@ __global__ void zero_dropped_k(const std::uint8_t* kept, int slots, float* w) {
   if (i < slots && !kept[i]) w[i] = 0.0f;
 }
 
-// The gather's row copy: a warp per row, its row index read once and broadcast; each lane loads its kRowVecs 16-byte
-// vectors of a stretch before storing any, so a warp keeps a whole 4 KB row in flight (the copy is latency-bound
-// otherwise).
+// Row copies: a warp per row (gather) or token (expand), its row indices read once and broadcast; each lane loads
+// its kRowVecs 16-byte vectors of a stretch before storing any, so a warp keeps a whole 4 KB row in flight (the
+// copies are latency-bound otherwise). The expand reads each token's row once and stores it to its k rows.
 constexpr int kRowVecs = 8;
 constexpr int kRowWarps = 8;  // warps (rows) per block
 
@@ -137,17 +137,20 @@ __global__ void gather_k(const bf16* src, const int* order, int rows, int k, int
   }
 }
 
-// A block per token, its threads along the row's 16-byte vectors (as combine_k): the row read once and stored to
-// its k rows (k <= 32), whose indices the block reads once.
-__global__ void expand_k(const bf16* src, const int* where, int k, int d, bf16* dst) {
-  __shared__ int rows[32];
-  const std::int64_t n = blockIdx.x;
-  if (threadIdx.x < k) rows[threadIdx.x] = where[n * k + threadIdx.x];
-  __syncthreads();
+// k <= 32: lane j holds the token's j-th row.
+__global__ void expand_k(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst) {
+  const int lane = threadIdx.x & 31, vecs = d / 8;
+  const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (n >= tokens) return;
+  const int mine = lane < k ? where[n * k + lane] : 0;
   const auto* in = reinterpret_cast<const Bf16x8*>(src + n * d);
-  for (int c = threadIdx.x; c < d / 8; c += blockDim.x) {
-    const Bf16x8 v = in[c];
-    for (int j = 0; j < k; ++j) reinterpret_cast<Bf16x8*>(dst + static_cast<std::int64_t>(rows[j]) * d)[c] = v;
+  for (int c0 = 0; c0 < vecs; c0 += 32 * kRowVecs) {
+    Bf16x8 v[kRowVecs];
+    load_stretch(in, c0, vecs, lane, v);
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t row = __shfl_sync(0xffffffffu, mine, j);
+      store_stretch(reinterpret_cast<Bf16x8*>(dst + row * d), c0, vecs, lane, v);
+    }
   }
 }
 
@@ -245,7 +248,7 @@ void moe_gather(const bf16* src, const int* order, int rows, int k, int d, bf16*
 }
 
 void moe_expand(const bf16* src, const int* where, int tokens, int k, int d, bf16* dst, cudaStream_t stream) {
-  if (tokens > 0) expand_k<<<static_cast<unsigned>(tokens), row_threads(d), 0, stream>>>(src, where, k, d, dst);
+  if (tokens > 0) expand_k<<<blocks(tokens, kRowWarps), kRowWarps * 32, 0, stream>>>(src, where, tokens, k, d, dst);
 }
 
 void moe_combine(const bf16* rows, const int* where, int tokens, int k, int d, const bf16* add, bf16* out,
