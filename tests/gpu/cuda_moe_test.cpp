@@ -244,9 +244,9 @@ TEST(CudaMoePermute, GatherAndExpandCopyEveryTokensRows) {
   }
 }
 
-// The experts' SwiGLU backward (moe_swiglu_backward) against a host double reference, on widths of one vector a
-// lane, of a partial round and of two rounds of the kernel's warp: dgu within bf16 rounding, dw (the routing
-// weight's gradient, each slot's from its sorted row) within float summation error.
+// The experts' SwiGLU backward (moe_swiglu_backward) against a host double reference, on widths of one 8-wide vector,
+// of part of a block's threads and of several vectors a thread: dgu within bf16 rounding, dw (the routing weight's
+// gradient, each slot's from its sorted row) within float summation error.
 TEST(CudaMoePermute, SwigluBackwardMatchesHost) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(5);

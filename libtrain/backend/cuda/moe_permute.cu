@@ -180,55 +180,31 @@ __global__ void swiglu_fwd_k(const bf16* gu, const float* w, const int* order, s
   *reinterpret_cast<Bf16x8*>(act + row * ffn + col) = pack8(g);
 }
 
-// A warp per row (loads of a round issued before any store). Lane L takes the columns, and keeps the partial dots,
-// of threads L, L + 32, ... of a block of kVirt warps (row_threads(ffn)), and sums those as block_sum would, so
-// the routing weight's gradient has a fixed order that does not depend on how the rows map to warps.
-template <int kVirt>
-__global__ void swiglu_bwd_k(const bf16* __restrict__ dact, const bf16* __restrict__ gu, const float* w,
-                             const int* order, int rows, int ffn, bf16* __restrict__ dgu, float* dw) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  const int slot = __shfl_sync(0xffffffffu, lane == 0 ? order[row] : 0, 0);
-  const float c = w[slot];
+// A block per row.
+__global__ void swiglu_bwd_k(const bf16* dact, const bf16* gu, const float* w, const int* order, int ffn, bf16* dgu,
+                             float* dw) {
+  __shared__ float scratch[32];
+  const std::int64_t row = blockIdx.x;
+  const float c = w[order[row]];
   const bf16 *g_row = gu + row * 2 * ffn, *d_row = dact + row * ffn;
   bf16* out = dgu + row * 2 * ffn;
-  float dot[kVirt] = {};
-  for (int base = 0; base < ffn; base += kVirt * 32 * 8) {
-    Bf16x8 gv[kVirt], uv[kVirt], dv[kVirt];
-#pragma unroll
-    for (int i = 0; i < kVirt; ++i)
-      if (const int col = base + (i * 32 + lane) * 8; col < ffn) {
-        gv[i] = *reinterpret_cast<const Bf16x8*>(g_row + col);
-        uv[i] = *reinterpret_cast<const Bf16x8*>(g_row + ffn + col);
-        dv[i] = *reinterpret_cast<const Bf16x8*>(d_row + col);
-      }
-#pragma unroll
-    for (int i = 0; i < kVirt; ++i) {
-      const int col = base + (i * 32 + lane) * 8;
-      if (col >= ffn) continue;
-      float g[8], u[8], d[8], dg[8], du[8];
-      unpack8(gv[i], g);
-      unpack8(uv[i], u);
-      unpack8(dv[i], d);
-      for (int t = 0; t < 8; ++t) {
-        const float sg = 1.0f / (1.0f + __expf(-g[t])), silu = g[t] * sg, da = c * d[t];
-        dot[i] += d[t] * silu * u[t];
-        dg[t] = da * u[t] * sg * (1.0f + g[t] * (1.0f - sg));
-        du[t] = da * silu;
-      }
-      *reinterpret_cast<Bf16x8*>(out + col) = pack8(dg);
-      *reinterpret_cast<Bf16x8*>(out + ffn + col) = pack8(du);
+  float dot = 0;
+  for (int col = threadIdx.x * 8; col < ffn; col += blockDim.x * 8) {
+    float g[8], u[8], d[8], dg[8], du[8];
+    unpack8(*reinterpret_cast<const Bf16x8*>(g_row + col), g);
+    unpack8(*reinterpret_cast<const Bf16x8*>(g_row + ffn + col), u);
+    unpack8(*reinterpret_cast<const Bf16x8*>(d_row + col), d);
+    for (int t = 0; t < 8; ++t) {
+      const float sg = 1.0f / (1.0f + __expf(-g[t])), silu = g[t] * sg, da = c * d[t];
+      dot += d[t] * silu * u[t];
+      dg[t] = da * u[t] * sg * (1.0f + g[t] * (1.0f - sg));
+      du[t] = da * silu;
     }
+    *reinterpret_cast<Bf16x8*>(out + col) = pack8(dg);
+    *reinterpret_cast<Bf16x8*>(out + ffn + col) = pack8(du);
   }
-  float total = 0;
-#pragma unroll
-  for (int i = 0; i < kVirt; ++i) {
-    const float part = warp_sum(dot[i]);
-    if (lane == i) total = part;
-  }
-  total = warp_sum(total);
-  if (lane == 0) dw[slot] = total;
+  dot = block_sum(dot, scratch);
+  if (threadIdx.x == 0) dw[order[row]] = dot;
 }
 
 // A grid row per expert: an expert with rows leaves at once, an empty one's blocks zero its slice.
@@ -288,18 +264,8 @@ void moe_swiglu_forward(const bf16* gu, const float* w, const int* order, int ro
 
 void moe_swiglu_backward(const bf16* dact, const bf16* gu, const float* w, const int* order, int rows, int ffn,
                          bf16* dgu, float* dw, cudaStream_t stream) {
-  if (rows <= 0) return;
-  const unsigned grid = blocks(rows, kRowWarps), threads = kRowWarps * 32;
-  switch (row_threads(ffn) / 32) {  // 1 to 8
-    case 1: return swiglu_bwd_k<1><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    case 2: return swiglu_bwd_k<2><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    case 3: return swiglu_bwd_k<3><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    case 4: return swiglu_bwd_k<4><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    case 5: return swiglu_bwd_k<5><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    case 6: return swiglu_bwd_k<6><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    case 7: return swiglu_bwd_k<7><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-    default: return swiglu_bwd_k<8><<<grid, threads, 0, stream>>>(dact, gu, w, order, rows, ffn, dgu, dw);
-  }
+  if (rows > 0)
+    swiglu_bwd_k<<<static_cast<unsigned>(rows), row_threads(ffn), 0, stream>>>(dact, gu, w, order, ffn, dgu, dw);
 }
 
 void moe_clear_empty_experts(float* grad, const int* offsets, int experts, std::int64_t per_expert,
