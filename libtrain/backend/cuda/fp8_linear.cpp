@@ -122,10 +122,8 @@ bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* k
   kept_t_[a][i] = nullptr;
   if (ffn % 16 != 0) return false;
   Fp8Slot* s = slot(l, kFc2, kX);
-  if (tensorwise()) {  // h's amax into its activation slot's (zeroed by begin_forward; a recomputation's is the same)
-    const Fp8Out amax{nullptr, s, false};
-    cuda::swiglu_forward(gu, nullptr, rows, ffn, stream, &amax);
-  }
+  // Tensorwise, h's amax into its activation slot's (zeroed by begin_forward; a recomputation's is the same).
+  if (tensorwise()) swiglu_forward_amax(gu, rows, ffn, s, stream);
   swiglu_forward_fp8(gu, rows, ffn, {s, false, tensorwise(), options_.margin_factor()}, xq_, keep_t, stream);
   // The scale keep_t was cast with, for the backward (a pipeline schedule's next forward may move the slot's);
   // tensorwise s is the activation slot's own.
@@ -152,7 +150,7 @@ void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStr
 bool Fp8Linears::swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream) {
   if (!use(l, rows) || ffn % 16 != 0) return false;
   Fp8Slot* s = slot(l, kFc1, kDy);
-  if (tensorwise()) cuda::swiglu_backward(dh, gu, nullptr, rows, ffn, stream, s);  // zeroed by begin_backward
+  if (tensorwise()) swiglu_backward_amax(dh, gu, rows, ffn, s, stream);  // zeroed by begin_backward
   swiglu_backward_fp8(dh, gu, rows, ffn, {s, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_,
                       dyt8_, stream);
   return true;
