@@ -1,14 +1,15 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
 // usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed|delayed-current-grads]
-//        CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
+//        [--fp8-amax-history-len N] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
 //   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
 // --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
 // between them for the host, on stderr. --fp8 RECIPE: the layers' linear GEMMs in FP8 (CudaOptions::fp8, format
-// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which.
+// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which. --fp8-amax-history-len N:
+// delayed scaling from the max of an N-long amax history (Transformer Engine's DelayedScaling; N 1024 there).
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
       precision = std::string("fp8-hybrid-") + argv[i];
       // delayed-current-grads: delayed with the gradients' casts from their own amax (Fp8Options).
       options.fp8.current_scaling_grads = precision == "fp8-hybrid-delayed-current-grads";
+    } else if (a == "--fp8-amax-history-len" && i + 1 < argc) {
+      options.fp8.amax_history_len = std::atoi(argv[++i]);
+      options.fp8.amax_algo = dlm::train::Fp8Options::AmaxAlgo::kMax;  // the window's max, as Transformer Engine's
     } else if (a == "--profile") options.profile = true;
     else if (a == "--dense-embedding") dense_embedding = true;
     else if (a == "--gaps") gaps = true;
