@@ -1,14 +1,15 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed] CONFIG [STEPS [WARMUP
-//        [ACCUMULATE [RECOMPUTE [BATCH]]]]]
+// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed|delayed-current-grads]
+//        [--fp8-amax-history-len N] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
 //   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
 // --profile: CudaOptions::profile, the GPU time of each phase of the timed steps on stderr (events after every
 // phase: the step is slower than unprofiled). --dense-embedding: the embedding's whole gradient table is read and
 // cleared (no set_sparse_embedding_grad). --gaps: the device's time within steps against the time it waits
 // between them for the host, on stderr. --fp8 RECIPE: the layers' linear GEMMs in FP8 (CudaOptions::fp8, format
-// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which.
+// hybrid, Megatron's defaults otherwise); "precision" in the JSON line says which. --fp8-amax-history-len N:
+// delayed scaling from the max of an N-long amax history (Transformer Engine's DelayedScaling; N 1024 there).
 // ACCUMULATE micro-batches per optimizer step (default 1); tokens/s counts all of them. RECOMPUTE: off (default)
 // or full (each layer keeps its input only, CudaModel::set_recompute_layers). BATCH: the micro-batch size
 // instead of the configuration's. The host's data work (the
@@ -62,6 +63,11 @@ int main(int argc, char** argv) {
       options.fp8.recipe = std::string(argv[++i]) == "tensorwise" ? dlm::train::Fp8Options::Recipe::kTensorwise
                                                                    : dlm::train::Fp8Options::Recipe::kDelayed;
       precision = std::string("fp8-hybrid-") + argv[i];
+      // delayed-current-grads: delayed with the gradients' casts from their own amax (Fp8Options).
+      options.fp8.current_scaling_grads = precision == "fp8-hybrid-delayed-current-grads";
+    } else if (a == "--fp8-amax-history-len" && i + 1 < argc) {
+      options.fp8.amax_history_len = std::atoi(argv[++i]);
+      options.fp8.amax_algo = dlm::train::Fp8Options::AmaxAlgo::kMax;  // the window's max, as Transformer Engine's
     } else if (a == "--profile") options.profile = true;
     else if (a == "--dense-embedding") dense_embedding = true;
     else if (a == "--gaps") gaps = true;
@@ -72,7 +78,7 @@ int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
-                         "[--fp8 tensorwise|delayed] "
+                         "[--fp8 tensorwise|delayed|delayed-current-grads] "
                          "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.9b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
                          "[BATCH]]]]]\n");
     return 2;
@@ -83,9 +89,10 @@ int main(int argc, char** argv) {
   const std::string recompute = argc > 5 ? argv[5] : "off";
   if (argc > 6) s.batch = std::atoi(argv[6]);
   if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full") ||
-      (precision != "bf16" && precision != "fp8-hybrid-tensorwise" && precision != "fp8-hybrid-delayed")) {
+      (precision != "bf16" && precision != "fp8-hybrid-tensorwise" && precision != "fp8-hybrid-delayed" &&
+       precision != "fp8-hybrid-delayed-current-grads")) {
     std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0, ACCUMULATE >= 1, RECOMPUTE off or full, "
-                         "BATCH >= 1, --fp8 tensorwise or delayed\n");
+                         "BATCH >= 1, --fp8 tensorwise, delayed or delayed-current-grads\n");
     return 2;
   }
   try {

@@ -182,7 +182,7 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     cuda::fp8_quantize(dgu, T, 2 * ffn, cur5, g8, gt8, nullptr);
   }, reps);
   const double tw_bwd_new = dlm::bench::time_ms([&] {
-    cuda::swiglu_backward(act, gu, nullptr, T, ffn, nullptr, slots + 1);
+    cuda::swiglu_backward_amax(act, gu, T, ffn, slots + 1, nullptr);
     cuda::swiglu_backward_fp8(act, gu, T, ffn, cur5, g8, gt8, nullptr);
   }, reps);
   const double tw_fwd_old = dlm::bench::time_ms([&] {
@@ -191,7 +191,7 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     cuda::fp8_quantize(act, T, ffn, e4m3, nullptr, gt8, nullptr);
   }, reps);
   const double tw_fwd_new = dlm::bench::time_ms([&] {
-    cuda::swiglu_forward(gu, nullptr, T, ffn, nullptr, &amax_h);
+    cuda::swiglu_forward_amax(gu, T, ffn, slots, nullptr);
     cuda::swiglu_forward_fp8(gu, T, ffn, cur4, g8, gt8, nullptr);
   }, reps);
   std::printf("%-13s tensorwise swiglu bwd: bf16 + amax, cast %.3f ms; amax pass, straight into FP8 %.3f ms | "

@@ -47,8 +47,10 @@ DEFECT = "none"
 
 
 class Recipe:
-    def __init__(self, name, fp8=True, grads=E5M2, delayed=False, history=1, algo_max=False, margin=0):
+    def __init__(self, name, fp8=True, grads=E5M2, delayed=False, history=1, algo_max=False, margin=0,
+                 current_grads=False):
         self.name, self.fp8, self.grads, self.delayed = name, fp8, grads, delayed
+        self.current_grads = current_grads  # delayed, but dY cast from its own amax (--fp8-current-scaling-grads)
         self.history, self.algo_max, self.margin_factor = history, algo_max, 2.0 ** -margin
 
 
@@ -63,7 +65,10 @@ RECIPES = {
     "tensorwise-margin2": Recipe("tensorwise-margin2", margin=2),
     "delayed-h1024-max": Recipe("delayed-h1024-max", delayed=True, history=1024, algo_max=True),
     "delayed-e4m3": Recipe("delayed-e4m3", grads=E4M3, delayed=True),
+    "delayed-cg": Recipe("delayed-cg", delayed=True, current_grads=True),
 }
+LLADA = False  # --llada: the batches' weights as dlm's llada objective gives them (1 / p per sequence)
+SATURATED = {}  # recipe name -> [dY elements cast beyond the format's max, dY elements cast]
 
 
 # ---- dlm's initial weights: Model::init (libtrain/model/model.cpp), Philox4x32-10 + Box-Muller in double ----
@@ -161,6 +166,17 @@ def counting_rows(rng, batch, seq):
             ids.append(MASK_ID if masked[-1] else labels[-1])
     m = torch.tensor(masked, dtype=torch.float32)
     shape = (batch, seq)
+    if LLADA:
+        # objective/masked_diffusion.cpp's llada: p ~ U(eps, 1) per sequence, a position masked with probability p,
+        # weighted 1 / (p batch seq).
+        ids, masked, weights = [], [], []
+        for b in range(batch):
+            p = (1 - 1e-3) * (rng() / 2.0 ** 32) + 1e-3
+            for j in range(seq):
+                mk = rng() / 2.0 ** 32 < p
+                ids.append(MASK_ID if mk else labels[b * seq + j])
+                weights.append(1.0 / (p * batch * seq) if mk else 0.0)
+        return torch.tensor(ids).view(shape), torch.tensor(labels).view(shape), torch.tensor(weights).view(shape)
     return torch.tensor(ids).view(shape), torch.tensor(labels).view(shape), (m / m.sum()).view(shape)
 
 
@@ -177,8 +193,9 @@ def fp8_scale(amax, fp8_max, margin_factor, previous):
 class Slot:
     """One FP8 tensor's scaling state: the scale, the interval's amax, the history (most recent first)."""
 
-    def __init__(self, fmt, recipe):
-        self.fmt, self.recipe = fmt, recipe
+    def __init__(self, fmt, recipe, grad=False):
+        self.fmt, self.recipe, self.grad = fmt, recipe, grad
+        self.current = not recipe.delayed or (grad and recipe.current_grads)
         self.scale, self.amax, self.history = 1.0, 0.0, [0.0] * recipe.history
 
     def update(self):
@@ -195,12 +212,16 @@ class Slot:
     def quantize(self, x):
         """The FP8 values (as fp32) and the scale_inv a GEMM multiplies them by (amax recorded as cast() does)."""
         amax = float(x.abs().max())
-        if self.recipe.delayed:
+        if not self.current:
             self.amax = max(self.amax, amax)
         else:
             self.scale = fp8_scale(amax, self.fmt[1], self.recipe.margin_factor, self.scale)
         scale = np.float32(self.scale)
         dtype, fmax = self.fmt
+        if self.grad:
+            sat = SATURATED.setdefault(self.recipe.name, [0, 0])
+            sat[0] += int((x.abs() * float(scale) > fmax).sum())
+            sat[1] += x.numel()
         q = (x * torch.tensor(scale)).clamp(-fmax, fmax).to(dtype).to(torch.float32)
         return q, torch.tensor(np.float32(1.0) / scale)
 
@@ -252,7 +273,7 @@ class EmulatedLinear(torch.nn.Module):
         super().__init__()
         self.weight, self.recipe = weight, recipe
         grads = (recipe.grads[0], E4M3[1]) if DEFECT == "dy-e4m3-max" else recipe.grads
-        self.x, self.w, self.dy = Slot(E4M3, recipe), Slot(E4M3, recipe), Slot(grads, recipe)
+        self.x, self.w, self.dy = Slot(E4M3, recipe), Slot(E4M3, recipe), Slot(grads, recipe, grad=True)
         self.w_q = None
 
     def begin_forward(self):
@@ -365,9 +386,11 @@ def main():
                     help="instead of training: each recipe's gradient error against bf16 on the first batch at the "
                          "initial weights, after REPEATS earlier passes of that batch (delayed scaling's history)")
     ap.add_argument("--defect", choices=DEFECTS, default="none")
+    ap.add_argument("--llada", action="store_true",
+                    help="batches weighted as dlm's llada objective (1 / p per sequence, p ~ U(1e-3, 1))")
     args = ap.parse_args()
-    global DEFECT
-    DEFECT = args.defect
+    global DEFECT, LLADA
+    DEFECT, LLADA = args.defect, args.llada
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     w = args.width
     c = dict(layers=2, hidden=w, heads=w // 32, groups=w // 64, head_dim=32, ffn=3 * w, vocab=PADDED_VOCAB,
@@ -407,8 +430,10 @@ def main():
     for n in names:
         g = gaps[n]
         spread = statistics.stdev(g) if len(g) > 1 else 0.0
+        sat = SATURATED.get(n, [0, 0])
         print(f"  {n:20s} mean {statistics.mean(g):+.4f}  sd {spread:.4f}  min {min(g):+.4f}  max {max(g):+.4f}  "
-              f"(steps 0-11: within {100 * max(early[n]):.2f}%)")
+              f"(steps 0-11: within {100 * max(early[n]):.2f}%)"
+              + (f"  dY saturated {sat[0]} of {sat[1]} ({100 * sat[0] / max(sat[1], 1):.4f}%)" if sat[1] else ""))
 
 
 if __name__ == "__main__":

@@ -404,7 +404,7 @@ TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
     }
 }
 
-// Tensorwise: SwiGLU's amax pass (no output written) then SwiGLU straight into FP8 with the scale derived from it
+// Tensorwise: SwiGLU's amax pass (swiglu_forward_amax, _backward_amax) then SwiGLU straight into FP8 with its scale
 // write what SwiGLU into bf16, the tensor's amax and the tensorwise cast write, in both layouts, with the same scale.
 TEST(Fp8Cast, SwigluAmaxPassThenFp8MatchesTheTensorwiseCast) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
@@ -420,7 +420,7 @@ TEST(Fp8Cast, SwigluAmaxPassThenFp8MatchesTheTensorwiseCast) {
     DeviceVec<fp8> separate(n), separate_t(n), fused(n), fused_t(n);
     swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
     cast_current(dgu.get(), rows, 2 * ffn, s.get(), true, separate.get(), separate_t.get());
-    swiglu_backward(dh.get(), gu.get(), nullptr, rows, ffn, nullptr, s.get() + 1);
+    swiglu_backward_amax(dh.get(), gu.get(), rows, ffn, s.get() + 1, nullptr);
     swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, true, true, 1.0f}, fused.get(), fused_t.get(),
                         nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
@@ -433,11 +433,10 @@ TEST(Fp8Cast, SwigluAmaxPassThenFp8MatchesTheTensorwiseCast) {
       EXPECT_NE(a.scale, 1.0f) << what;  // derived from the amax, not the initial scale
     };
     same_slot(read_slot(s.get() + 1), read_slot(s.get()), "backward");
-    const Fp8Out amax_only{nullptr, s.get() + 3, false};
     DeviceVec<fp8> hs(hn), hs_t(hn), hf(hn), hf_t(hn);
     swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
     cast_current(h.get(), rows, ffn, s.get() + 2, false, hs.get(), hs_t.get());
-    swiglu_forward(gu.get(), nullptr, rows, ffn, nullptr, &amax_only);
+    swiglu_forward_amax(gu.get(), rows, ffn, s.get() + 3, nullptr);
     swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 3, false, true, 1.0f}, hf.get(), hf_t.get(), nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     EXPECT_EQ(differing(hf.download(), hs.download()), 0u) << "forward, row-major";

@@ -44,14 +44,16 @@ void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool
 // out[i] = float(q[i]) * slot->scale_inv: the values a GEMM sees (tests).
 void fp8_dequantize(const fp8* q, std::int64_t n, bool e5m2, const Fp8Slot* slot, float* out, cudaStream_t stream);
 
-// swiglu.cu: swiglu_forward (kernels.h) straight into FP8 with `cast` (as fp8_quantize casts: delayed with the scale
-// as it stands, amax recorded; tensorwise from slot->amax, which an amax pass of swiglu_forward with h null wrote),
-// h [rows, ffn] into out and its transpose into out_t, no bf16 h: the same bytes as swiglu_forward then
-// fp8_quantize. rows, ffn % 16 == 0.
+// swiglu.cu: max |h| (|dgu|) over the bf16 values swiglu_forward (swiglu_backward, kernels.h) would write, max-ed
+// into slot->amax, nothing written: tensorwise, the amax of the casts below. rows % 16 == 0, ffn % 8 == 0.
+void swiglu_forward_amax(const bf16* gu, int rows, int ffn, Fp8Slot* slot, cudaStream_t stream);
+void swiglu_backward_amax(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Slot* slot, cudaStream_t stream);
+// swiglu_forward straight into FP8 with `cast` (as fp8_quantize casts: delayed with the scale as it stands, amax
+// recorded; tensorwise from slot->amax, which swiglu_forward_amax wrote), h [rows, ffn] into out and its transpose
+// into out_t, no bf16 h: the same bytes as swiglu_forward then fp8_quantize. rows, ffn % 16 == 0.
 void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
                         cudaStream_t stream);
-// swiglu_backward (kernels.h) straight into FP8 with `cast` (as above; tensorwise after swiglu_backward with dgu
-// null), dgu [rows, 2 ffn] into out and its transpose into out_t, no bf16 dgu: the same bytes as swiglu_backward
+// swiglu_backward straight into FP8 with `cast` (as above; tensorwise after swiglu_backward_amax), dgu [rows, 2 ffn] into out and its transpose into out_t, no bf16 dgu: the same bytes as swiglu_backward
 // then fp8_quantize. rows % 16 == 0, ffn % 16 == 0.
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream);

@@ -70,12 +70,11 @@ void qk_norm_rope_backward(const QkvShape& s, const bf16* dout, const bf16* qkv,
 std::int64_t qk_norm_partial_floats(const QkvShape& s);
 
 // swiglu.cu: gu = [gate | up] per row (the fc1 layout), h = silu(gate) * up.
-//   fp8 (may be null): h is also cast to FP8 (fp8_cast.h, Fp8Out). h null: nothing written but fp8's amax.
+//   fp8 (may be null): h is also cast to FP8 (fp8_cast.h, Fp8Out).
 void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream,
                     const Fp8Out* fp8 = nullptr);
 //   d gate = dh * up * sig(g) * (1 + g (1 - sig(g))), d up = dh * silu(g).
 //   dgu_amax (may be null): max |dgu| over the bf16 values written is max-ed into dgu_amax->amax (as rmsnorm_backward's).
-//   dgu null: nothing written but that amax.
 void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t rows, int ffn, cudaStream_t stream,
                      Fp8Slot* dgu_amax = nullptr);
 

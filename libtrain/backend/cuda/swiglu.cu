@@ -2,10 +2,10 @@
 //   backward:  dg = dh * u * sig(g) * (1 + g * (1 - sig(g))),  du = dh * silu(g)
 // Eight columns a thread, 16-byte accesses; ffn % 8 == 0. The forward may cast h to FP8 as it writes it (Fp8Out,
 // fp8_cast.h: the bf16-rounded h, so the cast equals fp8_quantize of h) and max its amax into the slot; the backward
-// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast; with a null output either
-// takes the amax alone. Either may write its output in FP8 only, both layouts, cast from the bf16 values it would
-// write (swiglu_forward_fp8: fc2's input, swiglu_backward_fp8: fc1's output gradient), delayed with the scale as it
-// stands, tensorwise after such an amax pass.
+// may max dgu's amax (of its bf16 values) into a slot, for fc1's tensorwise gradient cast. Either may write its output
+// in FP8 only, both layouts, cast from the bf16 values it would write (swiglu_forward_fp8: fc2's input,
+// swiglu_backward_fp8: fc1's output gradient), delayed with the scale as it stands, tensorwise after a pass that
+// takes that output's amax alone (swiglu_forward_amax, swiglu_backward_amax).
 #include "common.cuh"
 #include "fp8_common.cuh"
 #include "kernels.h"
@@ -43,7 +43,7 @@ __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, 
     const std::int64_t row = i / per_row, col = (i % per_row) * 8;
     const bf16* g8 = gu + row * 2 * ffn + col;
     const Bf16x8 p = act8(load8(g8), load8(g8 + ffn));
-    if (h) *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
+    *reinterpret_cast<Bf16x8*>(h + row * ffn + col) = p;
     if (f8.slot) {
       float g[8];
       unpack8(p, g);
@@ -62,10 +62,8 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
     Bf16x8 pg, pu;
     const bf16* g8 = gu + row * 2 * ffn + col;
     grad8(load8(dh + row * ffn + col), load8(g8), load8(g8 + ffn), pg, pu);
-    if (dgu) {
-      *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
-      *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
-    }
+    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + col) = pg;
+    *reinterpret_cast<Bf16x8*>(dgu + row * 2 * ffn + ffn + col) = pu;
     if (amax) m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
   }
   if (amax) block_amax_commit(m, amax);
@@ -107,6 +105,45 @@ __global__ void __launch_bounds__(kTileThreads) swiglu_bwd_fp8(const bf16* __res
   }, rows, ffn, 2 * ffn, ffn, out, out_t);
 }
 
+// The amax alone of what swiglu_fwd / swiglu_bwd would write (tensorwise, before the kernels above): a thread the
+// 4 x 8 of the tiles' mapping (fp8_tile), all its loads issued before its math.
+__global__ void __launch_bounds__(kTileThreads) swiglu_fwd_amax(const bf16* __restrict__ gu, int rows, int ffn,
+                                                                Fp8Slot* slot) {
+  const auto t = fp8_tile(blockIdx.x, rows, ffn);
+  float m = 0.0f;
+  if (t.live) {
+    Bf16x8 g[4], u[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
+      g[j] = load8(p), u[j] = load8(p + ffn);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = fmaxf(m, abs_max8(act8(g[j], u[j])));
+  }
+  block_amax_commit(m, slot);
+}
+__global__ void __launch_bounds__(kTileThreads) swiglu_bwd_amax(const bf16* __restrict__ dh, const bf16* __restrict__ gu,
+                                                                int rows, int ffn, Fp8Slot* slot) {
+  const auto t = fp8_tile(blockIdx.x, rows, ffn);
+  float m = 0.0f;
+  if (t.live) {
+    Bf16x8 d[4], g[4], u[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
+      d[j] = load8(dh + (t.r + j) * ffn + t.c), g[j] = load8(p), u[j] = load8(p + ffn);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      Bf16x8 pg, pu;
+      grad8(d[j], g[j], u[j], pg, pu);
+      m = fmaxf(m, fmaxf(abs_max8(pg), abs_max8(pu)));
+    }
+  }
+  block_amax_commit(m, slot);
+}
+
 // One thread a vector, or with an amax at most 8 blocks a multiprocessor looping.
 unsigned grid(std::int64_t vecs, bool amax) {
   const std::int64_t blocks = (vecs + 255) / 256, most = 8LL * multiprocessors();
@@ -130,6 +167,14 @@ void swiglu_backward(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t row
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream) {
   swiglu_bwd_fp8<<<fp8_tile_blocks(rows, ffn), kTileThreads, 0, stream>>>(dh, gu, rows, ffn, cast, out, out_t);
+}
+
+void swiglu_forward_amax(const bf16* gu, int rows, int ffn, Fp8Slot* slot, cudaStream_t stream) {
+  swiglu_fwd_amax<<<fp8_tile_blocks(rows, ffn), kTileThreads, 0, stream>>>(gu, rows, ffn, slot);
+}
+
+void swiglu_backward_amax(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Slot* slot, cudaStream_t stream) {
+  swiglu_bwd_amax<<<fp8_tile_blocks(rows, ffn), kTileThreads, 0, stream>>>(dh, gu, rows, ffn, slot);
 }
 
 void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
