@@ -1,6 +1,6 @@
 // One training step of dlm's CUDA model (forward, masked-diffusion loss, backward, clipping, AdamW), timed
 // over several steps after a warm-up; prints one JSON line in torch_reference.py's form.
-// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed|delayed-current-grads]
+// usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--fp8 tensorwise|delayed]
 //        [--fp8-amax-history-len N] CONFIG [STEPS [WARMUP [ACCUMULATE [RECOMPUTE [BATCH]]]]]
 //   CONFIG: 350m | qwen3-1.7b | megadlm-1.7b | tiny | moe-2.9b | moe-tiny (torch_reference.py's CONFIGS; an MoE
 //   configuration's MFU counts its active parameters: the router, top-k experts and shared expert of each layer)
@@ -63,8 +63,6 @@ int main(int argc, char** argv) {
       options.fp8.recipe = std::string(argv[++i]) == "tensorwise" ? dlm::train::Fp8Options::Recipe::kTensorwise
                                                                    : dlm::train::Fp8Options::Recipe::kDelayed;
       precision = std::string("fp8-hybrid-") + argv[i];
-      // delayed-current-grads: delayed with the gradients' casts from their own amax (Fp8Options).
-      options.fp8.current_scaling_grads = precision == "fp8-hybrid-delayed-current-grads";
     } else if (a == "--fp8-amax-history-len" && i + 1 < argc) {
       options.fp8.amax_history_len = std::atoi(argv[++i]);
       options.fp8.amax_algo = dlm::train::Fp8Options::AmaxAlgo::kMax;  // the window's max, as Transformer Engine's
@@ -78,7 +76,7 @@ int main(int argc, char** argv) {
   Shape s{};
   if (argc < 2 || !lookup(argv[1], s)) {
     std::fprintf(stderr, "usage: cuda_train_bench [--profile] [--dense-embedding] [--gaps] [--deterministic] "
-                         "[--fp8 tensorwise|delayed|delayed-current-grads] "
+                         "[--fp8 tensorwise|delayed] "
                          "350m|qwen3-1.7b|megadlm-1.7b|tiny|moe-2.9b|moe-tiny [STEPS [WARMUP [ACCUMULATE [off|full "
                          "[BATCH]]]]]\n");
     return 2;
@@ -89,10 +87,9 @@ int main(int argc, char** argv) {
   const std::string recompute = argc > 5 ? argv[5] : "off";
   if (argc > 6) s.batch = std::atoi(argv[6]);
   if (steps < 1 || warmup < 0 || accumulate < 1 || s.batch < 1 || (recompute != "off" && recompute != "full") ||
-      (precision != "bf16" && precision != "fp8-hybrid-tensorwise" && precision != "fp8-hybrid-delayed" &&
-       precision != "fp8-hybrid-delayed-current-grads")) {
+      (precision != "bf16" && precision != "fp8-hybrid-tensorwise" && precision != "fp8-hybrid-delayed")) {
     std::fprintf(stderr, "cuda_train_bench: STEPS >= 1, WARMUP >= 0, ACCUMULATE >= 1, RECOMPUTE off or full, "
-                         "BATCH >= 1, --fp8 tensorwise, delayed or delayed-current-grads\n");
+                         "BATCH >= 1, --fp8 tensorwise or delayed\n");
     return 2;
   }
   try {

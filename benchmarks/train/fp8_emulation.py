@@ -50,7 +50,7 @@ class Recipe:
     def __init__(self, name, fp8=True, grads=E5M2, delayed=False, history=1, algo_max=False, margin=0,
                  current_grads=False):
         self.name, self.fp8, self.grads, self.delayed = name, fp8, grads, delayed
-        self.current_grads = current_grads  # delayed, but dY cast from its own amax (--fp8-current-scaling-grads)
+        self.current_grads = current_grads  # delayed, but dY cast from its own amax (emulated only: not a dlm recipe)
         self.history, self.algo_max, self.margin_factor = history, algo_max, 2.0 ** -margin
 
 

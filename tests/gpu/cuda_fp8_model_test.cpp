@@ -76,10 +76,8 @@ std::vector<Recipe> recipes() {
   e4m3.format = Fp8Options::Format::kE4m3;
   Fp8Options margin = tensorwise;
   margin.margin = 2;
-  Fp8Options current_grads = delayed;
-  current_grads.current_scaling_grads = true;
-  return {{"delayed", delayed}, {"delayed history 16 max", history}, {"delayed, current-scaled gradients", current_grads},
-          {"tensorwise", tensorwise}, {"tensorwise e4m3", e4m3}, {"tensorwise margin 2", margin}};
+  return {{"delayed", delayed}, {"delayed history 16 max", history}, {"tensorwise", tensorwise},
+          {"tensorwise e4m3", e4m3}, {"tensorwise margin 2", margin}};
 }
 
 double tail_mean(const std::vector<double>& losses) {

@@ -18,8 +18,6 @@ void add_fp8_flags(po::options_description& group, Fp8Flags& f) {
        "delayed: amaxes kept per tensor")
       ("fp8-amax-compute-algo", po::value(&f.amax_algo)->default_value(f.amax_algo),
        "delayed: max (of the history) | most_recent")
-      ("fp8-current-scaling-grads", po::bool_switch(&f.current_scaling_grads),
-       "delayed: the output gradients' casts scaled by their own amax (dlm's; activations and weights keep delayed)")
       ("first-last-layers-bf16", po::bool_switch(&f.first_last_layers_bf16),
        "keep the first and last layers' GEMMs in bf16 (tensorwise; as Megatron, not with delayed)")
       ("num-layers-at-start-in-bf16", po::value(&f.layers_at_start)->default_value(f.layers_at_start),
@@ -40,7 +38,7 @@ train::Fp8Options apply_fp8_flags(const Fp8Flags& f) {
   o.recipe = train::parse_fp8_recipe(f.recipe);
   o.amax_algo = train::parse_fp8_amax_algo(f.amax_algo);
   o.margin = f.margin, o.amax_history_len = f.amax_history_len;
-  o.first_last_layers_bf16 = f.first_last_layers_bf16, o.current_scaling_grads = f.current_scaling_grads;
+  o.first_last_layers_bf16 = f.first_last_layers_bf16;
   o.layers_at_start_in_bf16 = f.layers_at_start, o.layers_at_end_in_bf16 = f.layers_at_end;
   return o;
 }

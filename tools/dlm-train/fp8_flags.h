@@ -15,7 +15,7 @@ namespace dlm::tools {
 struct Fp8Flags {
   std::string format, recipe = "delayed", amax_algo = "most_recent";
   int margin = 0, amax_history_len = 1, layers_at_start = 1, layers_at_end = 1;
-  bool first_last_layers_bf16 = false, current_scaling_grads = false;
+  bool first_last_layers_bf16 = false;
 };
 
 void add_fp8_flags(boost::program_options::options_description& group, Fp8Flags& f);

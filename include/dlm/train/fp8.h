@@ -52,11 +52,6 @@ struct Fp8Options {
   // --fp8-amax-compute-algo (delayed): the window's max, or its most recent entry. Default: most_recent.
   enum class AmaxAlgo { kMax, kMostRecent };
   AmaxAlgo amax_algo = AmaxAlgo::kMostRecent;
-  // --fp8-current-scaling-grads (delayed; dlm's own): the output gradients' casts take current scaling (each from
-  // its own amax, as tensorwise) while activations and weights keep the history's scale. A masked-diffusion loss
-  // weights each sequence by 1/t, so a micro-batch's gradient amax can be many times the previous one's, and a
-  // history scale then saturates its largest gradients. Default: off (Megatron's delayed).
-  bool current_scaling_grads = false;
   // --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16: those layers of
   // the whole model keep bf16 GEMMs. Defaults: off, 1, 1.
   bool first_last_layers_bf16 = false;

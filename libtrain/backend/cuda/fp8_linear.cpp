@@ -99,7 +99,7 @@ void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int 
 void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
   act_slot_ = act_slot;
   std::fill(dy_amax_ready_.begin(), dy_amax_ready_.end(), 0);
-  if (current_grads()) zero_amaxes(slots_ + kDy, static_cast<int>(weights_.size()), kOperands, stream);
+  if (tensorwise()) zero_amaxes(slots_ + kDy, static_cast<int>(weights_.size()), kOperands, stream);
 }
 
 Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t) {
@@ -136,7 +136,7 @@ bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* k
 }
 
 Fp8Slot* Fp8Linears::grad_amax(int l, Linear g, int rows) {
-  if (!current_grads() || !use(l, rows)) return nullptr;
+  if (!tensorwise() || !use(l, rows)) return nullptr;
   dy_amax_ready_[static_cast<std::size_t>(index(l, g))] = 1;
   return slot(l, g, kDy);
 }
@@ -150,8 +150,8 @@ void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStr
 bool Fp8Linears::swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream) {
   if (!use(l, rows) || ffn % 16 != 0) return false;
   Fp8Slot* s = slot(l, kFc1, kDy);
-  if (current_grads()) swiglu_backward_amax(dh, gu, rows, ffn, s, stream);  // zeroed by begin_backward
-  swiglu_backward_fp8(dh, gu, rows, ffn, {s, options_.grads_e5m2(), current_grads(), options_.margin_factor()}, dy8_,
+  if (tensorwise()) swiglu_backward_amax(dh, gu, rows, ffn, s, stream);  // zeroed by begin_backward
+  swiglu_backward_fp8(dh, gu, rows, ffn, {s, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_,
                       dyt8_, stream);
   return true;
 }
@@ -162,8 +162,8 @@ void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const 
   char& ready = dy_amax_ready_[static_cast<std::size_t>(index(l, g))];
   if (dy) {
     // Tensorwise: dy's amax from its producer (grad_amax) or from a pass here, into the slot begin_backward zeroed.
-    if (current_grads() && !ready) fp8_amax(dy, std::int64_t{rows} * w.n, sdy, stream);
-    fp8_quantize(dy, rows, w.n, {sdy, options_.grads_e5m2(), current_grads(), options_.margin_factor()}, dy8_, dyt8_,
+    if (tensorwise() && !ready) fp8_amax(dy, std::int64_t{rows} * w.n, sdy, stream);
+    fp8_quantize(dy, rows, w.n, {sdy, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_, dyt8_,
                  stream);
   }
   ready = 0;

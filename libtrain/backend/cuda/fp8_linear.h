@@ -21,8 +21,7 @@
 //   delayed: every slot is updated from its amax history at each micro-batch's forward (begin_forward), Transformer
 //     Engine's per-forward update; casts use the scale as it stands and record their tensor's amax for the next, so
 //     the producers cast as they write: RMSNorm and SwiGLU forward the inputs, SwiGLU backward fc1's gradient (in
-//     FP8 only, both layouts: swiglu_backward). With current_scaling_grads (Fp8Options) the output gradients are cast
-//     as under tensorwise (current_grads()): their scales from their own amax, activations and weights delayed.
+//     FP8 only, both layouts: swiglu_backward).
 // A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
 // slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
@@ -105,8 +104,6 @@ class Fp8Linears {
   };
   int index(int l, Linear g) const { return base_[static_cast<std::size_t>(l)] + g; }
   bool tensorwise() const { return options_.recipe == Fp8Options::Recipe::kTensorwise; }
-  // The output gradients' casts from their own amax: tensorwise, or delayed with current_scaling_grads.
-  bool current_grads() const { return tensorwise() || options_.current_scaling_grads; }
   // x's slot: tensorwise the current activation slot's, delayed the linear's own (its history's).
   Fp8Slot* slot(int l, Linear g, Operand o) const {
     if (o == kX && tensorwise()) return x_slots_[static_cast<std::size_t>(act_slot_)] + index(l, g);
