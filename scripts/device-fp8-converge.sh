@@ -6,7 +6,8 @@
 # losses (mean of the last ten logged) and their ratio to bf16's, and draws $OUT/fp8_convergence.png where matplotlib
 # is installed (elsewhere: run it on the logs afterwards).
 # usage: scripts/device-fp8-converge.sh [CARRIED_DIR=build-cuda/devcarry] [RUN...]
-#   RUN: bf16 | hybrid (--fp8-format hybrid --fp8-recipe tensorwise, Megatron's usual FP8) | e4m3 (tensorwise);
+#   RUN: bf16 | hybrid (--fp8-format hybrid --fp8-recipe tensorwise) | e4m3 (tensorwise) | delayed (hybrid, delayed
+#   scaling: Megatron's default recipe; EXTRA="--fp8-amax-history-len 1024 --fp8-amax-compute-algo max" for TE's);
 #   default: bf16 hybrid. One run is ~3-4 min on an H100/H200; each is capped at CAP_MIN minutes (default 4.4, so
 #   two fit one 10-minute device call): a capped run's log ends early and the plot script says so.
 #   ITERS (default 500) and LOG_INTERVAL (default 5) change the length and the points of the curve; EXTRA (flags
@@ -44,7 +45,8 @@ for run in "${RUNS[@]}"; do
     bf16) precision=() ;;
     hybrid) precision=(--fp8-format hybrid --fp8-recipe tensorwise) ;;
     e4m3) precision=(--fp8-format e4m3 --fp8-recipe tensorwise) ;;
-    *) echo "device-fp8-converge: unknown run '$run' (bf16, hybrid or e4m3)" >&2; exit 2 ;;
+    delayed) precision=(--fp8-format hybrid --fp8-recipe delayed) ;;
+    *) echo "device-fp8-converge: unknown run '$run' (bf16, hybrid, e4m3 or delayed)" >&2; exit 2 ;;
   esac
   log=$OUT/converge-$run.log
   t0=$(date +%s)
