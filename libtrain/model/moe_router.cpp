@@ -18,10 +18,10 @@ namespace {
 
 constexpr double kEps = 1e-20;  // Megatron's, in the sigmoid router's normalisations
 
-// Megatron's get_capacity(N k, E, factor) and the drop: per expert, its slots ranked by the policy, the first C kept.
+// The drop: per expert, its slots ranked by the policy, the first C = expert_capacity(N k, ...) kept.
 void drop_over_capacity(const RouterOptions& o, Routing& r) {
   const std::int64_t E = o.experts, slots = static_cast<std::int64_t>(r.experts.size());
-  r.capacity = static_cast<std::int64_t>(std::ceil(double(slots) / double(E) * o.capacity_factor));
+  r.capacity = expert_capacity(slots, o.experts, o.capacity_factor);
   r.kept.assign(static_cast<std::size_t>(slots), 1);
   std::vector<std::vector<std::int64_t>> by_expert(static_cast<std::size_t>(E));
   for (std::int64_t i = 0; i < slots; ++i) by_expert[static_cast<std::size_t>(r.experts[i])].push_back(i);
@@ -39,6 +39,12 @@ void drop_over_capacity(const RouterOptions& o, Routing& r) {
 }
 
 }  // namespace
+
+std::int64_t expert_capacity(std::int64_t slots, int experts, double capacity_factor) {
+  if (capacity_factor <= 0) return 0;
+  return static_cast<std::int64_t>(
+      std::ceil(static_cast<double>(slots) / static_cast<double>(experts) * capacity_factor));
+}
 
 RouterOptions RouterOptions::of(const ckpt::ModelConfig& c) {
   return {c.num_experts,        c.moe_router_topk,  c.moe_router_score_function,  c.moe_norm_topk_prob,

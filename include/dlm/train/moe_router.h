@@ -46,6 +46,10 @@ struct Routing {
   double aux_loss = 0, z_loss = 0;               // coefficients applied
 };
 
+// Megatron's get_capacity(slots, E, capacity_factor) for `slots` = N k routed slots: ceil(slots / E *
+// capacity_factor), the most each expert keeps; 0 when dropless (capacity_factor <= 0). Both backends take it.
+std::int64_t expert_capacity(std::int64_t slots, int experts, double capacity_factor);
+
 // Routes N = logits.size() / E tokens; a non-finite logit is a dlm::Error naming its token.
 Routing route(const RouterOptions& options, std::span<const float> logits);
 

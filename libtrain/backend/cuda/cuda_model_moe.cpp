@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "cuda_model_impl.h"
+#include "dlm/train/moe_router.h"
 #include "moe_kernels.h"
 
 namespace dlm::train {
@@ -23,6 +24,10 @@ void MoeBuffers::allocate(const MoeShape& shape, std::int64_t tokens) {
   w.dlogits = arena_.alloc<bf16>(tokens * E);
   w.dw = arena_.alloc<float>(rows);
   w.sort = arena_.alloc<int>(cuda::moe_sort_scratch_ints(rows, shape.experts));
+}
+
+int MoeShape::capacity(std::int64_t tokens) const {
+  return static_cast<int>(expert_capacity(tokens * topk, experts, capacity_factor));
 }
 
 void MoeBuffers::release() {

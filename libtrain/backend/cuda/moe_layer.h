@@ -17,7 +17,6 @@
 // the dense MLP is.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -71,11 +70,8 @@ struct MoeShape {
   int shared = 0;  // the shared expert's width S (0: none)
   double capacity_factor = 0;  // > 0: each expert keeps at most capacity(tokens) of its slots (moe_router.h)
   bool drop_by_position = false;  // which it keeps: the earliest slots, or (false) those of the largest weights
-  // Megatron's get_capacity: ceil(tokens k / E * capacity_factor); 0 when dropless.
-  int capacity(std::int64_t tokens) const {
-    if (capacity_factor <= 0) return 0;
-    return static_cast<int>(std::ceil(static_cast<double>(tokens * topk) / experts * capacity_factor));
-  }
+  // The most slots an expert keeps of `tokens` tokens' (expert_capacity, moe_router.h); 0 when dropless.
+  int capacity(std::int64_t tokens) const;
 };
 
 class MoeBuffers {
