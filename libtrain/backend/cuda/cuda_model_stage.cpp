@@ -126,7 +126,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     residual = into_residual, block_out = into_block_out;
   }
   const bool f8_mlp = f8 && !P.moe() && f8->use(l, rows);
-  Fp8Out h2_cast{}, act_cast{};
+  Fp8Out h2_cast{};
   if (f8_mlp && !I.sp) h2_cast = f8->producer_out(l, Fp8Linears::kFc1, st);
   bf16* h2 = I.sp ? w.hloc : A.h2;
   rmsnorm_forward(residual, block_out, A.res2, ps.F(P.ln2), h2, A.rstd2, packed ? packed : Ts, d, eps, st,
@@ -146,17 +146,13 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   }
   mark("gemm fc1 fwd");
-  // FP8: h straight into FP8, its transpose kept in A.act's bytes for fc2's backward (Fp8Linears::swiglu_forward).
-  const bool h8 = f8_mlp && f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st);
-  if (!h8) {
-    if (f8_mlp && !recompute) act_cast = f8->producer_out(l, Fp8Linears::kFc2, st);
-    swiglu_forward(A.gu, A.act, rows, F, st, act_cast.slot ? &act_cast : nullptr);
-  }
+  // FP8: h straight into FP8 (fc2's input cast), its transpose kept in A.act's bytes for fc2's backward
+  // (Fp8Linears::swiglu_forward).
+  if (f8_mlp) f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st);
+  else swiglu_forward(A.gu, A.act, rows, F, st);
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
   if (f8_mlp) {
-    if (!h8) f8->cast_input(l, Fp8Linears::kFc2, A.act, rows, true, st);
-    mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kFc2, rows, w.tmp_full, st);
   } else {
     gm.run(false, true, rows, d, F, A.act, F, ps.W(P.fc2), F, w.tmp_full, false, d, 0, st, family);
@@ -317,11 +313,10 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
       mark("gemm fc2 bwd weight");
       f8->backward_data(gm, l, Fp8Linears::kFc2, rows, w.dact, st);
       mark("gemm fc2 bwd data");
-      // fc1's gradient straight into FP8 (no bf16 dgu), or bf16 with its amax and cast after.
-      const bool dgu8 = f8->swiglu_backward(l, w.dact, A.gu, rows, F, st);
-      if (!dgu8) swiglu_backward(w.dact, A.gu, w.dgu, rows, F, st, grad_amax(I, l, Fp8Linears::kFc1, rows, false));
+      // fc1's gradient straight into FP8, both layouts (no bf16 dgu).
+      f8->swiglu_backward(l, w.dact, A.gu, rows, F, st);
       mark("swiglu bwd");
-      f8->cast_backward(l, Fp8Linears::kFc1, rows, dgu8 ? nullptr : w.dgu, A.h2, st);
+      f8->cast_backward(l, Fp8Linears::kFc1, rows, nullptr, A.h2, st);
       mark("fp8 casts bwd");
       f8->backward_weight(gm, l, Fp8Linears::kFc1, rows, ps.G(P.fc1), I.grad_beta(P.fc1), st);
       mark("gemm fc1 bwd weight");

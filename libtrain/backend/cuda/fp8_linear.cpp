@@ -116,11 +116,8 @@ void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused
   fp8_quantize(x, rows, w.k, {s, false, tensorwise(), options_.margin_factor()}, xq_, nullptr, stream);
 }
 
-bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream) {
-  if (!use(l, rows)) return false;
+void Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream) {
   const auto i = static_cast<std::size_t>(index(l, kFc2)), a = static_cast<std::size_t>(act_slot_);
-  kept_t_[a][i] = nullptr;
-  if (ffn % 16 != 0) return false;
   Fp8Slot* s = slot(l, kFc2, kX);
   // Tensorwise, h's amax into its activation slot's (zeroed by begin_forward; a recomputation's is the same).
   if (tensorwise()) swiglu_forward_amax(gu, rows, ffn, s, stream);
@@ -132,7 +129,6 @@ bool Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* k
                                stream),
                "FP8 kept scale");
   kept_t_[a][i] = keep_t;
-  return true;
 }
 
 Fp8Slot* Fp8Linears::grad_amax(int l, Linear g, int rows) {
@@ -147,13 +143,11 @@ void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStr
                {w.w8, w.k, false, &slot(l, g, kW)->scale_inv}, y, false, w.n, 0.0f, true, stream);
 }
 
-bool Fp8Linears::swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream) {
-  if (!use(l, rows) || ffn % 16 != 0) return false;
+void Fp8Linears::swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream) {
   Fp8Slot* s = slot(l, kFc1, kDy);
   if (tensorwise()) swiglu_backward_amax(dh, gu, rows, ffn, s, stream);  // zeroed by begin_backward
   swiglu_backward_fp8(dh, gu, rows, ffn, {s, options_.grads_e5m2(), tensorwise(), options_.margin_factor()}, dy8_,
                       dyt8_, stream);
-  return true;
 }
 
 void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream) {

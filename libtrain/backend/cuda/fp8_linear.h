@@ -71,22 +71,21 @@ class Fp8Linears {
   // then cast_input(..., fused = true); otherwise cast_input alone.
   Fp8Out producer_out(int l, Linear g, cudaStream_t stream);
   void cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream);
-  // fc2 of local layer l at `rows` rows: SwiGLU's forward straight into FP8 (swiglu_forward_fp8; tensorwise after
-  // an amax pass): fc2's input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the
-  // caller's: the layer's bf16 h buffer, which nothing else reads then), kept with the scale it was cast with for
-  // the backward, whose x^T cast it replaces (cast_backward). False, nothing enqueued, where fc2 runs in bf16 or
-  // ffn % 16 != 0: the caller runs swiglu_forward (and cast_input).
-  bool swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream);
+  // fc2 of local layer l at `rows` rows, where use(l, rows) (fc2's input width ffn is then a multiple of 16, as
+  // the constructor requires): SwiGLU's forward straight into FP8 (swiglu_forward_fp8; tensorwise after an amax
+  // pass): fc2's input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the caller's: the
+  // layer's bf16 h buffer, which nothing else reads then), kept with the scale it was cast with for the backward,
+  // whose x^T cast it replaces (cast_backward). Takes cast_input's place for fc2.
+  void swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream);
   // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
   void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
   // For the kernel that writes linear g's whole output gradient dy [rows, n] (tensorwise): the slot into which it
-  // maxes dy's amax (rmsnorm_backward's dres_amax, swiglu_backward's dgu_amax), and backward() then casts dy without
-  // an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
+  // maxes dy's amax (rmsnorm_backward's dres_amax: the projection's and fc2's), and cast_backward then casts dy
+  // without an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
   Fp8Slot* grad_amax(int l, Linear g, int rows);
-  // fc1 of local layer l at `rows` rows: SwiGLU's backward straight into FP8, fc1's output gradient in both layouts
-  // (swiglu_backward_fp8; tensorwise after an amax pass); cast_backward then takes dy null. False, nothing enqueued,
-  // where fc1 runs in bf16 or ffn % 16 != 0: the caller runs swiglu_backward (with grad_amax).
-  bool swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream);
+  // fc1 of local layer l at `rows` rows, where use(l, rows): SwiGLU's backward straight into FP8, fc1's output
+  // gradient in both layouts (swiglu_backward_fp8; tensorwise after an amax pass); cast_backward then takes dy null.
+  void swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream);
   // The backward's operands: dy [rows, n] cast in both layouts (null: swiglu_backward wrote them), and x^T from x,
   // the forward's bf16 input (unless the forward kept x^T: swiglu_forward).
   void cast_backward(int l, Linear g, int rows, const bf16* dy, const bf16* x, cudaStream_t stream);
@@ -121,10 +120,10 @@ class Fp8Linears {
   // Per activation slot, per FP8 linear: tensorwise its input's slot; delayed the scale_inv of a kept x^T.
   std::vector<Fp8Slot*> x_slots_;
   std::vector<std::vector<const fp8*>> kept_t_;  // per activation slot, per FP8 linear: x^T kept by the forward
-  const fp8* xt_ = nullptr;                     // the x^T and its scale_inv the next backward() reads
+  const fp8* xt_ = nullptr;                     // the x^T and its scale_inv the next backward_weight reads
   const float* xt_scale_inv_ = nullptr;
   int act_slot_ = 0;
-  std::vector<char> dy_amax_ready_;  // per FP8 linear: grad_amax was handed out, backward() skips the amax pass
+  std::vector<char> dy_amax_ready_;  // per FP8 linear: grad_amax was handed out, cast_backward skips the amax pass
   int slot_count_ = 0, max_k_ = 0, max_n_ = 0;
   std::int64_t work_rows_ = 0, rows_ = 0;  // the work buffers' rows; the current micro-batch's
   fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;  // [rows, max_k] (x, then x^T), [rows, max_n] twice
