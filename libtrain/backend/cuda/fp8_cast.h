@@ -53,8 +53,9 @@ void swiglu_backward_amax(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8
 // into out_t, no bf16 h: the same bytes as swiglu_forward then fp8_quantize. rows, ffn % 16 == 0.
 void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
                         cudaStream_t stream);
-// swiglu_backward straight into FP8 with `cast` (as above; tensorwise after swiglu_backward_amax), dgu [rows, 2 ffn] into out and its transpose into out_t, no bf16 dgu: the same bytes as swiglu_backward
-// then fp8_quantize. rows % 16 == 0, ffn % 16 == 0.
+// swiglu_backward straight into FP8 with `cast` (as above; tensorwise after swiglu_backward_amax), dgu [rows, 2 ffn]
+// into out and its transpose into out_t, no bf16 dgu: the same bytes as swiglu_backward then fp8_quantize.
+// rows % 16 == 0, ffn % 16 == 0.
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream);
 

@@ -33,6 +33,23 @@ __device__ __forceinline__ Bf16x8 act8(const Bf16x8& g8, const Bf16x8& u8) {
   return pack8(g);
 }
 __device__ __forceinline__ Bf16x8 load8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
+// A tile thread's inputs (t live), all loads issued before any use: its four rows t.r + j of the gate and the up
+// (columns t.c + [0, 8) of each half of gu), and for the backward dh's same four rows.
+__device__ __forceinline__ void load_gate_up(const bf16* __restrict__ gu, const Fp8Tile<>& t, int ffn,
+                                             Bf16x8 (&g)[4], Bf16x8 (&u)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
+    g[j] = load8(p), u[j] = load8(p + ffn);
+  }
+}
+__device__ __forceinline__ void load_grad_inputs(const bf16* __restrict__ dh, const bf16* __restrict__ gu,
+                                                 const Fp8Tile<>& t, int ffn, Bf16x8 (&d)[4], Bf16x8 (&g)[4],
+                                                 Bf16x8 (&u)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) d[j] = load8(dh + (t.r + j) * ffn + t.c);
+  load_gate_up(gu, t, ffn, g, u);
+}
 
 // Grid-stride: with an FP8 amax the grid is bounded (grid()), so that each block's one atomic stays few.
 __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
@@ -75,12 +92,7 @@ __global__ void __launch_bounds__(kTileThreads) swiglu_fwd_fp8(const bf16* __res
                                                                Fp8Cast c, fp8* __restrict__ out, fp8* __restrict__ out_t) {
   const auto t = fp8_tile(blockIdx.x, rows, ffn);
   Bf16x8 g[4], u[4];
-  if (t.live)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
-      g[j] = load8(p), u[j] = load8(p + ffn);
-    }
+  if (t.live) load_gate_up(gu, t, ffn, g, u);
   cast_tiled<1>(c, t, [&](int j, float (&a)[1][8]) { unpack8(act8(g[j], u[j]), a[0]); }, rows, ffn, ffn, 0, out,
                 out_t);
 }
@@ -92,12 +104,7 @@ __global__ void __launch_bounds__(kTileThreads) swiglu_bwd_fp8(const bf16* __res
                                                                fp8* __restrict__ out_t) {
   const auto t = fp8_tile(blockIdx.x, rows, ffn);
   Bf16x8 d[4], g[4], u[4];
-  if (t.live)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
-      d[j] = load8(dh + (t.r + j) * ffn + t.c), g[j] = load8(p), u[j] = load8(p + ffn);
-    }
+  if (t.live) load_grad_inputs(dh, gu, t, ffn, d, g, u);
   cast_tiled<2>(c, t, [&](int j, float (&a)[2][8]) {
     Bf16x8 pg, pu;
     grad8(d[j], g[j], u[j], pg, pu);
@@ -113,11 +120,7 @@ __global__ void __launch_bounds__(kTileThreads) swiglu_fwd_amax(const bf16* __re
   float m = 0.0f;
   if (t.live) {
     Bf16x8 g[4], u[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
-      g[j] = load8(p), u[j] = load8(p + ffn);
-    }
+    load_gate_up(gu, t, ffn, g, u);
 #pragma unroll
     for (int j = 0; j < 4; ++j) m = fmaxf(m, abs_max8(act8(g[j], u[j])));
   }
@@ -129,11 +132,7 @@ __global__ void __launch_bounds__(kTileThreads) swiglu_bwd_amax(const bf16* __re
   float m = 0.0f;
   if (t.live) {
     Bf16x8 d[4], g[4], u[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
-      d[j] = load8(dh + (t.r + j) * ffn + t.c), g[j] = load8(p), u[j] = load8(p + ffn);
-    }
+    load_grad_inputs(dh, gu, t, ffn, d, g, u);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       Bf16x8 pg, pu;
