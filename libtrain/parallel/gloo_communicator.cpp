@@ -94,7 +94,10 @@ class GlooCommunicator final : public Communicator {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size());
     context->setTimeout(wait_);
     gloo::rendezvous::PrefixStore store(id_, shared_->adapter);
-    guarded(fmt::format("connecting the {}", name_), 0, [&] { context->connectFullMesh(store, shared_->device); });
+    guarded(fmt::format("connecting the {}", name_), 0, [&] {
+      context->connectFullMesh(store, shared_->device);
+      wait_for_every_member(store, rank);
+    });
     context_ = std::move(context);
   }
   int rank() const override { return context_->rank; }
@@ -250,6 +253,18 @@ class GlooCommunicator final : public Communicator {
     }
   }
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  // Connecting is over for a member only once it is over for all. The connecting side of a Gloo pair counts it
+  // connected when the peer's kernel completes the handshake, before the peer has taken it up; a member that went
+  // on at once and closed the group (a refusal that every rank makes right after connecting) would close pairs
+  // under a peer still connecting, whose connect then fails with "Connection closed by peer" in place of its own
+  // refusal. The store, not the pairs, carries this last step, so a member's exit cannot break it.
+  void wait_for_every_member(gloo::rendezvous::Store& store, int rank) const {
+    store.set(fmt::format("connected/{}", rank), {});
+    std::vector<std::string> all;
+    for (int r = 0; r < size(); ++r) all.push_back(fmt::format("connected/{}", r));
+    store.wait(all, wait_);
+  }
 
   std::shared_ptr<Shared> shared_;
   std::string id_;

@@ -5,7 +5,8 @@
 //   "all_reduce #57 of 4 bytes on the world (2 ranks) did not complete within 0.1 min
 //    (--distributed-timeout-minutes): rank 1 did not answer (dead or hung)"
 // A group split from it is a Gloo context of its own, meeting under a key prefix that names its parent's
-// prefix, the split's index in the parent and the color.
+// prefix, the split's index in the parent and the color. Making a group returns on a member once every member
+// has connected it (they confirm through the store), so its members may leave it at once.
 #pragma once
 
 #include <memory>
