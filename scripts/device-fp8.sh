@@ -12,13 +12,14 @@
 #   scripts/device-fp8.sh build-cuda/devcarry 350m tests      (carry build-cuda/devcarry)
 #   scripts/device-fp8.sh build-cuda/devcarry 350m bench      (carry build-cuda/devcarry and build-cuda/wheels)
 #   scripts/device-fp8.sh build-cuda/devcarry megadlm-1.7b bench
-# STEPS (default 10): timed steps of every peer.
+# STEPS (default 10): timed steps of every peer; ACCUMULATE (default 1): micro-batches per step (compare_fp8.py).
 set -uo pipefail
 C=${1:-build-cuda/devcarry}
 CONFIGS=${2:-350m,megadlm-1.7b}
 WHAT=${3:-tests,bench}
 WHEELS=${WHEELS:-build-cuda/wheels}
 STEPS=${STEPS:-10}
+ACCUMULATE=${ACCUMULATE:-1}
 OUT=${OUT:-/tmp/dlm-out}
 HERE=$PWD
 # The bundle unpacked into C and the libraries' path (device-common.sh; its MPI settings go unused here).
@@ -47,9 +48,9 @@ if [[ $WHAT == *bench* ]]; then
   rm -rf /tmp/torchao && $PY -m pip install -q --no-deps --target /tmp/torchao $WHEELS/torchao-*.whl 2>&1 | tail -2
   export PYTHONPATH=/tmp/torchao${PYTHONPATH:+:$PYTHONPATH}
   $PY -c "import torch, torchao; print('torch', torch.__version__, 'torchao', torchao.__version__)"
-  echo "== dlm FP8 / dlm bf16 / PyTorch bf16 / torchao float8 ($CONFIGS, $STEPS timed steps each)"
+  echo "== dlm FP8 / dlm bf16 / PyTorch bf16 / torchao float8 ($CONFIGS, $STEPS timed steps of $ACCUMULATE micro-batches each)"
   cd "$HERE/benchmarks/train" && $PY compare_fp8.py --bench "$(realpath $C)/cuda_train_bench" --configs "$CONFIGS" \
-    --steps "$STEPS" --python "$PY" 2>&1 | tee "$OUT/fp8_bench.log" | grep -vE "^\s*$" | tail -40
+    --steps "$STEPS" --accumulate "$ACCUMULATE" --python "$PY" 2>&1 | tee "$OUT/fp8_bench.log" | grep -vE "^\s*$" | tail -40
   cd "$HERE"
   echo "== FP8 GEMMs beside bf16 at the step's shapes, the casts' bandwidth (benchmarks/train/fp8_bench.cpp)"
   timeout 120 "$C/fp8_bench" > "$OUT/fp8_kernels.log" 2>&1; echo "exit $?"
