@@ -262,6 +262,49 @@ TEST_F(GpuTool, AsyncSaveWritesTheBlockingSavesCheckpointBitForBit) {
   }
 }
 
+// Checkpoints hold the fp32 masters and AdamW's moments and no FP8 state (scales are taken again from the tensors),
+// so precision is a choice of each run: a bf16 run resumes in FP8 (hybrid, tensorwise), and the FP8 run's checkpoint
+// resumes in bf16 on the GPU and on the CPU, which has no FP8. Each part follows the straight bf16 run within FP8's
+// noise on this model (the tiny FP8 model tests: early losses within 1.5%), and the FP8 part is not bf16's bits.
+TEST_F(GpuTool, ABf16RunResumesInFp8AndBack) {
+  const auto straight = dir_ / "straight.jsonl", fp8 = dir_ / "fp8.jsonl", back = dir_ / "back.jsonl",
+             on_cpu = dir_ / "cpu.jsonl";
+  const auto ckpt = (dir_ / "ckpt").string();
+  auto r = run(argv_on("cuda", {"--train-iters", "12", "--metrics-file", straight.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(argv_on("cuda", {"--train-iters", "12", "--save", ckpt, "--exit-interval", "4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(argv_on("cuda", {"--train-iters", "12", "--load", ckpt, "--save", ckpt, "--exit-interval", "8",
+                           "--metrics-file", fp8.string(), "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(dir_ / "ckpt" / "iter_0000008" / "metadata.json"));
+  r = run(argv_on("cuda", {"--train-iters", "12", "--load", ckpt, "--metrics-file", back.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run(argv_on("cpu", {"--train-iters", "12", "--load", ckpt, "--metrics-file", on_cpu.string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  const auto w = numbers(losses(straight)), f = numbers(losses(fp8)), b = numbers(losses(back)),
+             c = numbers(losses(on_cpu));
+  ASSERT_EQ(w.size(), 12u);
+  ASSERT_EQ(f.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  ASSERT_EQ(c.size(), 4u);
+  double fp8_worst = 0, back_worst = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const double rf = std::abs(f[i] - w[4 + i]) / std::abs(w[4 + i]);
+    const double rb = std::abs(b[i] - w[8 + i]) / std::abs(w[8 + i]);
+    fp8_worst = std::max(fp8_worst, rf);
+    back_worst = std::max(back_worst, rb);
+    EXPECT_LT(rf, 1.5e-2) << "FP8 iteration " << 5 + i << ": " << f[i] << " vs bf16 " << w[4 + i];
+    EXPECT_LT(rb, 1.5e-2) << "bf16 again, iteration " << 9 + i << ": " << b[i] << " vs " << w[8 + i];
+    EXPECT_NEAR(c[i], b[i], 2e-2 * std::abs(b[i])) << "the CPU from the FP8 run's checkpoint, iteration " << 9 + i;
+  }
+  EXPECT_GT(fp8_worst, 1e-6) << "the resumed FP8 run gave bf16's losses: did it run in FP8?";
+  std::printf("[gpu tool] bf16 -> FP8 (iterations 5-8) -> bf16 (9-12): worst relative loss difference to the straight "
+              "bf16 run %.3g in FP8, %.3g after\n",
+              fp8_worst, back_worst);
+}
+
 // Two ranks of dlm-train on this GPU under mpiexec, their device groups staged through MPI (--device-groups staged).
 std::vector<std::string> on_two_ranks(std::vector<std::string> argv) {
   std::vector<std::string> a = {tool("DLM_MPIEXEC", DLM_MPIEXEC), "-np", "2", "--oversubscribe", "--allow-run-as-root",
