@@ -8,7 +8,7 @@
 // Random weights (as the torch side); prints one JSON line in torch_reference.py's form. With the cache, the line
 // adds the mean wall time of a storing (full) and of a window forward call of the timed run (full_ms, window_ms: GPU
 // work, the upload and the read-back), the rest of a step being the sampler's host work.
-// usage: cuda_sample_bench [--profile] [--untuned] CONFIG BATCH
+// usage: cuda_sample_bench [--profile] [--untuned] [--fp8] CONFIG BATCH
 //          [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
 //   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny; KV_CACHE: none (default) | prefix | dual; THRESHOLD 0; REFRESH 0
 // --profile: CudaOptions::profile (every forward eager, events after each phase: slower than unprofiled); after
@@ -16,6 +16,7 @@
 // exact forward, or the storing forward and the window forward of KV_CACHE.
 // --untuned: CudaOptions::deterministic, every GEMM on the heuristic's first algorithm (gemm.h), the same binary's
 // baseline for the GEMM tuning (a window step's GEMMs at batch 1 are all skinny shapes).
+// --fp8: CudaOptions::fp8_sampling (dlm-generate --fp8), the layers' linear GEMMs in FP8 e4m3.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -102,10 +103,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i)
     if (std::string(argv[i]) == "--profile") options.profile = true;
     else if (std::string(argv[i]) == "--untuned") options.deterministic = true;
+    else if (std::string(argv[i]) == "--fp8") options.fp8_sampling = true;
     else args.push_back(argv[i]);
   argc = static_cast<int>(args.size()), argv = args.data();
   if (argc < 3) {
-    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] [--untuned] megadlm-1.7b|qwen3-1.7b|tiny BATCH "
+    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] [--untuned] [--fp8] megadlm-1.7b|qwen3-1.7b|tiny BATCH "
                          "[PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]\n");
     return 2;
   }
@@ -189,10 +191,10 @@ int main(int argc, char** argv) {
       calls = "\"full_forwards\": " + std::to_string(full_clock->calls) + ", \"full_ms\": " +
               std::to_string(full_clock->ms()) + ", \"window_forwards\": " + std::to_string(window_clock->calls) +
               ", \"window_ms\": " + std::to_string(window_clock->ms()) + ", ";
-    std::printf("{\"peer\": \"dlm\", \"mode\": \"sample\", \"config\": \"%s\", \"batch\": %d, \"prompt\": %d, \"gen\": %d, "
+    std::printf("{\"peer\": \"dlm\", \"mode\": \"sample\", \"config\": \"%s\", \"fp8\": %s, \"batch\": %d, \"prompt\": %d, \"gen\": %d, "
                 "\"steps\": %d, \"block\": %d, \"kv_cache\": \"%s\", \"cache_refresh\": %d, \"threshold\": %g, "
                 "\"forwards\": %lld, %s\"seconds\": %.4f, \"tokens_per_s\": %.2f, \"first\": %d, \"masks_left\": %lld}\n",
-                name.c_str(), batch, prompt, gen, steps, block, kv_cache.c_str(), refresh, threshold,
+                name.c_str(), options.fp8_sampling ? "true" : "false", batch, prompt, gen, steps, block, kv_cache.c_str(), refresh, threshold,
                 static_cast<long long>(forwards), calls.c_str(), dt, batch * gen / dt, x.empty() ? -1 : x[0],
                 static_cast<long long>(left));
     if (options.profile) {
