@@ -1,10 +1,10 @@
 // dlm-train and dlm-generate on the GPU (--device cuda) as a user runs them: the losses of a tiny
 // diffusion model follow the CPU run's from the same seed (the GPU draws Model::init's weights and the
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
-// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU (--fp8 too; with the block KV
-// cache refreshed every step: the exact sampler's text). And the GPU's tensor (with sequence), pipeline, data and
-// expert layouts through the tool under mpiexec, two ranks sharing this GPU (--device-groups staged): their losses
-// follow the one-GPU run, and a TP2+SP checkpoint resumes on one GPU as the whole model.
+// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU (--fp8 too; with
+// the block KV cache refreshed every step: the exact sampler's text). And the GPU's tensor (with sequence),
+// pipeline, data and expert layouts through the tool under mpiexec, two ranks sharing this GPU (--device-groups
+// staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one GPU as the whole model.
 // The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL, DLM_MPIEXEC) where the binaries
 // were carried.
 #include <algorithm>
