@@ -1,5 +1,5 @@
 // FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use): the FP8 forward's logits follow the bf16
-// forward's within FP8's error (any row count, 16 or not); a storing forward is the plain FP8 forward bit for bit and
+// forward's within FP8's error (any row count, 16 or not; casts in one kernel and apart); a storing forward is the plain FP8 forward bit for bit and
 // a window right after it gives the full FP8 forward's rows within FP8 rounding (its inputs are scaled by the window's
 // own amaxes); the exact and the cached samplers run and decode every position, refreshed every step the cached one
 // is the exact one token for token; a captured forward replays the eager one bit for bit, weights imported after the
@@ -65,8 +65,10 @@ TEST_F(CudaFp8Sampling, ForwardFollowsBf16WithinFp8Error) {
   const auto c = sampling_config();
   const auto bf16 = gpu_test::model_with(c, {}, 41), fp8 = gpu_test::model_with(c, fp8_options(), 41);
   std::mt19937 rng(1);
-  // 2 x 40 = 80 rows (a multiple of 16), 1 x 37 and 3 x 23 (not).
-  for (const auto [batch, seq] : {std::pair<std::int64_t, std::int64_t>{2, 40}, {1, 37}, {3, 23}}) {
+  // 2 x 40 = 80 rows (a multiple of 16), 1 x 37 and 3 x 23 (not): each input cast in one kernel; 40 x 128 and
+  // 41 x 125 (5125 rows: not): past fp8_one_kernel_fits, the amax and the cast apart.
+  for (const auto [batch, seq] :
+       {std::pair<std::int64_t, std::int64_t>{2, 40}, {1, 37}, {3, 23}, {40, 128}, {41, 125}}) {
     SCOPED_TRACE(::testing::Message() << batch << " x " << seq);
     const auto ids = random_ids(rng, batch * seq);
     const auto want = bf16->forward_logits(batch, seq, false, ids, {});
