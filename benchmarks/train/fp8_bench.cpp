@@ -9,9 +9,9 @@
 // `window`: the samplers' window step (dlm-generate --fp8) at the 1.7B shape, piece by piece, each replayed as a CUDA
 // graph (as the samplers replay a step) over kCopies copies of the weights (so they come from memory, as a step's
 // layers do): per linear, the bf16 GEMM beside the FP8 GEMM (both tuned: skinny shapes, gemm.h), us a call and the
-// weight's GB/s; then the input casts of a layer: apart (the producer with its amax, then the cast; the attention
-// output's amax pass, then the cast) beside one kernel each (Fp8Out::current, fp8_amax_quantize), and the bf16
-// step's producers alone; per layer, the sums.
+// weight's GB/s; then a layer's producers of the GEMM inputs as the bf16 step runs them (RMSNorm, SwiGLU) beside
+// FP8's (the producer with its amax, then the cast; the attention output's amax pass, then the cast); per layer, the
+// sums.
 // usage: fp8_bench [REPS=20] | fp8_bench window [ROWS=32] [REPS=20]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -280,7 +280,7 @@ void time_window(int rows, int reps) {
   cuda::check_cuda(cudaDeviceSynchronize(), "setup");
   cuda::Fp8Slot* in = slots + 1;
   const cuda::Fp8Cast cur{in, false, true, 1.0f};
-  const cuda::Fp8Out amax_only{nullptr, in, false}, one{q, in, false, true, 1.0f};
+  const cuda::Fp8Out amax_only{nullptr, in, false};
   const auto norm = [&](const cuda::Fp8Out* f8, cudaStream_t st) {
     cuda::rmsnorm_forward(res, add, sum, nw, h, rstd, rows, d, 1e-6f, st, f8);
   };
@@ -289,31 +289,23 @@ void time_window(int rows, int reps) {
     norm(&amax_only, st);
     cuda::fp8_quantize(h, rows, d, cur, q, nullptr, st);
   }, kCalls, reps);
-  const double norm_one = graph_us([&](int, cudaStream_t st) { norm(&one, st); }, kCalls, reps);
   const double att_apart = graph_us([&](int, cudaStream_t st) {
     cuda::fp8_amax(h, static_cast<std::int64_t>(hs), in, st);
     cuda::fp8_quantize(h, rows, d, cur, q, nullptr, st);
   }, kCalls, reps);
-  const double att_one = graph_us([&](int, cudaStream_t st) { cuda::fp8_amax_quantize(h, rows, d, cur, q, st); },
-                                  kCalls, reps);
   const double swiglu_bf16 = graph_us([&](int, cudaStream_t st) { cuda::swiglu_forward(gu, act, rows, ffn, st); },
                                       kCalls, reps);
   const double swiglu_apart = graph_us([&](int, cudaStream_t st) {
     cuda::swiglu_forward(gu, act, rows, ffn, st, &amax_only);
     cuda::fp8_quantize(act, rows, ffn, cur, q, nullptr, st);
   }, kCalls, reps);
-  const double swiglu_one = graph_us([&](int, cudaStream_t st) { cuda::swiglu_forward(gu, act, rows, ffn, st, &one); },
-                                     kCalls, reps);
-  std::printf("window casts, us a call: rmsnorm [%d, %d] bf16 %.1f, FP8 apart %.1f, one kernel %.1f | attention output "
-              "FP8 apart %.1f, one kernel %.1f | swiglu [%d, %d] bf16 %.1f, FP8 apart %.1f, one kernel %.1f\n",
-              rows, d, norm_bf16, norm_apart, norm_one, att_apart, att_one, rows, ffn, swiglu_bf16, swiglu_apart,
-              swiglu_one);
+  std::printf("window producers, us a call: rmsnorm [%d, %d] bf16 %.1f, with the FP8 cast %.1f | attention output's "
+              "FP8 cast %.1f | swiglu [%d, %d] bf16 %.1f, with the FP8 cast %.1f\n",
+              rows, d, norm_bf16, norm_apart, att_apart, rows, ffn, swiglu_bf16, swiglu_apart);
   const double bf16_layer = gemm_bf16 + 2 * norm_bf16 + swiglu_bf16,
-               apart_layer = gemm_fp8 + 2 * norm_apart + att_apart + swiglu_apart,
-               one_layer = gemm_fp8 + 2 * norm_one + att_one + swiglu_one;
-  std::printf("window per layer (GEMMs + these producers), us: bf16 %.1f, FP8 casts apart %.1f (%.2fx), FP8 casts in "
-              "one kernel %.1f (%.2fx)\n",
-              bf16_layer, apart_layer, bf16_layer / apart_layer, one_layer, bf16_layer / one_layer);
+               fp8_layer = gemm_fp8 + 2 * norm_apart + att_apart + swiglu_apart;
+  std::printf("window per layer (GEMMs + these producers), us: bf16 %.1f, FP8 %.1f (%.2fx)\n", bf16_layer, fp8_layer,
+              bf16_layer / fp8_layer);
   for (void* p : {static_cast<void*>(res), static_cast<void*>(add), static_cast<void*>(sum), static_cast<void*>(h),
                   static_cast<void*>(gu), static_cast<void*>(act), static_cast<void*>(q), static_cast<void*>(nw),
                   static_cast<void*>(rstd), static_cast<void*>(slots)})

@@ -1,5 +1,5 @@
-// FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use): the FP8 forward's logits follow the bf16
-// forward's within FP8's error (any row count, 16 or not; casts in one kernel and apart); a storing forward is the plain FP8 forward bit for bit and
+// FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use): the FP8 forward's logits are as far from the
+// bf16 forward's as an independent emulation of the recipe puts them (any row count, 16 or not); a storing forward is the plain FP8 forward bit for bit and
 // a window right after it gives the full FP8 forward's rows within FP8 rounding (its inputs are scaled by the window's
 // own amaxes); the exact and the cached samplers run and decode every position, refreshed every step the cached one
 // is the exact one token for token; a captured forward replays the eager one bit for bit, weights imported after the
@@ -48,11 +48,18 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
   return gpu_test::rel_error(a, std::vector<double>(b.begin(), b.end()));
 }
 
-// e4m3 rounds each GEMM operand to 2^-4 relative (Fp8Gemm's test: ~0.04 norm-wise per GEMM of random operands); two
-// layers of four GEMMs, the residual stream and the embedding in bf16, move the logits by a few percent. A wrong
-// scale (a weight's amax read as an input's, a stale scale_inv) moves them by orders of magnitude; bf16 alone by
-// nothing (the same kernels), so the error must also exceed kRan: the GEMMs ran in FP8.
-constexpr double kFp8Bound = 0.12, kRan = 1e-3;
+// The FP8 forward's distance from bf16's is what the recipe gives on this model and these inputs, emulated
+// independently of dlm's kernels (benchmarks/train/fp8_emulation.py --sampling-forward: PyTorch on the CPU, dlm's
+// initial weights, the same ids; tensorwise e4m3 casts of each GEMM's operands, fp32 GEMMs on the dequantized values):
+// the logits' relative L2 error per shape below. Each GEMM's operand rounding (~0.04 norm-wise, Fp8Gemm's test)
+// compounds over the two layers' eight GEMMs to 0.12-0.14. The GPU must land within 10% of the emulation's value
+// (the two bf16 paths, cuDNN's attention against PyTorch's, differ by under 1%); a wrong scale (a weight's amax read
+// as an input's, a stale scale_inv) moves the logits by orders of magnitude, bf16 alone by nothing.
+struct EmulatedShape {
+  std::int64_t batch, seq;
+  double emulated;
+};
+constexpr double kEmulationBand = 0.10;
 
 class CudaFp8Sampling : public ::testing::Test {
  protected:
@@ -65,28 +72,28 @@ TEST_F(CudaFp8Sampling, ForwardFollowsBf16WithinFp8Error) {
   const auto c = sampling_config();
   const auto bf16 = gpu_test::model_with(c, {}, 41), fp8 = gpu_test::model_with(c, fp8_options(), 41);
   std::mt19937 rng(1);
-  // 2 x 40 = 80 rows (a multiple of 16), 1 x 37 and 3 x 23 (not): each input cast in one kernel; 40 x 128 and
-  // 41 x 125 (5125 rows: not): past fp8_one_kernel_fits, the amax and the cast apart.
-  for (const auto [batch, seq] :
-       {std::pair<std::int64_t, std::int64_t>{2, 40}, {1, 37}, {3, 23}, {40, 128}, {41, 125}}) {
+  // 2 x 40 = 80 rows (a multiple of 16), 1 x 37 and 3 x 23 (not); 40 x 128 and 41 x 125 (5120 and 5125 rows).
+  for (const auto [batch, seq, emulated] : {EmulatedShape{2, 40, 0.1377}, {1, 37, 0.1256}, {3, 23, 0.1155},
+                                            {40, 128, 0.1201}, {41, 125, 0.1214}}) {
     SCOPED_TRACE(::testing::Message() << batch << " x " << seq);
     const auto ids = random_ids(rng, batch * seq);
     const auto want = bf16->forward_logits(batch, seq, false, ids, {});
     const auto got = fp8->forward_logits(batch, seq, false, ids, {});
     ASSERT_EQ(got.size(), want.size());
     const double err = rel_error(got, want), cos = gpu_test::cosine(got, want);
-    std::printf("[fp8 sampling] %lld x %lld: logits relative error %.4f, cosine %.6f\n", static_cast<long long>(batch),
-                static_cast<long long>(seq), err, cos);
-    EXPECT_LT(err, kFp8Bound);
-    EXPECT_GT(err, kRan) << "the forward did not run in FP8";
+    std::printf("[fp8 sampling] %lld x %lld: logits relative error %.4f (emulated %.4f), cosine %.6f\n",
+                static_cast<long long>(batch), static_cast<long long>(seq), err, emulated, cos);
+    EXPECT_NEAR(err, emulated, kEmulationBand * emulated);
     EXPECT_GT(cos, 0.99);
     EXPECT_EQ(fp8->forward_logits(batch, seq, false, ids, {}), got) << "a second forward (the same scales)";
   }
 }
 
 // A window's inputs are cast with the window rows' own amaxes, not the full forward's: its rows differ from the full
-// forward's by FP8 rounding (each operand within 2^-4), not by bf16's; the bound is the FP8 forward's own distance
-// from bf16 (the same kind of rounding), with room, and the window of the bf16 model shows what bf16 alone gives.
+// forward's by FP8 rounding, not by bf16's. Both are the exact forward plus an FP8 rounding error of the size the FP8
+// forward's distance from bf16 measures (e); where the two roundings are independent their difference is sqrt(2) e,
+// and they share the weights' rounding (the same copies), so sqrt(2) e bounds it. The bf16 model's window shows what
+// bf16 alone gives (about 1%).
 TEST_F(CudaFp8Sampling, AWindowAfterAStoringForwardIsTheFullFp8ForwardsRows) {
   const auto c = sampling_config();
   const auto bf16 = gpu_test::model_with(c, {}, 42), fp8 = gpu_test::model_with(c, fp8_options(), 42);
@@ -109,7 +116,7 @@ TEST_F(CudaFp8Sampling, AWindowAfterAStoringForwardIsTheFullFp8ForwardsRows) {
     std::printf("[fp8 window] [%lld, %lld): relative error to the full FP8 forward %.4f (bf16's window: %.5f; FP8 vs "
                 "bf16 forward %.4f)\n", static_cast<long long>(w.first), static_cast<long long>(w.end), err, bf16_err,
                 fp8_vs_bf16);
-    EXPECT_LT(err, std::max(1.5 * fp8_vs_bf16, 0.02));
+    EXPECT_LT(err, std::sqrt(2.0) * fp8_vs_bf16);
     EXPECT_GT(gpu_test::cosine(window, want), 0.99);
   }
 }

@@ -2,15 +2,13 @@
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
 // updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
 // and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways, delayed and after an amax pass) against
-// the separate cast, and in one kernel (a cluster) against the two-kernel cast; the samplers' skinny FP8 GEMMs at any
-// row count.
+// the separate cast; the samplers' skinny FP8 GEMMs at any row count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/fp8_cast.h"
@@ -334,86 +332,6 @@ TEST(Fp8Cast, FusedProducersMatchTheSeparateCast) {
 // The gradients' producers (RMSNorm backward for the residual gradient, SwiGLU backward for fc1's) max the amax of
 // the bf16 values they write into a slot: the same amax as fp8_amax of their output, so the tensorwise cast that
 // follows (without an amax pass) writes what the separate amax and cast write, byte for byte, in both layouts.
-// Tensorwise in one kernel (Fp8Out::current, fp8_amax_quantize: one thread-block cluster reduces the amax): the same
-// bits as the two-kernel cast (the producer's amax, or fp8_amax, then fp8_quantize): the FP8 bytes, the slot's amax,
-// scale and scale_inv, and the producer's bf16 outputs (RMSNorm's residual sum, rstd and y, SwiGLU's h). RMSNorm in
-// both forms (one vector a thread at 2048, looping at 200) and rows over several rounds of the cluster's row groups;
-// a margin; a slot whose stale amax the one-kernel cast must not read.
-TEST(Fp8Cast, OneKernelCastsMatchTheTwoKernelCasts) {
-  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  std::mt19937 rng(12);
-  // Slot 0: the two-kernel cast's (amax zeroed); slot 1: the one-kernel cast's, given a stale amax of 1e30.
-  const auto stale_amax = [](Fp8Slot* slot) {
-    const float stale = 1e30f;
-    EXPECT_EQ(cudaMemcpy(&slot->amax, &stale, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  };
-  auto expect_same_slots = [](const Fp8Slot* a, const Fp8Slot* b) {
-    const auto sa = read_slot(a), sb = read_slot(b);
-    EXPECT_EQ(sa.amax, sb.amax);
-    EXPECT_EQ(sa.scale, sb.scale);
-    EXPECT_EQ(sa.scale_inv, sb.scale_inv);
-    EXPECT_GT(sa.amax, 0.0f);
-  };
-  for (const auto [rows, dim, margin] : {std::tuple{32, 2048, 1.0f}, std::tuple{37, 200, 0.5f}, std::tuple{70, 2048, 1.0f}}) {
-    SCOPED_TRACE(::testing::Message() << "rmsnorm " << rows << " x " << dim);
-    ASSERT_TRUE(fp8_one_kernel_fits(std::int64_t{rows} * dim));
-    const std::size_t n = std::size_t(rows) * dim;
-    std::vector<float> xf, af;
-    const DeviceVec<bf16> x(gpu_test::random_bf16(n, rng, 2.0f, xf)), add(gpu_test::random_bf16(n, rng, 1.0f, af));
-    std::vector<float> w(dim);
-    for (auto& v : w) v = std::normal_distribution<float>(1.0f, 0.5f)(rng);
-    const DeviceVec<float> dw(w);
-    DeviceVec<bf16> s2(n), s1(n), y2(n), y1(n);
-    DeviceVec<float> r2(rows), r1(rows);
-    DeviceVec<fp8> q2(n), q1(n);
-    auto s = slots({kFp8E4m3Max, kFp8E4m3Max}, 3.0f);
-    stale_amax(s.get() + 1);
-    const Fp8Out amax_only{nullptr, s.get(), false}, one{q1.get(), s.get() + 1, false, true, margin};
-    rmsnorm_forward(x.get(), add.get(), s2.get(), dw.get(), y2.get(), r2.get(), rows, dim, 1e-6f, nullptr, &amax_only);
-    fp8_quantize(y2.get(), rows, dim, {s.get(), false, true, margin}, q2.get(), nullptr, nullptr);
-    rmsnorm_forward(x.get(), add.get(), s1.get(), dw.get(), y1.get(), r1.get(), rows, dim, 1e-6f, nullptr, &one);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_EQ(differing(q1.download(), q2.download()), 0u);
-    EXPECT_EQ(gpu_test::to_float(s1.download()), gpu_test::to_float(s2.download()));
-    EXPECT_EQ(gpu_test::to_float(y1.download()), gpu_test::to_float(y2.download()));
-    EXPECT_EQ(r1.download(), r2.download());
-    expect_same_slots(s.get(), s.get() + 1);
-  }
-  for (const auto [rows, ffn] : {std::pair{32, 6144}, std::pair{23, 384}}) {
-    SCOPED_TRACE(::testing::Message() << "swiglu " << rows << " x " << ffn);
-    ASSERT_TRUE(fp8_one_kernel_fits(std::int64_t{rows} * ffn));
-    const std::size_t n = std::size_t(rows) * ffn;
-    std::vector<float> guf;
-    const DeviceVec<bf16> gu(gpu_test::random_bf16(2 * n, rng, 3.0f, guf));
-    DeviceVec<bf16> h2(n), h1(n);
-    DeviceVec<fp8> q2(n), q1(n);
-    auto s = slots({kFp8E4m3Max, kFp8E4m3Max}, 3.0f);
-    stale_amax(s.get() + 1);
-    const Fp8Out amax_only{nullptr, s.get(), false}, one{q1.get(), s.get() + 1, false, true, 1.0f};
-    swiglu_forward(gu.get(), h2.get(), rows, ffn, nullptr, &amax_only);
-    fp8_quantize(h2.get(), rows, ffn, {s.get(), false, true, 1.0f}, q2.get(), nullptr, nullptr);
-    swiglu_forward(gu.get(), h1.get(), rows, ffn, nullptr, &one);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_EQ(differing(q1.download(), q2.download()), 0u);
-    EXPECT_EQ(gpu_test::to_float(h1.download()), gpu_test::to_float(h2.download()));
-    expect_same_slots(s.get(), s.get() + 1);
-  }
-  for (const auto [rows, cols] : {std::pair{32, 2048}, std::pair{5, 48}}) {
-    SCOPED_TRACE(::testing::Message() << "cast " << rows << " x " << cols);
-    const std::size_t n = std::size_t(rows) * cols;
-    std::vector<float> xf;
-    const DeviceVec<bf16> x(gpu_test::random_bf16(n, rng, 5.0f, xf));
-    DeviceVec<fp8> q2(n), q1(n);
-    auto s = slots({kFp8E4m3Max, kFp8E4m3Max}, 3.0f);
-    stale_amax(s.get() + 1);
-    cast_current(x.get(), rows, cols, s.get(), false, q2.get(), nullptr);
-    fp8_amax_quantize(x.get(), rows, cols, {s.get() + 1, false, true, 1.0f}, q1.get(), nullptr);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_EQ(differing(q1.download(), q2.download()), 0u);
-    expect_same_slots(s.get(), s.get() + 1);
-  }
-}
-
 TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(11);

@@ -38,25 +38,6 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
   store_scale(c, s);
 }
 
-// Tensorwise in one kernel, the grid one cluster (fp8_amax_quantize): the amax over the cluster, then the cast of the
-// same vectors (read again, from L2).
-__global__ void __launch_bounds__(1024) amax_quantize_cluster(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* out) {
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  float m = 0.0f;
-  for (std::int64_t v = first; v < vecs; v += stride) {
-    float a[8];
-    unpack8(reinterpret_cast<const Bf16x8*>(x)[v], a);
-    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[i]));
-  }
-  const float s = cluster_current_scale(m, c.slot, c.margin_factor);
-  for (std::int64_t v = first; v < vecs; v += stride) {
-    float a[8];
-    unpack8(reinterpret_cast<const Bf16x8*>(x)[v], a);
-    store_fp8x8(a, s, c.e5m2, out + v * 8);
-  }
-}
-
 // A block a 64 x 128 tile (fp8_tile, cast_tiled). rows % 16 == 0, cols % 8 == 0.
 __global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* __restrict__ x, int rows, int cols,
                                                                    Fp8Cast c, fp8* __restrict__ out,
@@ -106,10 +87,6 @@ void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* o
     return;
   }
   quantize_transpose<<<fp8_tile_blocks(rows, cols), kTileThreads, 0, stream>>>(x, rows, cols, cast, out, out_t);
-}
-
-void fp8_amax_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, cudaStream_t stream) {
-  launch_fp8_cluster(amax_quantize_cluster, 1024, stream, x, static_cast<std::int64_t>(rows) * cols / 8, cast, out);
 }
 
 void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool algo_max, float margin_factor,

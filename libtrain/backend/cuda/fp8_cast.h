@@ -61,28 +61,11 @@ void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, cons
 
 // A fused cast in a kernel that produces a GEMM operand (rmsnorm_forward, swiglu_forward): with `out` null only the
 // output's amax is max-ed into slot->amax (tensorwise: a fp8_quantize follows); with `out` set the output is also
-// cast with slot->scale as it is (delayed) into out, of the producer's output layout; with `out` set and `current`,
-// tensorwise in one kernel: the producer runs as one thread-block cluster that takes its output's amax over the
-// cluster and casts with the scale of it (fp8_one_kernel_fits), writing slot->amax, scale and scale_inv as
-// fp8_amax_quantize does (no zeroing first).
+// cast with slot->scale as it is (delayed) into out, of the producer's output layout.
 struct Fp8Out {
   fp8* out;
   Fp8Slot* slot;
   bool e5m2;
-  bool current = false;
-  float margin_factor = 1.0f;  // 2^-margin, with `current`
 };
-
-// Tensorwise in one kernel: a tensor of at most kFp8OneKernelElements runs its amax and cast (and a producer its
-// output, Fp8Out::current) as one thread-block cluster of kFp8ClusterBlocks blocks, the amax reduced over the
-// cluster through distributed shared memory. For the samplers' few-row forwards, where a kernel's launch and
-// latency cost more than the reads (a window step at batch 1: 32 rows), and one cluster's multiprocessors read the
-// tensor in about a kernel's latency; larger tensors take the amax pass and the cast apart, over the whole GPU.
-constexpr int kFp8ClusterBlocks = 8;
-constexpr std::int64_t kFp8OneKernelElements = std::int64_t{1} << 19;
-inline bool fp8_one_kernel_fits(std::int64_t elements) { return elements <= kFp8OneKernelElements; }
-// x [rows, cols] cast tensorwise (cast.current) with its own amax in one kernel (fp8_one_kernel_fits(rows * cols)):
-// the same slot values and bytes as zeroing slot->amax, fp8_amax, then fp8_quantize. cols % 8 == 0.
-void fp8_amax_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, cudaStream_t stream);
 
 }  // namespace dlm::train::cuda

@@ -1,7 +1,6 @@
 // Device helpers of the FP8 casts (fp8_cast.cu and the producers that fuse a cast or an amax: rmsnorm.cu, swiglu.cu).
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include "common.cuh"
@@ -45,23 +44,19 @@ __device__ __forceinline__ float abs_max8(const Bf16x8& p) {
   for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i]));
   return m;
 }
-// The block's largest `v`, in its first thread (the others get partial maxima). Every thread of the block calls it
-// (blockDim.x a multiple of 32, at most 1024), at most once a kernel.
-__device__ __forceinline__ float block_max_to_first(float v) {
+// The block's largest `v` max-ed into slot->amax by its first thread: one atomic a block (atomics on one address
+// serialize: a warp's each would be tens of thousands a tensor). Every thread of the block calls it once, at most
+// once a kernel (blockDim.x a multiple of 32, at most 1024).
+__device__ __forceinline__ void block_amax_commit(float v, Fp8Slot* slot) {
   __shared__ float warps_max[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warp_max(v);
   if (lane == 0) warps_max[warp] = v;
   __syncthreads();
-  if (warp == 0) v = warp_max(lane < static_cast<int>(blockDim.x >> 5) ? warps_max[lane] : 0.0f);
-  return v;
-}
-// The block's largest `v` max-ed into slot->amax by its first thread: one atomic a block (atomics on one address
-// serialize: a warp's each would be tens of thousands a tensor). Every thread of the block calls it once, at most
-// once a kernel (blockDim.x a multiple of 32, at most 1024).
-__device__ __forceinline__ void block_amax_commit(float v, Fp8Slot* slot) {
-  v = block_max_to_first(v);
-  if (threadIdx.x == 0) atomic_max_nonneg(&slot->amax, v);
+  if (warp == 0) {
+    v = warp_max(lane < static_cast<int>(blockDim.x >> 5) ? warps_max[lane] : 0.0f);
+    if (lane == 0) atomic_max_nonneg(&slot->amax, v);
+  }
 }
 // The cast's scale (see Fp8Cast); the first thread of the grid stores it and its inverse.
 __device__ __forceinline__ float cast_scale(const Fp8Cast& c) {
@@ -200,40 +195,6 @@ __device__ __forceinline__ float fused_fp8x8(const float* v, const Fp8Out& f, st
   if (f.out) store_fp8x8(v, f.slot->scale, f.e5m2, f.out + offset);
   return m;
 }
-// Tensorwise in one kernel (fp8_cast.h: Fp8Out::current, fp8_amax_quantize): the grid is one thread-block cluster.
-// From each thread's largest |value| `m`: the block's maximum into shared memory, then every block's read through
-// distributed shared memory, so every thread gets the tensor's amax and the scale of it (fp8_scale from the slot's
-// previous scale, read before the first barrier, ahead of the write); the cluster's first thread stores amax, scale
-// and scale_inv. A second barrier keeps each block's shared memory until every block has read it. Every thread of
-// the grid calls it once.
-__device__ __forceinline__ float cluster_current_scale(float m, Fp8Slot* slot, float margin_factor) {
-  __shared__ float block_max;
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  const float previous = slot->scale, fp8_max = slot->fp8_max;
-  m = block_max_to_first(m);
-  if (threadIdx.x == 0) block_max = m;
-  cluster.sync();
-  float amax = 0.0f;
-  for (unsigned r = 0; r < cluster.num_blocks(); ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&block_max, r));
-  const float s = fp8_scale(amax, fp8_max, margin_factor, previous);
-  if (cluster.block_rank() == 0 && threadIdx.x == 0) slot->amax = amax, slot->scale = s, slot->scale_inv = 1.0f / s;
-  cluster.sync();
-  return s;
-}
-// Launches `kernel` as one cluster of kFp8ClusterBlocks blocks of `threads`.
-template <typename... Params, typename... Args>
-void launch_fp8_cluster(void (*kernel)(Params...), int threads, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(kFp8ClusterBlocks), config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kFp8ClusterBlocks, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster, config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), "FP8 cluster launch");
-}
-
 // A fused producer's first thread records the inverse of the scale it cast with (delayed).
 __device__ __forceinline__ void fused_fp8_scale_inv(const Fp8Out& f) {
   if (f.out && blockIdx.x == 0 && threadIdx.x == 0) f.slot->scale_inv = 1.0f / f.slot->scale;

@@ -34,12 +34,9 @@
 // graph capture), row-major only (no transposes); the inputs are cast per forward with their own amax, into one
 // buffer sized for the largest forward (reserve_rows, with the activations) and one set of input slots (no
 // activation slots: no backward reads them). Any row count runs in FP8: the rows are the GEMM's non-contiguous
-// dimension, which cuBLASLt's FP8 kernels take at any size (fp8_gemm_fits), and the casts here run row-major only.
-// A few-row forward (a window step: fp8_one_kernel_fits) casts each input in the kernel that produces it, the
-// producer run as one thread-block cluster that reduces the amax itself (Fp8Out::current: RMSNorm for the QKV and fc1
-// inputs, SwiGLU for fc2's; fp8_amax_quantize for attention's output), so FP8 adds no kernel but that one for the
-// projection; a larger one takes the producer's fused amax (RMSNorm, and SwiGLU writing bf16 h) or an amax pass
-// (attention's output), then a cast pass over the whole GPU.
+// dimension, which cuBLASLt's FP8 kernels take at any size (fp8_gemm_fits), and the casts here run row-major only
+// (RMSNorm's amax fused, a separate amax pass for attention's output; SwiGLU writes bf16 h with its amax fused, then
+// one cast pass: the same bytes as the amax pass and the straight-into-FP8 pass of training, at any row count).
 #pragma once
 
 #include <array>
@@ -78,8 +75,8 @@ class Fp8Linears {
   // Forward-only: the input buffer holds forwards of up to `rows` rows (allocated, outside a graph capture, when it
   // did not: its address moves, so the caller drops captured forwards then, as it does when its activations move).
   void reserve_rows(std::int64_t rows);
-  // Forward-only: a forward of `rows` rows (at most reserve_rows') begins: its inputs' amaxes zeroed (unless every
-  // cast runs in one kernel, which writes them). Captured with the forward.
+  // Forward-only: a forward of `rows` rows (at most reserve_rows') begins: its inputs' amaxes zeroed. Captured with
+  // the forward.
   void begin_forward_only(std::int64_t rows, cudaStream_t stream);
   // A micro-batch's backward begins, of the forward that ran in act_slot: the gradients' amaxes zeroed (tensorwise).
   // Before the first producer of a gradient (the head's RMSNorm backward).
@@ -137,8 +134,6 @@ class Fp8Linears {
     return slots_ + index(l, g) * kOperands + o;
   }
   const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
-  // Forward-only, linear g's input cast tensorwise in one kernel at this forward's rows (fp8_one_kernel_fits).
-  bool one_kernel(int l, Linear g) const { return forward_only_ && fp8_one_kernel_fits(rows_ * weight(l, g).k); }
   // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
   void cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t, cudaStream_t stream);
   // The work buffers for `rows` rows (training's gradient buffers too); whether they moved.

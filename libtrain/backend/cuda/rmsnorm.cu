@@ -101,71 +101,6 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
 }
 
-// The forward with y also cast tensorwise in the same kernel (Fp8Out::current), the grid one cluster: rows are taken
-// by groups of `group` threads (the forms above: dim / 8 when one vector a thread, else kThreads), 1024 / group groups
-// a block, and a group's sum of squares is reduced in block_sum's order, so s, rstd and y are the forms' bits; the
-// amax over the cluster (cluster_current_scale), then each thread casts the y it wrote. Every thread runs the same
-// number of row rounds (the barriers), rows past the end idle.
-__global__ void __launch_bounds__(1024) rmsnorm_fwd_cluster(const bf16* x, const bf16* add, bf16* s_out,
-                                                            const float* w, bf16* y, float* rstd, int rows, int dim,
-                                                            float eps, int group, Fp8Out f8) {
-  __shared__ float scratch[32];
-  const int groups = static_cast<int>(blockDim.x) / group, g = static_cast<int>(threadIdx.x) / group,
-            t = static_cast<int>(threadIdx.x) % group, vecs = dim / 8, lane = threadIdx.x & 31,
-            warp = threadIdx.x >> 5, group_warps = group >> 5;
-  // The group's rounded sum s = x + add of vector v (stored with `store`).
-  const auto sum8 = [&](std::int64_t at, float* a, bool store) {
-    unpack8(reinterpret_cast<const Bf16x8*>(x + at)[0], a);
-    if (!add) return;
-    float b[8];
-    unpack8(reinterpret_cast<const Bf16x8*>(add + at)[0], b);
-    for (int i = 0; i < 8; ++i) a[i] += b[i];
-    const Bf16x8 p = pack8(a);
-    if (store) *reinterpret_cast<Bf16x8*>(s_out + at) = p;
-    unpack8(p, a);
-  };
-  float m = 0.0f;
-  for (int base = static_cast<int>(blockIdx.x) * groups; base < rows; base += static_cast<int>(gridDim.x) * groups) {
-    const int row = base + g;
-    const bool live = row < rows;
-    const std::int64_t off = static_cast<std::int64_t>(row) * dim;
-    float ss = 0.0f;
-    if (live)
-      for (int v = t; v < vecs; v += group) {
-        float a[8];
-        sum8(off + v * 8, a, true);
-        for (int i = 0; i < 8; ++i) ss += a[i] * a[i];
-      }
-    ss = warp_sum(ss);  // block_sum over the group's warps
-    __syncthreads();
-    if (lane == 0) scratch[warp] = ss;
-    __syncthreads();
-    ss = warp_sum(lane < group_warps ? scratch[g * group_warps + lane] : 0.0f);
-    if (!live) continue;
-    const float r = rsqrtf(ss / static_cast<float>(dim) + eps);
-    if (t == 0) rstd[row] = r;
-    for (int v = t; v < vecs; v += group) {
-      float a[8];
-      sum8(off + v * 8, a, false);
-      for (int i = 0; i < 8; ++i) a[i] *= r * w[v * 8 + i];
-      const Bf16x8 p = pack8(a);
-      reinterpret_cast<Bf16x8*>(y + off)[v] = p;
-      m = fmaxf(m, abs_max8(p));
-    }
-  }
-  const float s = cluster_current_scale(m, f8.slot, f8.margin_factor);
-  for (int base = static_cast<int>(blockIdx.x) * groups; base < rows; base += static_cast<int>(gridDim.x) * groups) {
-    const int row = base + g;
-    if (row >= rows) continue;
-    const std::int64_t off = static_cast<std::int64_t>(row) * dim;
-    for (int v = t; v < vecs; v += group) {
-      float a[8];
-      unpack8(reinterpret_cast<const Bf16x8*>(y + off)[v], a);  // this thread's own store above
-      store_fp8x8(a, s, f8.e5m2, f8.out + off + v * 8);
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf16* s, const float* w,
                                                         const float* rstd, bf16* dres, bool accumulate,
                                                         float* partial, int rows, int dim, Fp8Slot* amax) {
@@ -408,11 +343,6 @@ int backward_blocks(int rows, int dim) {
 void rmsnorm_forward(const bf16* x, const bf16* add, bf16* s_out, const float* w, bf16* y, float* rstd, int rows,
                      int dim, float eps, cudaStream_t stream, const Fp8Out* fp8) {
   const Fp8Out f8 = fp8 ? *fp8 : Fp8Out{};
-  if (f8.out && f8.current) {
-    const int group = one_vector_a_thread(dim) ? dim / 8 : kThreads;
-    return launch_fp8_cluster(rmsnorm_fwd_cluster, 1024 / group * group, stream, x, add, s_out, w, y, rstd, rows, dim,
-                              eps, group, f8);
-  }
   if (one_vector_a_thread(dim))
     return rmsnorm_fwd_vec<<<rows, dim / 8, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps, f8);
   rmsnorm_fwd<<<rows, kThreads, 0, stream>>>(x, add, s_out, w, y, rstd, dim, eps, f8);

@@ -86,28 +86,6 @@ __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64
   if (amax) block_amax_commit(m, amax);
 }
 
-// The forward with h also cast tensorwise in the same kernel (Fp8Out::current), the grid one cluster: h and its amax
-// over the cluster (cluster_current_scale), then each thread casts the h it wrote.
-__global__ void __launch_bounds__(1024) swiglu_fwd_cluster(const bf16* gu, bf16* h, std::int64_t vecs, int ffn,
-                                                           Fp8Out f8) {
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const int per_row = ffn / 8;
-  float m = 0.0f;
-  for (std::int64_t i = first; i < vecs; i += stride) {
-    const bf16* g8 = gu + i / per_row * 2 * ffn + i % per_row * 8;
-    const Bf16x8 p = act8(load8(g8), load8(g8 + ffn));
-    reinterpret_cast<Bf16x8*>(h)[i] = p;  // h [rows, ffn]: vector i is row i / per_row, column (i % per_row) * 8
-    m = fmaxf(m, abs_max8(p));
-  }
-  const float s = cluster_current_scale(m, f8.slot, f8.margin_factor);
-  for (std::int64_t i = first; i < vecs; i += stride) {
-    float a[8];
-    unpack8(reinterpret_cast<const Bf16x8*>(h)[i], a);  // this thread's own store above
-    store_fp8x8(a, s, f8.e5m2, f8.out + i * 8);
-  }
-}
-
 // The forward straight into FP8 (no bf16 h): a block a 64 x 128 tile of h, cast in both layouts (cast_tile8) from
 // the bf16 values swiglu_fwd would write.
 __global__ void __launch_bounds__(kTileThreads) swiglu_fwd_fp8(const bf16* __restrict__ gu, int rows, int ffn,
@@ -176,7 +154,6 @@ unsigned grid(std::int64_t vecs, bool amax) {
 void swiglu_forward(const bf16* gu, bf16* h, std::int64_t rows, int ffn, cudaStream_t stream, const Fp8Out* fp8) {
   const std::int64_t vecs = rows * (ffn / 8);
   const Fp8Out f8 = fp8 ? *fp8 : Fp8Out{};
-  if (f8.out && f8.current) return launch_fp8_cluster(swiglu_fwd_cluster, 1024, stream, gu, h, vecs, ffn, f8);
   swiglu_fwd<<<grid(vecs, f8.slot != nullptr), 256, 0, stream>>>(gu, h, vecs, ffn, f8);
 }
 
