@@ -84,12 +84,17 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                        I.rope_sin, st);
   mark("qk-norm+rope fwd");
+  // FP8 (tensorwise): the projection's input amax taken by the window attention as it writes its output.
+  Fp8Out att_cast{};
+  if (window && f8_attention) att_cast = f8->producer_out(l, Fp8Linears::kProj, st);
+  const bool att_amax = att_cast.slot && !att_cast.out;
   if (window) {
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
                                   I.cfg.kv_channels, kv->width};
     window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
-                     kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st);
+                     kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st, 0, 0,
+                     att_amax ? att_cast.slot : nullptr);
     mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
@@ -101,7 +106,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     }
   }
   if (f8_attention) {
-    f8->cast_input(l, Fp8Linears::kProj, A.att, T, false, st);
+    f8->cast_input(l, Fp8Linears::kProj, A.att, T, att_amax, st);
     mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kProj, T, w.tmp_full, st);
   } else {
