@@ -7,8 +7,10 @@
 // torch_reference.py's generate_cached on the PyTorch side.
 // Random weights (as the torch side); prints one JSON line in torch_reference.py's form. With the cache, the line
 // adds the mean wall time of a storing (full) and of a window forward call of the timed run (full_ms, window_ms: GPU
-// work, the upload and the read-back), the rest of a step being the sampler's host work.
-// usage: cuda_sample_bench [--profile] [--untuned] CONFIG BATCH
+// work, the upload and the read-back), the rest of a step being the sampler's host work. The exact sampler's line adds
+// decoded_as_mask: positions whose x0 was the mask id (random weights can choose it; such a position reads as a mask
+// left, masks_left).
+// usage: cuda_sample_bench [--profile] [--untuned] [--fp8] CONFIG BATCH
 //          [PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]
 //   CONFIG: megadlm-1.7b | qwen3-1.7b | tiny; KV_CACHE: none (default) | prefix | dual; THRESHOLD 0; REFRESH 0
 // --profile: CudaOptions::profile (every forward eager, events after each phase: slower than unprofiled); after
@@ -16,6 +18,7 @@
 // exact forward, or the storing forward and the window forward of KV_CACHE.
 // --untuned: CudaOptions::deterministic, every GEMM on the heuristic's first algorithm (gemm.h), the same binary's
 // baseline for the GEMM tuning (a window step's GEMMs at batch 1 are all skinny shapes).
+// --fp8: CudaOptions::fp8_sampling (dlm-generate --fp8), the layers' linear GEMMs in FP8 e4m3.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -37,6 +40,9 @@ namespace {
 struct Run {
   dlm::train::CudaModel& model;
   int batch, prompt, mask;
+  // Decoded positions whose x0 was the mask id itself (MegaDLMs' generate takes the argmax over the whole vocabulary,
+  // the mask id included): they stay masks, and a block can end with one left (masks_left).
+  long long decoded_as_mask = 0;
   std::vector<std::int32_t> generate(const std::vector<std::int32_t>& prompts, int gen, int steps, int block) {
     const int L = prompt + gen, blocks = gen / block, per_block = steps / blocks;
     std::vector<std::int32_t> x(static_cast<std::size_t>(batch) * L, mask), tok;
@@ -60,7 +66,10 @@ struct Run {
           const int take = std::min<int>(k, static_cast<int>(idx.size()));
           std::partial_sort(idx.begin(), idx.begin() + take, idx.end(),
                             [&](int a, int b) { return conf[r * L + a] > conf[r * L + b]; });
-          for (int t = 0; t < take; ++t) x[r * L + idx[t]] = tok[r * L + idx[t]];
+          for (int t = 0; t < take; ++t) {
+            x[r * L + idx[t]] = tok[r * L + idx[t]];
+            decoded_as_mask += tok[r * L + idx[t]] == mask;
+          }
         }
       }
     }
@@ -102,10 +111,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i)
     if (std::string(argv[i]) == "--profile") options.profile = true;
     else if (std::string(argv[i]) == "--untuned") options.deterministic = true;
+    else if (std::string(argv[i]) == "--fp8") options.fp8_sampling = true;
     else args.push_back(argv[i]);
   argc = static_cast<int>(args.size()), argv = args.data();
   if (argc < 3) {
-    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] [--untuned] megadlm-1.7b|qwen3-1.7b|tiny BATCH "
+    std::fprintf(stderr, "usage: cuda_sample_bench [--profile] [--untuned] [--fp8] megadlm-1.7b|qwen3-1.7b|tiny BATCH "
                          "[PROMPT GEN STEPS BLOCK [KV_CACHE [THRESHOLD [REFRESH]]]]\n");
     return 2;
   }
@@ -138,10 +148,12 @@ int main(int argc, char** argv) {
     const int mask = static_cast<int>(c.vocab_size - 1);
     std::int64_t forwards = steps;
     std::function<std::vector<std::int32_t>(int)> generate;  // the generated part of every row, given the steps
+    Run exact{*model, batch, prompt, mask};
     const auto full_clock = std::make_shared<CallClock>(), window_clock = std::make_shared<CallClock>();
     if (kv_cache == "none" && threshold <= 0) {
-      generate = [&, run = Run{*model, batch, prompt, mask}](int s) mutable {
-        auto x = run.generate(prompts, gen, s, block);
+      generate = [&](int s) {
+        exact.decoded_as_mask = 0;
+        auto x = exact.generate(prompts, gen, s, block);
         std::vector<std::int32_t> out;
         for (int r = 0; r < batch; ++r)
           out.insert(out.end(), x.begin() + static_cast<std::ptrdiff_t>(r) * (prompt + gen) + prompt,
@@ -185,14 +197,15 @@ int main(int argc, char** argv) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto left = std::count(x.begin(), x.end(), mask);
     std::string calls;
+    if (kv_cache == "none" && threshold <= 0) calls = "\"decoded_as_mask\": " + std::to_string(exact.decoded_as_mask) + ", ";
     if (full_clock->calls + window_clock->calls > 0)
       calls = "\"full_forwards\": " + std::to_string(full_clock->calls) + ", \"full_ms\": " +
               std::to_string(full_clock->ms()) + ", \"window_forwards\": " + std::to_string(window_clock->calls) +
               ", \"window_ms\": " + std::to_string(window_clock->ms()) + ", ";
-    std::printf("{\"peer\": \"dlm\", \"mode\": \"sample\", \"config\": \"%s\", \"batch\": %d, \"prompt\": %d, \"gen\": %d, "
+    std::printf("{\"peer\": \"dlm\", \"mode\": \"sample\", \"config\": \"%s\", \"fp8\": %s, \"batch\": %d, \"prompt\": %d, \"gen\": %d, "
                 "\"steps\": %d, \"block\": %d, \"kv_cache\": \"%s\", \"cache_refresh\": %d, \"threshold\": %g, "
                 "\"forwards\": %lld, %s\"seconds\": %.4f, \"tokens_per_s\": %.2f, \"first\": %d, \"masks_left\": %lld}\n",
-                name.c_str(), batch, prompt, gen, steps, block, kv_cache.c_str(), refresh, threshold,
+                name.c_str(), options.fp8_sampling ? "true" : "false", batch, prompt, gen, steps, block, kv_cache.c_str(), refresh, threshold,
                 static_cast<long long>(forwards), calls.c_str(), dt, batch * gen / dt, x.empty() ? -1 : x[0],
                 static_cast<long long>(left));
     if (options.profile) {

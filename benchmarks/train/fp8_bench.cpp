@@ -6,7 +6,13 @@
 // forward with and without its fused cast, the gradients' producers (RMSNorm and SwiGLU backward; SwiGLU forward)
 // with and without their fused amax, and SwiGLU straight into FP8 against SwiGLU then the casts (delayed and
 // tensorwise).
-// usage: fp8_bench [REPS=20]
+// `window`: the samplers' window step (dlm-generate --fp8) at the 1.7B shape, piece by piece, each replayed as a CUDA
+// graph (as the samplers replay a step) over kCopies copies of the weights (so they come from memory, as a step's
+// layers do): per linear, the bf16 GEMM beside the FP8 GEMM (both tuned: skinny shapes, gemm.h), us a call and the
+// weight's GB/s; then a layer's producers of the GEMM inputs as the bf16 step runs them (RMSNorm, SwiGLU) beside
+// FP8's (the producer with its amax, then the cast; the attention output's amax pass, then the cast); per layer, the
+// sums.
+// usage: fp8_bench [REPS=20] | fp8_bench window [ROWS=32] [REPS=20]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -204,9 +210,120 @@ void time_linears(cuda::Gemm& gemm, const Model& model, cuda::Fp8Slot* slots, in
     cudaFree(p);
 }
 
+// Microseconds per call of f(i, stream), i in [0, calls), replayed `reps` times as one captured CUDA graph after an
+// eager run (per-shape choices, GEMM tuning) and one untimed replay.
+template <typename F>
+double graph_us(F&& f, int calls, int reps) {
+  cudaStream_t st = nullptr;
+  cuda::check_cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+  for (int i = 0; i < calls; ++i) f(i, st);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda::check_cuda(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < calls; ++i) f(i, st);
+  cuda::check_cuda(cudaStreamEndCapture(st, &graph), "capture");
+  cuda::check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const double ms = dlm::bench::time_ms([&] { cuda::check_cuda(cudaGraphLaunch(exec, st), "replay"); }, reps, st);
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(st);
+  return 1e3 * ms / calls;
+}
+
+void time_window(int rows, int reps) {
+  constexpr int kCopies = 8, kCalls = 32;  // kCopies x a linear's weights: 0.2-0.8 GB of bf16, beyond L2
+  const int d = 2048, ffn = 6144;
+  const std::vector<Linear> linears = {{"qkv", 6144, 2048}, {"proj", 2048, 2048}, {"fc1", 12288, 2048}, {"fc2", 2048, 6144}};
+  // Slot 0: the weights' (scale 1: uniform operands), slot 1: the inputs' (tensorwise: written by each cast).
+  const std::vector<cuda::Fp8Slot> init(2, {.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 448});
+  cuda::Fp8Slot* slots = dlm::bench::device_alloc<cuda::Fp8Slot>(init.size());
+  cuda::check_cuda(cudaMemcpy(slots, init.data(), sizeof(cuda::Fp8Slot) * init.size(), cudaMemcpyHostToDevice), "slots");
+  cuda::Gemm gemm(true);
+  double gemm_bf16 = 0, gemm_fp8 = 0;
+  for (const Linear& l : linears) {
+    const std::size_t ws = std::size_t(l.n) * l.k, xs = std::size_t(rows) * l.k;
+    bf16 *w = dlm::bench::device_alloc<bf16>(ws * kCopies), *x = dlm::bench::device_alloc<bf16>(xs),
+         *y = dlm::bench::device_alloc<bf16>(std::size_t(rows) * l.n);
+    fp8 *w8 = dlm::bench::device_alloc<fp8>(ws * kCopies), *x8 = dlm::bench::device_alloc<fp8>(xs);
+    dlm::bench::fill_random(w, ws), dlm::bench::fill_random(x, xs, 3);
+    for (int c = 1; c < kCopies; ++c)
+      cuda::check_cuda(cudaMemcpy(w + c * ws, w, ws * 2, cudaMemcpyDeviceToDevice), "weight copies");
+    cuda::fp8_quantize(w, l.n, l.k, {slots, false, false, 1.0f}, w8, nullptr, nullptr);
+    for (int c = 1; c < kCopies; ++c)
+      cuda::check_cuda(cudaMemcpy(w8 + c * ws, w8, ws, cudaMemcpyDeviceToDevice), "weight copies");
+    cuda::fp8_quantize(x, rows, l.k, {slots + 1, false, false, 1.0f}, x8, nullptr, nullptr);
+    cuda::check_cuda(cudaDeviceSynchronize(), "setup");  // the graphs run on a stream of their own
+    const float* si = &slots[0].scale_inv;
+    const double bf = graph_us([&](int i, cudaStream_t st) {
+      gemm.run(false, true, rows, l.n, l.k, x, l.k, w + (i % kCopies) * ws, l.k, y, false, l.n, 0.0f, st);
+    }, kCalls, reps);
+    const double f8 = graph_us([&](int i, cudaStream_t st) {
+      gemm.run_fp8(rows, l.n, l.k, {x8, l.k, false, si}, {w8 + (i % kCopies) * ws, l.k, false, si}, y, false, l.n,
+                   0.0f, true, st);
+    }, kCalls, reps);
+    gemm_bf16 += bf, gemm_fp8 += f8;
+    std::printf("window %-5s %4d x %5d x %5d  bf16 %6.1f us (%4.0f GB/s)  FP8 %6.1f us (%4.0f GB/s)  %.2fx\n", l.name,
+                rows, l.n, l.k, bf, 2.0 * ws / bf / 1e3, f8, 1.0 * ws / f8 / 1e3, bf / f8);
+    for (void* p : {static_cast<void*>(w), static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(w8),
+                    static_cast<void*>(x8)})
+      cudaFree(p);
+  }
+  // A layer's producers of the GEMM inputs, as the step runs them: RMSNorm with the residual add (twice a layer),
+  // SwiGLU, and for FP8 the attention output's cast.
+  const std::size_t hs = std::size_t(rows) * d, gs = std::size_t(rows) * ffn;
+  bf16 *res = dlm::bench::device_alloc<bf16>(hs), *add = dlm::bench::device_alloc<bf16>(hs),
+       *sum = dlm::bench::device_alloc<bf16>(hs), *h = dlm::bench::device_alloc<bf16>(hs),
+       *gu = dlm::bench::device_alloc<bf16>(2 * gs), *act = dlm::bench::device_alloc<bf16>(gs);
+  fp8* q = dlm::bench::device_alloc<fp8>(gs);
+  float *nw = dlm::bench::device_alloc<float>(d), *rstd = dlm::bench::device_alloc<float>(rows);
+  dlm::bench::fill_random(res, hs), dlm::bench::fill_random(add, hs, 5), dlm::bench::fill_random(gu, 2 * gs, 7);
+  const std::vector<float> ones(static_cast<std::size_t>(d), 1.0f);
+  cuda::check_cuda(cudaMemcpy(nw, ones.data(), sizeof(float) * ones.size(), cudaMemcpyHostToDevice), "norm weight");
+  cuda::check_cuda(cudaDeviceSynchronize(), "setup");
+  cuda::Fp8Slot* in = slots + 1;
+  const cuda::Fp8Cast cur{in, false, true, 1.0f};
+  const cuda::Fp8Out amax_only{nullptr, in, false};
+  const auto norm = [&](const cuda::Fp8Out* f8, cudaStream_t st) {
+    cuda::rmsnorm_forward(res, add, sum, nw, h, rstd, rows, d, 1e-6f, st, f8);
+  };
+  const double norm_bf16 = graph_us([&](int, cudaStream_t st) { norm(nullptr, st); }, kCalls, reps);
+  const double norm_apart = graph_us([&](int, cudaStream_t st) {
+    norm(&amax_only, st);
+    cuda::fp8_quantize(h, rows, d, cur, q, nullptr, st);
+  }, kCalls, reps);
+  const double att_apart = graph_us([&](int, cudaStream_t st) {
+    cuda::fp8_amax(h, static_cast<std::int64_t>(hs), in, st);
+    cuda::fp8_quantize(h, rows, d, cur, q, nullptr, st);
+  }, kCalls, reps);
+  const double swiglu_bf16 = graph_us([&](int, cudaStream_t st) { cuda::swiglu_forward(gu, act, rows, ffn, st); },
+                                      kCalls, reps);
+  const double swiglu_apart = graph_us([&](int, cudaStream_t st) {
+    cuda::swiglu_forward(gu, act, rows, ffn, st, &amax_only);
+    cuda::fp8_quantize(act, rows, ffn, cur, q, nullptr, st);
+  }, kCalls, reps);
+  std::printf("window producers, us a call: rmsnorm [%d, %d] bf16 %.1f, with the FP8 cast %.1f | attention output's "
+              "FP8 cast %.1f | swiglu [%d, %d] bf16 %.1f, with the FP8 cast %.1f\n",
+              rows, d, norm_bf16, norm_apart, att_apart, rows, ffn, swiglu_bf16, swiglu_apart);
+  const double bf16_layer = gemm_bf16 + 2 * norm_bf16 + swiglu_bf16,
+               fp8_layer = gemm_fp8 + 2 * norm_apart + att_apart + swiglu_apart;
+  std::printf("window per layer (GEMMs + these producers), us: bf16 %.1f, FP8 %.1f (%.2fx)\n", bf16_layer, fp8_layer,
+              bf16_layer / fp8_layer);
+  for (void* p : {static_cast<void*>(res), static_cast<void*>(add), static_cast<void*>(sum), static_cast<void*>(h),
+                  static_cast<void*>(gu), static_cast<void*>(act), static_cast<void*>(q), static_cast<void*>(nw),
+                  static_cast<void*>(rstd), static_cast<void*>(slots)})
+    cudaFree(p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "window") {
+    try {
+      time_window(argc > 2 ? std::atoi(argv[2]) : 32, argc > 3 ? std::atoi(argv[3]) : 20);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fp8_bench: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
   try {
     // Slot 0 e4m3, slot 1 e5m2, both at scale 1 (the operands are uniform in [-0.5, 0.5)).

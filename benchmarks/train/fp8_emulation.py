@@ -23,6 +23,9 @@ fp32 accumulation, bf16 outputs); fp32 is printed beside it as the floor of what
 usage: fp8_emulation.py [--steps 40] [--seeds 31] [--data-seeds 8] [--recipes all] [--width 128]
 Prints per run the first and last losses and the mean of the last ten (the test's statistic), and per recipe the
 mean and spread over the seeds of (recipe - bf16) in that statistic.
+--sampling-forward: instead, FP8 sampling's forward (dlm-generate --fp8: tensorwise e4m3 at any row count) against
+bf16's on tests/gpu/cuda_fp8_sampling_test.cpp's model (seed 41, init std 0.05, FFN 384) and inputs (std::mt19937
+seeded 1, ids below 499, shape after shape): the logits' relative L2 error per shape, the bound that test derives.
 """
 import argparse
 import math
@@ -48,8 +51,9 @@ DEFECT = "none"
 
 class Recipe:
     def __init__(self, name, fp8=True, grads=E5M2, delayed=False, history=1, algo_max=False, margin=0,
-                 current_grads=False):
+                 current_grads=False, any_rows=False):
         self.name, self.fp8, self.grads, self.delayed = name, fp8, grads, delayed
+        self.any_rows = any_rows  # FP8 at any row count (sampling), not only multiples of 16 (training)
         self.current_grads = current_grads  # delayed, but dY cast from its own amax (emulated only: not a dlm recipe)
         self.history, self.algo_max, self.margin_factor = history, algo_max, 2.0 ** -margin
 
@@ -67,6 +71,7 @@ RECIPES = {
     "delayed-e4m3": Recipe("delayed-e4m3", grads=E4M3, delayed=True),
     "delayed-cg": Recipe("delayed-cg", delayed=True, current_grads=True),
 }
+SAMPLING = Recipe("sampling", grads=E4M3, any_rows=True)  # Fp8Linears' forward-only use
 LLADA = False  # --llada: the batches' weights as dlm's llada objective gives them (1 / p per sequence)
 SATURATED = {}  # recipe name -> [dY elements cast beyond the format's max, dY elements cast]
 
@@ -233,7 +238,7 @@ class LinearFn(torch.autograd.Function):
             shape = x.shape
             xb = x.reshape(-1, shape[-1]).to(torch.bfloat16).float()
             wb = w.to(torch.bfloat16).float()
-            fp8 = layer.recipe.fp8 and xb.shape[0] % 16 == 0
+            fp8 = layer.recipe.fp8 and (layer.recipe.any_rows or xb.shape[0] % 16 == 0)
             if layer.recipe.fp8 or layer.recipe.name == "bf16":
                 ctx.save_for_backward(xb, wb)
             else:  # fp32
@@ -292,10 +297,10 @@ class EmulatedLinear(torch.nn.Module):
         return LinearFn.apply(x, self.weight, self)
 
 
-def build(c, recipe, seed):
+def build(c, recipe, seed, std=0.02):
     torch.manual_seed(0)
     model = ref.Model(c)
-    load_dlm_init(model, c["layers"], seed)
+    load_dlm_init(model, c["layers"], seed, std)
     linears = []
     for block in model.layers:
         for name in ("qkv", "proj", "fc1", "fc2"):
@@ -370,6 +375,22 @@ def gradient_errors(c, recipe, seed, data_seed, repeats):
     return {name: float((grads[1][name] - g).norm() / g.norm()) for name, g in grads[0].items() if g.norm() > 0}
 
 
+def sampling_forward_errors(shapes, seed=41, std=0.05, ffn=384):
+    """The FP8 sampling forward's logits against bf16's, relative L2, per (batch, seq) of `shapes` (ids drawn in
+    turn from one std::mt19937 seeded 1, as the GPU test draws them)."""
+    c = dict(layers=2, hidden=128, heads=4, groups=2, head_dim=32, ffn=ffn, vocab=PADDED_VOCAB, qk_norm=True)
+    models = {r.name: build(c, r, seed, std)[0] for r in (RECIPES["bf16"], SAMPLING)}
+    rng, errors = MT19937(1), []
+    for batch, seq in shapes:
+        ids = torch.tensor([rng() % 499 for _ in range(batch * seq)]).view(batch, seq)
+        logits = {}
+        for name, model in models.items():
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                logits[name] = model(ids).float()[..., :VOCAB]
+        errors.append(float((logits["sampling"] - logits["bf16"]).norm() / logits["bf16"].norm()))
+    return errors
+
+
 def tail(losses):
     return sum(losses[-10:]) / 10
 
@@ -386,12 +407,19 @@ def main():
                     help="instead of training: each recipe's gradient error against bf16 on the first batch at the "
                          "initial weights, after REPEATS earlier passes of that batch (delayed scaling's history)")
     ap.add_argument("--defect", choices=DEFECTS, default="none")
+    ap.add_argument("--sampling-forward", action="store_true",
+                    help="instead of training: FP8 sampling's forward logits against bf16's (the sampling test's)")
     ap.add_argument("--llada", action="store_true",
                     help="batches weighted as dlm's llada objective (1 / p per sequence, p ~ U(1e-3, 1))")
     args = ap.parse_args()
     global DEFECT, LLADA
     DEFECT, LLADA = args.defect, args.llada
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    if args.sampling_forward:
+        shapes = [(2, 40), (1, 37), (3, 23), (40, 128), (41, 125)]
+        for (batch, seq), err in zip(shapes, sampling_forward_errors(shapes)):
+            print(f"sampling forward {batch} x {seq}: FP8 logits relative error to bf16 {err:.4f}", flush=True)
+        return
     w = args.width
     c = dict(layers=2, hidden=w, heads=w // 32, groups=w // 64, head_dim=32, ffn=3 * w, vocab=PADDED_VOCAB,
              qk_norm=True)

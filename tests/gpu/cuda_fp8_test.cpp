@@ -2,7 +2,7 @@
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
 // updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
 // and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways, delayed and after an amax pass) against
-// the separate cast.
+// the separate cast; the samplers' skinny FP8 GEMMs at any row count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -141,6 +141,40 @@ TEST(Fp8Gemm, LinearLayerForwardAndBackwardMatchTheReferences) {
       std::printf("[fp8 gemm] %dx%dx%d %s: relative error y %.4f dx %.4f dW %.4f\n", T, in, out,
                   hybrid ? "hybrid" : "e4m3", ey, edx, edw);
     }
+}
+
+// The samplers' FP8 GEMMs: a few rows over a large weight (a skinny shape: tuned over the heuristic's candidates and
+// their split-K variants, gemm.h) and a row count that is not a multiple of 16 (the rows are no leading dimension),
+// tuned and untuned, against the product of the dequantized operands.
+TEST(Fp8Gemm, SkinnyShapesAndAnyRowCountMatchTheReference) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const int n = 4096, k = 2048;
+  for (const int m : {32, 23, 1}) {
+    SCOPED_TRACE(::testing::Message() << m << " rows");
+    ASSERT_TRUE(Gemm::fp8_gemm_fits(m, n, k, k, k, n));
+    ASSERT_LT(2.0 * m * n * k, Gemm::kTuneFlops);
+    ASSERT_GE(double(m) * k + double(n) * k, Gemm::kTuneElements);
+    std::mt19937 rng(5);
+    std::vector<float> xf, wf;
+    const DeviceVec<bf16> x(gpu_test::random_bf16(std::size_t(m) * k, rng, 2.0f, xf));
+    const DeviceVec<bf16> w(gpu_test::random_bf16(std::size_t(n) * k, rng, 0.02f, wf));
+    auto s = slots({kFp8E4m3Max, kFp8E4m3Max});
+    DeviceVec<fp8> x8(xf.size()), w8(wf.size());
+    cast_current(x.get(), m, k, s.get(), false, x8.get(), nullptr);
+    cast_current(w.get(), n, k, s.get() + 1, false, w8.get(), nullptr);
+    const auto want = nt_product(dequantize(x8, xf.size(), false, s.get()), dequantize(w8, wf.size(), false, s.get() + 1),
+                                 m, n, k);
+    for (const bool tune : {true, false}) {
+      Gemm gemm(tune);
+      DeviceVec<bf16> y(std::size_t(m) * n);
+      for (int call = 0; call < 2; ++call) {  // tuned at the first, the kept algorithm at the second
+        gemm.run_fp8(m, n, k, {x8.get(), k, false, &s.get()->scale_inv}, {w8.get(), k, false, &(s.get() + 1)->scale_inv},
+                     y.get(), false, n, 0.0f, true, nullptr);
+        // bf16 output (2^-9) and fast accumulation over k = 2048 (TE's forward choice); a wrong algorithm gives O(1).
+        EXPECT_LT(gpu_test::rel_error(gpu_test::to_float(y.download()), want), 1e-2) << "tune " << tune << " call " << call;
+      }
+    }
+  }
 }
 
 // Delayed scaling on the device follows the host's AmaxHistory: casts record their tensors' amax, each update rolls

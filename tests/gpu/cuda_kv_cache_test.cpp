@@ -23,6 +23,7 @@
 #include "dlm/train/model_adapters.h"
 #include "dlm/train/sampler.h"
 #include "gpu_test_util.h"
+#include "sampling_test_util.h"
 
 namespace dlm::train {
 namespace {
@@ -38,20 +39,9 @@ ckpt::ModelConfig kv_config(int layers) {
   return c;
 }
 
-std::vector<std::int32_t> random_ids(std::mt19937& rng, std::int64_t n) {
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
-  for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 499);  // below the mask token
-  return ids;
-}
-
-// Columns [first, end) of each of `batch` rows of [batch * seq, vocab] logits.
-std::vector<float> columns(const std::vector<float>& all, std::int64_t batch, std::int64_t seq, std::int64_t vocab,
-                           std::int64_t first, std::int64_t end) {
-  std::vector<float> out;
-  for (std::int64_t b = 0; b < batch; ++b)
-    out.insert(out.end(), all.begin() + (b * seq + first) * vocab, all.begin() + (b * seq + end) * vocab);
-  return out;
-}
+using gpu_test::agreement;
+using gpu_test::columns;
+using gpu_test::random_ids;
 
 double max_abs(const std::vector<float>& a) {
   double m = 0;
@@ -138,25 +128,7 @@ TEST_F(CudaKvCache, OneGraphServesEveryBlockPosition) {
   const auto ids = random_ids(rng, batch * seq);
   a->forward_logits(batch, seq, false, ids, {}, {Mode::kStore, 0});
   e->forward_logits(batch, seq, false, ids, {}, {Mode::kStore, 0});
-  std::vector<std::int32_t> tokens_a, tokens_e;
-  std::vector<float> confidence_a, confidence_e;
-  for (const Mode mode : {Mode::kNone, Mode::kStore, Mode::kWindow})
-    for (int round = 0; round < 3; ++round)
-      for (std::int64_t first : {0, 8, 24, 16}) {
-        auto x = ids;  // the block's columns as a step finds them: some decoded since the store was filled
-        for (std::int64_t b = 0; b < batch; ++b)
-          for (std::int64_t j = first; j < first + width; ++j)
-            x[static_cast<std::size_t>(b * seq + j)] = rng() % 3 == 0 ? static_cast<std::int32_t>(rng() % 499) : 499;
-        const ColumnWindow w{first, first + width};
-        // A storing forward fills store 1; the windows read store 0.
-        const KvCacheUse kv = mode == Mode::kWindow ? KvCacheUse{mode, 0, w} : KvCacheUse{mode, 1, {}};
-        a->greedy_tokens(batch, seq, false, x, {}, tokens_a, confidence_a, w, kv);
-        e->greedy_tokens(batch, seq, false, x, {}, tokens_e, confidence_e, w, kv);
-        const std::string at = "mode " + std::to_string(int(mode)) + " round " + std::to_string(round) + " block at " +
-                               std::to_string(first);
-        EXPECT_EQ(tokens_a, tokens_e) << at;
-        EXPECT_EQ(confidence_a, confidence_e) << at;
-      }
+  gpu_test::expect_graphs_replay_eager(*a, *e, ids, batch, seq, width, rng);
 }
 
 // One layer: a column's K and V depend on its own id and position only, so a window whose ids changed (the store
@@ -190,15 +162,8 @@ TEST_F(CudaKvCache, AWindowReadsItsOwnIdsAndTheStoreElsewhere) {
 }
 
 // Prompts of 5, 3 and 1 tokens: three padding groups, each run and stored apart.
-std::vector<std::vector<std::int32_t>> prompts() { return {{11, 12, 13, 14, 15}, {21, 22, 23}, {31}}; }
-
-DiffusionSamplingOptions options(KvCache mode, std::int64_t refresh) {
-  DiffusionSamplingOptions o;
-  o.gen_length = 24, o.block_length = 8, o.steps = 24;
-  o.mask_token = 499, o.pad_token = 0, o.seed = 5;
-  o.kv_cache = mode, o.cache_refresh = refresh;
-  return o;
-}
+std::vector<std::vector<std::int32_t>> prompts() { return gpu_test::three_prompts(); }
+DiffusionSamplingOptions options(KvCache mode, std::int64_t refresh) { return gpu_test::sampling_options(mode, refresh); }
 
 TEST_F(CudaKvCache, RefreshEveryStepIsTheExactGpuSampler) {
   const auto gpu = model(2, 23);
@@ -223,14 +188,6 @@ TEST_F(CudaKvCache, RefreshEveryStepIsTheExactGpuSampler) {
       for (const auto& row : cached) EXPECT_EQ(row.size(), 24u) << k.name;  // no eos: every row decoded whole
     }
   }
-}
-
-double agreement(const std::vector<std::vector<std::int32_t>>& a, const std::vector<std::vector<std::int32_t>>& b) {
-  std::size_t same = 0, all = 0;
-  for (std::size_t r = 0; r < a.size(); ++r)
-    for (std::size_t j = 0; j < std::max(a[r].size(), b[r].size()); ++j, ++all)
-      same += j < a[r].size() && j < b[r].size() && a[r][j] == b[r][j];
-  return all ? double(same) / double(all) : 1.0;
 }
 
 // Refreshes at block starts only: the GPU's cached sampler and the CPU's (fp32, the same weights) make the same

@@ -5,7 +5,8 @@
 // with its key tiles in one block, split over 2 and 3 blocks (merged by window_combine) and split as CudaModel
 // chooses.
 // The inputs hold NaN wherever the kernel must not read: the store at the window's own columns, V in the attention
-// layout, every slot but V in the projection layout; the output is poisoned before the call.
+// layout, every slot but V in the projection layout; the output is poisoned before the call. The output's amax (FP8
+// sampling's projection input scale) is taken as it is written: the largest |value| of what the call wrote.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/fp8_cast.h"
 #include "backend/cuda/kernels.h"
 #include "gpu_test_util.h"
 
@@ -97,14 +99,19 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
   const std::size_t partial_n = std::max<std::size_t>(std::size_t(window_attention_partial_floats(D)),
                                                       3 * rows * H * std::size_t(D + 2));
   DeviceVec<float> d_partials(partial_n);
+  DeviceVec<Fp8Slot> d_slot(std::vector<Fp8Slot>{{.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 448}});
   for (int query_warps : {1, 2, 4})
     for (int key_splits : {1, 2, 3, 0}) {
       cudaMemset(d_out.get(), 0xff, rows * H * D * sizeof(bf16));  // NaN unless written
       cudaMemset(d_partials.get(), 0xff, partial_n * sizeof(float));
+      cudaMemset(&d_slot.get()->amax, 0, sizeof(float));
       window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(),
-                       d_partials.get(), nullptr, query_warps, key_splits);
+                       d_partials.get(), nullptr, query_warps, key_splits, d_slot.get());
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const auto got = gpu_test::to_float(d_out.download());
+      float amax = 0;
+      for (float v : got) amax = std::max(amax, std::abs(v));
+      EXPECT_EQ(d_slot.download()[0].amax, amax) << "query warps " << query_warps << ", key splits " << key_splits;
       const double err = rel_error(got, want);
       std::printf("[kv window attention] %dx%d h%d g%d d%d window [%d, %d) query warps %d key splits %d: rel error "
                   "%.2e\n", c.batch, c.seq, H, G, D, c.first, c.first + c.width, query_warps, key_splits, err);

@@ -1,12 +1,13 @@
 // dlm-train and dlm-generate on the GPU (--device cuda) as a user runs them: the losses of a tiny
 // diffusion model follow the CPU run's from the same seed (the GPU draws Model::init's weights and the
 // same noise; bf16 activations make the difference), a GPU run saved and resumed continues the straight
-// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU (with the block KV
-// cache refreshed every step: the exact sampler's text). And the GPU's tensor (with sequence), pipeline, data and
-// expert layouts through the tool under mpiexec, two ranks sharing this GPU (--device-groups staged): their losses
-// follow the one-GPU run, and a TP2+SP checkpoint resumes on one GPU as the whole model.
+// run, and its checkpoint (libckpt's native format) continues on the CPU and samples on the GPU (--fp8 too; with
+// the block KV cache refreshed every step: the exact sampler's text). And the GPU's tensor (with sequence),
+// pipeline, data and expert layouts through the tool under mpiexec, two ranks sharing this GPU (--device-groups
+// staged): their losses follow the one-GPU run, and a TP2+SP checkpoint resumes on one GPU as the whole model.
 // The tools' paths can be overridden (DLM_TRAIN_TOOL, DLM_GENERATE_TOOL, DLM_MPIEXEC) where the binaries
 // were carried.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -227,6 +228,13 @@ TEST_F(GpuTool, SaveResumeContinuesTheRunAndTheCheckpointRunsOnTheCpu) {
     EXPECT_FALSE(cached.empty()) << mode;
     std::printf("[gpu tool] --kv-cache %s on the GPU:\n%s", mode.c_str(), cached.c_str());
   }
+  // --fp8 (the layers' GEMMs in FP8, 19 and 17 rows): a line a prompt, each after its prompt; a refresh every step is
+  // the FP8 exact sampler's text.
+  const std::string fp8 = sample("cuda", "--fp8");
+  EXPECT_EQ(std::count(fp8.begin(), fp8.end(), '\n'), 2) << fp8;
+  EXPECT_EQ(fp8.rfind("5 12 19", 0), 0u) << fp8;
+  EXPECT_EQ(sample("cuda", "--fp8 --kv-cache dual --cache-refresh 1"), fp8);
+  std::printf("[gpu tool] --fp8 on the GPU:\n%s", fp8.c_str());
 }
 
 // --async-save on the GPU: the save points enqueue the state's copies to pinned memory and training goes on (the next

@@ -104,6 +104,17 @@ TEST_F(GenerateTool, ReportSpeedKeepsTheTextAndCountsForwards) {
   }
 }
 
+// --fp8 is the GPU's (CudaOptions::fp8_sampling): with --device cpu a usage error of one line, nothing sampled.
+TEST_F(GenerateTool, Fp8OnTheCpuIsAUsageError) {
+  int code = 0;
+  const std::string out = generate(ckpt_, {"--prompt", "5 12", "--max-new-tokens", "4", "--fp8"}, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(out, "");
+  const std::string err = read_all(dir_ / "gen.err");
+  EXPECT_EQ(err.rfind("dlm-generate: --fp8: the CPU backend has no FP8 GEMMs (sample in FP8 with --device cuda)\n", 0),
+            0u) << err;
+}
+
 TEST_F(GenerateTool, AMissingCheckpointIsOneLine) {
   const auto r = run({kGenerateTool, "--load", (dir_ / "nothing").string(), "--tokenizer-type", "NullTokenizer",
                       "--tokenizer-model", "none", "--vocab-size", "200", "--prompt", "1 2"});

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "dlm/ckpt/tools.h"
+#include "dlm/common/error.h"
 #include "dlm/common/log.h"
 #include "dlm/train/device.h"
 #include "dlm/train/model.h"
@@ -31,6 +32,7 @@ GenerationModel open_generation_model(const std::string& checkpoint, int threads
               loaded.config.hidden_size, s.parameters, attention);
     return {loaded.config, std::move(s.logits), std::move(s.greedy), std::move(s.cached), s.vocab, std::move(s.keep_alive)};
   }
+  if (cuda.fp8_sampling) fail("--fp8: no GPU to sample on, and the CPU backend has no FP8 GEMMs");
   auto owner = std::make_shared<Owner>();
   owner->backend = train::make_cpu_backend(threads);
   owner->model = std::make_unique<train::Model>(loaded.config, *owner->backend);

@@ -25,7 +25,8 @@ struct GenerationModel {
 
 // `checkpoint`: a dlm checkpoint folder or a Hugging Face model folder; throws dlm::Error naming the
 // file and field when it cannot be used. `device`: --device ("" = the default, see train/device.h); `cuda`: the
-// GPU model's options (--deterministic-mode, --cuda-attention, --no-cuda-graphs).
+// GPU model's options (--deterministic-mode, --cuda-attention, --no-cuda-graphs, --fp8: a dlm::Error where the model
+// runs on the CPU).
 GenerationModel open_generation_model(const std::string& checkpoint, int threads, const std::string& device,
                                       const train::CudaOptions& cuda);
 

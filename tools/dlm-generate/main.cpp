@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
     in_range("top-k", top_k, 0, std::int64_t{1} << 31);
     if (!(top_p > 0 && top_p <= 1)) throw po::error(fmt::format("--top-p {}: expected a value in (0, 1]", top_p));
     in_range("threads", threads, 0, static_cast<int>(kMaxThreads));
+    if (cuda.fp8_sampling && device == "cpu")
+      throw po::error("--fp8: the CPU backend has no FP8 GEMMs (sample in FP8 with --device cuda)");
   } catch (const po::error& e) {
     fmt::print(stderr, "dlm-generate: {}\n(see dlm-generate --help)\n", e.what());
     return 2;

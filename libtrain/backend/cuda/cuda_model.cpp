@@ -51,6 +51,8 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
       fail("CudaModel: moe_shared_expert_intermediate_size must be a multiple of 8");
     if (options.fp8.enabled)
       fail("CudaModel: FP8 training of MoE models is not supported yet (train MoE models in bf16: drop --fp8-format)");
+    if (options.fp8_sampling)
+      fail("CudaModel: FP8 sampling of MoE models is not supported yet (sample MoE models in bf16: drop --fp8)");
     if (shard.layout.tp > 1)
       fail(fmt::format("CudaModel: tensor parallelism {} of MoE layers: the CUDA backend runs them without it (the CPU "
                        "backend has it: --device cpu)", shard.layout.tp));
@@ -126,11 +128,18 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
   I.fresh.fresh.assign(P.specs.size(), 0);
   I.build_zero_runs();
   I.gemm = std::make_unique<Gemm>(!options.deterministic);
+  std::vector<std::array<int, Fp8Linears::kLinears>> linears;  // per layer, the tensors FP8 may run
+  for (const auto& L : I.lp) linears.push_back({L.qkv, L.proj, L.fc1, L.fc2});
   if (options.fp8.enabled) {
     options.fp8.validate(I.cfg.num_layers, layout.pp);
-    std::vector<std::array<int, Fp8Linears::kLinears>> linears;
-    for (const auto& L : I.lp) linears.push_back({L.qkv, L.proj, L.fc1, L.fc2});
     I.fp8 = std::make_unique<Fp8Linears>(options.fp8, I.params, linears, I.first_layer, I.cfg.num_layers, I.stream);
+  }
+  if (options.fp8_sampling) {
+    Fp8Options sampling;  // every layer, e4m3, each input scaled by its own amax
+    sampling.enabled = true, sampling.format = Fp8Options::Format::kE4m3;
+    sampling.recipe = Fp8Options::Recipe::kTensorwise;
+    I.sampling_fp8 = std::make_unique<Fp8Linears>(sampling, I.params, linears, I.first_layer, I.cfg.num_layers,
+                                                  I.stream, Fp8Linears::Use::kForwardOnly);
   }
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
   if (I.cfg.num_experts > 0) {
@@ -171,6 +180,7 @@ CudaModel::~CudaModel() {
   I.params.arena.release();
   I.gemm.reset();
   I.fp8.reset();
+  I.sampling_fp8.reset();
   I.swiglu_gemm.reset();
   I.grouped.reset();
   I.moe_side_gemm.reset();
@@ -196,7 +206,7 @@ std::size_t CudaModel::device_bytes() const {
   const auto& I = *impl_;
   return I.params.arena.bytes() + I.tables.bytes() + I.deferred.arena.bytes() + I.acts.arena.bytes() +
          I.inputs.arena.bytes() + I.moe.bytes() + I.dispatch.bytes() + I.attention->workspace_bytes() +
-         (I.fp8 ? I.fp8->device_bytes() : 0);
+         (I.fp8 ? I.fp8->device_bytes() : 0) + (I.sampling_fp8 ? I.sampling_fp8->device_bytes() : 0);
 }
 void CudaModel::set_recompute_layers(bool full) {
   auto& I = *impl_;
@@ -324,6 +334,7 @@ void CudaModel::Impl::ensure_acts(std::int64_t batch, std::int64_t seq) {
   const QkvShape qs{static_cast<int>(T), heads, groups, cfg.kv_channels, cfg.qk_layernorm, 0};
   const std::int64_t partial = std::max(rmsnorm_partial_floats(static_cast<int>(T), d()), qk_norm_partial_floats(qs));
   acts.allocate(layout, batch, seq, partial, stream);
+  if (sampling_fp8) sampling_fp8->reserve_rows(T);  // free_acts dropped the captured forwards that held its buffer
   if (cfg.num_experts > 0)
     moe.allocate({cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.hidden_size,
                   cfg.moe_shared_expert_intermediate_size, cfg.moe_expert_capacity_factor,

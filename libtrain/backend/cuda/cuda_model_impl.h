@@ -78,6 +78,9 @@ struct CudaModel::Impl {
   std::unique_ptr<SwigluBackwardGemm> swiglu_gemm;  // the fc2 data GEMM with SwiGLU's backward fused
   std::unique_ptr<Attention> attention;
   std::unique_ptr<Fp8Linears> fp8;  // CudaOptions::fp8 enabled: the FP8 linear layers (fp8_linear.h)
+  // CudaOptions::fp8_sampling: the samplers' FP8 linear layers (forward-only; its input buffer sized with the
+  // activations, ensure_acts).
+  std::unique_ptr<Fp8Linears> sampling_fp8;
   std::unique_ptr<GroupedGemm> grouped;  // the MoE experts' GEMMs (null without MoE layers)
   // The MoE layers' shared expert runs on this stream with its own GEMMs (null without a shared expert).
   std::unique_ptr<SideStream> moe_side;
@@ -132,6 +135,7 @@ struct CudaModel::Impl {
   // The bf16 weights changed (init, import, the optimizer): the FP8 copies are cast again before the next forward.
   void weights_changed() {
     if (fp8) fp8->mark_weights_changed();
+    if (sampling_fp8) sampling_fp8->mark_weights_changed();
   }
 
   // Before anything enqueued writes the weights or the moments: after a checkpoint's copies of them (state_copy.h).
@@ -180,7 +184,8 @@ void upload_micro_batch(CudaModel::Impl& I, int k, const CudaBatch& batch, Uploa
 // With `kv` (the samplers' block KV cache, kv_store.h): a storing forward keeps each layer's K and V in kv->store; a
 // window forward runs kv->rows() rows (the activations' first rows) and attends over the store.
 // `fp8_slot`: the linear layers in FP8 where CudaOptions::fp8 chooses, their input scales kept for the backward of
-// activation slot fp8_slot (the training stages); -1: bf16 (the samplers).
+// activation slot fp8_slot (the training stages); -1: the samplers' forward, in FP8 under CudaOptions::fp8_sampling
+// (whose weights the caller has cast first: Fp8Linears::cast_weights), else bf16.
 void enqueue_forward(CudaModel::Impl& I, const MicroInputs& in, std::vector<LayerActs>& la, const KvPass* kv = nullptr,
                      int fp8_slot = -1);
 // cuda_model_moe.cpp: layer l's MoE MLP from A.h2 (`tokens` rows) into the shared tmp (under `recompute`, the

@@ -110,6 +110,8 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     upload_micro_batch(I, 0, b, Upload::kSampling);
   }
   const KvPass* kvp = pass.store ? &pass : nullptr;
+  // FP8 sampling: the weights' copies cast here when they changed, never inside a captured forward.
+  if (I.sampling_fp8) I.sampling_fp8->cast_weights(I.params, I.stream);
   const std::int64_t n = b.batch * width;  // the rows that ran
   const int d = I.d(), V = I.vpad();
   const cudaStream_t st = I.stream;

@@ -44,10 +44,11 @@ float* opt_grad(const Impl& I, int p) { return p >= 0 ? I.params.G(p) : nullptr;
 // run wrote, bit for bit: the residual sum was rounded to bf16 before the first run normalised it.
 // `kv` (the samplers' block KV cache): a storing forward also copies the layer's K and V into the store; a window
 // forward runs the window's rows only (the whole model: Ts = T) and attends over the store (window_attention).
-// `fp8`: the linear layers in FP8 where Fp8Linears::use says so (fp8_linear.h), the input casts fused into the
-// norms and SwiGLU where those write the GEMM's whole input (no SP gather between).
+// `f8` (null: bf16): the linear layers in FP8 where its use() says so (fp8_linear.h; training's or the samplers'
+// forward-only ones), the input casts fused into the norms and SwiGLU where those write the GEMM's whole input (no
+// SP gather between).
 void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, const bf16* previous, bool recompute,
-                           bool fp8, const KvPass* kv = nullptr) {
+                           Fp8Linears* f8, const KvPass* kv = nullptr) {
   SharedActs& w = I.acts.shared;  // the work buffers
   const ParameterStore& ps = I.params;
   const cudaStream_t st = I.stream;
@@ -64,7 +65,6 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     if (!recompute) I.timer.mark(phase, st);
   };
   const auto& P = I.lp[static_cast<std::size_t>(l)];
-  Fp8Linears* f8 = fp8 ? I.fp8.get() : nullptr;
   const bool f8_attention = f8 && f8->use(l, T);
   Fp8Out h1_cast{};
   if (f8_attention && !I.sp) h1_cast = f8->producer_out(l, Fp8Linears::kQkv, st);
@@ -84,12 +84,17 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                        I.rope_sin, st);
   mark("qk-norm+rope fwd");
+  // FP8 (tensorwise): the projection's input amax taken by the window attention as it writes its output.
+  Fp8Out att_cast{};
+  if (window && f8_attention) att_cast = f8->producer_out(l, Fp8Linears::kProj, st);
+  const bool att_amax = att_cast.slot && !att_cast.out;
   if (window) {
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
                                   I.cfg.kv_channels, kv->width};
     window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
-                     kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st);
+                     kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st, 0, 0,
+                     att_amax ? att_cast.slot : nullptr);
     mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
@@ -101,7 +106,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     }
   }
   if (f8_attention) {
-    f8->cast_input(l, Fp8Linears::kProj, A.att, T, false, st);
+    f8->cast_input(l, Fp8Linears::kProj, A.att, T, att_amax, st);
     mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kProj, T, w.tmp_full, st);
   } else {
@@ -146,9 +151,9 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     gm.run(false, true, rows, 2 * F, d, A.h2, d, ps.W(P.fc1), d, A.gu, false, 2 * F, 0, st, family);
   }
   mark("gemm fc1 fwd");
-  // FP8: h straight into FP8 (fc2's input cast), its transpose kept in A.act's bytes for fc2's backward
-  // (Fp8Linears::swiglu_forward).
-  if (f8_mlp) f8->swiglu_forward(l, A.gu, rows, F, reinterpret_cast<cuda::fp8*>(A.act), st);
+  // FP8: fc2's input cast from SwiGLU (training: straight into FP8, its transpose kept in A.act's bytes for fc2's
+  // backward; Fp8Linears::swiglu_forward).
+  if (f8_mlp) f8->swiglu_forward(l, A.gu, rows, F, A.act, st);
   else swiglu_forward(A.gu, A.act, rows, F, st);
   mark("swiglu fwd");
   if (recompute) return I.timer.mark("recompute", st);
@@ -173,10 +178,13 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   const auto eps = static_cast<float>(I.cfg.norm_epsilon);
   auto mark = [&](const char* phase) { I.timer.mark(phase, st); };
   I.timer.start(st);
-  const bool fp8 = fp8_slot >= 0 && I.fp8;
-  if (fp8) {
-    I.fp8->begin_forward(I.params, I.acts.T, fp8_slot, st);
+  // Training's FP8 linears for a training stage's forward, the samplers' (forward-only) for a sampling forward.
+  Fp8Linears* f8 = fp8_slot >= 0 ? I.fp8.get() : I.sampling_fp8.get();
+  if (f8 && fp8_slot >= 0) {
+    f8->begin_forward(I.params, I.acts.T, fp8_slot, st);
     mark("fp8 scales + weight casts");
+  } else if (f8) {
+    f8->begin_forward_only(T, st);
   }
   if (I.pre) {
     // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
@@ -188,7 +196,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
     mark("embedding fwd");
   }
   for (int l = 0; l < I.layers; ++l)
-    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false, fp8, kv);
+    enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false, f8, kv);
   const bf16* last = la.back().res2;
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.
@@ -296,7 +304,7 @@ void enqueue_backward_layers(Impl& I, const MicroInputs& in, std::vector<LayerAc
   for (int l = I.layers - 1; l >= 0; --l) {
     const auto& P = I.lp[static_cast<std::size_t>(l)];
     auto& A = la[static_cast<std::size_t>(l)];
-    if (I.acts.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true, true);
+    if (I.acts.recompute) enqueue_layer_forward(I, in, A, l, nullptr, true, f8);
     // The last layer's MLP on the loss rows (as its forward ran): `rows` packed rows, then back to every row.
     const int packed = l == I.layers - 1 ? I.loss_rows_mlp(in) : 0;
     const int rows = packed ? packed : T;

@@ -11,8 +11,9 @@ namespace dlm::train::cuda {
 
 Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
                        const std::vector<std::array<int, kLinears>>& weights, int first_layer, int num_layers,
-                       cudaStream_t stream)
-    : options_(options) {
+                       cudaStream_t stream, Use use)
+    : options_(options), forward_only_(use == Use::kForwardOnly) {
+  if (forward_only_ && !tensorwise()) fail("FP8: a forward-only use scales tensorwise (current scaling)");
   for (std::size_t l = 0; l < weights.size(); ++l) {
     if (!options.layer_in_fp8(first_layer + static_cast<int>(l), num_layers)) {
       base_.push_back(-1);
@@ -26,7 +27,8 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
         fail(fmt::format("FP8: '{}' is {}x{} on this rank; FP8 GEMMs need both sizes multiples of 16",
                          ps.specs[static_cast<std::size_t>(t)].name, n, k));
       const std::int64_t numel = std::int64_t{n} * k;
-      weights_.push_back({t, n, k, weight_arena_.alloc<fp8>(numel), weight_arena_.alloc<fp8>(numel)});
+      fp8* w8 = weight_arena_.alloc<fp8>(numel);
+      weights_.push_back({t, n, k, w8, forward_only_ ? nullptr : weight_arena_.alloc<fp8>(numel)});
       max_n_ = std::max(max_n_, n), max_k_ = std::max(max_k_, k);
     }
   }
@@ -42,6 +44,7 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
   check_cuda(cudaMemsetAsync(history_, 0, sizeof(float) * slot_count_ * options.amax_history_len, stream),
              "FP8 history");
   check_cuda(cudaStreamSynchronize(stream), "FP8 slots");  // `init` leaves scope
+  if (forward_only_) ensure_act_slot(0);  // the one set of input slots
 }
 
 void Fp8Linears::cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t,
@@ -64,27 +67,25 @@ void zero_amaxes(Fp8Slot* first, int count, int stride, cudaStream_t stream) {
 
 }  // namespace
 
-void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int act_slot, cudaStream_t stream) {
-  if (weights_.empty()) return;
-  if (!tensorwise())
-    fp8_update_delayed(slots_, history_, slot_count_, options_.amax_history_len,
-                       options_.amax_algo == Fp8Options::AmaxAlgo::kMax, options_.margin_factor(), stream);
-  if (weights_stale_) {
-    for (std::size_t i = 0; i < weights_.size(); ++i) {
-      const Weight& w = weights_[i];
-      cast(ps.W(w.tensor), w.n, w.k, slots_ + i * kOperands + kW, false, w.w8, w.wt8, stream);
-    }
-    weights_stale_ = false;
+void Fp8Linears::cast_weights(const ParameterStore& ps, cudaStream_t stream) {
+  if (!weights_stale_) return;
+  for (std::size_t i = 0; i < weights_.size(); ++i) {
+    const Weight& w = weights_[i];
+    cast(ps.W(w.tensor), w.n, w.k, slots_ + i * kOperands + kW, false, w.w8, w.wt8, stream);
   }
-  rows_ = rows;
-  if (rows > work_rows_) {
-    work_arena_.release();
-    xq_ = work_arena_.alloc<fp8>(rows * max_k_);
-    dy8_ = work_arena_.alloc<fp8>(rows * max_n_);
-    dyt8_ = work_arena_.alloc<fp8>(rows * max_n_);
-    work_rows_ = rows;
-  }
-  act_slot_ = act_slot;
+  weights_stale_ = false;
+}
+
+bool Fp8Linears::grow_work(std::int64_t rows) {
+  if (rows <= work_rows_) return false;
+  work_arena_.release();
+  xq_ = work_arena_.alloc<fp8>(rows * max_k_);
+  if (!forward_only_) dy8_ = work_arena_.alloc<fp8>(rows * max_n_), dyt8_ = work_arena_.alloc<fp8>(rows * max_n_);
+  work_rows_ = rows;
+  return true;
+}
+
+void Fp8Linears::ensure_act_slot(int act_slot) {
   while (x_slots_.size() <= static_cast<std::size_t>(act_slot)) {
     // Scale 1 until the first amax (fp8_scale keeps the previous scale for an amax of 0).
     const std::vector<Fp8Slot> init(weights_.size(), {.scale_inv = 1.0f, .amax = 0.0f, .scale = 1.0f, .fp8_max = kFp8E4m3Max});
@@ -93,7 +94,31 @@ void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int 
     x_slots_.push_back(s);
     kept_t_.emplace_back(weights_.size(), nullptr);
   }
+}
+
+void Fp8Linears::begin_forward(const ParameterStore& ps, std::int64_t rows, int act_slot, cudaStream_t stream) {
+  if (weights_.empty()) return;
+  if (!tensorwise())
+    fp8_update_delayed(slots_, history_, slot_count_, options_.amax_history_len,
+                       options_.amax_algo == Fp8Options::AmaxAlgo::kMax, options_.margin_factor(), stream);
+  cast_weights(ps, stream);
+  rows_ = rows;
+  grow_work(rows);
+  act_slot_ = act_slot;
+  ensure_act_slot(act_slot);
   if (tensorwise()) zero_amaxes(x_slots_[static_cast<std::size_t>(act_slot)], static_cast<int>(weights_.size()), 1, stream);
+}
+
+void Fp8Linears::reserve_rows(std::int64_t rows) {
+  if (!weights_.empty()) grow_work(rows);
+}
+
+void Fp8Linears::begin_forward_only(std::int64_t rows, cudaStream_t stream) {
+  if (weights_.empty()) return;
+  if (rows > work_rows_)
+    fail(fmt::format("FP8: a forward of {} rows, but the input buffer holds {} (reserve_rows)", rows, work_rows_));
+  rows_ = rows;
+  zero_amaxes(x_slots_[0], static_cast<int>(weights_.size()), 1, stream);
 }
 
 void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
@@ -116,9 +141,15 @@ void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused
   fp8_quantize(x, rows, w.k, {s, false, tensorwise(), options_.margin_factor()}, xq_, nullptr, stream);
 }
 
-void Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream) {
+void Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* h, cudaStream_t stream) {
   const auto i = static_cast<std::size_t>(index(l, kFc2)), a = static_cast<std::size_t>(act_slot_);
   Fp8Slot* s = slot(l, kFc2, kX);
+  if (forward_only_) {  // h with its amax (into the slot begin_forward_only zeroed), then the row-major cast
+    const Fp8Out amax{nullptr, s, false};
+    cuda::swiglu_forward(gu, h, rows, ffn, stream, &amax);
+    return cast_input(l, kFc2, h, rows, true, stream);
+  }
+  fp8* keep_t = reinterpret_cast<fp8*>(h);
   // Tensorwise, h's amax into its activation slot's (zeroed by begin_forward; a recomputation's is the same).
   if (tensorwise()) swiglu_forward_amax(gu, rows, ffn, s, stream);
   swiglu_forward_fp8(gu, rows, ffn, {s, false, tensorwise(), options_.margin_factor()}, xq_, keep_t, stream);

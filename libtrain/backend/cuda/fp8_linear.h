@@ -25,8 +25,18 @@
 // A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
 // slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
-// The last layer's MLP on the packed loss rows, and a GEMM whose rows are not a multiple of 16, run in bf16 (use()).
+// In training, the last layer's MLP on the packed loss rows, and a GEMM whose rows are not a multiple of 16, run in
+// bf16 (use()).
 // Not yet: the amax reduction over data- and tensor-parallel groups (each rank scales its own tensors).
+//
+// Forward-only use (Use::kForwardOnly: the samplers' forwards, CudaOptions::fp8_sampling; tensorwise e4m3): only the
+// forward GEMM y = x W^T. The weights are cast once after they change (cast_weights, before a forward, outside any
+// graph capture), row-major only (no transposes); the inputs are cast per forward with their own amax, into one
+// buffer sized for the largest forward (reserve_rows, with the activations) and one set of input slots (no
+// activation slots: no backward reads them). Any row count runs in FP8: the rows are the GEMM's non-contiguous
+// dimension, which cuBLASLt's FP8 kernels take at any size (fp8_gemm_fits), and the casts here run row-major only
+// (RMSNorm's amax fused, a separate amax pass for attention's output; SwiGLU writes bf16 h with its amax fused, then
+// one cast pass: the same bytes as the amax pass and the straight-into-FP8 pass of training, at any row count).
 #pragma once
 
 #include <array>
@@ -44,27 +54,40 @@ namespace dlm::train::cuda {
 class Fp8Linears {
  public:
   enum Linear { kQkv, kProj, kFc1, kFc2, kLinears };
+  enum class Use { kTraining, kForwardOnly };
   // weights[l]: local layer l's qkv, proj, fc1 and fc2 tensors in `ps`; the layers run in FP8 are those of
-  // options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a width is not a multiple of 16.
+  // options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a width is not a multiple of 16, or for a
+  // forward-only use whose recipe is not tensorwise.
   Fp8Linears(const Fp8Options& options, const ParameterStore& ps, const std::vector<std::array<int, kLinears>>& weights,
-             int first_layer, int num_layers, cudaStream_t stream);
+             int first_layer, int num_layers, cudaStream_t stream, Use use = Use::kTraining);
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
 
+  bool forward_only() const { return forward_only_; }
   void mark_weights_changed() { weights_stale_ = true; }
+  // The weights' FP8 copies (with their transposes in training) cast from `ps` when they changed since the last cast.
+  // Forward-only: before every forward, outside a graph capture (a captured forward then reads the copies as cast).
+  void cast_weights(const ParameterStore& ps, cudaStream_t stream);
   // A micro-batch's forward begins (rows: its token rows; act_slot: its activation slot, whose backward reads
   // what this forward casts): the delayed update, the weights' casts when they changed, the work buffers for
-  // `rows`, the inputs' amaxes zeroed (tensorwise).
+  // `rows`, the inputs' amaxes zeroed (tensorwise). Training only.
   void begin_forward(const ParameterStore& ps, std::int64_t rows, int act_slot, cudaStream_t stream);
+  // Forward-only: the input buffer holds forwards of up to `rows` rows (allocated, outside a graph capture, when it
+  // did not: its address moves, so the caller drops captured forwards then, as it does when its activations move).
+  void reserve_rows(std::int64_t rows);
+  // Forward-only: a forward of `rows` rows (at most reserve_rows') begins: its inputs' amaxes zeroed. Captured with
+  // the forward.
+  void begin_forward_only(std::int64_t rows, cudaStream_t stream);
   // A micro-batch's backward begins, of the forward that ran in act_slot: the gradients' amaxes zeroed (tensorwise).
   // Before the first producer of a gradient (the head's RMSNorm backward).
   void begin_backward(int act_slot, cudaStream_t stream);
   // Whether local layer l's linear layers run in FP8 at `rows` rows: an FP8 layer at the micro-batch's full row count
-  // (begin_forward's), a multiple of 16. The last layer's MLP on the packed loss rows stays bf16: its row count
+  // (begin_forward's), a multiple of 16 in training (the backward's transposed casts and GEMMs need it), any count
+  // forward-only (begin_forward_only's). The last layer's MLP on the packed loss rows stays bf16: its row count
   // changes every micro-batch, and each new count would be a new FP8 GEMM shape whose algorithm is asked for and
   // timed anew (Gemm's tuning waits on the device), where the bf16 GEMMs reuse one for the family (Gemm::RowFamily).
   bool use(int l, int rows) const {
-    return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_ && rows % 16 == 0;
+    return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_ && (forward_only_ || rows % 16 == 0);
   }
 
   // The forward's input cast. Fused: the Fp8Out for the kernel that produces x (rmsnorm_forward, swiglu_forward),
@@ -72,13 +95,15 @@ class Fp8Linears {
   Fp8Out producer_out(int l, Linear g, cudaStream_t stream);
   void cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream);
   // fc2 of local layer l at `rows` rows, where use(l, rows) (fc2's input width ffn is then a multiple of 16, as
-  // the constructor requires): SwiGLU's forward straight into FP8 (swiglu_forward_fp8; tensorwise after an amax
-  // pass): fc2's input for the forward GEMM, and its transpose into keep_t ([ffn, rows] bytes of the caller's: the
-  // layer's bf16 h buffer, which nothing else reads then), kept with the scale it was cast with for the backward,
-  // whose x^T cast it replaces (cast_backward). Takes cast_input's place for fc2.
-  void swiglu_forward(int l, const bf16* gu, int rows, int ffn, fp8* keep_t, cudaStream_t stream);
+  // the constructor requires), h: the layer's bf16 h buffer [rows, ffn]. Training: SwiGLU's forward straight into
+  // FP8 (swiglu_forward_fp8; tensorwise after an amax pass): fc2's input for the forward GEMM, and its transpose into
+  // h's bytes ([ffn, rows] FP8: nothing else reads h then), kept with the scale it was cast with for the backward,
+  // whose x^T cast it replaces (cast_backward). Forward-only: h written in bf16 with its amax, then cast (no
+  // transpose). Takes cast_input's place for fc2.
+  void swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* h, cudaStream_t stream);
   // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
   void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
+  // The backward's calls below are training's only.
   // For the kernel that writes linear g's whole output gradient dy [rows, n] (tensorwise): the slot into which it
   // maxes dy's amax (rmsnorm_backward's dres_amax: the projection's and fc2's), and cast_backward then casts dy
   // without an amax pass of its own. Null where no amax is wanted (delayed, or the linear in bf16 at `rows`).
@@ -99,7 +124,7 @@ class Fp8Linears {
   enum Operand { kX, kW, kDy, kOperands };
   struct Weight {
     int tensor, n, k;
-    fp8 *w8, *wt8;  // [n, k] and its transpose [k, n]
+    fp8 *w8, *wt8;  // [n, k] and its transpose [k, n] (null forward-only)
   };
   int index(int l, Linear g) const { return base_[static_cast<std::size_t>(l)] + g; }
   bool tensorwise() const { return options_.recipe == Fp8Options::Recipe::kTensorwise; }
@@ -111,6 +136,10 @@ class Fp8Linears {
   const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
   // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
   void cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t, cudaStream_t stream);
+  // The work buffers for `rows` rows (training's gradient buffers too); whether they moved.
+  bool grow_work(std::int64_t rows);
+  // Activation slot `act_slot`'s input slots (and kept transposes), allocated when new.
+  void ensure_act_slot(int act_slot);
 
   Fp8Options options_;
   std::vector<int> base_;         // per local layer: its first linear's index, -1 in bf16
@@ -128,6 +157,7 @@ class Fp8Linears {
   std::int64_t work_rows_ = 0, rows_ = 0;  // the work buffers' rows; the current micro-batch's
   fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;  // [rows, max_k] (x, then x^T), [rows, max_n] twice
   bool weights_stale_ = true;
+  bool forward_only_ = false;
   DeviceArena slot_arena_, weight_arena_, work_arena_;
 };
 

@@ -121,8 +121,7 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Descriptors& g, const Key& key,
 
 bool Gemm::skinny(const Key& key) {
   const double m = std::get<kKeyM>(key), n = std::get<kKeyN>(key), k = std::get<kKeyK>(key);
-  return std::get<kKeyTypeA>(key) == kBf16 && 2.0 * m * n * k < kTuneFlops &&
-         2.0 * (m * k + n * k) >= kTuneBytes;
+  return 2.0 * m * n * k < kTuneFlops && m * k + n * k >= kTuneElements;
 }
 
 bool Gemm::tuned_shape(const Key& key) {
@@ -184,13 +183,14 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const bf16* a, i
 }
 
 bool Gemm::fp8_gemm_fits(int m, int n, int k, int lda, int ldb, int ldc) {
-  return m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0 && ldc % 16 == 0;
+  return m > 0 && n % 16 == 0 && k % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0 && ldc % 16 == 0;
 }
 
 void Gemm::run_fp8(int m, int n, int k, const Fp8Operand& a, const Fp8Operand& b, void* c, bool c_f32, int ldc,
                    float beta, bool fast_accum, cudaStream_t stream) {
   if (!fp8_gemm_fits(m, n, k, a.ld, b.ld, ldc))
-    fail(fmt::format("FP8 GEMM: {}x{}x{} (lda {}, ldb {}, ldc {}) is not in multiples of 16", m, n, k, a.ld, b.ld, ldc));
+    fail(fmt::format("FP8 GEMM: {}x{}x{} (lda {}, ldb {}, ldc {}): n, k and the leading dimensions must be multiples "
+                     "of 16", m, n, k, a.ld, b.ld, ldc));
   if (a.e5m2 && b.e5m2) fail("FP8 GEMM: e5m2 x e5m2 has no cuBLASLt kernel (one operand must be e4m3)");
   if (reinterpret_cast<std::uintptr_t>(a.scale_inv) % 16 != 0 || reinterpret_cast<std::uintptr_t>(b.scale_inv) % 16 != 0)
     fail("FP8 GEMM: a scale pointer is not 16-byte aligned (cuBLASLt refuses it)");

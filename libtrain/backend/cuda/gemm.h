@@ -7,15 +7,17 @@
 // the fastest is kept, because the heuristic's first is not the fastest at some of the training step's shapes
 // (benchmarks/train/gemm_bench times them). Timing picks by the clock, so a run may pick another algorithm than
 // the last (rounding differs); untuned (CudaOptions::deterministic) keeps the heuristic's first.
-// Skinny shapes (bf16, fewer than kTuneFlops but operands of at least kTuneBytes: a few rows over a large weight, as
-// the samplers' window steps and greedy head run) are tuned too: they are bound by reading the weight, which the
-// heuristic's first choice often does with too few thread blocks. Their candidates are the heuristic's first
+// Skinny shapes (bf16 or FP8, fewer than kTuneFlops but operands of at least kTuneElements: a few rows over a large
+// weight, as the samplers' window steps and greedy head run) are tuned too: they are bound by reading the weight, which
+// the heuristic's first choice often does with too few thread blocks; the rule counts elements, not bytes, because
+// the thread blocks a shape can fill depend on its tiles, and an FP8 weight has the bf16 one's tiles in half the bytes. Their candidates are the heuristic's first
 // kSkinnyCandidates and split-K variants (kSplits) of its first kSplitBases (32 rows over a 2048-wide output are 16
 // tiles of 128 columns: split-K is what fills the GPU), each timed from a cold L2 (the
 // workspace is overwritten before every timed call), because in a forward each layer's weight comes from memory.
 // FP8 (run_fp8): e4m3 or e5m2 operands (not both e5m2) with per-tensor dequantization scales, fp32 accumulation,
 // bf16 or fp32 output. Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
-// operands K-contiguous, and 16-byte-aligned leading dimensions: fp8_gemm_fits says which shapes qualify.
+// operands K-contiguous, and 16-byte-aligned leading dimensions and n, k: fp8_gemm_fits says which shapes qualify (m,
+// the rows of A and C, is not a leading dimension: any count, as PyTorch's _scaled_mm allows).
 #pragma once
 
 #include <cublasLt.h>
@@ -36,7 +38,7 @@ class Gemm {
   ~Gemm();
   static constexpr double kTuneFlops = 1e10;
   static constexpr int kTuneCandidates = 8;
-  static constexpr double kTuneBytes = 8.0 * (1 << 20);
+  static constexpr double kTuneElements = 4.0 * (1 << 20);  // 8 MiB of bf16
   static constexpr int kSkinnyCandidates = 16, kSplitBases = 4;
   static constexpr int kSplits[] = {2, 4, 8, 16};
   bool tunes() const { return tune_; }
@@ -74,7 +76,7 @@ class Gemm {
   // the backward's GEMMs take the full one).
   void run_fp8(int m, int n, int k, const Fp8Operand& a, const Fp8Operand& b, void* c, bool c_f32, int ldc, float beta,
                bool fast_accum, cudaStream_t stream);
-  // Whether cuBLASLt's FP8 GEMM takes the shape on Hopper: m, n, k and the leading dimensions multiples of 16.
+  // Whether cuBLASLt's FP8 GEMM takes the shape on Hopper: n, k and the leading dimensions multiples of 16 (m any).
   static bool fp8_gemm_fits(int m, int n, int k, int lda, int ldb, int ldc);
 
  private:

@@ -17,11 +17,13 @@
 //     4, 2, 1 that still gives every multiprocessor a block. A grid that still leaves multiprocessors idle (a
 //     window of one batch row: 2 x 16 blocks) also splits the key tiles over S blocks (flash-decoding): each
 //     writes its unnormalised (o, m, l) to `partials` and window_combine merges the S of each query as the warps'
-//     are merged (the splits' tile rounds run side by side instead of one after the other).
+//     are merged (the splits' tile rounds run side by side instead of one after the other). Where asked (FP8
+//     sampling), the kernel that writes o also takes its amax (the projection's tensorwise input scale).
 #include <algorithm>
 #include <cfloat>
 
 #include "common.cuh"
+#include "fp8_common.cuh"
 #include "kernels.h"
 #include "mma.cuh"
 
@@ -29,6 +31,12 @@ namespace dlm::train::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // kv_store
+
+// The larger |value| of the two bf16 of a packed pair (what a store wrote).
+__device__ __forceinline__ float abs_max2(std::uint32_t pair) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+  return fmaxf(fabsf(f.x), fabsf(f.y));
+}
 
 __global__ void __launch_bounds__(kThreads)
     kv_store_kernel(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim,
@@ -76,7 +84,7 @@ template <int D, int KW>
 __global__ void __launch_bounds__(kWindowThreads)
     window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
                             const bf16* k_store, const bf16* v_store, bf16* out, float scale2, int splits,
-                            int tiles_per_split, float* partials) {
+                            int tiles_per_split, float* partials, Fp8Slot* out_amax) {
   constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
@@ -170,6 +178,7 @@ __global__ void __launch_bounds__(kWindowThreads)
       *reinterpret_cast<float2*>(po + q * (D + 2) + nt * 8 + 2 * c) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
   }
   __syncthreads();
+  float amax = 0.0f;  // of the values written (out_amax)
   for (int i = threadIdx.x; i < QW * 16 * (D / 2); i += kWindowThreads) {
     const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
     if (j >= s.width) continue;
@@ -195,14 +204,18 @@ __global__ void __launch_bounds__(kWindowThreads)
       continue;
     }
     const float inv = 1.0f / sum;
-    *reinterpret_cast<std::uint32_t*>(out + at * D + d) = pack(o0 * inv, o1 * inv);
+    const std::uint32_t o = pack(o0 * inv, o1 * inv);
+    *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
+    amax = fmaxf(amax, abs_max2(o));
   }
+  if (out_amax && splits == 1) block_amax_commit(amax, out_amax);
 }
 
 // The S splits' partial (o, m, l) of each (row, head) merged: M = max_s m_s, o = sum_s e^(m_s - M) o_s /
 // sum_s e^(m_s - M) l_s. One block a (row, head), a thread per pair of head dimensions.
 template <int D>
-__global__ void window_combine_kernel(const float* partials, int splits, std::int64_t row_heads, bf16* out) {
+__global__ void window_combine_kernel(const float* partials, int splits, std::int64_t row_heads, bf16* out,
+                                      Fp8Slot* out_amax) {
   const std::int64_t at = blockIdx.x;
   const int d = 2 * threadIdx.x;
   float top = -FLT_MAX;
@@ -216,7 +229,9 @@ __global__ void window_combine_kernel(const float* partials, int splits, std::in
     o0 += e * o.x, o1 += e * o.y;
   }
   const float inv = 1.0f / sum;
-  *reinterpret_cast<std::uint32_t*>(out + at * D + d) = pack(o0 * inv, o1 * inv);
+  const std::uint32_t o = pack(o0 * inv, o1 * inv);
+  *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
+  if (out_amax) atomic_max_nonneg(&out_amax->amax, abs_max2(o));  // D / 2 threads: not whole warps at D < 64
 }
 
 // How the key tiles are split over blocks: `splits` blocks of `per` tiles each, none empty.
@@ -227,7 +242,7 @@ struct KeySplit {
 template <int D, int KW>
 void launch_window(const WindowAttentionShape& s, KeySplit ks, const int* first, const bf16* qkv_rot,
                    const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
-                   cudaStream_t stream) {
+                   Fp8Slot* out_amax, cudaStream_t stream) {
   constexpr std::size_t smem = window_smem_bytes<D>();
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(window_attention_kernel<D, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -237,22 +252,26 @@ void launch_window(const WindowAttentionShape& s, KeySplit ks, const int* first,
   const dim3 grid((s.width + queries - 1) / queries * ks.splits, s.heads, s.batch);
   const float scale2 = kLog2e / sqrtf(static_cast<float>(D));
   window_attention_kernel<D, KW><<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store,
-                                                                         out, scale2, ks.splits, ks.per, partials);
+                                                                         out, scale2, ks.splits, ks.per, partials,
+                                                                         out_amax);
   if (ks.splits > 1) {
     const std::int64_t row_heads = static_cast<std::int64_t>(s.batch) * s.width * s.heads;
     window_combine_kernel<D><<<static_cast<unsigned>(row_heads), D / 2, 0, stream>>>(partials, ks.splits, row_heads,
-                                                                                     out);
+                                                                                     out, out_amax);
   }
 }
 
 template <int D>
 void window_d(const WindowAttentionShape& s, int query_warps, KeySplit ks, const int* first, const bf16* qkv_rot,
               const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
-              cudaStream_t stream) {
+              Fp8Slot* out_amax, cudaStream_t stream) {
   switch (query_warps) {
-    case 4: return launch_window<D, 1>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
-    case 2: return launch_window<D, 2>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
-    default: return launch_window<D, 4>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    case 4: return launch_window<D, 1>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                        out_amax, stream);
+    case 2: return launch_window<D, 2>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                        out_amax, stream);
+    default: return launch_window<D, 4>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                        out_amax, stream);
   }
 }
 
@@ -296,15 +315,19 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
 
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
                       const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
-                      int query_warps, int key_splits) {
+                      int query_warps, int key_splits, Fp8Slot* out_amax) {
   if (s.batch <= 0 || s.width <= 0) return;
   const int qw = query_warps > 0 ? query_warps : window_query_warps(s);
   const KeySplit ks = window_split(s, qw, key_splits);
   switch (s.head_dim) {
-    case 16: return window_d<16>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
-    case 32: return window_d<32>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
-    case 64: return window_d<64>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
-    case 128: return window_d<128>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials, stream);
+    case 16: return window_d<16>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                 out_amax, stream);
+    case 32: return window_d<32>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                 out_amax, stream);
+    case 64: return window_d<64>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                 out_amax, stream);
+    case 128: return window_d<128>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
+                                 out_amax, stream);
     default: return;  // the model refuses other head sizes (attention.cu's set) before it gets here
   }
 }
