@@ -63,13 +63,24 @@ std::optional<std::string> SentencePieceNormalizer::charsmap_error(const Sentenc
   return std::nullopt;
 }
 
-SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
+std::optional<unsigned char> SentencePieceNormalizer::space_byte(const SentencePieceModel& m) {
+  constexpr char kByte = '\xFF';
+  for (const auto& p : m.pieces)
+    if (p.piece.find(kByte) != std::string::npos) return std::nullopt;
+  const std::string& blob = m.normalizer.precompiled_charsmap;
+  if (!blob.empty() && blob.find(kByte, 4 + std::size_t{trie_size(blob)}) != std::string::npos) return std::nullopt;
+  return static_cast<unsigned char>(kByte);
+}
+
+SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m, std::optional<unsigned char> space_byte)
     : charsmap_(m.normalizer.precompiled_charsmap),
       add_dummy_prefix_(m.normalizer.add_dummy_prefix),
       remove_extra_(m.normalizer.remove_extra_whitespaces),
       escape_(m.normalizer.escape_whitespaces),
       suffix_(m.treat_whitespace_as_suffix),
-      space_(m.normalizer.escape_whitespaces ? kEscapedSpace : std::string_view(" ")) {
+      space_(m.normalizer.escape_whitespaces ? kEscapedSpace : std::string_view(" ")),
+      space_byte_(space_byte) {
+  if (space_byte_ && escape_) space_ = std::string_view(reinterpret_cast<const char*>(&*space_byte_), 1);
   if (!charsmap_.empty()) {
     const std::uint32_t bytes = trie_size(charsmap_);
     unit_store_.resize(bytes / 4);
@@ -82,6 +93,10 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
       user_[static_cast<unsigned char>(p.piece[0])].push_back(p.piece);
       user_first_[static_cast<unsigned char>(p.piece[0])] = true;
     }
+  for (unsigned a = 0; a < 256; ++a)
+    for (const auto& u : user_[a])
+      for (unsigned b = 0; b < 256; ++b)
+        if (u.size() == 1 || static_cast<unsigned char>(u[1]) == b) user_pair_[a << 2 | b >> 6] |= std::uint64_t{1} << (b & 63);
   for (auto& list : user_) {
     std::sort(list.begin(), list.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     list.erase(std::unique(list.begin(), list.end()), list.end());
@@ -118,8 +133,13 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     if (ascii_child) continue;
     ascii_[c] = result;
     ascii_simple_[c] = !any_child;
-    ascii_copy_[c] = c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c;
-    ascii_space_[c] = result == " ";
+    unsigned char k = !any_child ? kAnyNext : 0;
+    if (c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c) k |= kCopy;
+    // A space is one byte only where not escaped, or escaped to space_byte_.
+    if (result == " " && space_.size() == 1) k |= kSpace;
+    if ((k & (kCopy | kSpace)) != 0) k |= user_first_[c] ? kUser : kPlain;
+    plain_[c] = k;
+    plain_byte_[c] = (k & kSpace) != 0 ? static_cast<unsigned char>(space_[0]) : static_cast<unsigned char>(c);
   }
 }
 
@@ -165,56 +185,82 @@ std::pair<std::string_view, std::size_t> SentencePieceNormalizer::prefix(std::st
   return {s.substr(0, std::min(one_char_len(b), s.size())), std::min(one_char_len(b), s.size())};
 }
 
-void SentencePieceNormalizer::normalize(std::string_view text, std::string& out) const {
-  out.clear();
-  std::size_t i = 0;
+std::size_t SentencePieceNormalizer::emit(std::string_view rep, std::string& buf, std::size_t w) const {
+  if (buf.size() < w + 3 * rep.size() + 1) buf.resize(std::max(2 * buf.size(), w + 3 * rep.size() + 1));
+  char* o = buf.data();
+  for (const char ch : rep) {
+    if (ch == ' ' && escape_) {
+      std::memcpy(o + w, space_.data(), space_.size());
+      w += space_.size();
+    } else {
+      o[w++] = ch;
+      // U+2581 from the text, a rule or a user-defined piece: the same as an escaped space.
+      if (space_byte_ && ch == kEscapedSpace[2] && w >= 3 && std::memcmp(o + w - 3, kEscapedSpace.data(), 3) == 0) {
+        w -= 3;
+        o[w++] = static_cast<char>(*space_byte_);
+      }
+    }
+  }
+  return w;
+}
+
+std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::string& buf) const {
+  const std::size_t n = text.size();
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  std::size_t i = 0, w = 0;
   if (remove_extra_)
-    while (i < text.size()) {
+    while (i < n) {
       const auto [rep, len] = prefix(text.substr(i));
       if (rep != " ") break;
       i += len;
     }
-  if (i == text.size()) return;
-  out.reserve((text.size() - i) * 3 + 8);
-  if (!suffix_ && add_dummy_prefix_) out += space_;
+  // Room for every byte of the text as three, and the NUL; emit() grows it for longer results.
+  if (buf.size() < 3 * (n - i) + 8) buf.resize(3 * (n - i) + 8);
+  if (i == n) {
+    buf[0] = '\0';
+    return 0;
+  }
+  if (!suffix_ && add_dummy_prefix_) w = emit(" ", buf, w);
   bool prev_space = remove_extra_;
-  while (i < text.size()) {
-    // A run of ASCII bytes that stay as they are and are no space, each followed by ASCII or the end.
-    auto ascii_next = [&](std::size_t k) { return k + 1 == text.size() || static_cast<unsigned char>(text[k + 1]) < 0x80; };
-    std::size_t j = i;
-    auto user_here = [&](std::size_t k) {
-      return user_first_[static_cast<unsigned char>(text[k])] && user_at(text.substr(k)) != 0;
+  while (i < n) {
+    // Plain ASCII (kept, or one space), each followed by ASCII or the end; a space after a space
+    // is dropped where remove_extra_ by not moving w past it.
+    // Without a branch between letters and spaces: they alternate unpredictably.
+    char* o = buf.data();
+    const unsigned drop_repeats = remove_extra_;
+    unsigned after_space = prev_space;
+    auto plain = [&](unsigned b, unsigned k) {
+      const unsigned space = (k / kSpace) & 1;
+      o[w] = static_cast<char>(plain_byte_[b]);
+      w += 1 - (space & after_space);
+      after_space = space & drop_repeats;
     };
-    while (j < text.size() && ascii_copy(text[j]) && ascii_next(j) && !user_here(j)) ++j;
-    if (j > i) {
-      out.append(text.data() + i, j - i);
-      prev_space = false;
-      i = j;
-      continue;
+    const std::size_t last = n - 1;
+    for (; i < last; ++i) {
+      const unsigned k = plain_[p[i]];
+      if ((k & kPlain) == 0 && ((k & kUser) == 0 || user_pair(p[i], p[i + 1]))) break;
+      if ((p[i + 1] >> 7) & ~(k / kAnyNext) & 1) break;
+      plain(p[i], k);
     }
-    if (ascii_space_[static_cast<unsigned char>(text[i])] && ascii_next(i) && !user_here(i)) {  // a replacement " "
-      if (!prev_space) out += space_;
-      prev_space = remove_extra_;
-      ++i;
-      continue;
-    }
+    prev_space = after_space;
+    // A user-defined piece, a rule, the last byte or a character kept as it is.
     auto [rep, len] = prefix(text.substr(i));
     if (prev_space)
       while (!rep.empty() && rep[0] == ' ') rep.remove_prefix(1);
     if (!rep.empty()) {
-      for (const char ch : rep) {
-        if (ch == ' ' && escape_) out += kEscapedSpace;
-        else out += ch;
-      }
+      w = emit(rep, buf, w);
       prev_space = rep.back() == ' ';
     }
     i += len;
     if (!remove_extra_) prev_space = false;
+    if (buf.size() < w + 3 * (n - i) + 8) buf.resize(std::max(2 * buf.size(), w + 3 * (n - i) + 8));
   }
   if (remove_extra_)
-    while (out.size() >= space_.size() && out.compare(out.size() - space_.size(), space_.size(), space_) == 0)
-      out.resize(out.size() - space_.size());
-  if (suffix_ && add_dummy_prefix_) out += space_;
+    while (w >= space_.size() && std::memcmp(buf.data() + w - space_.size(), space_.data(), space_.size()) == 0)
+      w -= space_.size();
+  if (suffix_ && add_dummy_prefix_) w = emit(" ", buf, w);
+  buf[w] = '\0';
+  return w;
 }
 
 }  // namespace dlm::data::tok
