@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace dlm::data::tok {
 namespace {
@@ -139,8 +140,11 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m, st
     if (result == " " && space_.size() == 1) k |= kSpace;
     if ((k & (kCopy | kSpace)) != 0) k |= user_first_[c] ? kUser : kPlain;
     plain_[c] = k;
+    any_user_ |= (k & kUser) != 0;
     plain_byte_[c] = (k & kSpace) != 0 ? static_cast<unsigned char>(space_[0]) : static_cast<unsigned char>(c);
   }
+  printable_plain_ = (plain_[' '] & (kPlain | kSpace)) == (kPlain | kSpace);
+  for (unsigned c = 0x21; c < 0x7F; ++c) printable_plain_ &= (plain_[c] & (kPlain | kCopy)) == (kPlain | kCopy);
 }
 
 std::size_t SentencePieceNormalizer::user_at(std::string_view s) const {
@@ -235,13 +239,56 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
       w += 1 - (space & after_space);
       after_space = space & drop_repeats;
     };
+    // Not plain, unless kUser and no user-defined piece starts with these two bytes; or a rule may
+    // go on with the next byte. One branch: letters and spaces alternate unpredictably. The pair
+    // table is looked at only for a model where some kUser byte is there.
     const std::size_t last = n - 1;
-    for (; i < last; ++i) {
-      const unsigned k = plain_[p[i]];
-      if ((k & kPlain) == 0 && ((k & kUser) == 0 || user_pair(p[i], p[i + 1]))) break;
-      if ((p[i + 1] >> 7) & ~(k / kAnyNext) & 1) break;
-      plain(p[i], k);
-    }
+    auto ok = [&](auto users, unsigned k) {
+      unsigned yes = k / kPlain;
+      if constexpr (decltype(users)::value) yes |= (k / kUser) & ~static_cast<unsigned>(user_pair(p[i], p[i + 1]));
+      return (((yes & 1) == 0) | ((p[i + 1] >> 7) & ~(k / kAnyNext) & 1)) == 0;
+    };
+    auto run = [&](auto users) {
+      if constexpr (!decltype(users)::value) {
+        if (printable_plain_) {
+          for (;;) {
+            // Eight bytes at a time: those before the first that is not printable ASCII or is a
+            // space after a space are kept or written as the one space byte.
+            while (i + 9 <= n) {
+              constexpr std::uint64_t kOnes = 0x0101010101010101u, kHigh = kOnes * 0x80, kLow = kOnes * 0x7F;
+              std::uint64_t x;
+              std::memcpy(&x, p + i, 8);
+              const std::uint64_t unprintable = ((x - kOnes * 0x20) & ~x & kHigh) | (((x + kOnes) | x) & kHigh);
+              const std::uint64_t t = x ^ (kOnes * 0x20);
+              const std::uint64_t spaces = ~(((t & kLow) + kLow) | t | kLow);  // 0x80 in each space byte
+              const std::uint64_t mask = (spaces >> 7) * 0xFF;
+              const std::uint64_t y = (x & ~mask) | (mask & (kOnes * static_cast<unsigned char>(space_[0])));
+              std::memcpy(o + w, &y, 8);  // room: a byte for each byte of the text, and 8
+              const std::uint64_t bad = unprintable | (spaces & ((spaces << 8) | (std::uint64_t{after_space} << 7)));
+              std::size_t f = bad != 0 ? static_cast<std::size_t>(__builtin_ctzll(bad)) / 8 : 8;
+              if (p[i + f] >= 0x80 && f > 0) --f;  // the byte before a non-ASCII one: one by one
+              if (f > 0) after_space = static_cast<unsigned>(spaces >> (8 * f - 1)) & 1 & drop_repeats;
+              w += f;
+              i += f;
+              if (f < 8) break;
+            }
+            // The byte that stopped the block, one by one, and the spaces that follow a space.
+            if (i >= last) return;
+            if (const unsigned k = plain_[p[i]]; ok(users, k)) plain(p[i], k);
+            else return;
+            ++i;
+            while (after_space != 0 && p[i] == ' ' && i < last && ok(users, plain_[' '])) ++i;
+          }
+        }
+      }
+      for (; i < last; ++i) {
+        const unsigned k = plain_[p[i]];
+        if (!ok(users, k)) return;
+        plain(p[i], k);
+      }
+    };
+    if (any_user_) run(std::true_type{});
+    else run(std::false_type{});
     prev_space = after_space;
     // A user-defined piece, a rule, the last byte or a character kept as it is.
     auto [rep, len] = prefix(text.substr(i));

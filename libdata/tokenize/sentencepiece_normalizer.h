@@ -73,6 +73,8 @@ class SentencePieceNormalizer {
   static constexpr unsigned char kCopy = 1, kSpace = 2, kAnyNext = 4, kUser = 8, kPlain = 16;
   std::array<unsigned char, 256> plain_byte_{};
   std::array<unsigned char, 256> plain_{};
+  bool any_user_ = false;  // some byte is kUser
+  bool printable_plain_ = false;  // ' ' is kPlain and kSpace, 0x21-0x7E are kPlain and kCopy
   std::optional<unsigned char> space_byte_;
   // Appends `rep` (the result at one position) at `w`, its spaces escaped and its U+2581 written
   // as space_byte_; returns the new end.
