@@ -8,6 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "text.h"
+
 namespace dlm::data::tok {
 namespace {
 
@@ -19,6 +21,17 @@ constexpr std::size_t kMaxRules = 32;
 
 // sentencepiece's OneCharLen: the length a lead byte announces, 1 for a continuation byte.
 std::size_t one_char_len(unsigned char b) { return "\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
+
+// Whether s[i, i + len) is whole UTF-8 characters.
+bool whole_chars(std::string_view s, std::size_t i, std::size_t len) {
+  const std::size_t end = i + len;
+  while (i < end) {
+    const int m = utf8_sequence(s, i);
+    if (m <= 0) return false;
+    i += static_cast<std::size_t>(m);
+  }
+  return i == end;
+}
 
 bool has_leaf(std::uint32_t u) { return ((u >> 8) & 1) != 0; }
 std::uint32_t leaf_value(std::uint32_t u) { return u & 0x7FFFFFFFu; }
@@ -208,7 +221,7 @@ std::size_t SentencePieceNormalizer::emit(std::string_view rep, std::string& buf
   return w;
 }
 
-std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::string& buf) const {
+std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::string& buf, bool check) const {
   const std::size_t n = text.size();
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   std::size_t i = 0, w = 0;
@@ -216,6 +229,7 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
     while (i < n) {
       const auto [rep, len] = prefix(text.substr(i));
       if (rep != " ") break;
+      if (check && !whole_chars(text, i, len)) return kNotChecked;
       i += len;
     }
   // Room for every byte of the text as three, and the NUL; emit() grows it for longer results.
@@ -290,8 +304,10 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
     if (any_user_) run(std::true_type{});
     else run(std::false_type{});
     prev_space = after_space;
-    // A user-defined piece, a rule, the last byte or a character kept as it is.
+    // A user-defined piece, a rule, the last byte or a character kept as it is; every byte from
+    // 0x80 on comes here.
     auto [rep, len] = prefix(text.substr(i));
+    if (check && !whole_chars(text, i, len)) return kNotChecked;
     if (prev_space)
       while (!rep.empty() && rep[0] == ' ') rep.remove_prefix(1);
     if (!rep.empty()) {

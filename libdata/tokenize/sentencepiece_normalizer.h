@@ -45,9 +45,12 @@ class SentencePieceNormalizer {
   SentencePieceNormalizer(const SentencePieceNormalizer&) = delete;
   SentencePieceNormalizer& operator=(const SentencePieceNormalizer&) = delete;
 
-  // `text` must be valid UTF-8. Writes the result at the start of `buf` followed by a NUL and returns
-  // its length; `buf` grows as needed and never shrinks (its size is not the result's).
-  std::size_t normalize(std::string_view text, std::string& buf) const;
+  // Writes the result at the start of `buf` followed by a NUL and returns its length; `buf` grows as
+  // needed and never shrinks (its size is not the result's). `text` must be valid UTF-8, unless
+  // `check`: then kNotChecked where a character or a rule's span is not whole UTF-8 (the text is
+  // then ill-formed, or a rule ends inside a character: valid_utf8() tells).
+  static constexpr std::size_t kNotChecked = static_cast<std::size_t>(-1);
+  std::size_t normalize(std::string_view text, std::string& buf, bool check = false) const;
 
  private:
   // The replacement for the start of `s` (non-empty) and how many bytes of `s` it consumes.

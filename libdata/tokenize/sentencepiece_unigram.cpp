@@ -7,6 +7,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "text.h"
+
 namespace dlm::data::tok {
 namespace {
 
@@ -96,11 +98,16 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
   }
 }
 
-void SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_t>& out) const {
   thread_local std::string normalized;
-  const std::size_t n = normalizer_.normalize(text, normalized);
+  std::size_t n = normalizer_.normalize(text, normalized, true);
+  if (n == SentencePieceNormalizer::kNotChecked) {
+    if (!valid_utf8(text)) return false;
+    n = normalizer_.normalize(text, normalized);
+  }
   encode_normalized(std::string_view(normalized.data(), n), out);
   if (normalized.capacity() > (std::size_t{64} << 20)) std::string().swap(normalized);  // one huge document
+  return true;
 }
 
 void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const {

@@ -41,8 +41,9 @@ class SentencePieceUnigram {
   // `m` must be supported.
   explicit SentencePieceUnigram(const SentencePieceModel& m);
 
-  // Appends the ids of `text`, which must be valid UTF-8.
-  void encode(std::string_view text, std::vector<std::int32_t>& out) const;
+  // Appends the ids of `text` and returns true; false, appending nothing, where `text` is not valid
+  // UTF-8 (checked as it is normalized; the caller repairs it).
+  bool encode(std::string_view text, std::vector<std::int32_t>& out) const;
 
  private:
   // Appends the ids of the normalizer's result `s`, which a NUL follows.
