@@ -156,8 +156,23 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m, st
     any_user_ |= (k & kUser) != 0;
     plain_byte_[c] = (k & kSpace) != 0 ? static_cast<unsigned char>(space_[0]) : static_cast<unsigned char>(c);
   }
-  printable_plain_ = (plain_[' '] & (kPlain | kSpace)) == (kPlain | kSpace);
-  for (unsigned c = 0x21; c < 0x7F; ++c) printable_plain_ &= (plain_[c] & (kPlain | kCopy)) == (kPlain | kCopy);
+  // Printable ASCII in eight-byte blocks: where each byte is kept (a space: one space), and at most
+  // kBlockUsers of them may start a user-defined piece.
+  printable_plain_ = (plain_[' '] & kSpace) != 0;
+  for (unsigned c = 0x20; c < 0x7F; ++c) {
+    printable_plain_ &= (plain_[c] & (kPlain | kUser)) != 0 && (c == ' ' || (plain_[c] & kCopy) != 0);
+    if ((plain_[c] & kUser) == 0) continue;
+    for (const auto& u : user_[c]) {
+      // Its first two bytes (or the first alone), each repeated in all eight bytes.
+      const std::uint64_t second = u.size() > 1 ? static_cast<unsigned char>(u[1]) * 0x0101010101010101u : 0;
+      const BlockUser b{c * 0x0101010101010101u, second, u.size() == 1};
+      if (std::find(block_user_.begin(), block_user_.begin() + static_cast<std::ptrdiff_t>(block_users_), b) !=
+          block_user_.begin() + static_cast<std::ptrdiff_t>(block_users_))
+        continue;
+      if (block_users_ == kBlockUsers) printable_plain_ = false;
+      else block_user_[block_users_++] = b;
+    }
+  }
 }
 
 std::size_t SentencePieceNormalizer::user_at(std::string_view s) const {
@@ -263,7 +278,7 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
       return (((yes & 1) == 0) | ((p[i + 1] >> 7) & ~(k / kAnyNext) & 1)) == 0;
     };
     auto run = [&](auto users) {
-      if constexpr (!decltype(users)::value) {
+      {
         if (printable_plain_) {
           for (;;) {
             // Eight bytes at a time: those before the first that is not printable ASCII or is a
@@ -278,7 +293,19 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
               const std::uint64_t mask = (spaces >> 7) * 0xFF;
               const std::uint64_t y = (x & ~mask) | (mask & (kOnes * static_cast<unsigned char>(space_[0])));
               std::memcpy(o + w, &y, 8);  // room: a byte for each byte of the text, and 8
-              const std::uint64_t bad = unprintable | (spaces & ((spaces << 8) | (std::uint64_t{after_space} << 7)));
+              std::uint64_t bad = unprintable | (spaces & ((spaces << 8) | (std::uint64_t{after_space} << 7)));
+              if constexpr (decltype(users)::value) {
+                // Not plain where a user-defined piece may start: its first two bytes are here.
+                auto equal = [&](std::uint64_t v, std::uint64_t rep) {
+                  const std::uint64_t e = v ^ rep;
+                  return ~(((e & kLow) + kLow) | e | kLow);
+                };
+                const std::uint64_t next = x >> 8 | std::uint64_t{p[i + 8]} << 56;  // the byte after each
+                for (std::size_t u = 0; u < block_users_; ++u) {
+                  const BlockUser& b = block_user_[u];
+                  bad |= equal(x, b.first) & (b.alone ? ~std::uint64_t{0} : equal(next, b.second));
+                }
+              }
               std::size_t f = bad != 0 ? static_cast<std::size_t>(__builtin_ctzll(bad)) / 8 : 8;
               if (p[i + f] >= 0x80 && f > 0) --f;  // the byte before a non-ASCII one: one by one
               if (f > 0) after_space = static_cast<unsigned>(spaces >> (8 * f - 1)) & 1 & drop_repeats;

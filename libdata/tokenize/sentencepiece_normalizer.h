@@ -77,7 +77,17 @@ class SentencePieceNormalizer {
   std::array<unsigned char, 256> plain_byte_{};
   std::array<unsigned char, 256> plain_{};
   bool any_user_ = false;  // some byte is kUser
-  bool printable_plain_ = false;  // ' ' is kPlain and kSpace, 0x21-0x7E are kPlain and kCopy
+  // Every printable ASCII byte is kept (' ' is one space) or kUser; block_user_: how the user-defined
+  // pieces with a printable first byte start, for the eight-byte loop (at most kBlockUsers).
+  bool printable_plain_ = false;
+  struct BlockUser {
+    std::uint64_t first, second;  // each byte repeated eight times
+    bool alone;                   // the piece is its first byte alone
+    bool operator==(const BlockUser&) const = default;
+  };
+  static constexpr std::size_t kBlockUsers = 4;
+  std::array<BlockUser, kBlockUsers> block_user_{};
+  std::size_t block_users_ = 0;
   std::optional<unsigned char> space_byte_;
   // Appends `rep` (the result at one position) at `w`, its spaces escaped and its U+2581 written
   // as space_byte_; returns the new end.
