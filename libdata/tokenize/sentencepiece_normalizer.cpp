@@ -111,6 +111,16 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m, st
     for (const auto& u : user_[a])
       for (unsigned b = 0; b < 256; ++b)
         if (u.size() == 1 || static_cast<unsigned char>(u[1]) == b) user_pair_[a << 2 | b >> 6] |= std::uint64_t{1} << (b & 63);
+  // rule_pair_: the charsmap has a rule that is a alone or starts with a b.
+  for (unsigned a = 0x80; a < 256 && units_ != nullptr; ++a) {
+    const std::size_t n = unit_store_.size();
+    std::size_t pos = offset(units_[0]) ^ a;
+    if (pos >= n || label(units_[pos]) != a) continue;
+    const bool alone = has_leaf(units_[pos]);
+    pos ^= offset(units_[pos]);
+    for (unsigned b = 0; b < 256; ++b)
+      if (alone || ((pos ^ b) < n && label(units_[pos ^ b]) == b)) rule_pair_[a << 2 | b >> 6] |= std::uint64_t{1} << (b & 63);
+  }
   for (auto& list : user_) {
     std::sort(list.begin(), list.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     list.erase(std::unique(list.begin(), list.end()), list.end());
@@ -331,8 +341,28 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
     if (any_user_) run(std::true_type{});
     else run(std::false_type{});
     prev_space = after_space;
+    // Characters from 0x80 on that no rule and no user-defined piece starts with (rule_pair_): kept
+    // as they are (U+2581 as space_byte_), checked as UTF-8 and not looked up in the charsmap.
+    if (const std::size_t from = i; p[i] >= 0x80) {
+      while (i + 1 < n && p[i] >= 0x80 && !user_first_[p[i]] && !rule_pair(p[i], p[i + 1])) {
+        const int m = utf8_sequence(text, i);
+        if (m <= 0) break;
+        if (space_byte_ && m == 3 && std::memcmp(p + i, kEscapedSpace.data(), 3) == 0) {
+          o[w++] = static_cast<char>(*space_byte_);
+        } else {
+          const auto len = static_cast<std::size_t>(m);
+          std::memcpy(o + w, p + i, i + 4 <= n ? 4 : len);  // room: a byte for each byte of the text, and 8
+          w += len;
+        }
+        i += static_cast<std::size_t>(m);
+      }
+      if (i != from) {
+        prev_space = false;
+        continue;
+      }
+    }
     // A user-defined piece, a rule, the last byte or a character kept as it is; every byte from
-    // 0x80 on comes here.
+    // 0x80 on that the loop above leaves comes here.
     auto [rep, len] = prefix(text.substr(i));
     if (check && !whole_chars(text, i, len)) return kNotChecked;
     if (prev_space)

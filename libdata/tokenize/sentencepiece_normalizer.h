@@ -97,6 +97,9 @@ class SentencePieceNormalizer {
   // Bit (a << 8 | b): some user-defined piece starts with bytes a b, or is a alone.
   std::vector<std::uint64_t> user_pair_ = std::vector<std::uint64_t>(1024);
   bool user_pair(unsigned a, unsigned b) const { return (user_pair_[a << 2 | b >> 6] >> (b & 63)) & 1; }
+  // Bit (a << 8 | b): a charsmap rule is a alone or starts with bytes a b.
+  std::vector<std::uint64_t> rule_pair_ = std::vector<std::uint64_t>(1024);
+  bool rule_pair(unsigned a, unsigned b) const { return (rule_pair_[a << 2 | b >> 6] >> (b & 63)) & 1; }
   // The length of the longest user-defined piece at the start of `s` (non-empty); 0: none.
   std::size_t user_at(std::string_view s) const;
 };
