@@ -288,48 +288,46 @@ std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::strin
       return (((yes & 1) == 0) | ((p[i + 1] >> 7) & ~(k / kAnyNext) & 1)) == 0;
     };
     auto run = [&](auto users) {
-      {
-        if (printable_plain_) {
-          for (;;) {
-            // Eight bytes at a time: those before the first that is not printable ASCII or is a
-            // space after a space are kept or written as the one space byte.
-            while (i + 9 <= n) {
-              constexpr std::uint64_t kOnes = 0x0101010101010101u, kHigh = kOnes * 0x80, kLow = kOnes * 0x7F;
-              std::uint64_t x;
-              std::memcpy(&x, p + i, 8);
-              const std::uint64_t unprintable = ((x - kOnes * 0x20) & ~x & kHigh) | (((x + kOnes) | x) & kHigh);
-              const std::uint64_t t = x ^ (kOnes * 0x20);
-              const std::uint64_t spaces = ~(((t & kLow) + kLow) | t | kLow);  // 0x80 in each space byte
-              const std::uint64_t mask = (spaces >> 7) * 0xFF;
-              const std::uint64_t y = (x & ~mask) | (mask & (kOnes * static_cast<unsigned char>(space_[0])));
-              std::memcpy(o + w, &y, 8);  // room: a byte for each byte of the text, and 8
-              std::uint64_t bad = unprintable | (spaces & ((spaces << 8) | (std::uint64_t{after_space} << 7)));
-              if constexpr (decltype(users)::value) {
-                // Not plain where a user-defined piece may start: its first two bytes are here.
-                auto equal = [&](std::uint64_t v, std::uint64_t rep) {
-                  const std::uint64_t e = v ^ rep;
-                  return ~(((e & kLow) + kLow) | e | kLow);
-                };
-                const std::uint64_t next = x >> 8 | std::uint64_t{p[i + 8]} << 56;  // the byte after each
-                for (std::size_t u = 0; u < block_users_; ++u) {
-                  const BlockUser& b = block_user_[u];
-                  bad |= equal(x, b.first) & (b.alone ? ~std::uint64_t{0} : equal(next, b.second));
-                }
+      if (printable_plain_) {
+        for (;;) {
+          // Eight bytes at a time: those before the first that is not printable ASCII or is a
+          // space after a space are kept or written as the one space byte.
+          while (i + 9 <= n) {
+            constexpr std::uint64_t kOnes = 0x0101010101010101u, kHigh = kOnes * 0x80, kLow = kOnes * 0x7F;
+            std::uint64_t x;
+            std::memcpy(&x, p + i, 8);
+            const std::uint64_t unprintable = ((x - kOnes * 0x20) & ~x & kHigh) | (((x + kOnes) | x) & kHigh);
+            const std::uint64_t t = x ^ (kOnes * 0x20);
+            const std::uint64_t spaces = ~(((t & kLow) + kLow) | t | kLow);  // 0x80 in each space byte
+            const std::uint64_t mask = (spaces >> 7) * 0xFF;
+            const std::uint64_t y = (x & ~mask) | (mask & (kOnes * static_cast<unsigned char>(space_[0])));
+            std::memcpy(o + w, &y, 8);  // room: a byte for each byte of the text, and 8
+            std::uint64_t bad = unprintable | (spaces & ((spaces << 8) | (std::uint64_t{after_space} << 7)));
+            if constexpr (decltype(users)::value) {
+              // Not plain where a user-defined piece may start: its first two bytes are here.
+              auto equal = [&](std::uint64_t v, std::uint64_t rep) {
+                const std::uint64_t e = v ^ rep;
+                return ~(((e & kLow) + kLow) | e | kLow);
+              };
+              const std::uint64_t next = x >> 8 | std::uint64_t{p[i + 8]} << 56;  // the byte after each
+              for (std::size_t u = 0; u < block_users_; ++u) {
+                const BlockUser& b = block_user_[u];
+                bad |= equal(x, b.first) & (b.alone ? ~std::uint64_t{0} : equal(next, b.second));
               }
-              std::size_t f = bad != 0 ? static_cast<std::size_t>(__builtin_ctzll(bad)) / 8 : 8;
-              if (p[i + f] >= 0x80 && f > 0) --f;  // the byte before a non-ASCII one: one by one
-              if (f > 0) after_space = static_cast<unsigned>(spaces >> (8 * f - 1)) & 1 & drop_repeats;
-              w += f;
-              i += f;
-              if (f < 8) break;
             }
-            // The byte that stopped the block, one by one, and the spaces that follow a space.
-            if (i >= last) return;
-            if (const unsigned k = plain_[p[i]]; ok(users, k)) plain(p[i], k);
-            else return;
-            ++i;
-            while (after_space != 0 && p[i] == ' ' && i < last && ok(users, plain_[' '])) ++i;
+            std::size_t f = bad != 0 ? static_cast<std::size_t>(__builtin_ctzll(bad)) / 8 : 8;
+            if (p[i + f] >= 0x80 && f > 0) --f;  // the byte before a non-ASCII one: one by one
+            if (f > 0) after_space = static_cast<unsigned>(spaces >> (8 * f - 1)) & 1 & drop_repeats;
+            w += f;
+            i += f;
+            if (f < 8) break;
           }
+          // The byte that stopped the block, one by one, and the spaces that follow a space.
+          if (i >= last) return;
+          if (const unsigned k = plain_[p[i]]; ok(users, k)) plain(p[i], k);
+          else return;
+          ++i;
+          while (after_space != 0 && p[i] == ' ' && i < last && ok(users, plain_[' '])) ++i;
         }
       }
       for (; i < last; ++i) {
