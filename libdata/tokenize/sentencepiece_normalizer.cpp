@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+
+#include "text.h"
 
 namespace dlm::data::tok {
 namespace {
@@ -18,6 +21,17 @@ constexpr std::size_t kMaxRules = 32;
 
 // sentencepiece's OneCharLen: the length a lead byte announces, 1 for a continuation byte.
 std::size_t one_char_len(unsigned char b) { return "\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
+
+// Whether s[i, i + len) is whole UTF-8 characters.
+bool whole_chars(std::string_view s, std::size_t i, std::size_t len) {
+  const std::size_t end = i + len;
+  while (i < end) {
+    const int m = utf8_sequence(s, i);
+    if (m <= 0) return false;
+    i += static_cast<std::size_t>(m);
+  }
+  return i == end;
+}
 
 bool has_leaf(std::uint32_t u) { return ((u >> 8) & 1) != 0; }
 std::uint32_t leaf_value(std::uint32_t u) { return u & 0x7FFFFFFFu; }
@@ -63,13 +77,24 @@ std::optional<std::string> SentencePieceNormalizer::charsmap_error(const Sentenc
   return std::nullopt;
 }
 
-SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
+std::optional<unsigned char> SentencePieceNormalizer::space_byte(const SentencePieceModel& m) {
+  constexpr char kByte = '\xFF';
+  for (const auto& p : m.pieces)
+    if (p.piece.find(kByte) != std::string::npos) return std::nullopt;
+  const std::string& blob = m.normalizer.precompiled_charsmap;
+  if (!blob.empty() && blob.find(kByte, 4 + std::size_t{trie_size(blob)}) != std::string::npos) return std::nullopt;
+  return static_cast<unsigned char>(kByte);
+}
+
+SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m, std::optional<unsigned char> space_byte)
     : charsmap_(m.normalizer.precompiled_charsmap),
       add_dummy_prefix_(m.normalizer.add_dummy_prefix),
       remove_extra_(m.normalizer.remove_extra_whitespaces),
       escape_(m.normalizer.escape_whitespaces),
       suffix_(m.treat_whitespace_as_suffix),
-      space_(m.normalizer.escape_whitespaces ? kEscapedSpace : std::string_view(" ")) {
+      space_(m.normalizer.escape_whitespaces ? kEscapedSpace : std::string_view(" ")),
+      space_byte_(space_byte) {
+  if (space_byte_ && escape_) space_ = std::string_view(reinterpret_cast<const char*>(&*space_byte_), 1);
   if (!charsmap_.empty()) {
     const std::uint32_t bytes = trie_size(charsmap_);
     unit_store_.resize(bytes / 4);
@@ -82,6 +107,20 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
       user_[static_cast<unsigned char>(p.piece[0])].push_back(p.piece);
       user_first_[static_cast<unsigned char>(p.piece[0])] = true;
     }
+  for (unsigned a = 0; a < 256; ++a)
+    for (const auto& u : user_[a])
+      for (unsigned b = 0; b < 256; ++b)
+        if (u.size() == 1 || static_cast<unsigned char>(u[1]) == b) user_pair_[a << 2 | b >> 6] |= std::uint64_t{1} << (b & 63);
+  // rule_pair_: the charsmap has a rule that is a alone or starts with a b.
+  for (unsigned a = 0x80; a < 256 && units_ != nullptr; ++a) {
+    const std::size_t n = unit_store_.size();
+    std::size_t pos = offset(units_[0]) ^ a;
+    if (pos >= n || label(units_[pos]) != a) continue;
+    const bool alone = has_leaf(units_[pos]);
+    pos ^= offset(units_[pos]);
+    for (unsigned b = 0; b < 256; ++b)
+      if (alone || ((pos ^ b) < n && label(units_[pos ^ b]) == b)) rule_pair_[a << 2 | b >> 6] |= std::uint64_t{1} << (b & 63);
+  }
   for (auto& list : user_) {
     std::sort(list.begin(), list.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     list.erase(std::unique(list.begin(), list.end()), list.end());
@@ -118,8 +157,31 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceModel& m)
     if (ascii_child) continue;
     ascii_[c] = result;
     ascii_simple_[c] = !any_child;
-    ascii_copy_[c] = c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c;
-    ascii_space_[c] = result == " ";
+    unsigned char k = !any_child ? kAnyNext : 0;
+    if (c != ' ' && result.size() == 1 && static_cast<unsigned char>(result[0]) == c) k |= kCopy;
+    // A space is one byte only where not escaped, or escaped to space_byte_.
+    if (result == " " && space_.size() == 1) k |= kSpace;
+    if ((k & (kCopy | kSpace)) != 0) k |= user_first_[c] ? kUser : kPlain;
+    plain_[c] = k;
+    any_user_ |= (k & kUser) != 0;
+    plain_byte_[c] = (k & kSpace) != 0 ? static_cast<unsigned char>(space_[0]) : static_cast<unsigned char>(c);
+  }
+  // Printable ASCII in eight-byte blocks: where each byte is kept (a space: one space), and at most
+  // kBlockUsers of them may start a user-defined piece.
+  printable_plain_ = (plain_[' '] & kSpace) != 0;
+  for (unsigned c = 0x20; c < 0x7F; ++c) {
+    printable_plain_ &= (plain_[c] & (kPlain | kUser)) != 0 && (c == ' ' || (plain_[c] & kCopy) != 0);
+    if ((plain_[c] & kUser) == 0) continue;
+    for (const auto& u : user_[c]) {
+      // Its first two bytes (or the first alone), each repeated in all eight bytes.
+      const std::uint64_t second = u.size() > 1 ? static_cast<unsigned char>(u[1]) * 0x0101010101010101u : 0;
+      const BlockUser b{c * 0x0101010101010101u, second, u.size() == 1};
+      if (std::find(block_user_.begin(), block_user_.begin() + static_cast<std::ptrdiff_t>(block_users_), b) !=
+          block_user_.begin() + static_cast<std::ptrdiff_t>(block_users_))
+        continue;
+      if (block_users_ == kBlockUsers) printable_plain_ = false;
+      else block_user_[block_users_++] = b;
+    }
   }
 }
 
@@ -165,56 +227,158 @@ std::pair<std::string_view, std::size_t> SentencePieceNormalizer::prefix(std::st
   return {s.substr(0, std::min(one_char_len(b), s.size())), std::min(one_char_len(b), s.size())};
 }
 
-void SentencePieceNormalizer::normalize(std::string_view text, std::string& out) const {
-  out.clear();
-  std::size_t i = 0;
+std::size_t SentencePieceNormalizer::emit(std::string_view rep, std::string& buf, std::size_t w) const {
+  if (buf.size() < w + 3 * rep.size() + 1) buf.resize(std::max(2 * buf.size(), w + 3 * rep.size() + 1));
+  char* o = buf.data();
+  for (const char ch : rep) {
+    if (ch == ' ' && escape_) {
+      std::memcpy(o + w, space_.data(), space_.size());
+      w += space_.size();
+    } else {
+      o[w++] = ch;
+      // U+2581 from the text, a rule or a user-defined piece: the same as an escaped space.
+      if (space_byte_ && ch == kEscapedSpace[2] && w >= 3 && std::memcmp(o + w - 3, kEscapedSpace.data(), 3) == 0) {
+        w -= 3;
+        o[w++] = static_cast<char>(*space_byte_);
+      }
+    }
+  }
+  return w;
+}
+
+std::size_t SentencePieceNormalizer::normalize(std::string_view text, std::string& buf, bool check) const {
+  const std::size_t n = text.size();
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  std::size_t i = 0, w = 0;
   if (remove_extra_)
-    while (i < text.size()) {
+    while (i < n) {
       const auto [rep, len] = prefix(text.substr(i));
       if (rep != " ") break;
+      if (check && !whole_chars(text, i, len)) return kNotChecked;
       i += len;
     }
-  if (i == text.size()) return;
-  out.reserve((text.size() - i) * 3 + 8);
-  if (!suffix_ && add_dummy_prefix_) out += space_;
+  // Room for every byte of the text as three, and the NUL; emit() grows it for longer results.
+  if (buf.size() < 3 * (n - i) + 8) buf.resize(3 * (n - i) + 8);
+  if (i == n) {
+    buf[0] = '\0';
+    return 0;
+  }
+  if (!suffix_ && add_dummy_prefix_) w = emit(" ", buf, w);
   bool prev_space = remove_extra_;
-  while (i < text.size()) {
-    // A run of ASCII bytes that stay as they are and are no space, each followed by ASCII or the end.
-    auto ascii_next = [&](std::size_t k) { return k + 1 == text.size() || static_cast<unsigned char>(text[k + 1]) < 0x80; };
-    std::size_t j = i;
-    auto user_here = [&](std::size_t k) {
-      return user_first_[static_cast<unsigned char>(text[k])] && user_at(text.substr(k)) != 0;
+  while (i < n) {
+    // Plain ASCII (kept, or one space), each followed by ASCII or the end; a space after a space
+    // is dropped where remove_extra_ by not moving w past it.
+    // Without a branch between letters and spaces: they alternate unpredictably.
+    char* o = buf.data();
+    const unsigned drop_repeats = remove_extra_;
+    unsigned after_space = prev_space;
+    auto plain = [&](unsigned b, unsigned k) {
+      const unsigned space = (k / kSpace) & 1;
+      o[w] = static_cast<char>(plain_byte_[b]);
+      w += 1 - (space & after_space);
+      after_space = space & drop_repeats;
     };
-    while (j < text.size() && ascii_copy(text[j]) && ascii_next(j) && !user_here(j)) ++j;
-    if (j > i) {
-      out.append(text.data() + i, j - i);
-      prev_space = false;
-      i = j;
-      continue;
+    // Not plain, unless kUser and no user-defined piece starts with these two bytes; or a rule may
+    // go on with the next byte. One branch: letters and spaces alternate unpredictably. The pair
+    // table is looked at only for a model where some kUser byte is there.
+    const std::size_t last = n - 1;
+    auto ok = [&](auto users, unsigned k) {
+      unsigned yes = k / kPlain;
+      if constexpr (decltype(users)::value) yes |= (k / kUser) & ~static_cast<unsigned>(user_pair(p[i], p[i + 1]));
+      return (((yes & 1) == 0) | ((p[i + 1] >> 7) & ~(k / kAnyNext) & 1)) == 0;
+    };
+    auto run = [&](auto users) {
+      if (printable_plain_) {
+        for (;;) {
+          // Eight bytes at a time: those before the first that is not printable ASCII or is a
+          // space after a space are kept or written as the one space byte.
+          while (i + 9 <= n) {
+            constexpr std::uint64_t kOnes = 0x0101010101010101u, kHigh = kOnes * 0x80, kLow = kOnes * 0x7F;
+            std::uint64_t x;
+            std::memcpy(&x, p + i, 8);
+            const std::uint64_t unprintable = ((x - kOnes * 0x20) & ~x & kHigh) | (((x + kOnes) | x) & kHigh);
+            const std::uint64_t t = x ^ (kOnes * 0x20);
+            const std::uint64_t spaces = ~(((t & kLow) + kLow) | t | kLow);  // 0x80 in each space byte
+            const std::uint64_t mask = (spaces >> 7) * 0xFF;
+            const std::uint64_t y = (x & ~mask) | (mask & (kOnes * static_cast<unsigned char>(space_[0])));
+            std::memcpy(o + w, &y, 8);  // room: a byte for each byte of the text, and 8
+            std::uint64_t bad = unprintable | (spaces & ((spaces << 8) | (std::uint64_t{after_space} << 7)));
+            if constexpr (decltype(users)::value) {
+              // Not plain where a user-defined piece may start: its first two bytes are here.
+              auto equal = [&](std::uint64_t v, std::uint64_t rep) {
+                const std::uint64_t e = v ^ rep;
+                return ~(((e & kLow) + kLow) | e | kLow);
+              };
+              const std::uint64_t next = x >> 8 | std::uint64_t{p[i + 8]} << 56;  // the byte after each
+              for (std::size_t u = 0; u < block_users_; ++u) {
+                const BlockUser& b = block_user_[u];
+                bad |= equal(x, b.first) & (b.alone ? ~std::uint64_t{0} : equal(next, b.second));
+              }
+            }
+            std::size_t f = bad != 0 ? static_cast<std::size_t>(__builtin_ctzll(bad)) / 8 : 8;
+            if (p[i + f] >= 0x80 && f > 0) --f;  // the byte before a non-ASCII one: one by one
+            if (f > 0) after_space = static_cast<unsigned>(spaces >> (8 * f - 1)) & 1 & drop_repeats;
+            w += f;
+            i += f;
+            if (f < 8) break;
+          }
+          // The byte that stopped the block, one by one, and the spaces that follow a space.
+          if (i >= last) return;
+          if (const unsigned k = plain_[p[i]]; ok(users, k)) plain(p[i], k);
+          else return;
+          ++i;
+          while (after_space != 0 && p[i] == ' ' && i < last && ok(users, plain_[' '])) ++i;
+        }
+      }
+      for (; i < last; ++i) {
+        const unsigned k = plain_[p[i]];
+        if (!ok(users, k)) return;
+        plain(p[i], k);
+      }
+    };
+    if (any_user_) run(std::true_type{});
+    else run(std::false_type{});
+    prev_space = after_space;
+    // Characters from 0x80 on that no rule and no user-defined piece starts with (rule_pair_): kept
+    // as they are (U+2581 as space_byte_), checked as UTF-8 and not looked up in the charsmap.
+    if (const std::size_t from = i; p[i] >= 0x80) {
+      while (i + 1 < n && p[i] >= 0x80 && !user_first_[p[i]] && !rule_pair(p[i], p[i + 1])) {
+        const int m = utf8_sequence(text, i);
+        if (m <= 0) break;
+        if (space_byte_ && m == 3 && std::memcmp(p + i, kEscapedSpace.data(), 3) == 0) {
+          o[w++] = static_cast<char>(*space_byte_);
+        } else {
+          const auto len = static_cast<std::size_t>(m);
+          std::memcpy(o + w, p + i, i + 4 <= n ? 4 : len);  // room: a byte for each byte of the text, and 8
+          w += len;
+        }
+        i += static_cast<std::size_t>(m);
+      }
+      if (i != from) {
+        prev_space = false;
+        continue;
+      }
     }
-    if (ascii_space_[static_cast<unsigned char>(text[i])] && ascii_next(i) && !user_here(i)) {  // a replacement " "
-      if (!prev_space) out += space_;
-      prev_space = remove_extra_;
-      ++i;
-      continue;
-    }
+    // A user-defined piece, a rule, the last byte or a character kept as it is; every byte from
+    // 0x80 on that the loop above leaves comes here.
     auto [rep, len] = prefix(text.substr(i));
+    if (check && !whole_chars(text, i, len)) return kNotChecked;
     if (prev_space)
       while (!rep.empty() && rep[0] == ' ') rep.remove_prefix(1);
     if (!rep.empty()) {
-      for (const char ch : rep) {
-        if (ch == ' ' && escape_) out += kEscapedSpace;
-        else out += ch;
-      }
+      w = emit(rep, buf, w);
       prev_space = rep.back() == ' ';
     }
     i += len;
     if (!remove_extra_) prev_space = false;
+    if (buf.size() < w + 3 * (n - i) + 8) buf.resize(std::max(2 * buf.size(), w + 3 * (n - i) + 8));
   }
   if (remove_extra_)
-    while (out.size() >= space_.size() && out.compare(out.size() - space_.size(), space_.size(), space_) == 0)
-      out.resize(out.size() - space_.size());
-  if (suffix_ && add_dummy_prefix_) out += space_;
+    while (w >= space_.size() && std::memcmp(buf.data() + w - space_.size(), space_.data(), space_.size()) == 0)
+      w -= space_.size();
+  if (suffix_ && add_dummy_prefix_) w = emit(" ", buf, w);
+  buf[w] = '\0';
+  return w;
 }
 
 }  // namespace dlm::data::tok

@@ -97,14 +97,14 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
+    if (unigram_) {  // checks UTF-8 as it normalizes
+      if (!unigram_->encode(text, out)) unigram_->encode(repair_utf8(text), out);
+      return;
+    }
     std::string repaired;
     if (!valid_utf8(text)) text = repaired = repair_utf8(text);
     if (bpe_) {
       bpe_->encode(text, out);
-      return;
-    }
-    if (unigram_) {
-      unigram_->encode(text, out);
       return;
     }
     std::vector<int> ids;

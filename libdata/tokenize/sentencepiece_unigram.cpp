@@ -7,6 +7,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "text.h"
+
 namespace dlm::data::tok {
 namespace {
 
@@ -17,6 +19,8 @@ bool matched(Type t) { return t == Type::kNormal || t == Type::kUserDefined || t
 
 // sentencepiece's OneCharLen: the length a lead byte announces, 1 for a continuation byte.
 std::size_t one_char_len(unsigned char b) { return "\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
+
+constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581
 
 // unigram_model.cc's kUnkPenalty and kScoreResetThreshold.
 constexpr float kUnkPenalty = 10.0f;
@@ -51,7 +55,9 @@ std::optional<std::string> SentencePieceUnigram::unsupported(const SentencePiece
 }
 
 SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
-    : normalizer_(m), byte_fallback_(m.byte_fallback) {
+    : normalizer_(m, SentencePieceNormalizer::space_byte(m)),
+      space_byte_(SentencePieceNormalizer::space_byte(m)),
+      byte_fallback_(m.byte_fallback) {
   float min_score = FLT_MAX;
   for (const auto& p : m.pieces)
     if (p.type == Type::kNormal) min_score = std::min(min_score, p.score);
@@ -70,11 +76,18 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
       // GetUserDefinedScore: 0.1 per byte past the first, computed in double and kept as a float.
       const float score =
           p.type == Type::kUserDefined ? static_cast<float>(0.1 * (static_cast<int>(p.piece.size()) - 1)) : p.score;
-      keys.push_back({p.piece, id, score});
-      reach_ = std::max(reach_, p.piece.size());
+      // Matched against the normalizer's result, where U+2581 may be one byte.
+      std::string key = p.piece;
+      if (space_byte_)
+        for (std::size_t k = 0; (k = key.find(kSpaceSymbol, k)) != std::string::npos;)
+          key.replace(k, kSpaceSymbol.size(), 1, static_cast<char>(*space_byte_));
+      keys.push_back({std::move(key), id, score});
+      reach_ = std::max(reach_, keys.back().text.size());
     }
   }
   trie_ = PieceTrie(std::move(keys));
+  for (unsigned b = 0; b < 256; ++b) char_len_[b] = static_cast<unsigned char>(one_char_len(static_cast<unsigned char>(b)));
+  if (space_byte_) char_len_[*space_byte_] = 1;
   // ModelInterface::PieceToId: the reserved map first, then the pieces, else unknown.
   for (unsigned b = 0; b < 256; ++b) {
     char name[8];
@@ -85,14 +98,19 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
   }
 }
 
-void SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_t>& out) const {
   thread_local std::string normalized;
-  normalizer_.normalize(text, normalized);
-  encode_normalized(normalized, out);
+  std::size_t n = normalizer_.normalize(text, normalized, true);
+  if (n == SentencePieceNormalizer::kNotChecked) {
+    if (!valid_utf8(text)) return false;
+    n = normalizer_.normalize(text, normalized);
+  }
+  encode_normalized(std::string_view(normalized.data(), n), out);
   if (normalized.capacity() > (std::size_t{64} << 20)) std::string().swap(normalized);  // one huge document
+  return true;
 }
 
-void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const {
+void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const {
   const std::size_t n = s.size();
   if (n == 0) return;
   // An unreached end scores -inf, so any (finite) offer beats it, as any offer replaces none; and a
@@ -111,7 +129,7 @@ void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<s
       for (std::size_t i = start; i <= reach; ++i) score[i] -= here;
       here = 0.0f;
     }
-    const std::size_t mblen = std::min(one_char_len(text[start]), n - start);
+    const std::size_t mblen = std::min(std::size_t{char_len_[text[start]]}, n - start);
     bool covered = false;  // some piece is exactly the character at `start`
     // std::string ends with a NUL, on which every walk stops.
     trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id) {
@@ -142,7 +160,13 @@ void SentencePieceUnigram::encode_normalized(const std::string& s, std::vector<s
     const auto start = static_cast<std::size_t>(b.start);
     const bool unk = b.id == unk_;
     if (unk && byte_fallback_) {
-      for (std::size_t k = end; k > start; --k) out.push_back(byte_ids_[text[k - 1]]);
+      for (std::size_t k = end; k > start; --k) {
+        if (space_byte_ && text[k - 1] == *space_byte_) {
+          for (std::size_t b = kSpaceSymbol.size(); b > 0; --b) out.push_back(byte_ids_[static_cast<unsigned char>(kSpaceSymbol[b - 1])]);
+        } else {
+          out.push_back(byte_ids_[text[k - 1]]);
+        }
+      }
     } else if (!(unk && prev_unk)) {
       out.push_back(b.id);
     }

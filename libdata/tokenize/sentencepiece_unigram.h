@@ -2,7 +2,8 @@
 //
 // What sentencepiece 0.2.3 does (unigram_model.cc EncodeOptimized, sentencepiece_processor.cc
 // EncodeOptimized), and what this reproduces exactly:
-// - Normalize (sentencepiece_normalizer.h).
+// - Normalize (sentencepiece_normalizer.h). Here U+2581 comes out as one byte (0xFF, which valid
+//   UTF-8 never holds) and the pieces' U+2581 likewise: the same matches, fewer bytes to walk.
 // - Viterbi over byte positions of the normalized text, in float throughout. For each character
 //   start s, in order, every normal or user-defined piece that starts at s (shortest first) offers
 //   best[s] + score to its end e, where a user-defined piece of n bytes scores 0.1 * (n - 1). When
@@ -40,13 +41,17 @@ class SentencePieceUnigram {
   // `m` must be supported.
   explicit SentencePieceUnigram(const SentencePieceModel& m);
 
-  // Appends the ids of `text`, which must be valid UTF-8.
-  void encode(std::string_view text, std::vector<std::int32_t>& out) const;
-  // Appends the ids of already normalized text.
-  void encode_normalized(const std::string& s, std::vector<std::int32_t>& out) const;
+  // Appends the ids of `text` and returns true; false, appending nothing, where `text` is not valid
+  // UTF-8 (checked as it is normalized; the caller repairs it).
+  bool encode(std::string_view text, std::vector<std::int32_t>& out) const;
 
  private:
+  // Appends the ids of the normalizer's result `s`, which a NUL follows.
+  void encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const;
+
   SentencePieceNormalizer normalizer_;
+  std::optional<unsigned char> space_byte_;  // U+2581 in the normalizer's result (and in trie_'s keys)
+  std::array<unsigned char, 256> char_len_{};  // by lead byte: the bytes of a character (OneCharLen)
   PieceTrie trie_;
   std::size_t reach_ = 4;  // the most bytes one node spans: the longest matched piece, or a character
   float unk_score_ = 0;

@@ -306,6 +306,18 @@ TEST(SentencePiece, HandWrittenUnigramByHand) {
   ASSERT_EQ(dlm::data::tok::sentencepiece_encoder(*b), "native unigram");
   EXPECT_EQ(b->encode("x\u2603"), (Ids{x + 256, 3 + 0xE2, 3 + 0x98, 3 + 0x83}));
   EXPECT_EQ(b->decode(b->encode("x\u2603 xx")), "x\u2603 xx");
+
+  // Without a piece that holds U+2581, an escaped space or a literal U+2581 is unknown and falls back
+  // to its three bytes (the lattice sees U+2581 as one byte, SentencePieceNormalizer::space_byte).
+  Spec no_space = unigram_spec(true);
+  std::erase_if(no_space.pieces, [](const Spec::Piece& p) { return p.text.find("\u2581") != std::string::npos; });
+  const auto n = load(m.write("no_space.model", no_space.proto()));
+  ASSERT_EQ(dlm::data::tok::sentencepiece_encoder(*n), "native unigram");
+  const Ids spelled = {3 + 0xE2, 3 + 0x96, 3 + 0x81};
+  Ids want = {x + 256};
+  for (int k = 0; k < 2; ++k) want.insert(want.end(), spelled.begin(), spelled.end());
+  want.push_back(x + 256);
+  EXPECT_EQ(n->encode("x \u2581x"), want);
 }
 
 // Decoding is native (sentencepiece_decoder.h). The expected text is what Python sentencepiece 0.2.3
