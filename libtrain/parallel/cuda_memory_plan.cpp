@@ -11,8 +11,10 @@ CudaFp8Bytes cuda_fp8_bytes(const ckpt::ModelConfig& c, std::int64_t tokens, int
   const std::int64_t q = heads * c.kv_channels, qkv = (heads + 2 * groups) * c.kv_channels;
   const std::int64_t ffn = c.ffn_hidden_size / tensor;
   const std::int64_t widest_in = std::max({d, q, ffn}), widest_out = std::max({qkv, d, 2 * ffn});
+  // The transposed operands hold the rows padded to 16 (fp8_cast.h: fp8_padded_rows).
+  const std::int64_t padded = (tokens + 15) / 16 * 16;
   return {2.0 * static_cast<double>(qkv * d + d * q + 2 * ffn * d + d * ffn),
-          static_cast<double>(tokens) * static_cast<double>(widest_in + 2 * widest_out)};
+          static_cast<double>(padded) * static_cast<double>(widest_in + 2 * widest_out)};
 }
 
 CudaActivationLayout cuda_activation_layout(const ckpt::ModelConfig& c, std::int64_t tokens, int tensor,
@@ -29,7 +31,8 @@ CudaActivationLayout cuda_activation_layout(const ckpt::ModelConfig& c, std::int
   // inputs every row, gathered.
   CudaLayerActsLayout& a = L.layer;
   a.res1 = Ts * d, a.h1 = T * d, a.qkv_raw = T * qkv, a.qkv_rot = T * qkv, a.att = T * q, a.res2 = Ts * d;
-  a.h2 = T * d, a.gu = T * 2 * ffn, a.act = T * ffn;
+  // act: at least 8 rows, so that FP8 training's fc2 x^T [ffn, T padded to 16] fits in its bytes (fp8_linear.h).
+  a.h2 = T * d, a.gu = T * 2 * ffn, a.act = std::max<std::int64_t>(T, 8) * ffn;
   a.rstd1 = Ts, a.qk_rstd = T * (heads + groups), a.lse = T * heads, a.rstd2 = Ts;
   // The shared buffers. Under SP the *_full ones hold every row; otherwise they are their local buffer.
   CudaSharedActsLayout& s = L.shared;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "dlm/ckpt/model_config.h"
 #include "dlm/common/error.h"
 
 namespace dlm::train {
@@ -30,6 +31,24 @@ void Fp8Options::validate(int num_layers, int pipeline_stages) const {
   if (layers_at_end_in_bf16 < 0 || layers_at_end_in_bf16 > per_stage)
     fail(fmt::format("--num-layers-at-end-in-bf16: {} is not between 0 and the layers per pipeline stage ({})",
                      layers_at_end_in_bf16, per_stage));
+}
+
+std::string fp8_summary(const Fp8Options& o, const ckpt::ModelConfig& config) {
+  if (!o.enabled) return {};
+  const int L = config.num_layers;
+  int layers = 0, moe = 0;
+  for (int l = 0; l < L; ++l)
+    if (o.layer_in_fp8(l, L)) ++layers, moe += config.is_moe_layer(l);
+  std::string line = fmt::format("FP8: {} {}: the QKV/proj/fc1/fc2 GEMMs of {} of {} layers",
+                                 o.format == Fp8Options::Format::kHybrid ? "hybrid" : "e4m3",
+                                 o.recipe == Fp8Options::Recipe::kTensorwise ? "tensorwise" : "delayed", layers, L);
+  std::vector<std::string> bf16;
+  if (moe > 0) bf16.push_back(fmt::format("the MLP of its {} MoE layer{}", moe, moe == 1 ? "" : "s"));
+  if (L > 0 && o.layer_in_fp8(L - 1, L) && !config.is_moe_layer(L - 1))
+    bf16.push_back("the last layer's fc1/fc2 on a micro-batch whose loss is on some rows only (that MLP then runs on "
+                   "those rows)");
+  for (std::size_t i = 0; i < bf16.size(); ++i) line += (i == 0 ? "; in bf16: " : "; ") + bf16[i];
+  return line;
 }
 
 Fp8Options::Format parse_fp8_format(const std::string& value) {

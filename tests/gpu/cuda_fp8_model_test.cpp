@@ -1,7 +1,8 @@
 // CudaModel with FP8 linear layers (CudaOptions::fp8, backend/cuda/fp8_linear.h): a tiny model trained from the
 // same initialisation on the same batches follows its bf16 losses, and its gradients bf16's, under each recipe and
 // format, within the bounds a PyTorch emulation of the recipes sets (benchmarks/train/fp8_emulation.py); full
-// recomputation gives the same bits as keeping every activation; the layer choice of --first-last-layers-bf16.
+// recomputation gives the same bits as keeping every activation; the layer choice of --first-last-layers-bf16; and all
+// of it at token counts that are not multiples of 16 (difflm-noshift's seq - 1 positions a sequence).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,11 +48,12 @@ gpu_test::MaskedColumns counting_rows(std::mt19937& rng, std::int64_t batch, std
   return c;
 }
 
-std::vector<double> train_losses(CudaModel& model, int steps, std::uint32_t data_seed) {
+// Batches of 4 x seq token rows (seq 64: 256, a multiple of 16; 63: 252, not one).
+std::vector<double> train_losses(CudaModel& model, int steps, std::uint32_t data_seed, std::int64_t seq = 64) {
   std::mt19937 rng(data_seed);
   AdamWOptions adam;
   std::vector<double> losses;
-  const std::int64_t batch = 4, seq = 64;  // 256 token rows: a multiple of 16
+  const std::int64_t batch = 4;
   for (int s = 0; s < steps; ++s) {
     const auto x = counting_rows(rng, batch, seq);
     losses.push_back(model.forward_backward({batch, seq, false, x.ids, x.labels, {}, x.weights}));
@@ -181,29 +183,75 @@ TEST(CudaFp8Training, GradientsFollowBf16) {
                                                                                  "the format explains";
 }
 
+// A token count that is not a multiple of 16 (4 x 63 = 252 rows, as difflm-noshift feeds seq - 1 positions) runs in
+// FP8 (the weight gradients' K padded to 256 with zeros, fp8_linear.h), not silently in bf16: the losses differ from
+// bf16's from the first step and follow them within TinyModelFollowsItsBf16Losses' bound on its early steps, which
+// these steps are (252 rows of the same task); the gradients within GradientsFollowBf16's. A micro-batch of 5 rows
+// (padded to 16, more than its h buffer's rows: the layout gives it 8) trains too.
+TEST(CudaFp8Training, AnyTokenCountRunsInFp8) {
+  if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
+  const auto c = fp8_config(2);
+  constexpr int kSteps = 12;
+  for (const auto& recipe : recipes()) {
+    SCOPED_TRACE(recipe.name);
+    CudaOptions o;
+    o.fp8 = recipe.fp8;
+    for (const std::uint32_t data_seed : {8u, 9u}) {
+      SCOPED_TRACE(::testing::Message() << "data seed " << data_seed);
+      auto bf16 = gpu_test::model_with(c, {}, 31), fp8 = gpu_test::model_with(c, o, 31);
+      const auto want = train_losses(*bf16, kSteps, data_seed, 63), got = train_losses(*fp8, kSteps, data_seed, 63);
+      EXPECT_NE(got[0], want[0]) << "the FP8 run at 252 rows gave bf16's loss: its GEMMs ran in bf16";
+      for (int s = 0; s < kSteps; ++s) EXPECT_NEAR(got[s], want[s], 0.015 * want[s]) << "step " << s;
+    }
+    std::mt19937 rng(8);
+    const auto x = counting_rows(rng, 4, 63);
+    const CudaBatch b{4, 63, false, x.ids, x.labels, {}, x.weights};
+    auto reference = gpu_test::model_with(c, {}, 31), model = gpu_test::model_with(c, o, 31);
+    reference->forward_backward(b);
+    for (int pass = 0; pass < 4; ++pass) model->zero_grad(), model->forward_backward(b);  // delayed: the history
+    for (const auto& t : model->tensors()) {
+      const auto got = model->export_gradient(t.name), want = reference->export_gradient(t.name);
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]), norm += double{want[i]} * want[i];
+      if (norm > 0) EXPECT_LT(std::sqrt(diff / norm), 0.25) << t.name;
+    }
+    auto tiny = counting_rows(rng, 1, 5);  // every position masked: the loss on all 5 rows
+    tiny.ids.assign(5, 499), tiny.weights.assign(5, 0.2f);
+    const CudaBatch five{1, 5, false, tiny.ids, tiny.labels, {}, tiny.weights};
+    const double loss_bf16 = reference->forward_backward(five), loss = model->forward_backward(five);
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_NEAR(loss, loss_bf16, 0.05 * loss_bf16) << "5 rows";
+  }
+}
+
 // Full recomputation reruns each FP8 layer's forward with the scales its first run used (one micro-batch a step,
-// no other forward in between), so with deterministic GEMMs and attention the bits are those of keeping everything.
+// no other forward in between), so with deterministic GEMMs and attention the bits are those of keeping everything;
+// at 2 x 64 rows and at 2 x 63 (fc2's kept x^T padded).
 TEST(CudaFp8Training, RecomputeGivesTheSameBits) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   const auto c = fp8_config(3);
-  for (const auto recipe : {Fp8Options::Recipe::kDelayed, Fp8Options::Recipe::kTensorwise}) {
-    SCOPED_TRACE(recipe == Fp8Options::Recipe::kDelayed ? "delayed" : "tensorwise");
-    CudaOptions o = gpu_test::deterministic_options();
-    o.fp8.enabled = true, o.fp8.recipe = recipe;
-    auto keep = gpu_test::model_with(c, o, 5), recompute = gpu_test::model_with(c, o, 5);
-    recompute->set_recompute_layers(true);
-    std::mt19937 rng(6);
-    AdamWOptions adam;
-    for (int step = 0; step < 3; ++step) {
-      const auto x = counting_rows(rng, 2, 64);
-      const CudaBatch b{2, 64, false, x.ids, x.labels, {}, x.weights};
-      EXPECT_EQ(recompute->forward_backward(b), keep->forward_backward(b)) << "step " << step;
-      for (const auto& t : keep->tensors())
-        EXPECT_EQ(keep->export_gradient(t.name), recompute->export_gradient(t.name)) << "step " << step << " " << t.name;
-      EXPECT_EQ(recompute->adamw_step(adam, 1e-3, 1.0), keep->adamw_step(adam, 1e-3, 1.0)) << "step " << step;
-      keep->zero_grad(), recompute->zero_grad();
+  for (const std::int64_t seq : {64, 63})
+    for (const auto recipe : {Fp8Options::Recipe::kDelayed, Fp8Options::Recipe::kTensorwise}) {
+      SCOPED_TRACE(::testing::Message() << (recipe == Fp8Options::Recipe::kDelayed ? "delayed" : "tensorwise")
+                                        << ", seq " << seq);
+      CudaOptions o = gpu_test::deterministic_options();
+      o.fp8.enabled = true, o.fp8.recipe = recipe;
+      auto keep = gpu_test::model_with(c, o, 5), recompute = gpu_test::model_with(c, o, 5);
+      recompute->set_recompute_layers(true);
+      std::mt19937 rng(6);
+      AdamWOptions adam;
+      for (int step = 0; step < 3; ++step) {
+        const auto x = counting_rows(rng, 2, seq);
+        const CudaBatch b{2, seq, false, x.ids, x.labels, {}, x.weights};
+        EXPECT_EQ(recompute->forward_backward(b), keep->forward_backward(b)) << "step " << step;
+        for (const auto& t : keep->tensors())
+          EXPECT_EQ(keep->export_gradient(t.name), recompute->export_gradient(t.name))
+              << "step " << step << " " << t.name;
+        EXPECT_EQ(recompute->adamw_step(adam, 1e-3, 1.0), keep->adamw_step(adam, 1e-3, 1.0)) << "step " << step;
+        keep->zero_grad(), recompute->zero_grad();
+      }
     }
-  }
 }
 
 // --first-last-layers-bf16: with every layer kept in bf16 (one at the start, one at the end of two) the FP8 model is

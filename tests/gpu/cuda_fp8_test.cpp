@@ -2,13 +2,16 @@
 // (the weight's and the activations' transposed casts) against double references, the delayed recipe's scale
 // updates against the host's AmaxHistory, saturating casts on outliers, and the casts and amaxes fused into RMSNorm
 // and SwiGLU (forward and backward, and SwiGLU straight into FP8 both ways, delayed and after an amax pass) against
-// the separate cast; the samplers' skinny FP8 GEMMs at any row count.
+// the separate cast; the samplers' skinny FP8 GEMMs at any row count. Training's casts and GEMMs run at row counts
+// that are not multiples of 16 too (30, 46, 2047: difflm-noshift's seq - 1 positions a sequence): the transposed
+// operands padded to fp8_padded_rows with zeros, the row-major ones untouched past their rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/fp8_cast.h"
@@ -70,6 +73,38 @@ std::size_t differing(const std::vector<fp8>& a, const std::vector<fp8>& b) {
   return n;
 }
 
+// An FP8 output buffer of n bytes, every byte kSentinel: a kernel's writes show against it.
+constexpr fp8 kSentinel = 0x5a;
+DeviceVec<fp8> sentinel_fp8(std::size_t n) { return DeviceVec<fp8>(std::vector<fp8>(n, kSentinel)); }
+
+// A cast's two layouts of [rows, cols], both from sentinel_fp8 buffers of padded rows: out_t [cols, Tp] is out
+// transposed with columns [rows, Tp) zero (Tp = fp8_padded_rows(rows)), and out's rows past `rows` are unwritten.
+void expect_layouts(const std::vector<fp8>& out, const std::vector<fp8>& out_t, int rows, int cols, const char* what) {
+  const auto tp = static_cast<int>(fp8_padded_rows(rows));
+  ASSERT_EQ(out.size(), std::size_t(tp) * cols) << what;
+  ASSERT_EQ(out_t.size(), std::size_t(tp) * cols) << what;
+  std::size_t wrong = 0, pad_nonzero = 0, past_written = 0;
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < tp; ++r) {
+      const fp8 t = out_t[std::size_t(c) * tp + r];
+      if (r < rows) wrong += t != out[std::size_t(r) * cols + c];
+      else pad_nonzero += t != 0, past_written += out[std::size_t(r) * cols + c] != kSentinel;
+    }
+  EXPECT_EQ(wrong, 0u) << what << ": the transposed cast is not the row-major one transposed";
+  EXPECT_EQ(pad_nonzero, 0u) << what << ": the transposed operand's pad columns are not zero";
+  EXPECT_EQ(past_written, 0u) << what << ": rows past the tensor's were written";
+}
+
+// A fused cast's two layouts (fused, fused_t) are the separate cast's byte for byte, and laid out as expect_layouts
+// says.
+void expect_same_casts(const DeviceVec<fp8>& fused, const DeviceVec<fp8>& fused_t, const DeviceVec<fp8>& separate,
+                       const DeviceVec<fp8>& separate_t, int rows, int cols, const std::string& what) {
+  const auto f = fused.download(), ft = fused_t.download();
+  EXPECT_EQ(differing(f, separate.download()), 0u) << what << ", row-major";
+  EXPECT_EQ(differing(ft, separate_t.download()), 0u) << what << ", transposed";
+  expect_layouts(f, ft, rows, cols, what.c_str());
+}
+
 struct LinearShape {
   int tokens, in, out;
 };
@@ -80,13 +115,17 @@ struct LinearShape {
 // of the bf16 operands (the FP8 error budget: each operand's rounding, up to 2^-4 relative for e4m3 and 2^-3 for e5m2;
 // over k random terms the product's norm-wise error is the operands' rms relative errors added in quadrature, about
 // 0.04 for e4m3 x e4m3 and 0.065 with e5m2: bounded by 0.06 and 0.09, and at least 0.01, which bf16 would not reach).
+// Any token count: the weight gradient's K is the count padded to 16 (fp8_padded_rows), over x^T and dy^T whose pad
+// columns the transposed casts write zero; the forward and the input gradient take the count as M.
 TEST(Fp8Gemm, LinearLayerForwardAndBackwardMatchTheReferences) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
-  for (const auto shape : {LinearShape{128, 256, 384}, LinearShape{48, 80, 160}, LinearShape{256, 512, 256}})
+  for (const auto shape : {LinearShape{128, 256, 384}, LinearShape{48, 80, 160}, LinearShape{256, 512, 256},
+                           LinearShape{30, 80, 160}, LinearShape{46, 256, 384}, LinearShape{2047, 256, 128}})
     for (const bool hybrid : {true, false}) {
       SCOPED_TRACE(testing::Message() << shape.tokens << "x" << shape.in << "x" << shape.out << (hybrid ? " hybrid" : " e4m3"));
-      const int T = shape.tokens, in = shape.in, out = shape.out;
+      const int T = shape.tokens, in = shape.in, out = shape.out, Tp = static_cast<int>(fp8_padded_rows(T));
       ASSERT_TRUE(Gemm::fp8_gemm_fits(T, out, in, in, in, out));
+      ASSERT_TRUE(Gemm::fp8_gemm_fits(out, in, Tp, Tp, Tp, in));
       std::mt19937 rng(11);
       std::vector<float> xf, wf, dyf;
       // Magnitudes far from 1 in both directions: the scales, not the formats' ranges, must carry them.
@@ -96,7 +135,10 @@ TEST(Fp8Gemm, LinearLayerForwardAndBackwardMatchTheReferences) {
       const float gmax = hybrid ? kFp8E5m2Max : kFp8E4m3Max;
       auto s = slots({kFp8E4m3Max, kFp8E4m3Max, gmax, kFp8E4m3Max});  // x, W, dy, x (transposed)
       Fp8Slot *sx = s.get(), *sw = s.get() + 1, *sdy = s.get() + 2, *sxt = s.get() + 3;
-      DeviceVec<fp8> x8(xf.size()), xt8(xf.size()), w8(wf.size()), wt8(wf.size()), dy8(dyf.size()), dyt8(dyf.size());
+      // x and dy row-major with room for Tp rows (sentinels past T), x^T [in, Tp] and dy^T [out, Tp].
+      DeviceVec<fp8> x8 = sentinel_fp8(std::size_t(Tp) * in), xt8 = sentinel_fp8(std::size_t(Tp) * in),
+                     dy8 = sentinel_fp8(std::size_t(Tp) * out), dyt8 = sentinel_fp8(std::size_t(Tp) * out);
+      DeviceVec<fp8> w8(wf.size()), wt8(wf.size());
       cast_current(x.get(), T, in, sx, false, x8.get(), nullptr);
       cast_current(w.get(), out, in, sw, false, w8.get(), wt8.get());
       cast_current(dy.get(), T, out, sdy, hybrid, dy8.get(), dyt8.get());
@@ -108,7 +150,7 @@ TEST(Fp8Gemm, LinearLayerForwardAndBackwardMatchTheReferences) {
                    false, out, 0.0f, true, nullptr);
       gemm.run_fp8(T, in, out, {dy8.get(), out, hybrid, &sdy->scale_inv}, {wt8.get(), out, false, &sw->scale_inv},
                    dx.get(), false, in, 0.0f, false, nullptr);
-      gemm.run_fp8(out, in, T, {dyt8.get(), T, hybrid, &sdy->scale_inv}, {xt8.get(), T, false, &sxt->scale_inv},
+      gemm.run_fp8(out, in, Tp, {dyt8.get(), Tp, hybrid, &sdy->scale_inv}, {xt8.get(), Tp, false, &sxt->scale_inv},
                    dw.get(), true, in, 1.0f, false, nullptr);
       const auto got_y = gpu_test::to_float(y.download()), got_dx = gpu_test::to_float(dx.download());
       auto got_dw = dw.download();
@@ -119,6 +161,8 @@ TEST(Fp8Gemm, LinearLayerForwardAndBackwardMatchTheReferences) {
       const auto w8h = w8.download(), wt8h = wt8.download();
       for (int i = 0; i < out; ++i)
         for (int j = 0; j < in; ++j) ASSERT_EQ(w8h[std::size_t(i) * in + j], wt8h[std::size_t(j) * out + i]);
+      expect_layouts(x8.download(), xt8.download(), T, in, "x");
+      expect_layouts(dy8.download(), dyt8.download(), T, out, "dy");
 
       const auto xq = dequantize(x8, xf.size(), false, sx), wq = dequantize(w8, wf.size(), false, sw),
                  dyq = dequantize(dy8, dyf.size(), hybrid, sdy);
@@ -386,97 +430,99 @@ TEST(Fp8Cast, GradientProducersAmaxMatchesTheSeparatePass) {
 }
 
 // SwiGLU's forward and backward straight into FP8 (delayed: the scale as it stands) write what swiglu_forward /
-// swiglu_backward then the separate cast write, byte for byte in both layouts, and record the same amax.
+// swiglu_backward then the separate cast write, byte for byte in both layouts, and record the same amax; at 30 rows
+// the transposed layouts padded to 32 with zeros.
 TEST(Fp8Cast, SwigluInFp8MatchesTheSeparateCast) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(13);
-  for (const int ffn : {352, 1024})
-    for (const bool e5m2 : {true, false}) {
-      SCOPED_TRACE(testing::Message() << ffn << (e5m2 ? " e5m2" : " e4m3"));
-      const int rows = 48;
-      const std::size_t n = std::size_t(rows) * 2 * ffn;
-      std::vector<float> f;
-      const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)),
-          dh(gpu_test::random_bf16(std::size_t(rows) * ffn, rng, 2.0f, f));
-      const float fmax = e5m2 ? kFp8E5m2Max : kFp8E4m3Max;
-      auto s = slots({fmax, fmax}, 0.0f);
-      const float scale = e5m2 ? 3000.0f : 25.0f;  // some values saturate
-      const Fp8Slot init{.scale_inv = 1.0f, .amax = 0.0f, .scale = scale, .fp8_max = fmax};
-      ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
-      DeviceVec<bf16> dgu(n);
-      DeviceVec<fp8> separate(n), separate_t(n), fused(n), fused_t(n);
-      swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
-      fp8_quantize(dgu.get(), rows, 2 * ffn, {s.get(), e5m2, false, 1.0f}, separate.get(), separate_t.get(), nullptr);
-      swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, fused.get(), fused_t.get(),
-                          nullptr);
-      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-      EXPECT_EQ(differing(fused.download(), separate.download()), 0u) << "backward, row-major";
-      EXPECT_EQ(differing(fused_t.download(), separate_t.download()), 0u) << "backward, transposed";
-      float amax = 0;
-      for (float v : gpu_test::to_float(dgu.download())) amax = std::max(amax, std::abs(v));
-      const auto fs = read_slot(s.get() + 1), ss = read_slot(s.get());
-      EXPECT_EQ(fs.amax, amax) << "backward";
-      EXPECT_EQ(ss.amax, amax) << "backward";
-      EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale) << "backward";
-      // The forward: h [rows, ffn].
-      const std::size_t hn = std::size_t(rows) * ffn;
-      ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
-      DeviceVec<bf16> h(hn);
-      DeviceVec<fp8> hs(hn), hs_t(hn), hf(hn), hf_t(hn);
-      swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
-      fp8_quantize(h.get(), rows, ffn, {s.get(), e5m2, false, 1.0f}, hs.get(), hs_t.get(), nullptr);
-      swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, hf.get(), hf_t.get(), nullptr);
-      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-      EXPECT_EQ(differing(hf.download(), hs.download()), 0u) << "forward, row-major";
-      EXPECT_EQ(differing(hf_t.download(), hs_t.download()), 0u) << "forward, transposed";
-      float hmax = 0;
-      for (float v : gpu_test::to_float(h.download())) hmax = std::max(hmax, std::abs(v));
-      EXPECT_EQ(read_slot(s.get() + 1).amax, hmax) << "forward";
-      EXPECT_EQ(read_slot(s.get()).amax, hmax) << "forward";
-    }
+  for (const int rows : {48, 30})
+    for (const int ffn : {352, 1024})
+      for (const bool e5m2 : {true, false}) {
+        SCOPED_TRACE(testing::Message() << rows << " rows, " << ffn << (e5m2 ? " e5m2" : " e4m3"));
+        const std::size_t n = std::size_t(rows) * 2 * ffn, np = std::size_t(fp8_padded_rows(rows)) * 2 * ffn;
+        std::vector<float> f;
+        const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)),
+            dh(gpu_test::random_bf16(std::size_t(rows) * ffn, rng, 2.0f, f));
+        const float fmax = e5m2 ? kFp8E5m2Max : kFp8E4m3Max;
+        auto s = slots({fmax, fmax}, 0.0f);
+        const float scale = e5m2 ? 3000.0f : 25.0f;  // some values saturate
+        const Fp8Slot init{.scale_inv = 1.0f, .amax = 0.0f, .scale = scale, .fp8_max = fmax};
+        ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+        DeviceVec<bf16> dgu(n);
+        DeviceVec<fp8> separate = sentinel_fp8(np), separate_t = sentinel_fp8(np), fused = sentinel_fp8(np),
+                       fused_t = sentinel_fp8(np);
+        swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
+        fp8_quantize(dgu.get(), rows, 2 * ffn, {s.get(), e5m2, false, 1.0f}, separate.get(), separate_t.get(), nullptr);
+        swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, fused.get(), fused_t.get(),
+                            nullptr);
+        ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+        expect_same_casts(fused, fused_t, separate, separate_t, rows, 2 * ffn, "backward");
+        float amax = 0;
+        for (float v : gpu_test::to_float(dgu.download())) amax = std::max(amax, std::abs(v));
+        const auto fs = read_slot(s.get() + 1), ss = read_slot(s.get());
+        EXPECT_EQ(fs.amax, amax) << "backward";
+        EXPECT_EQ(ss.amax, amax) << "backward";
+        EXPECT_FLOAT_EQ(fs.scale_inv, 1.0f / scale) << "backward";
+        // The forward: h [rows, ffn].
+        const std::size_t hn = std::size_t(rows) * ffn, hnp = np / 2;
+        ASSERT_EQ(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(s.get() + 1, &init, sizeof init, cudaMemcpyHostToDevice), cudaSuccess);
+        DeviceVec<bf16> h(hn);
+        DeviceVec<fp8> hs = sentinel_fp8(hnp), hs_t = sentinel_fp8(hnp), hf = sentinel_fp8(hnp),
+                       hf_t = sentinel_fp8(hnp);
+        swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
+        fp8_quantize(h.get(), rows, ffn, {s.get(), e5m2, false, 1.0f}, hs.get(), hs_t.get(), nullptr);
+        swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 1, e5m2, false, 1.0f}, hf.get(), hf_t.get(), nullptr);
+        ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+        expect_same_casts(hf, hf_t, hs, hs_t, rows, ffn, "forward");
+        float hmax = 0;
+        for (float v : gpu_test::to_float(h.download())) hmax = std::max(hmax, std::abs(v));
+        EXPECT_EQ(read_slot(s.get() + 1).amax, hmax) << "forward";
+        EXPECT_EQ(read_slot(s.get()).amax, hmax) << "forward";
+      }
 }
 
 // Tensorwise: SwiGLU's amax pass (swiglu_forward_amax, _backward_amax) then SwiGLU straight into FP8 with its scale
-// write what SwiGLU into bf16, the tensor's amax and the tensorwise cast write, in both layouts, with the same scale.
+// write what SwiGLU into bf16, the tensor's amax and the tensorwise cast write, in both layouts, with the same scale;
+// at any row count (80: two row tiles, the second partial; 46 and 2047: padded transposes).
 TEST(Fp8Cast, SwigluAmaxPassThenFp8MatchesTheTensorwiseCast) {
   if (!gpu_test::have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(17);
-  for (const int ffn : {352, 1024}) {
-    SCOPED_TRACE(ffn);
-    const int rows = 80;  // two row tiles, the second partial
-    const std::size_t n = std::size_t(rows) * 2 * ffn, hn = std::size_t(rows) * ffn;
-    std::vector<float> f;
-    const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)), dh(gpu_test::random_bf16(hn, rng, 2.0f, f));
-    auto s = slots({kFp8E5m2Max, kFp8E5m2Max, kFp8E4m3Max, kFp8E4m3Max});
-    DeviceVec<bf16> dgu(n), h(hn);
-    DeviceVec<fp8> separate(n), separate_t(n), fused(n), fused_t(n);
-    swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
-    cast_current(dgu.get(), rows, 2 * ffn, s.get(), true, separate.get(), separate_t.get());
-    swiglu_backward_amax(dh.get(), gu.get(), rows, ffn, s.get() + 1, nullptr);
-    swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, true, true, 1.0f}, fused.get(), fused_t.get(),
-                        nullptr);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_EQ(differing(fused.download(), separate.download()), 0u) << "backward, row-major";
-    EXPECT_EQ(differing(fused_t.download(), separate_t.download()), 0u) << "backward, transposed";
-    auto same_slot = [](const Fp8Slot& a, const Fp8Slot& b, const char* what) {
-      EXPECT_EQ(a.amax, b.amax) << what;
-      EXPECT_EQ(a.scale, b.scale) << what;
-      EXPECT_EQ(a.scale_inv, b.scale_inv) << what;
-      EXPECT_NE(a.scale, 1.0f) << what;  // derived from the amax, not the initial scale
-    };
-    same_slot(read_slot(s.get() + 1), read_slot(s.get()), "backward");
-    DeviceVec<fp8> hs(hn), hs_t(hn), hf(hn), hf_t(hn);
-    swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
-    cast_current(h.get(), rows, ffn, s.get() + 2, false, hs.get(), hs_t.get());
-    swiglu_forward_amax(gu.get(), rows, ffn, s.get() + 3, nullptr);
-    swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 3, false, true, 1.0f}, hf.get(), hf_t.get(), nullptr);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_EQ(differing(hf.download(), hs.download()), 0u) << "forward, row-major";
-    EXPECT_EQ(differing(hf_t.download(), hs_t.download()), 0u) << "forward, transposed";
-    same_slot(read_slot(s.get() + 3), read_slot(s.get() + 2), "forward");
-  }
+  for (const int rows : {80, 46, 2047})
+    for (const int ffn : {352, 1024}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, ffn " << ffn);
+      const std::size_t n = std::size_t(rows) * 2 * ffn, hn = std::size_t(rows) * ffn;
+      const std::size_t np = std::size_t(fp8_padded_rows(rows)) * 2 * ffn, hnp = np / 2;
+      std::vector<float> f;
+      const DeviceVec<bf16> gu(gpu_test::random_bf16(n, rng, 3.0f, f)), dh(gpu_test::random_bf16(hn, rng, 2.0f, f));
+      auto s = slots({kFp8E5m2Max, kFp8E5m2Max, kFp8E4m3Max, kFp8E4m3Max});
+      DeviceVec<bf16> dgu(n), h(hn);
+      DeviceVec<fp8> separate = sentinel_fp8(np), separate_t = sentinel_fp8(np), fused = sentinel_fp8(np),
+                     fused_t = sentinel_fp8(np);
+      swiglu_backward(dh.get(), gu.get(), dgu.get(), rows, ffn, nullptr);
+      cast_current(dgu.get(), rows, 2 * ffn, s.get(), true, separate.get(), separate_t.get());
+      swiglu_backward_amax(dh.get(), gu.get(), rows, ffn, s.get() + 1, nullptr);
+      swiglu_backward_fp8(dh.get(), gu.get(), rows, ffn, {s.get() + 1, true, true, 1.0f}, fused.get(), fused_t.get(),
+                          nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      expect_same_casts(fused, fused_t, separate, separate_t, rows, 2 * ffn, "backward");
+      auto same_slot = [](const Fp8Slot& a, const Fp8Slot& b, const char* what) {
+        EXPECT_EQ(a.amax, b.amax) << what;
+        EXPECT_EQ(a.scale, b.scale) << what;
+        EXPECT_EQ(a.scale_inv, b.scale_inv) << what;
+        EXPECT_NE(a.scale, 1.0f) << what;  // derived from the amax, not the initial scale
+      };
+      same_slot(read_slot(s.get() + 1), read_slot(s.get()), "backward");
+      DeviceVec<fp8> hs = sentinel_fp8(hnp), hs_t = sentinel_fp8(hnp), hf = sentinel_fp8(hnp), hf_t = sentinel_fp8(hnp);
+      swiglu_forward(gu.get(), h.get(), rows, ffn, nullptr);
+      cast_current(h.get(), rows, ffn, s.get() + 2, false, hs.get(), hs_t.get());
+      swiglu_forward_amax(gu.get(), rows, ffn, s.get() + 3, nullptr);
+      swiglu_forward_fp8(gu.get(), rows, ffn, {s.get() + 3, false, true, 1.0f}, hf.get(), hf_t.get(), nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      expect_same_casts(hf, hf_t, hs, hs_t, rows, ffn, "forward");
+      same_slot(read_slot(s.get() + 3), read_slot(s.get() + 2), "forward");
+    }
 }
 
 }  // namespace

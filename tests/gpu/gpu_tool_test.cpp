@@ -285,6 +285,7 @@ TEST_F(GpuTool, ABf16RunResumesInFp8AndBack) {
   r = run(argv_on("cuda", {"--train-iters", "12", "--load", ckpt, "--save", ckpt, "--exit-interval", "8",
                            "--metrics-file", fp8.string(), "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("FP8: hybrid tensorwise: the QKV/proj/fc1/fc2 GEMMs of "), std::string::npos) << r.err;
   ASSERT_TRUE(fs::exists(dir_ / "ckpt" / "iter_0000008" / "metadata.json"));
   r = run(argv_on("cuda", {"--train-iters", "12", "--load", ckpt, "--metrics-file", back.string()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -168,6 +168,26 @@ TEST(Fp8Plan, CountsTheWeightCopiesAndTheCastBuffers) {
   EXPECT_EQ(fp8.activations - bf16.activations, f.work);
   o.fp8.recipe = Fp8Options::Recipe::kTensorwise, o.fp8.first_last_layers_bf16 = true;
   EXPECT_EQ(plan_parallel(c, o).stages.at(0).weights - bf16.weights, 4 * f.per_layer);
+  // Rows that are not a multiple of 16 (difflm-noshift's 2 x 127): the transposed operands hold them padded to 256.
+  EXPECT_EQ(cuda_fp8_bytes(c, 254, 1).work, f.work);
+}
+
+// dlm-train's start-up line says which layers' GEMMs run in FP8 and what stays bf16 among them.
+TEST(Fp8Summary, NamesTheLayersInFp8AndWhatStaysBf16) {
+  ckpt::ModelConfig c;
+  c.num_layers = 24;
+  Fp8Options o;
+  EXPECT_EQ(fp8_summary(o, c), "");
+  o.enabled = true, o.recipe = Fp8Options::Recipe::kTensorwise;
+  const std::string last = "the last layer's fc1/fc2 on a micro-batch whose loss is on some rows only (that MLP then "
+                           "runs on those rows)";
+  EXPECT_EQ(fp8_summary(o, c), "FP8: hybrid tensorwise: the QKV/proj/fc1/fc2 GEMMs of 24 of 24 layers; in bf16: " + last);
+  o.format = Fp8Options::Format::kE4m3, o.first_last_layers_bf16 = true;
+  EXPECT_EQ(fp8_summary(o, c), "FP8: e4m3 tensorwise: the QKV/proj/fc1/fc2 GEMMs of 22 of 24 layers");
+  o.first_last_layers_bf16 = false, o.recipe = Fp8Options::Recipe::kDelayed;
+  c.num_experts = 8, c.moe_layer_freq = 2;  // layers 0, 2, ..., 22 are MoE layers
+  EXPECT_EQ(fp8_summary(o, c), "FP8: e4m3 delayed: the QKV/proj/fc1/fc2 GEMMs of 24 of 24 layers; in bf16: the MLP of "
+                               "its 12 MoE layers; " + last);
 }
 
 }  // namespace

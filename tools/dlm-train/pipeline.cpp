@@ -22,6 +22,7 @@
 #include "dlm/data/sample_reader.h"
 #include "dlm/train/checkpoint_saver.h"
 #include "dlm/train/device.h"
+#include "dlm/train/fp8.h"
 #include "dlm/train/model.h"
 #include "dlm/train/train_checkpoint.h"
 #include "dlm/train/training_model.h"
@@ -368,6 +369,7 @@ TrainingSetup prepare_training(TrainArgs& args, train::ProcessGroups* groups, tr
             setup.config.padded_vocab_size(),
             setup.config.attention_mask == ckpt::AttentionMask::kCausal ? "causal" : "bidirectional",
             device == train::Device::kCuda ? "GPU" : "CPU");
+  if (args.cuda.fp8.enabled) log::info("{}", train::fp8_summary(args.cuda.fp8, setup.config));
   setup.unigram_entropy = train::unigram_entropy(*setup.train, t.seq_length, 256);
   setup.owned = owner;
   return setup;

@@ -96,8 +96,9 @@ CudaActivationBytes cuda_activation_bytes(const ckpt::ModelConfig& config, std::
 
 // FP8 linear layers (CudaOptions::fp8, libtrain/backend/cuda/fp8_linear.h) on a rank of tensor-parallel size
 // `tensor`: one FP8 layer's four weights as FP8 copies plus their transposes (2 bytes a weight), and once per model
-// with any FP8 layer the casts' work buffers for `tokens` rows: the input (x, or x^T in the backward) at the widest
-// input width, dy and dy^T at the widest output width, 1 byte an element.
+// with any FP8 layer the casts' work buffers for `tokens` rows (padded to 16, the transposed operands' rows): the
+// input (x, or x^T in the backward) at the widest input width, dy and dy^T at the widest output width, 1 byte an
+// element.
 struct CudaFp8Bytes {
   double per_layer = 0, work = 0;
 };

@@ -24,6 +24,10 @@
 #define DLM_FP8_HD
 #endif
 
+namespace dlm::ckpt {
+struct ModelConfig;
+}
+
 namespace dlm::train {
 
 constexpr float kFp8E4m3Max = 448.0f;
@@ -67,6 +71,11 @@ struct Fp8Options {
   // pipeline stage, and no --first-last-layers-bf16 under delayed scaling. dlm::Error naming the flag.
   void validate(int num_layers, int pipeline_stages) const;
 };
+
+// The line a trainer logs at start when FP8 is on ("" when off): the format and recipe, the layers of `config` whose
+// QKV/proj/fc1/fc2 GEMMs run in FP8, and the GEMMs of those layers that stay bf16 (an MoE layer's MLP; the last
+// layer's fc1/fc2 where the loss is on some rows only, as CudaModel then runs that MLP on those rows).
+std::string fp8_summary(const Fp8Options& options, const ckpt::ModelConfig& config);
 
 // Parsers of the flags' values; dlm::Error naming the flag and the choices for any other value.
 Fp8Options::Format parse_fp8_format(const std::string& value);

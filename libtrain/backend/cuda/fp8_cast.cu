@@ -38,7 +38,7 @@ __global__ void quantize_rows(const bf16* x, std::int64_t vecs, Fp8Cast c, fp8* 
   store_scale(c, s);
 }
 
-// A block a 64 x 128 tile (fp8_tile, cast_tiled). rows % 16 == 0, cols % 8 == 0.
+// A block a 64 x 128 tile (fp8_tile, cast_tiled). Any rows, cols % 8 == 0.
 __global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* __restrict__ x, int rows, int cols,
                                                                    Fp8Cast c, fp8* __restrict__ out,
                                                                    fp8* __restrict__ out_t) {
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_transpose(const bf16* _
   Bf16x8 v[4];
   if (t.live)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const Bf16x8*>(x + (t.r + j) * cols + t.c);
+    for (int j = 0; j < 4; ++j) v[j] = load8_or_zero(x + (t.r + j) * cols + t.c, t.has_row(j));
   cast_tiled<1>(c, t, [&](int j, float (&a)[1][8]) { unpack8(v[j], a[0]); }, rows, cols, cols, 0, out, out_t);
 }
 

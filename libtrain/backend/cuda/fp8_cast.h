@@ -31,10 +31,15 @@ struct Fp8Cast {
   float margin_factor;  // 2^-margin
 };
 
+// The rows of a transposed FP8 operand (its leading dimension, and the weight gradient GEMM's K): a tensor's rows
+// padded to a multiple of 16, which cuBLASLt's FP8 GEMMs need of K and the leading dimensions. The transposed casts
+// write the pad zero, so that a GEMM over the padded K sums what it would over the rows.
+__host__ __device__ constexpr std::int64_t fp8_padded_rows(std::int64_t rows) { return (rows + 15) / 16 * 16; }
+
 // slot->amax = max(slot->amax, max |x|) over n elements (NaN ignored). Zero slot->amax first for one tensor's own.
 void fp8_amax(const bf16* x, std::int64_t n, Fp8Slot* slot, cudaStream_t stream);
-// x [rows, cols] (row-major, leading dimension cols) cast into out [rows, cols] and/or out_t [cols, rows] (its
-// transpose; either may be null). rows, cols: multiples of 16 when out_t is set; cols % 8 == 0.
+// x [rows, cols] (row-major, leading dimension cols) cast into out [rows, cols] and/or out_t [cols, Tp] (its
+// transpose, Tp = fp8_padded_rows(rows), columns [rows, Tp) zero; either may be null). Any rows; cols % 8 == 0.
 void fp8_quantize(const bf16* x, int rows, int cols, const Fp8Cast& cast, fp8* out, fp8* out_t, cudaStream_t stream);
 // The delayed update of `count` slots, history [count, len] (most recent first): the interval's amax is pushed into
 // the window (the oldest leaves), the amax taken by algorithm (max of the window, or the most recent), the scale
@@ -45,17 +50,18 @@ void fp8_update_delayed(Fp8Slot* slots, float* history, int count, int len, bool
 void fp8_dequantize(const fp8* q, std::int64_t n, bool e5m2, const Fp8Slot* slot, float* out, cudaStream_t stream);
 
 // swiglu.cu: max |h| (|dgu|) over the bf16 values swiglu_forward (swiglu_backward, kernels.h) would write, max-ed
-// into slot->amax, nothing written: tensorwise, the amax of the casts below. rows % 16 == 0, ffn % 8 == 0.
+// into slot->amax, nothing written: tensorwise, the amax of the casts below. Any rows, ffn % 8 == 0.
 void swiglu_forward_amax(const bf16* gu, int rows, int ffn, Fp8Slot* slot, cudaStream_t stream);
 void swiglu_backward_amax(const bf16* dh, const bf16* gu, int rows, int ffn, Fp8Slot* slot, cudaStream_t stream);
 // swiglu_forward straight into FP8 with `cast` (as fp8_quantize casts: delayed with the scale as it stands, amax
 // recorded; tensorwise from slot->amax, which swiglu_forward_amax wrote), h [rows, ffn] into out and its transpose
-// into out_t, no bf16 h: the same bytes as swiglu_forward then fp8_quantize. rows, ffn % 16 == 0.
+// into out_t [ffn, Tp] (fp8_quantize's layouts, the pad zero), no bf16 h: the same bytes as swiglu_forward then
+// fp8_quantize. Any rows, ffn % 16 == 0.
 void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out, fp8* out_t,
                         cudaStream_t stream);
 // swiglu_backward straight into FP8 with `cast` (as above; tensorwise after swiglu_backward_amax), dgu [rows, 2 ffn]
-// into out and its transpose into out_t, no bf16 dgu: the same bytes as swiglu_backward then fp8_quantize.
-// rows % 16 == 0, ffn % 16 == 0.
+// into out and its transpose into out_t [2 ffn, Tp] (the pad zero), no bf16 dgu: the same bytes as swiglu_backward
+// then fp8_quantize. Any rows, ffn % 16 == 0.
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream);
 

@@ -86,9 +86,13 @@ struct Fp8Tile {
   static_assert(kCols == 64 || kCols == 128, "a 64 x 128 or 128 x 64 tile");
   std::int64_t row0, col0;  // the block's tile
   std::int64_t r, c;        // the thread's first row and column
-  bool live;                // the thread's 4 x 8 lie inside the tensor (rows % 4 == 0, cols % 8 == 0)
+  int rows;                 // the tensor's
+  bool live;                // the thread's 4 x 8 lie inside the tensor padded to fp8_padded_rows (cols % 8 == 0)
+  // Whether the thread's row j (0..3) is one of the tensor's (not the pad's): only those are loaded.
+  __device__ __forceinline__ bool has_row(int j) const { return r + j < rows; }
 };
 // Tile `tile` of a [rows, cols] tensor (fp8_tile_blocks of them, row-major), as the calling thread takes it.
+// A tile's rows (64 or 128) are a multiple of 16: the pad of fp8_padded_rows lies in the tensor's last tile.
 template <int kCols = 128>
 __device__ __forceinline__ Fp8Tile<kCols> fp8_tile(std::int64_t tile, int rows, int cols) {
   using T = Fp8Tile<kCols>;
@@ -96,13 +100,20 @@ __device__ __forceinline__ Fp8Tile<kCols> fp8_tile(std::int64_t tile, int rows, 
   T t;
   t.row0 = tile / tiles_c * T::kRows, t.col0 = tile % tiles_c * kCols;
   t.r = t.row0 + 4 * (threadIdx.x / T::kColThreads), t.c = t.col0 + 8 * (threadIdx.x % T::kColThreads);
-  t.live = t.r < rows && t.c < cols;
+  t.rows = rows;
+  t.live = t.r < fp8_padded_rows(rows) && t.c < cols;
   return t;
 }
 template <int kCols = 128>
 __host__ __device__ inline unsigned fp8_tile_blocks(int rows, int cols) {
   constexpr int kRows = Fp8Tile<kCols>::kRows;
   return static_cast<unsigned>(static_cast<std::int64_t>((rows + kRows - 1) / kRows) * ((cols + kCols - 1) / kCols));
+}
+// Eight bf16 at p, or zeros where `in` is false (a pad row: p is not read).
+__device__ __forceinline__ Bf16x8 load8_or_zero(const bf16* p, bool in) {
+  if (in) return *reinterpret_cast<const Bf16x8*>(p);
+  const float zeros[8] = {};
+  return pack8(zeros);
 }
 // Column j of four words (rows 0..3, byte i of each = column i) as a word of its four rows' bytes.
 __device__ __forceinline__ void transpose4x4(const std::uint32_t* w, std::uint32_t* col) {
@@ -119,10 +130,11 @@ __device__ __forceinline__ std::uint32_t fp8x4(const float* v, float scale, bool
   return lo | (hi << 16);
 }
 // The tile `t` of kOuts outputs of a producer over [rows, cols], cast with `scale`: values(j, a) gives the thread's
-// row j (0..3) of output k in a[k] (8 values, as the bf16 tensor holds them; asked only of live threads). Output k
-// is columns k * out_stride + [0, cols) of out [rows, ld] (may be null) and rows k * out_stride + [0, cols) of
-// out_t [ld, rows]. rows % 16 == 0, cols % 8 == 0. Every thread of the block calls it. Returns the thread's max
-// |value|.
+// row j (0..3) of output k in a[k] (8 values, as the bf16 tensor holds them; asked only of live threads, and taken
+// as zeros on the pad's rows, t.has_row(j) false). Output k is columns k * out_stride + [0, cols) of out [rows, ld]
+// (may be null; the pad's rows are not written) and rows k * out_stride + [0, cols) of out_t [ld, Tp], Tp =
+// fp8_padded_rows(rows), whose columns [rows, Tp) are written zero. Any rows, cols % 8 == 0. Every thread of the
+// block calls it. Returns the thread's max |value|.
 template <int kOuts, int kCols, typename Values>
 __device__ __forceinline__ float cast_tile8(const Fp8Tile<kCols>& t, Values values, int rows, int cols,
                                             std::int64_t ld, std::int64_t out_stride, float scale, bool e5m2, fp8* out,
@@ -142,12 +154,13 @@ __device__ __forceinline__ float cast_tile8(const Fp8Tile<kCols>& t, Values valu
     for (int j = 0; j < 4; ++j) {
       float a[kOuts][8];
       values(j, a);
+      const bool in = t.has_row(j);
 #pragma unroll
       for (int k = 0; k < kOuts; ++k) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(a[k][i]));
+        for (int i = 0; i < 8; ++i) a[k][i] = in ? a[k][i] : 0.0f, m = fmaxf(m, fabsf(a[k][i]));
         w[k][0][j] = fp8x4(a[k], scale, e5m2), w[k][1][j] = fp8x4(a[k] + 4, scale, e5m2);
-        if (out)
+        if (out && in)
           *reinterpret_cast<uint2*>(out + (t.r + j) * ld + k * out_stride + t.c) = make_uint2(w[k][0][j], w[k][1][j]);
       }
     }
@@ -165,14 +178,15 @@ __device__ __forceinline__ float cast_tile8(const Fp8Tile<kCols>& t, Values valu
       }
   }
   __syncthreads();
+  const std::int64_t padded = fp8_padded_rows(rows);
 #pragma unroll
   for (int k = 0; k < kOuts; ++k)
 #pragma unroll
     for (int it = 0; it < kCols * kChunks / kTileThreads; ++it) {
       const int idx = it * kTileThreads + threadIdx.x, c = idx / kChunks, q = idx % kChunks;
       const std::int64_t col = t.col0 + c, row = t.row0 + 16 * q;
-      if (col < cols && row < rows)
-        *reinterpret_cast<uint4*>(out_t + (k * out_stride + col) * rows + row) =
+      if (col < cols && row < padded)
+        *reinterpret_cast<uint4*>(out_t + (k * out_stride + col) * padded + row) =
             reinterpret_cast<const uint4*>(cols_t[k][c])[q ^ swz(c)];
     }
   return m;

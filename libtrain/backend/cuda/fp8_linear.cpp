@@ -21,6 +21,10 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
     }
     base_.push_back(static_cast<int>(weights_.size()));
     for (int t : weights[l]) {
+      if (t < 0) {  // an MoE layer's fc1/fc2 without a shared expert: its MLP runs the experts, in bf16
+        weights_.push_back({t, 0, 0, nullptr, nullptr});
+        continue;
+      }
       const auto& shape = ps.specs[static_cast<std::size_t>(t)].local_shape;
       const int n = static_cast<int>(shape[0]), k = static_cast<int>(shape[1]);
       if (n % 16 != 0 || k % 16 != 0)
@@ -71,6 +75,7 @@ void Fp8Linears::cast_weights(const ParameterStore& ps, cudaStream_t stream) {
   if (!weights_stale_) return;
   for (std::size_t i = 0; i < weights_.size(); ++i) {
     const Weight& w = weights_[i];
+    if (w.tensor < 0) continue;
     cast(ps.W(w.tensor), w.n, w.k, slots_ + i * kOperands + kW, false, w.w8, w.wt8, stream);
   }
   weights_stale_ = false;
@@ -79,8 +84,9 @@ void Fp8Linears::cast_weights(const ParameterStore& ps, cudaStream_t stream) {
 bool Fp8Linears::grow_work(std::int64_t rows) {
   if (rows <= work_rows_) return false;
   work_arena_.release();
-  xq_ = work_arena_.alloc<fp8>(rows * max_k_);
-  if (!forward_only_) dy8_ = work_arena_.alloc<fp8>(rows * max_n_), dyt8_ = work_arena_.alloc<fp8>(rows * max_n_);
+  const std::int64_t padded = fp8_padded_rows(rows);  // x^T and dy^T: [k, padded] and [n, padded]
+  xq_ = work_arena_.alloc<fp8>(padded * max_k_);
+  if (!forward_only_) dy8_ = work_arena_.alloc<fp8>(rows * max_n_), dyt8_ = work_arena_.alloc<fp8>(padded * max_n_);
   work_rows_ = rows;
   return true;
 }
@@ -205,8 +211,10 @@ void Fp8Linears::cast_backward(int l, Linear g, int rows, const bf16* dy, const 
 
 void Fp8Linears::backward_weight(Gemm& gemm, int l, Linear g, int rows, float* dw, float beta, cudaStream_t stream) {
   const Weight& w = weight(l, g);
-  gemm.run_fp8(w.n, w.k, rows, {dyt8_, rows, options_.grads_e5m2(), &slot(l, g, kDy)->scale_inv},
-               {xt_, rows, false, xt_scale_inv_}, dw, true, w.k, beta, false, stream);
+  // K: the rows padded to 16, over which the transposed operands' zero pad adds nothing (fp8_padded_rows).
+  const auto k = static_cast<int>(fp8_padded_rows(rows));
+  gemm.run_fp8(w.n, w.k, k, {dyt8_, k, options_.grads_e5m2(), &slot(l, g, kDy)->scale_inv},
+               {xt_, k, false, xt_scale_inv_}, dw, true, w.k, beta, false, stream);
 }
 
 void Fp8Linears::backward_data(Gemm& gemm, int l, Linear g, int rows, bf16* dx, cudaStream_t stream) {

@@ -25,8 +25,11 @@
 // A recomputed layer (full recomputation) casts again: tensorwise from the same tensors into the same activation
 // slot's scales (the same bits), delayed with the scales as they stand, the same as its first run's unless a
 // pipeline schedule ran another micro-batch's forward in between.
-// In training, the last layer's MLP on the packed loss rows, and a GEMM whose rows are not a multiple of 16, run in
-// bf16 (use()).
+// Any row count runs in FP8, in training as forward-only: the rows are the forward's and the input gradient's
+// non-contiguous dimension, which cuBLASLt's FP8 kernels take at any size (Gemm::fp8_gemm_fits), and the weight
+// gradient's K, over which it runs with the transposed operands x^T and dy^T padded with zero columns to
+// fp8_padded_rows (the transposed casts write the pad). In training, the last layer's MLP on the packed loss rows
+// runs in bf16 (use()).
 // Not yet: the amax reduction over data- and tensor-parallel groups (each rank scales its own tensors).
 //
 // Forward-only use (Use::kForwardOnly: the samplers' forwards, CudaOptions::fp8_sampling; tensorwise e4m3): only the
@@ -82,13 +85,13 @@ class Fp8Linears {
   // Before the first producer of a gradient (the head's RMSNorm backward).
   void begin_backward(int act_slot, cudaStream_t stream);
   // Whether local layer l's linear layers run in FP8 at `rows` rows: an FP8 layer at the micro-batch's full row count
-  // (begin_forward's), a multiple of 16 in training (the backward's transposed casts and GEMMs need it), any count
-  // forward-only (begin_forward_only's). The last layer's MLP on the packed loss rows stays bf16: its row count
-  // changes every micro-batch, and each new count would be a new FP8 GEMM shape whose algorithm is asked for and
-  // timed anew (Gemm's tuning waits on the device), where the bf16 GEMMs reuse one for the family (Gemm::RowFamily).
-  bool use(int l, int rows) const {
-    return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_ && (forward_only_ || rows % 16 == 0);
-  }
+  // (begin_forward's, or begin_forward_only's), whatever that count. The last layer's MLP on the packed loss rows
+  // stays bf16: its row count changes every micro-batch, and each new count would be a new FP8 GEMM shape whose
+  // algorithm is asked for and timed anew (Gemm's tuning waits on the device), where the bf16 GEMMs reuse one for the
+  // family (Gemm::RowFamily).
+  bool use(int l, int rows) const { return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_; }
+  // How many local layers run their linear layers in FP8 (the last one's MLP at full rows only, use()).
+  int layers_in_fp8() const { return static_cast<int>(weights_.size()) / kLinears; }
 
   // The forward's input cast. Fused: the Fp8Out for the kernel that produces x (rmsnorm_forward, swiglu_forward),
   // then cast_input(..., fused = true); otherwise cast_input alone.
@@ -97,7 +100,8 @@ class Fp8Linears {
   // fc2 of local layer l at `rows` rows, where use(l, rows) (fc2's input width ffn is then a multiple of 16, as
   // the constructor requires), h: the layer's bf16 h buffer [rows, ffn]. Training: SwiGLU's forward straight into
   // FP8 (swiglu_forward_fp8; tensorwise after an amax pass): fc2's input for the forward GEMM, and its transpose into
-  // h's bytes ([ffn, rows] FP8: nothing else reads h then), kept with the scale it was cast with for the backward,
+  // h's bytes ([ffn, fp8_padded_rows(rows)] FP8: nothing else reads h then; the activation layout gives h at least
+  // 8 rows, so that the padded rows fit in its bytes), kept with the scale it was cast with for the backward,
   // whose x^T cast it replaces (cast_backward). Forward-only: h written in bf16 with its amax, then cast (no
   // transpose). Takes cast_input's place for fc2.
   void swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* h, cudaStream_t stream);
@@ -155,7 +159,8 @@ class Fp8Linears {
   std::vector<char> dy_amax_ready_;  // per FP8 linear: grad_amax was handed out, cast_backward skips the amax pass
   int slot_count_ = 0, max_k_ = 0, max_n_ = 0;
   std::int64_t work_rows_ = 0, rows_ = 0;  // the work buffers' rows; the current micro-batch's
-  fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;  // [rows, max_k] (x, then x^T), [rows, max_n] twice
+  // [rows, max_k] (x) or [max_k, padded rows] (x^T); [rows, max_n]; [max_n, padded rows] (fp8_padded_rows)
+  fp8 *xq_ = nullptr, *dy8_ = nullptr, *dyt8_ = nullptr;
   bool weights_stale_ = true;
   bool forward_only_ = false;
   DeviceArena slot_arena_, weight_arena_, work_arena_;

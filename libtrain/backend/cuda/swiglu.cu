@@ -34,20 +34,21 @@ __device__ __forceinline__ Bf16x8 act8(const Bf16x8& g8, const Bf16x8& u8) {
 }
 __device__ __forceinline__ Bf16x8 load8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
 // A tile thread's inputs (t live), all loads issued before any use: its four rows t.r + j of the gate and the up
-// (columns t.c + [0, 8) of each half of gu), and for the backward dh's same four rows.
+// (columns t.c + [0, 8) of each half of gu), and for the backward dh's same four rows; zeros on the pad's rows
+// (fp8_padded_rows), whose h and dgu are then zero.
 __device__ __forceinline__ void load_gate_up(const bf16* __restrict__ gu, const Fp8Tile<>& t, int ffn,
                                              Bf16x8 (&g)[4], Bf16x8 (&u)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const bf16* p = gu + (t.r + j) * 2 * ffn + t.c;
-    g[j] = load8(p), u[j] = load8(p + ffn);
+    g[j] = load8_or_zero(p, t.has_row(j)), u[j] = load8_or_zero(p + ffn, t.has_row(j));
   }
 }
 __device__ __forceinline__ void load_grad_inputs(const bf16* __restrict__ dh, const bf16* __restrict__ gu,
                                                  const Fp8Tile<>& t, int ffn, Bf16x8 (&d)[4], Bf16x8 (&g)[4],
                                                  Bf16x8 (&u)[4]) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) d[j] = load8(dh + (t.r + j) * ffn + t.c);
+  for (int j = 0; j < 4; ++j) d[j] = load8_or_zero(dh + (t.r + j) * ffn + t.c, t.has_row(j));
   load_gate_up(gu, t, ffn, g, u);
 }
 
