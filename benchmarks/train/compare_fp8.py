@@ -52,7 +52,7 @@ def main():
                                  key=lambda r: r["tokens_per_s"], default=None)
         ao = best(["torchao float8 tensorwise", "torchao float8 rowwise"])
         bf16 = results[(cfg, "dlm bf16")]
-        # Each dlm recipe on its own: they do not train alike (docs/training.md: delayed lags on diffusion losses).
+        # Each dlm recipe on its own: a speed counts only beside its recipe's convergence (docs/training.md, FP8).
         for name in ["dlm fp8 tensorwise", "dlm fp8 delayed"]:
             fp8 = results[(cfg, name)]
             if fp8 and bf16:
