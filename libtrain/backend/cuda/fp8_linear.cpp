@@ -21,10 +21,6 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
     }
     base_.push_back(static_cast<int>(weights_.size()));
     for (int t : weights[l]) {
-      if (t < 0) {  // an MoE layer's fc1/fc2 without a shared expert: its MLP runs the experts, in bf16
-        weights_.push_back({t, 0, 0, nullptr, nullptr});
-        continue;
-      }
       const auto& shape = ps.specs[static_cast<std::size_t>(t)].local_shape;
       const int n = static_cast<int>(shape[0]), k = static_cast<int>(shape[1]);
       if (n % 16 != 0 || k % 16 != 0)
@@ -75,7 +71,6 @@ void Fp8Linears::cast_weights(const ParameterStore& ps, cudaStream_t stream) {
   if (!weights_stale_) return;
   for (std::size_t i = 0; i < weights_.size(); ++i) {
     const Weight& w = weights_[i];
-    if (w.tensor < 0) continue;
     cast(ps.W(w.tensor), w.n, w.k, slots_ + i * kOperands + kW, false, w.w8, w.wt8, stream);
   }
   weights_stale_ = false;

@@ -58,9 +58,9 @@ class Fp8Linears {
  public:
   enum Linear { kQkv, kProj, kFc1, kFc2, kLinears };
   enum class Use { kTraining, kForwardOnly };
-  // weights[l]: local layer l's qkv, proj, fc1 and fc2 tensors in `ps`; the layers run in FP8 are those of
-  // options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a width is not a multiple of 16, or for a
-  // forward-only use whose recipe is not tensorwise.
+  // weights[l]: local layer l's qkv, proj, fc1 and fc2 tensors in `ps`, all present (CudaModel refuses FP8 for MoE
+  // models); the layers run in FP8 are those of options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a
+  // width is not a multiple of 16, or for a forward-only use whose recipe is not tensorwise.
   Fp8Linears(const Fp8Options& options, const ParameterStore& ps, const std::vector<std::array<int, kLinears>>& weights,
              int first_layer, int num_layers, cudaStream_t stream, Use use = Use::kTraining);
   Fp8Linears(const Fp8Linears&) = delete;
