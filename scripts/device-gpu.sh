@@ -114,9 +114,10 @@ if [[ $WHAT == *kvcache* ]]; then
   KV_MODES=${KV_MODES:-none}
   KV_THRESHOLDS=${KV_THRESHOLDS:-$([ "$KV_MODES" = none ] && echo 0 || echo 0,0.9)}
   echo "== sampling with the block KV cache (dlm's diffusion_generate_cached beside PyTorch's generate_cached)"
+  # KV_BATCHES (default 1,16); KV_FP8=1: dlm's rows also with --fp8.
   $PY benchmarks/train/compare_sampling.py --python "$PY" --bench "$C/cuda_sample_bench" --modes "$KV_MODES" \
-    --thresholds "$KV_THRESHOLDS" --save "$OUT/kvcache-${KV_MODES//,/-}.json" 2>&1 | tee "$OUT/kvcache.log" |
-    grep -vE "^\s*$" | tail -30
+    --thresholds "$KV_THRESHOLDS" --batches "${KV_BATCHES:-1,16}" ${KV_FP8:+--fp8} \
+    --save "$OUT/kvcache-${KV_MODES//,/-}.json" 2>&1 | tee "$OUT/kvcache.log" | grep -vE "^\s*$" | tail -30
 fi
 if [[ $WHAT == *kvperf* ]]; then
   echo "== the block KV cache's tests and the attention kernels' (attention.cu shares mma.cuh with kv_cache.cu)"

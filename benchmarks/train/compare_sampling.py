@@ -14,9 +14,12 @@ sampler once per batch; the cached sampler's layers once with dynamic shapes: to
 1.7B shape the compilations take minutes, so a device call of a few minutes runs one mode (a chunk) and saves its
 rows (--save); --load adds earlier chunks' rows (the exact sampler's, for the speed-ups), and --table prints the
 table of saved chunks without running anything.
+--fp8 times dlm's rows a second time with `cuda_sample_bench --fp8` (dlm-generate --fp8: the layers' GEMMs in FP8
+e4m3; PyTorch stays bf16), in the same run, as the columns "dlm FP8" beside dlm's bf16.
 
 usage: compare_sampling.py --bench build/benchmarks/train/cuda_sample_bench [--config megadlm-1.7b] [--batches 1,16]
                            [--modes none,prefix,dual] [--thresholds 0,0.9] [--save FILE] [--load FILE ...]
+                           [--fp8]
        compare_sampling.py --table FILE ...
 e.g. three chunks: --modes none --thresholds 0 --save none.json; --modes prefix --save prefix.json;
      --modes dual --save dual.json; then --table none.json prefix.json dual.json.
@@ -75,15 +78,19 @@ def measure(args):
     thresholds = [float(v) for v in args.thresholds.split(",")]
     rows = []
     for mode in args.modes.split(","):
-        ours = {}
+        ours, fp8 = {}, {}
         for b in batches:
             for t in thresholds:
-                ours[(b, t)] = run([args.bench, args.config, str(b), "64", "256", "256", "32", mode, str(t)], 300)
+                shape = [args.config, str(b), "64", "256", "256", "32", mode, str(t)]
+                ours[(b, t)] = run([args.bench, *shape], 300)
+                if args.fp8:
+                    fp8[(b, t)] = run([args.bench, "--fp8", *shape], 300)
         got = run_lines([args.python, os.path.join(HERE, "torch_reference.py"), "sample", "--config", args.config,
                          "--kv-cache", mode, "--batches", args.batches, "--thresholds", args.thresholds],
                         args.torch_timeout)
         ref = {(r["batch"], r["threshold"]): r for r in got}
-        rows += [dict(batch=b, mode=mode, threshold=t, dlm=ours[(b, t)], torch=ref.get((b, t)))
+        rows += [dict(batch=b, mode=mode, threshold=t, dlm=ours[(b, t)], torch=ref.get((b, t)),
+                      **({"dlm_fp8": fp8[(b, t)]} if args.fp8 else {}))
                  for b in batches for t in thresholds]
         if args.save:  # after each mode: a later one's failure keeps these
             json.dump(rows, open(args.save, "w"))
@@ -93,10 +100,12 @@ def measure(args):
 def table(rows):
     exact = {r["batch"]: r["torch"] for r in rows if r["mode"] == "none" and r["threshold"] == 0 and r["torch"]}
     order = {"none": 0, "prefix": 1, "dual": 2}
+    with_fp8 = any("dlm_fp8" in r for r in rows)
     lines = ["| batch | KV cache | threshold | dlm tokens/s | dlm forwards (per token) | "
              "PyTorch (torch.compile) tokens/s | PyTorch forwards (per token) | dlm / PyTorch | "
-             "dlm / exact PyTorch | PyTorch / exact PyTorch |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "dlm / exact PyTorch | PyTorch / exact PyTorch |" +
+             (" dlm FP8 tokens/s | dlm FP8 / exact PyTorch |" if with_fp8 else ""),
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if with_fp8 else "")]
     for r in sorted(rows, key=lambda r: (r["batch"], order.get(r["mode"], 3), r["threshold"])):
         ours, ref, ex = r["dlm"], r["torch"], exact.get(r["batch"])
         o = f"{ours['tokens_per_s']:.1f}" if ours else "failed"
@@ -104,8 +113,13 @@ def table(rows):
         ratio = f"{ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ours and ref else "-"
         ours_speedup = f"{ours['tokens_per_s'] / ex['tokens_per_s']:.2f}x" if ours and ex else "-"
         speedup = f"{ref['tokens_per_s'] / ex['tokens_per_s']:.2f}x" if ref and ex else "-"
+        f8 = r.get("dlm_fp8")
+        fp8_cells = ""
+        if with_fp8:
+            fp8_cells = (f" {f8['tokens_per_s']:.1f} | " if f8 else " - | ") + \
+                (f"{f8['tokens_per_s'] / ex['tokens_per_s']:.2f}x |" if f8 and ex else "- |")
         lines.append(f"| {r['batch']} | {r['mode']} | {r['threshold']:g} | {o} | {per_token(ours)} | {p} | "
-                     f"{per_token(ref)} | {ratio} | {ours_speedup} | {speedup} |")
+                     f"{per_token(ref)} | {ratio} | {ours_speedup} | {speedup} |{fp8_cells}")
     return lines
 
 
@@ -117,6 +131,7 @@ def main():
     ap.add_argument("--modes", default="none", help="KV cache modes: none,prefix,dual (each with every threshold)")
     ap.add_argument("--thresholds", default="0", help="parallel decoding thresholds (0: off)")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--fp8", action="store_true", help="dlm's rows also with cuda_sample_bench --fp8")
     ap.add_argument("--torch-timeout", type=int, default=480, help="seconds for one mode's PyTorch process")
     ap.add_argument("--save", help="write this run's rows (JSON) here")
     ap.add_argument("--load", nargs="*", default=[], help="earlier runs' rows (--save files) for the table")

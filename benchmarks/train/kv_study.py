@@ -17,7 +17,10 @@
 4. Speed: tokens/s of each sampler at --timing-batches prompts (with a threshold: the first of them only),
    dlm-generate --report-speed (a warm-up run, then the
    timed one) and PyTorch (torch_reference's generate and generate_cached on the same weights, bf16 on the GPU,
-   eager unless --torch-compile), with model forwards per generated token. PyTorch's timing runs last, and what of
+   eager unless --torch-compile), with model forwards per generated token.
+   --fp8-modes samples those modes again with dlm-generate --fp8 (the layers' GEMMs in FP8 e4m3), at threshold 0
+   and at the first of --thresholds: rows MODE+fp8, scored and timed as the others, beside PyTorch's bf16 sampler of
+   the same cache (PyTorch has no FP8 sampler here). PyTorch's timing runs last, and what of
    it would start after --budget-minutes of the study is skipped (the device call has a hard limit).
 Writes OUT/kvstudy.md (the tables) and OUT/kvstudy.json.
 """
@@ -80,11 +83,12 @@ def train(a, log):
 
 def dlm_generate(a, ckpt, prompts, mode, threshold, log, speed=False):
     """Generated ids of each prompt (and dlm-generate's speed line when speed)."""
+    mode, fp8 = base_mode(mode), mode.endswith("+fp8")
     cmd = [os.path.join(a.bin, "dlm-generate"), "--load", ckpt, "--tokenizer-type", "NullTokenizer",
            "--tokenizer-model", "none", "--vocab-size", str(VOCAB), "--mask-token", str(MASK),
            "--max-new-tokens", str(a.gen), "--sample-steps", str(a.gen), "--inference-block-size", str(a.block),
            "--kv-cache", mode, "--threshold", str(threshold), "--no-eos-stop", "--device", a.device,
-           *(["--report-speed"] if speed else [])]
+           *(["--report-speed"] if speed else []), *(["--fp8"] if fp8 else [])]
     out, err = sh(cmd, log, timeout=600, stdin="".join(" ".join(map(str, p)) + "\n" for p in prompts))
     rows = [list(map(int, line.split())) for line in out.splitlines() if re.fullmatch(r"\d+( \d+)*", line)]
     if len(rows) != len(prompts) or any(r[:len(p)] != p or len(r) != len(p) + a.gen for r, p in zip(rows, prompts)):
@@ -94,6 +98,11 @@ def dlm_generate(a, ckpt, prompts, mode, threshold, log, speed=False):
         return gen, None
     m = re.search(r"speed: (\d+) rows, (\d+) tokens in ([0-9.]+) s, ([0-9.]+) tokens/s, (\d+) forwards", err)
     return gen, dict(seconds=float(m.group(3)), tokens_per_s=float(m.group(4)), forwards=int(m.group(5)))
+
+
+def base_mode(mode):
+    """The --kv-cache mode of a sampler's mode name (MODE or MODE+fp8)."""
+    return mode.removesuffix("+fp8")
 
 
 def sync(dev):
@@ -167,6 +176,8 @@ def parse_args():
     ap.add_argument("--modes", default="none,prefix,dual", help="--kv-cache modes, each a sampler at threshold 0")
     ap.add_argument("--thresholds", default="0.9,0.7,0.5",
                     help="each mode again with each of these --threshold values (parallel decoding)")
+    ap.add_argument("--fp8-modes", default="",
+                    help="these modes again with dlm-generate --fp8, at threshold 0 and the first of --thresholds")
     ap.add_argument("--log-interval", type=int, default=50)
     ap.add_argument("--timing-batches", default="1,16")
     ap.add_argument("--torch-compile", action="store_true")
@@ -187,7 +198,9 @@ def samplers(a):
     """(mode, threshold) of every sampler, the exact one (none, 0) first: its score is every row's baseline."""
     modes = ["none"] + [m for m in a.modes.split(",") if m != "none"]
     thresholds = [float(t) for t in a.thresholds.split(",") if t and float(t) > 0]
-    return [(m, 0.0) for m in modes] + [(m, t) for t in thresholds for m in modes]
+    fp8 = [m + "+fp8" for m in a.fp8_modes.split(",") if m]
+    return ([(m, 0.0) for m in modes] + [(m, t) for t in thresholds for m in modes] +
+            [(m, t) for t in [0.0, *thresholds[:1]] for m in fp8])
 
 
 def timed_batches(a, threshold):
@@ -229,13 +242,14 @@ def speed_table(a, speeds, gens, torch_tokens):
         for mode, t in samplers(a):
             if b not in timed_batches(a, t):
                 continue
-            d, p = speeds[("dlm", mode, t, b)], speeds.get(("torch", mode, t, b))
+            # An FP8 row beside PyTorch's bf16 sampler of the same cache.
+            d, p = speeds[("dlm", mode, t, b)], speeds.get(("torch", base_mode(mode), t, b))
             dlm_cells = f"| {mode} | {t:g} | {b} | {d['tokens_per_s']:.1f} | {d['forwards'] / a.gen:.3f} |"
             vs_exact = f"{d['tokens_per_s'] / exact:.2f}x" if exact else "-"
             if p is None:  # PyTorch's timing was skipped (--budget-minutes)
                 lines.append(f"{dlm_cells} - | - | - | {vs_exact} | - | - |")
                 continue
-            same = agree(torch_tokens[(mode, t, b)], gens[(mode, t)][:b])
+            same = agree(torch_tokens[(base_mode(mode), t, b)], gens[(mode, t)][:b])
             lines.append(f"{dlm_cells} {p['tokens_per_s']:.1f} | {p['forwards'] / a.gen:.3f} | "
                          f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}x | {vs_exact} | "
                          f"{p['tokens_per_s'] / exact:.2f}x | {100 * same:.1f}% |")
@@ -298,6 +312,8 @@ def main():
     deadline = t_start + 60 * a.budget_minutes
     for mode, t in samplers(a):
         for b in timed_batches(a, t):
+            if mode != base_mode(mode):  # an FP8 row: timed beside PyTorch's bf16 row of its cache
+                continue
             if time.time() > deadline:
                 print(f"== torch {mode} {t:g} batch {b}: skipped (--budget-minutes {a.budget_minutes})", flush=True)
                 continue
