@@ -99,6 +99,7 @@ SentencePieceUnigram::SentencePieceUnigram(const SentencePieceModel& m)
     cut_at_space_ = alone && !inside;
   }
   trie_ = PieceTrie(std::move(keys));
+  while ((std::size_t{1} << reach_shift_) < reach_) ++reach_shift_;
   for (unsigned b = 0; b < 256; ++b) char_len_[b] = static_cast<unsigned char>(one_char_len(static_cast<unsigned char>(b)));
   if (space_byte_) char_len_[*space_byte_] = 1;
   // ModelInterface::PieceToId: the reserved map first, then the pieces, else unknown.
@@ -145,9 +146,9 @@ void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std
     const std::size_t mblen = std::min(std::size_t{char_len_[text[start]]}, n - start);
     bool covered = false;  // some piece is exactly the character at `start`
     // std::string ends with a NUL, on which every walk stops.
-    trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id) {
+    trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id, float weight) {
       const std::size_t end = start + length;
-      const float offer = trie_.weight(id) + here;
+      const float offer = weight + here;
       if (offer > score[end]) {
         score[end] = offer;
         back[end] = Back{static_cast<std::int32_t>(start), id};
@@ -208,10 +209,14 @@ void SentencePieceUnigram::backtrack(const Back* back, const unsigned char* text
   };
   if (chains == kChains)
     for (;;) {
-      bool stop = false;
-      for (std::size_t j = 0; j < kChains; ++j) stop |= end[j] <= cut[j];
-      if (stop) break;
-      for (std::size_t j = 0; j < kChains; ++j) step(j);
+      // A node spans at most reach_ <= 2^reach_shift_ bytes: every stretch has that many nodes
+      // left at least.
+      std::size_t steps = n;
+      for (std::size_t j = 0; j < kChains; ++j)
+        steps = std::min(steps, (end[j] - cut[j] + (std::size_t{1} << reach_shift_) - 1) >> reach_shift_);
+      if (steps == 0) break;
+      for (; steps > 0; --steps)
+        for (std::size_t j = 0; j < kChains; ++j) step(j);
     }
   for (std::size_t j = 0; j < chains; ++j)
     while (end[j] > cut[j]) step(j);

@@ -57,6 +57,7 @@ class SentencePieceUnigram {
   std::array<unsigned char, 256> char_len_{};  // by lead byte: the bytes of a character (OneCharLen)
   PieceTrie trie_;
   std::size_t reach_ = 4;  // the most bytes one node spans: the longest matched piece, or a character
+  unsigned reach_shift_ = 0;  // the least power of two >= reach_
   float unk_score_ = 0;
   std::int32_t unk_ = 0;
   bool byte_fallback_ = false;
