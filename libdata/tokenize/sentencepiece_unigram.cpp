@@ -124,7 +124,9 @@ bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
   return true;
 }
 
-void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const {
+// The hot functions start on a cache line: where their loops fall within 64-byte lines moved their
+// speed by a few percent, and aligned they no longer move with unrelated code.
+[[gnu::aligned(64)]] void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const {
   const std::size_t n = s.size();
   if (n == 0) return;
   // An unreached end scores -inf, so any (finite) offer beats it, as any offer replaces none; and a
@@ -172,8 +174,8 @@ void SentencePieceUnigram::encode_normalized(std::string_view s, std::vector<std
   }
 }
 
-void SentencePieceUnigram::backtrack(const Back* back, const unsigned char* text, std::size_t n,
-                                     std::vector<std::int32_t>& out) const {
+[[gnu::aligned(64)]] void SentencePieceUnigram::backtrack(const Back* back, const unsigned char* text, std::size_t n,
+                                                          std::vector<std::int32_t>& out) const {
   // Following back[] from the end is one chain of dependent loads, a node each. Where the best path
   // is known to pass through positions (cut_at_space_: the space bytes), the stretches between up
   // to kChains of them, about evenly apart, are followed side by side. Each stretch's nodes go into
