@@ -137,7 +137,8 @@ bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
   score[0] = 0.0f;
   if (back.size() < n + 1) back.resize(n + 1);
   const auto* text = reinterpret_cast<const unsigned char*>(s.data());
-  for (std::size_t start = 0; start < n;) {
+  // The nodes from `start`, whose character has mblen bytes.
+  auto offer_from = [&](std::size_t start, std::size_t mblen) {
     float here = score[start];
     if (here < -kScoreResetThreshold || here > kScoreResetThreshold) {
       // Every end an offer reached lies within the longest node of a start before this one.
@@ -145,7 +146,6 @@ bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
       for (std::size_t i = start; i <= reach; ++i) score[i] -= here;
       here = 0.0f;
     }
-    const std::size_t mblen = std::min(std::size_t{char_len_[text[start]]}, n - start);
     bool covered = false;  // some piece is exactly the character at `start`
     // std::string ends with a NUL, on which every walk stops.
     trie_.prefixes(text + start, [&](std::size_t length, std::int32_t id, float weight) {
@@ -165,6 +165,19 @@ bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
         back[end] = Back{static_cast<std::int32_t>(start), unk_};
       }
     }
+  };
+  // The next start is this one plus its character's length: the loop's one chain from start to
+  // start. Up to n - 4 no character (at most 4 bytes) reaches past the end, so the length needs no
+  // clamp there; the last few starts take the clamped one (a character cut short by the end).
+  std::size_t start = 0;
+  for (const std::size_t clamp_from = n > 4 ? n - 4 : 0; start < clamp_from;) {
+    const std::size_t mblen = char_len_[text[start]];
+    offer_from(start, mblen);
+    start += mblen;
+  }
+  while (start < n) {
+    const std::size_t mblen = std::min(std::size_t{char_len_[text[start]]}, n - start);
+    offer_from(start, mblen);
     start += mblen;
   }
   backtrack(back.data(), text, n, out);
