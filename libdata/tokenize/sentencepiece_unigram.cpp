@@ -190,20 +190,31 @@ bool SentencePieceUnigram::encode(std::string_view text, std::vector<std::int32_
 [[gnu::aligned(64)]] void SentencePieceUnigram::backtrack(const Back* back, const unsigned char* text, std::size_t n,
                                                           std::vector<std::int32_t>& out) const {
   // Following back[] from the end is one chain of dependent loads, a node each. Where the best path
-  // is known to pass through positions (cut_at_space_: the space bytes), the stretches between up
-  // to kChains of them, about evenly apart, are followed side by side. Each stretch's nodes go into
-  // its part of a per-thread buffer (a node is at least a byte), filled from the part's end: the
-  // id, or for an unknown node ~end (negative), which the stretch's copy into `out` then turns into
-  // its ids.
+  // is known to pass through positions (cut_at_space_: the space bytes that start a character), the
+  // stretches between up to kChains of them, about evenly apart, are followed side by side. Each
+  // stretch's nodes go into its part of a per-thread buffer (a node is at least a byte), filled from
+  // the part's end: the id, or for an unknown node ~end (negative), which the stretch's copy into
+  // `out` then turns into its ids.
   constexpr std::size_t kChains = 4;
   std::array<std::size_t, kChains + 1> cut{};  // stretch j: (cut[j], cut[j + 1]]
   std::size_t chains = 1;
+  // A space byte is a start of the lattice unless a lead byte up to 3 before it announces a character
+  // that reaches over it (a replacement cut short in a malformed charsmap): such a byte is no cut.
+  auto starts_here = [&](std::size_t p) {
+    for (std::size_t k = 1; k <= 3 && k <= p; ++k)
+      if (char_len_[text[p - k]] > k) return false;
+    return true;
+  };
   if (cut_at_space_ && n >= 64 * kChains) {
     const auto* found = text;
     for (std::size_t j = 1; j < kChains; ++j) {
       const auto* from = std::max(found + 1, text + j * n / kChains);
-      if (from >= text + n) break;
-      found = static_cast<const unsigned char*>(std::memchr(from, *space_byte_, static_cast<std::size_t>(text + n - from)));
+      for (;;) {
+        const auto left = static_cast<std::size_t>(text + n - from);
+        found = from < text + n ? static_cast<const unsigned char*>(std::memchr(from, *space_byte_, left)) : nullptr;
+        if (found == nullptr || starts_here(static_cast<std::size_t>(found - text))) break;
+        from = found + 1;
+      }
       if (found == nullptr) break;
       cut[chains++] = static_cast<std::size_t>(found - text);
     }
