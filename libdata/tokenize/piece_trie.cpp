@@ -21,6 +21,11 @@ PieceTrie::PieceTrie(Keys keys) {
     if (nodes_[i].tail != kFree && nodes_[i].base == 0) nodes_[i].base = leaves;
   nodes_.resize(nodes_.size() + 257);
   root_base_ = nodes_[0].base;
+  // Each weight by the slot where its key ends, read there without decoding the value first.
+  std::vector<float> by_slot(nodes_.size());
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].tail != kFree && (nodes_[i].tail & kKeyBit) != 0) by_slot[i] = weights_[(nodes_[i].tail >> 9) & kMaxValue];
+  weights_ = std::move(by_slot);
   skip_ = {};
   base_used_ = {};
 }

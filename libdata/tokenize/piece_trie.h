@@ -7,7 +7,7 @@
 // without children share a block of free slots. The root is slot 0. The array reaches 256 past the
 // largest base, so a step needs no bounds check. Keys must not hold NUL (a SentencePiece model's
 // keys cannot), so a NUL byte after the text ends every walk. A slot is 8 bytes and a walk reads
-// one per byte; the weights are read by value only where a key ends.
+// one per byte; a key's weight is kept by its slot (beside the array), read only where a key ends.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,8 @@ class PieceTrie {
 
   static constexpr std::int32_t kMaxValue = (1 << 22) - 1;
 
-  // Calls on_key(length, value) for each key that is a prefix of `text`, shortest first. `text` must
-  // end with a NUL byte (no key holds one), where the walk stops at the latest.
+  // Calls on_key(length, value, weight) for each key that is a prefix of `text`, shortest first.
+  // `text` must end with a NUL byte (no key holds one), where the walk stops at the latest.
   template <class OnKey>
   void prefixes(const unsigned char* text, OnKey&& on_key) const {
     // The first three steps written out: most walks end within them, and the branch where a walk
@@ -40,7 +40,6 @@ class PieceTrie {
     if (!step(text, 1, base, on_key) || !step(text, 2, base, on_key) || !step(text, 3, base, on_key)) return;
     for (std::size_t length = 4; step(text, length, base, on_key);) ++length;
   }
-  float weight(std::int32_t value) const { return weights_[static_cast<std::size_t>(value)]; }
 
  private:
   static constexpr std::uint32_t kKeyBit = 0x80000000u;
@@ -58,7 +57,7 @@ class PieceTrie {
     const unsigned c = text[length - 1];
     const Slot s = nodes_[base + c];
     if ((s.tail & kLabelMask) != c) return false;
-    if ((s.tail & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>((s.tail >> 9) & kMaxValue));
+    if ((s.tail & kKeyBit) != 0) on_key(length, static_cast<std::int32_t>((s.tail >> 9) & kMaxValue), weights_[base + c]);
     base = s.base;
     return true;
   }
@@ -70,7 +69,7 @@ class PieceTrie {
   std::vector<Slot> nodes_ = std::vector<Slot>(257);
   std::uint32_t root_base_ = 0;  // nodes_[0].base
   std::vector<bool> base_used_ = std::vector<bool>(257);
-  std::vector<float> weights_;       // by value
+  std::vector<float> weights_;       // by slot: the weight of the key that ends there (by value while building)
   std::vector<std::uint32_t> skip_;  // for a taken slot: a later slot to look at (building only)
   std::size_t highest_ = 0;          // the highest slot taken so far (building only)
 };

@@ -48,15 +48,20 @@ class SentencePieceUnigram {
  private:
   // Appends the ids of the normalizer's result `s`, which a NUL follows.
   void encode_normalized(std::string_view s, std::vector<std::int32_t>& out) const;
+  struct Back;
+  // Appends the ids of the best path to `n` that `back` (by end position) holds, in text order.
+  void backtrack(const Back* back, const unsigned char* text, std::size_t n, std::vector<std::int32_t>& out) const;
 
   SentencePieceNormalizer normalizer_;
   std::optional<unsigned char> space_byte_;  // U+2581 in the normalizer's result (and in trie_'s keys)
   std::array<unsigned char, 256> char_len_{};  // by lead byte: the bytes of a character (OneCharLen)
   PieceTrie trie_;
   std::size_t reach_ = 4;  // the most bytes one node spans: the longest matched piece, or a character
+  unsigned reach_shift_ = 0;  // the least power of two >= reach_
   float unk_score_ = 0;
   std::int32_t unk_ = 0;
   bool byte_fallback_ = false;
+  bool cut_at_space_ = false;  // the best path passes through every space_byte_ (backtrack())
   std::array<std::int32_t, 256> byte_ids_{};
 };
 

@@ -320,6 +320,31 @@ TEST(SentencePiece, HandWrittenUnigramByHand) {
   EXPECT_EQ(n->encode("x \u2581x"), want);
 }
 
+// A text of 256 bytes or more is followed back in up to four stretches side by side, cut at space
+// bytes (the model has "\u2581" alone and no piece holds it past its first byte): unknown nodes in
+// every stretch, right before a cut too, come out as in one stretch. The scores add up exactly in
+// float, so each word's ids are the same wherever it stands.
+TEST(SentencePiece, UnigramLongTextStretches) {
+  Models m;
+  const std::int32_t x = 3, y = 5, sp_x = 8;
+  std::string text;
+  Ids plain, bytes;
+  for (int k = 0; k < 60; ++k) {
+    text += " x\u2603\u2603 xy";
+    plain.insert(plain.end(), {sp_x, 0, sp_x, y});
+    bytes.insert(bytes.end(), {sp_x + 256, 3 + 0xE2, 3 + 0x98, 3 + 0x83, 3 + 0xE2, 3 + 0x98, 3 + 0x83, sp_x + 256, y + 256});
+  }
+  const auto t = load(m.write("unigram.model", unigram_spec(false).proto()));
+  EXPECT_EQ(t->encode(text), plain);
+  const auto b = load(m.write("bytes.model", unigram_spec(true).proto()));
+  EXPECT_EQ(b->encode(text), bytes);
+  // No unknown node at all: the stretches' ids go out as they are.
+  std::string known;
+  Ids want;
+  for (int k = 0; k < 60; ++k) known += " xxx xy", want.insert(want.end(), {sp_x, x + 1, sp_x, y});
+  EXPECT_EQ(t->encode(known), want);
+}
+
 // Decoding is native (sentencepiece_decoder.h). The expected text is what Python sentencepiece 0.2.3
 // decodes for the same hand-written models.
 TEST(SentencePiece, DecodeAsPythonSentencepiece) {
