@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "dlm/train/fp8.h"
+
 namespace dlm::train {
 
 CudaFp8Bytes cuda_fp8_bytes(const ckpt::ModelConfig& c, std::int64_t tokens, int tensor) {
@@ -11,10 +13,9 @@ CudaFp8Bytes cuda_fp8_bytes(const ckpt::ModelConfig& c, std::int64_t tokens, int
   const std::int64_t q = heads * c.kv_channels, qkv = (heads + 2 * groups) * c.kv_channels;
   const std::int64_t ffn = c.ffn_hidden_size / tensor;
   const std::int64_t widest_in = std::max({d, q, ffn}), widest_out = std::max({qkv, d, 2 * ffn});
-  // The transposed operands hold the rows padded to 16 (fp8_cast.h: fp8_padded_rows).
-  const std::int64_t padded = (tokens + 15) / 16 * 16;
+  // The transposed operands hold the rows padded to 16.
   return {2.0 * static_cast<double>(qkv * d + d * q + 2 * ffn * d + d * ffn),
-          static_cast<double>(padded) * static_cast<double>(widest_in + 2 * widest_out)};
+          static_cast<double>(fp8_padded_rows(tokens)) * static_cast<double>(widest_in + 2 * widest_out)};
 }
 
 CudaActivationLayout cuda_activation_layout(const ckpt::ModelConfig& c, std::int64_t tokens, int tensor,

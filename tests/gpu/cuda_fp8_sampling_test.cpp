@@ -1,9 +1,9 @@
-// FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use): the FP8 forward's logits are as far from the
-// bf16 forward's as an independent emulation of the recipe puts them (any row count, 16 or not); a storing forward is the plain FP8 forward bit for bit and
-// a window right after it gives the full FP8 forward's rows within FP8 rounding (its inputs are scaled by the window's
-// own amaxes); the exact and the cached samplers run and decode every position, refreshed every step the cached one
-// is the exact one token for token; a captured forward replays the eager one bit for bit, weights imported after the
-// capture included (cast again outside the graph).
+// FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use): the FP8 forward's logits are as far from
+// the bf16 forward's as an independent emulation of the recipe puts them (any row count, 16 or not); a storing
+// forward is the plain FP8 forward bit for bit and a window right after it gives the full FP8 forward's rows within
+// FP8 rounding (its inputs are scaled by the window's own amaxes); the exact and the cached samplers run and decode
+// every position, refreshed every step the cached one is the exact one token for token; a captured forward replays
+// the eager one bit for bit, weights imported after the capture included (cast again outside the graph).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -15,6 +15,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ DLM_FP8_HD inline float fp8_scale(float amax, float fp8_max, float margin_factor
   const float s = fp8_max / amax * margin_factor;
   return s <= FLT_MAX ? s : FLT_MAX;
 }
+
+// The rows of a transposed FP8 operand (its leading dimension, and the weight gradient GEMM's K): a tensor's rows
+// padded to a multiple of 16, which cuBLASLt's FP8 GEMMs need of K and the leading dimensions. The transposed casts
+// write the pad zero, so that a GEMM over the padded K sums what it would over the rows; the memory plan counts the
+// padded rows.
+DLM_FP8_HD constexpr std::int64_t fp8_padded_rows(std::int64_t rows) { return (rows + 15) / 16 * 16; }
 
 struct Fp8Options {
   // Off by default: every GEMM in bf16.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "dlm/train/fp8.h"
 #include "kernels.h"
 
 namespace dlm::train::cuda {
@@ -30,11 +31,6 @@ struct Fp8Cast {
   bool current;
   float margin_factor;  // 2^-margin
 };
-
-// The rows of a transposed FP8 operand (its leading dimension, and the weight gradient GEMM's K): a tensor's rows
-// padded to a multiple of 16, which cuBLASLt's FP8 GEMMs need of K and the leading dimensions. The transposed casts
-// write the pad zero, so that a GEMM over the padded K sums what it would over the rows.
-__host__ __device__ constexpr std::int64_t fp8_padded_rows(std::int64_t rows) { return (rows + 15) / 16 * 16; }
 
 // slot->amax = max(slot->amax, max |x|) over n elements (NaN ignored). Zero slot->amax first for one tensor's own.
 void fp8_amax(const bf16* x, std::int64_t n, Fp8Slot* slot, cudaStream_t stream);

@@ -76,14 +76,13 @@ void Fp8Linears::cast_weights(const ParameterStore& ps, cudaStream_t stream) {
   weights_stale_ = false;
 }
 
-bool Fp8Linears::grow_work(std::int64_t rows) {
-  if (rows <= work_rows_) return false;
+void Fp8Linears::grow_work(std::int64_t rows) {
+  if (rows <= work_rows_) return;
   work_arena_.release();
   const std::int64_t padded = fp8_padded_rows(rows);  // x^T and dy^T: [k, padded] and [n, padded]
   xq_ = work_arena_.alloc<fp8>(padded * max_k_);
   if (!forward_only_) dy8_ = work_arena_.alloc<fp8>(rows * max_n_), dyt8_ = work_arena_.alloc<fp8>(padded * max_n_);
   work_rows_ = rows;
-  return true;
 }
 
 void Fp8Linears::ensure_act_slot(int act_slot) {

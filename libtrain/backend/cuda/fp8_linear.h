@@ -66,7 +66,6 @@ class Fp8Linears {
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
 
-  bool forward_only() const { return forward_only_; }
   void mark_weights_changed() { weights_stale_ = true; }
   // The weights' FP8 copies (with their transposes in training) cast from `ps` when they changed since the last cast.
   // Forward-only: before every forward, outside a graph capture (a captured forward then reads the copies as cast).
@@ -90,8 +89,6 @@ class Fp8Linears {
   // algorithm is asked for and timed anew (Gemm's tuning waits on the device), where the bf16 GEMMs reuse one for the
   // family (Gemm::RowFamily).
   bool use(int l, int rows) const { return base_[static_cast<std::size_t>(l)] >= 0 && rows == rows_; }
-  // How many local layers run their linear layers in FP8 (the last one's MLP at full rows only, use()).
-  int layers_in_fp8() const { return static_cast<int>(weights_.size()) / kLinears; }
 
   // The forward's input cast. Fused: the Fp8Out for the kernel that produces x (rmsnorm_forward, swiglu_forward),
   // then cast_input(..., fused = true); otherwise cast_input alone.
@@ -140,8 +137,8 @@ class Fp8Linears {
   const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
   // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
   void cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t, cudaStream_t stream);
-  // The work buffers for `rows` rows (training's gradient buffers too); whether they moved.
-  bool grow_work(std::int64_t rows);
+  // The work buffers for at least `rows` rows (training's gradient buffers too), reallocated when they held fewer.
+  void grow_work(std::int64_t rows);
   // Activation slot `act_slot`'s input slots (and kept transposes), allocated when new.
   void ensure_act_slot(int act_slot);
 

@@ -8,12 +8,13 @@
 // (benchmarks/train/gemm_bench times them). Timing picks by the clock, so a run may pick another algorithm than
 // the last (rounding differs); untuned (CudaOptions::deterministic) keeps the heuristic's first.
 // Skinny shapes (bf16 or FP8, fewer than kTuneFlops but operands of at least kTuneElements: a few rows over a large
-// weight, as the samplers' window steps and greedy head run) are tuned too: they are bound by reading the weight, which
-// the heuristic's first choice often does with too few thread blocks; the rule counts elements, not bytes, because
-// the thread blocks a shape can fill depend on its tiles, and an FP8 weight has the bf16 one's tiles in half the bytes. Their candidates are the heuristic's first
-// kSkinnyCandidates and split-K variants (kSplits) of its first kSplitBases (32 rows over a 2048-wide output are 16
-// tiles of 128 columns: split-K is what fills the GPU), each timed from a cold L2 (the
-// workspace is overwritten before every timed call), because in a forward each layer's weight comes from memory.
+// weight, as the samplers' window steps and greedy head run) are tuned too: they are bound by reading the weight,
+// which the heuristic's first choice often does with too few thread blocks; the rule counts elements, not bytes,
+// because the thread blocks a shape can fill depend on its tiles, and an FP8 weight has the bf16 one's tiles in half
+// the bytes. Their candidates are the heuristic's first kSkinnyCandidates and split-K variants (kSplits) of its first
+// kSplitBases (32 rows over a 2048-wide output are 16 tiles of 128 columns: split-K is what fills the GPU), each
+// timed from a cold L2 (the workspace is overwritten before every timed call), because in a forward each layer's
+// weight comes from memory.
 // FP8 (run_fp8): e4m3 or e5m2 operands (not both e5m2) with per-tensor dequantization scales, fp32 accumulation,
 // bf16 or fp32 output. Hopper's FP8 kernels take only the "TN" form, in row-major terms C = A B^T with both
 // operands K-contiguous, and 16-byte-aligned leading dimensions and n, k: fp8_gemm_fits says which shapes qualify (m,
