@@ -6,7 +6,8 @@
 // chooses.
 // The inputs hold NaN wherever the kernel must not read: the store at the window's own columns, V in the attention
 // layout, every slot but V in the projection layout; the output is poisoned before the call. The output's amax (FP8
-// sampling's projection input scale) is taken as it is written: the largest |value| of what the call wrote.
+// sampling's projection input scale) is taken as it is written: the largest |value| of what the call wrote; its FP8
+// cast (a window step's, with the slot's scale as it stands) is fp8_quantize's of the bf16 output, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,19 +100,31 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
   const std::size_t partial_n = std::max<std::size_t>(std::size_t(window_attention_partial_floats(D)),
                                                       3 * rows * H * std::size_t(D + 2));
   DeviceVec<float> d_partials(partial_n);
-  DeviceVec<Fp8Slot> d_slot(std::vector<Fp8Slot>{{.scale_inv = 1, .amax = 0, .scale = 1, .fp8_max = 448}});
+  // Scale 2.5: the cast's arithmetic shows (the outputs are below 1, far from saturating).
+  const Fp8Slot slot0{.scale_inv = 0.4f, .amax = 0, .scale = 2.5f, .fp8_max = 448};
+  DeviceVec<Fp8Slot> d_slot(std::vector<Fp8Slot>{slot0}), d_ref_slot(std::vector<Fp8Slot>{slot0});
+  DeviceVec<fp8> d_out8(rows * H * D), d_ref8(rows * H * D);
   for (int query_warps : {1, 2, 4})
     for (int key_splits : {1, 2, 3, 0}) {
       cudaMemset(d_out.get(), 0xff, rows * H * D * sizeof(bf16));  // NaN unless written
       cudaMemset(d_partials.get(), 0xff, partial_n * sizeof(float));
       cudaMemset(&d_slot.get()->amax, 0, sizeof(float));
+      cudaMemset(d_out8.get(), 0xff, rows * H * D);
+      const Fp8Out out8{d_out8.get(), d_slot.get(), false};
       window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(),
-                       d_partials.get(), nullptr, query_warps, key_splits, d_slot.get());
+                       d_partials.get(), nullptr, query_warps, key_splits, &out8);
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const auto got = gpu_test::to_float(d_out.download());
       float amax = 0;
       for (float v : got) amax = std::max(amax, std::abs(v));
-      EXPECT_EQ(d_slot.download()[0].amax, amax) << "query warps " << query_warps << ", key splits " << key_splits;
+      const Fp8Slot after = d_slot.download()[0];
+      EXPECT_EQ(after.amax, amax) << "query warps " << query_warps << ", key splits " << key_splits;
+      EXPECT_EQ(after.scale, 2.5f);
+      EXPECT_EQ(after.scale_inv, 0.4f);
+      fp8_quantize(d_out.get(), static_cast<int>(rows), H * D, {d_ref_slot.get(), false, false, 1.0f}, d_ref8.get(),
+                   nullptr, nullptr);
+      ASSERT_EQ(d_out8.download(), d_ref8.download())
+          << "query warps " << query_warps << ", key splits " << key_splits;
       const double err = rel_error(got, want);
       std::printf("[kv window attention] %dx%d h%d g%d d%d window [%d, %d) query warps %d key splits %d: rel error "
                   "%.2e\n", c.batch, c.seq, H, G, D, c.first, c.first + c.width, query_warps, key_splits, err);

@@ -84,17 +84,17 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
   qk_norm_rope_forward(qs, A.qkv_raw, A.qkv_rot, A.qk_rstd, opt(I, P.qn), opt(I, P.kn), in.pos, I.rope_cos,
                        I.rope_sin, st);
   mark("qk-norm+rope fwd");
-  // FP8 (tensorwise): the projection's input amax taken by the window attention as it writes its output.
+  // FP8: the window attention takes the projection's input amax as it writes its output, or casts it there with
+  // the store's scales (Fp8Linears::begin_forward_only).
   Fp8Out att_cast{};
   if (window && f8_attention) att_cast = f8->producer_out(l, Fp8Linears::kProj, st);
-  const bool att_amax = att_cast.slot && !att_cast.out;
   if (window) {
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
                                   I.cfg.kv_channels, kv->width};
     window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
                      kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st, 0, 0,
-                     att_amax ? att_cast.slot : nullptr);
+                     att_cast.slot ? &att_cast : nullptr);
     mark("window attention fwd");
   } else {
     I.attention->forward(as, A.qkv_rot, A.qkv_raw, A.att, A.lse, st);
@@ -106,7 +106,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     }
   }
   if (f8_attention) {
-    f8->cast_input(l, Fp8Linears::kProj, A.att, T, att_amax, st);
+    f8->cast_input(l, Fp8Linears::kProj, A.att, T, att_cast.slot != nullptr, st);
     mark("fp8 casts fwd");
     f8->forward(gm, l, Fp8Linears::kProj, T, w.tmp_full, st);
   } else {
@@ -184,7 +184,10 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
     f8->begin_forward(I.params, I.acts.T, fp8_slot, st);
     mark("fp8 scales + weight casts");
   } else if (f8) {
-    f8->begin_forward_only(T, st);
+    // A window casts with the scales of the storing forward that filled its store (fp8_linear.h).
+    Fp8Slot* stored = window ? kv->store->fp8_input_scales : nullptr;
+    if (window && !stored && f8->input_slot_count() > 0) fail("CudaModel: an FP8 window over a KV store without FP8 input scales");
+    f8->begin_forward_only(T, st, stored);
   }
   if (I.pre) {
     // Each rank looks up its rows of the table (zeros for the others'); the sum over the group is the
@@ -197,6 +200,7 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   }
   for (int l = 0; l < I.layers; ++l)
     enqueue_layer_forward(I, in, la[static_cast<std::size_t>(l)], l, l == 0 ? nullptr : la[l - 1].res2, false, f8, kv);
+  if (f8 && fp8_slot < 0 && kv && !window) f8->keep_input_scales(kv->store->fp8_input_scales, st);
   const bf16* last = la.back().res2;
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.

@@ -113,12 +113,23 @@ void Fp8Linears::reserve_rows(std::int64_t rows) {
   if (!weights_.empty()) grow_work(rows);
 }
 
-void Fp8Linears::begin_forward_only(std::int64_t rows, cudaStream_t stream) {
+void Fp8Linears::begin_forward_only(std::int64_t rows, cudaStream_t stream, Fp8Slot* scales) {
+  fixed_x_slots_ = nullptr;
   if (weights_.empty()) return;
   if (rows > work_rows_)
     fail(fmt::format("FP8: a forward of {} rows, but the input buffer holds {} (reserve_rows)", rows, work_rows_));
   rows_ = rows;
+  if (scales) {
+    fixed_x_slots_ = scales;
+    return;
+  }
   zero_amaxes(x_slots_[0], static_cast<int>(weights_.size()), 1, stream);
+}
+
+void Fp8Linears::keep_input_scales(Fp8Slot* to, cudaStream_t stream) const {
+  if (weights_.empty()) return;
+  check_cuda(cudaMemcpyAsync(to, x_slots_[0], weights_.size() * sizeof(Fp8Slot), cudaMemcpyDeviceToDevice, stream),
+             "FP8 input scales");
 }
 
 void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
@@ -129,24 +140,27 @@ void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
 
 Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t) {
   Fp8Slot* s = slot(l, g, kX);
-  if (!tensorwise()) return {xq_, s, false};
+  if (inputs_prescaled()) return {xq_, s, false};
   return {nullptr, s, false};  // the amax alone (zeroed by begin_forward): cast_input casts with the scale it gives
 }
 
 void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream) {
   const Weight& w = weight(l, g);
   Fp8Slot* s = slot(l, g, kX);
-  if (fused && !tensorwise()) return;  // the producer cast it
-  if (!fused && tensorwise()) fp8_amax(x, std::int64_t{rows} * w.k, s, stream);  // zeroed by begin_forward
-  fp8_quantize(x, rows, w.k, {s, false, tensorwise(), options_.margin_factor()}, xq_, nullptr, stream);
+  const bool current = !inputs_prescaled();
+  if (fused && !current) return;  // the producer cast it
+  if (!fused && current) fp8_amax(x, std::int64_t{rows} * w.k, s, stream);  // zeroed by begin_forward
+  fp8_quantize(x, rows, w.k, {s, false, current, options_.margin_factor()}, xq_, nullptr, stream);
 }
 
 void Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* h, cudaStream_t stream) {
   const auto i = static_cast<std::size_t>(index(l, kFc2)), a = static_cast<std::size_t>(act_slot_);
   Fp8Slot* s = slot(l, kFc2, kX);
-  if (forward_only_) {  // h with its amax (into the slot begin_forward_only zeroed), then the row-major cast
-    const Fp8Out amax{nullptr, s, false};
-    cuda::swiglu_forward(gu, h, rows, ffn, stream, &amax);
+  if (forward_only_) {
+    // h with its amax (into the slot begin_forward_only zeroed), then the row-major cast; with stored scales h
+    // straight into FP8 as well.
+    const Fp8Out f8{inputs_prescaled() ? xq_ : nullptr, s, false};
+    cuda::swiglu_forward(gu, h, rows, ffn, stream, &f8);
     return cast_input(l, kFc2, h, rows, true, stream);
   }
   fp8* keep_t = reinterpret_cast<fp8*>(h);

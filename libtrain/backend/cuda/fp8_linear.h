@@ -40,6 +40,12 @@
 // dimension, which cuBLASLt's FP8 kernels take at any size (fp8_gemm_fits), and the casts here run row-major only
 // (RMSNorm's amax fused, a separate amax pass for attention's output; SwiGLU writes bf16 h with its amax fused, then
 // one cast pass: the same bytes as the amax pass and the straight-into-FP8 pass of training, at any row count).
+// A block KV cache's window forward instead casts its inputs with the scales of the storing forward that filled its
+// store (begin_forward_only's `scales`, which keep_input_scales saved): the window's rows are columns that forward
+// ran (under the cache's own approximation: its keys are that forward's), so their inputs lie in the same ranges,
+// and with the scales known before the forward each input's producer casts as it writes (RMSNorm, the window
+// attention, SwiGLU), as delayed scaling's do: no amax pass and no cast pass, four kernels fewer a layer. A value
+// beyond the stored scale's range saturates (fp8_cast.h).
 #pragma once
 
 #include <array>
@@ -77,9 +83,13 @@ class Fp8Linears {
   // Forward-only: the input buffer holds forwards of up to `rows` rows (allocated, outside a graph capture, when it
   // did not: its address moves, so the caller drops captured forwards then, as it does when its activations move).
   void reserve_rows(std::int64_t rows);
-  // Forward-only: a forward of `rows` rows (at most reserve_rows') begins: its inputs' amaxes zeroed. Captured with
-  // the forward.
-  void begin_forward_only(std::int64_t rows, cudaStream_t stream);
+  // Forward-only: a forward of `rows` rows (at most reserve_rows') begins: its inputs' amaxes zeroed; or, with
+  // `scales` (input_slot_count() slots that keep_input_scales filled), its inputs cast with those slots' scales as
+  // they stand, by their producers (producer_out) and without amax passes. Captured with the forward.
+  void begin_forward_only(std::int64_t rows, cudaStream_t stream, Fp8Slot* scales = nullptr);
+  // Forward-only: the input slots of the forward just enqueued (their scales and inverses) copied into `to`.
+  void keep_input_scales(Fp8Slot* to, cudaStream_t stream) const;
+  std::int64_t input_slot_count() const { return static_cast<std::int64_t>(weights_.size()); }
   // A micro-batch's backward begins, of the forward that ran in act_slot: the gradients' amaxes zeroed (tensorwise).
   // Before the first producer of a gradient (the head's RMSNorm backward).
   void begin_backward(int act_slot, cudaStream_t stream);
@@ -129,8 +139,13 @@ class Fp8Linears {
   };
   int index(int l, Linear g) const { return base_[static_cast<std::size_t>(l)] + g; }
   bool tensorwise() const { return options_.recipe == Fp8Options::Recipe::kTensorwise; }
-  // x's slot: tensorwise the current activation slot's, delayed the linear's own (its history's).
+  // Whether the inputs are cast with their slots' scales as they stand (by their producers where those cast):
+  // delayed, or a forward-only forward given stored scales; otherwise each from its own amax.
+  bool inputs_prescaled() const { return !tensorwise() || fixed_x_slots_; }
+  // x's slot: tensorwise the current activation slot's (or begin_forward_only's stored ones), delayed the linear's
+  // own (its history's).
   Fp8Slot* slot(int l, Linear g, Operand o) const {
+    if (o == kX && fixed_x_slots_) return fixed_x_slots_ + index(l, g);
     if (o == kX && tensorwise()) return x_slots_[static_cast<std::size_t>(act_slot_)] + index(l, g);
     return slots_ + index(l, g) * kOperands + o;
   }
@@ -149,6 +164,7 @@ class Fp8Linears {
   float* history_ = nullptr;      // per slot, amax_history_len (delayed)
   // Per activation slot, per FP8 linear: tensorwise its input's slot; delayed the scale_inv of a kept x^T.
   std::vector<Fp8Slot*> x_slots_;
+  Fp8Slot* fixed_x_slots_ = nullptr;  // forward-only: the stored input scales of the current forward, or null
   std::vector<std::vector<const fp8*>> kept_t_;  // per activation slot, per FP8 linear: x^T kept by the forward
   const fp8* xt_ = nullptr;                     // the x^T and its scale_inv the next backward_weight reads
   const float* xt_scale_inv_ = nullptr;

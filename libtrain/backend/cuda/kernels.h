@@ -214,8 +214,9 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // shape and the GPU, as CudaModel calls it; tests name each). key_splits: at most this many blocks share a query
 // tile's keys (0 chooses: more than 1 only where the query tiles leave multiprocessors idle), their partial results
 // in `partials`: window_attention_partial_floats(head_dim) floats hold those of any automatic choice, and S splits
-// need S x batch x width x heads x (head_dim + 2). out_amax (may be null): max |o| over the bf16 values written is
-// max-ed into out_amax->amax (the projection's tensorwise FP8 input amax, as rmsnorm_forward's Fp8Out takes its).
+// need S x batch x width x heads x (head_dim + 2). fp8 (may be null; the projection's FP8 input, as rmsnorm_forward
+// takes its Fp8Out): max |o| over the bf16 values written is max-ed into fp8->slot->amax, and with fp8->out set o is
+// also cast with fp8->slot->scale as it stands into fp8->out ([batch * width, heads * head_dim] e4m3).
 struct WindowAttentionShape {
   int batch, seq, heads, groups, head_dim;
   int width;
@@ -224,7 +225,7 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
               bf16* v, cudaStream_t stream);
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
                       const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
-                      int query_warps = 0, int key_splits = 0, Fp8Slot* out_amax = nullptr);
+                      int query_warps = 0, int key_splits = 0, const Fp8Out* fp8 = nullptr);
 std::int64_t window_attention_partial_floats(int head_dim);
 
 // rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0

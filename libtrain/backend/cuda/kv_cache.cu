@@ -18,7 +18,8 @@
 //     window of one batch row: 2 x 16 blocks) also splits the key tiles over S blocks (flash-decoding): each
 //     writes its unnormalised (o, m, l) to `partials` and window_combine merges the S of each query as the warps'
 //     are merged (the splits' tile rounds run side by side instead of one after the other). Where asked (FP8
-//     sampling), the kernel that writes o also takes its amax (the projection's tensorwise input scale).
+//     sampling: an Fp8Out for the projection's input), the kernel that writes o also takes its amax, and with
+//     Fp8Out::out set casts o into FP8 with the slot's scale as it stands as well (fp8_cast.h's fused cast).
 #include <algorithm>
 #include <cfloat>
 
@@ -36,6 +37,13 @@ constexpr int kThreads = 256;  // kv_store
 __device__ __forceinline__ float abs_max2(std::uint32_t pair) {
   const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
   return fmaxf(fabsf(f.x), fabsf(f.y));
+}
+// A written pair's fused FP8 cast (Fp8Out with out set): the two bf16 values, scaled, into out[at], out[at + 1].
+__device__ __forceinline__ void store_fp8x2(std::uint32_t pair, const Fp8Out& f, std::int64_t at) {
+  const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+  const float scale = f.slot->scale;
+  const auto q = static_cast<std::uint16_t>(to_fp8(v.x * scale, f.e5m2) | (to_fp8(v.y * scale, f.e5m2) << 8));
+  *reinterpret_cast<std::uint16_t*>(f.out + at) = q;
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -84,7 +92,7 @@ template <int D, int KW>
 __global__ void __launch_bounds__(kWindowThreads)
     window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
                             const bf16* k_store, const bf16* v_store, bf16* out, float scale2, int splits,
-                            int tiles_per_split, float* partials, Fp8Slot* out_amax) {
+                            int tiles_per_split, float* partials, Fp8Out out8) {
   constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
@@ -178,7 +186,7 @@ __global__ void __launch_bounds__(kWindowThreads)
       *reinterpret_cast<float2*>(po + q * (D + 2) + nt * 8 + 2 * c) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
   }
   __syncthreads();
-  float amax = 0.0f;  // of the values written (out_amax)
+  float amax = 0.0f;  // of the values written (out8)
   for (int i = threadIdx.x; i < QW * 16 * (D / 2); i += kWindowThreads) {
     const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
     if (j >= s.width) continue;
@@ -207,15 +215,16 @@ __global__ void __launch_bounds__(kWindowThreads)
     const std::uint32_t o = pack(o0 * inv, o1 * inv);
     *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
     amax = fmaxf(amax, abs_max2(o));
+    if (out8.out) store_fp8x2(o, out8, at * D + d);
   }
-  if (out_amax && splits == 1) block_amax_commit(amax, out_amax);
+  if (out8.slot && splits == 1) block_amax_commit(amax, out8.slot), fused_fp8_scale_inv(out8);
 }
 
 // The S splits' partial (o, m, l) of each (row, head) merged: M = max_s m_s, o = sum_s e^(m_s - M) o_s /
 // sum_s e^(m_s - M) l_s. One block a (row, head), a thread per pair of head dimensions.
 template <int D>
 __global__ void window_combine_kernel(const float* partials, int splits, std::int64_t row_heads, bf16* out,
-                                      Fp8Slot* out_amax) {
+                                      Fp8Out out8) {
   const std::int64_t at = blockIdx.x;
   const int d = 2 * threadIdx.x;
   float top = -FLT_MAX;
@@ -231,7 +240,10 @@ __global__ void window_combine_kernel(const float* partials, int splits, std::in
   const float inv = 1.0f / sum;
   const std::uint32_t o = pack(o0 * inv, o1 * inv);
   *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
-  if (out_amax) atomic_max_nonneg(&out_amax->amax, abs_max2(o));  // D / 2 threads: not whole warps at D < 64
+  if (!out8.slot) return;
+  atomic_max_nonneg(&out8.slot->amax, abs_max2(o));  // D / 2 threads: not whole warps at D < 64
+  if (out8.out) store_fp8x2(o, out8, at * D + d);
+  fused_fp8_scale_inv(out8);
 }
 
 // How the key tiles are split over blocks: `splits` blocks of `per` tiles each, none empty.
@@ -242,7 +254,7 @@ struct KeySplit {
 template <int D, int KW>
 void launch_window(const WindowAttentionShape& s, KeySplit ks, const int* first, const bf16* qkv_rot,
                    const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
-                   Fp8Slot* out_amax, cudaStream_t stream) {
+                   Fp8Out out8, cudaStream_t stream) {
   constexpr std::size_t smem = window_smem_bytes<D>();
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(window_attention_kernel<D, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -253,25 +265,25 @@ void launch_window(const WindowAttentionShape& s, KeySplit ks, const int* first,
   const float scale2 = kLog2e / sqrtf(static_cast<float>(D));
   window_attention_kernel<D, KW><<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store,
                                                                          out, scale2, ks.splits, ks.per, partials,
-                                                                         out_amax);
+                                                                         out8);
   if (ks.splits > 1) {
     const std::int64_t row_heads = static_cast<std::int64_t>(s.batch) * s.width * s.heads;
     window_combine_kernel<D><<<static_cast<unsigned>(row_heads), D / 2, 0, stream>>>(partials, ks.splits, row_heads,
-                                                                                     out, out_amax);
+                                                                                     out, out8);
   }
 }
 
 template <int D>
 void window_d(const WindowAttentionShape& s, int query_warps, KeySplit ks, const int* first, const bf16* qkv_rot,
               const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
-              Fp8Slot* out_amax, cudaStream_t stream) {
+              Fp8Out out8, cudaStream_t stream) {
   switch (query_warps) {
     case 4: return launch_window<D, 1>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                        out_amax, stream);
+                                        out8, stream);
     case 2: return launch_window<D, 2>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                        out_amax, stream);
+                                        out8, stream);
     default: return launch_window<D, 4>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                        out_amax, stream);
+                                        out8, stream);
   }
 }
 
@@ -315,19 +327,20 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
 
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
                       const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
-                      int query_warps, int key_splits, Fp8Slot* out_amax) {
+                      int query_warps, int key_splits, const Fp8Out* fp8) {
   if (s.batch <= 0 || s.width <= 0) return;
+  const Fp8Out out8 = fp8 ? *fp8 : Fp8Out{};
   const int qw = query_warps > 0 ? query_warps : window_query_warps(s);
   const KeySplit ks = window_split(s, qw, key_splits);
   switch (s.head_dim) {
     case 16: return window_d<16>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out_amax, stream);
+                                 out8, stream);
     case 32: return window_d<32>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out_amax, stream);
+                                 out8, stream);
     case 64: return window_d<64>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out_amax, stream);
+                                 out8, stream);
     case 128: return window_d<128>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out_amax, stream);
+                                 out8, stream);
     default: return;  // the model refuses other head sizes (attention.cu's set) before it gets here
   }
 }
