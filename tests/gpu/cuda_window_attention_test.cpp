@@ -2,12 +2,13 @@
 // double-precision host reference: windows at the start, middle and end of the sequence, one column wide to the
 // whole sequence, widths and sequences off the kernel's tiles (16 queries, 64 keys), MHA and GQA, head dims 16 to
 // 128, batches of 1 to 3, and every query tiling (1, 2 and 4 warps of queries, the keys split 4, 2 and 1 ways), each
-// with its key tiles in one block, split over 2 and 3 blocks (merged by window_combine) and split as CudaModel
-// chooses.
+// with its key tiles in one block, split over 2, 3 and up to 8 blocks (one thread-block cluster, which merges them)
+// and split as CudaModel chooses.
 // The inputs hold NaN wherever the kernel must not read: the store at the window's own columns, V in the attention
 // layout, every slot but V in the projection layout; the output is poisoned before the call. The output's amax (FP8
 // sampling's projection input scale) is taken as it is written: the largest |value| of what the call wrote; its FP8
-// cast (a window step's, with the slot's scale as it stands) is fp8_quantize's of the bf16 output, bit for bit.
+// cast (a window step's, with the slot's scale as it stands) is fp8_quantize's of the bf16 output, bit for bit, also
+// as the cast alone (Fp8Out::amax off), which leaves the slot as it was.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,22 +98,18 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
   DeviceVec<bf16> d_rot(rot), d_raw(raw), d_k(k_store), d_v(v_store), d_out(rows * H * D);
   DeviceVec<int> d_first(std::vector<int>{c.first});
   const WindowAttentionShape s{c.batch, c.seq, H, G, D, c.width};
-  const std::size_t partial_n = std::max<std::size_t>(std::size_t(window_attention_partial_floats(D)),
-                                                      3 * rows * H * std::size_t(D + 2));
-  DeviceVec<float> d_partials(partial_n);
   // Scale 2.5: the cast's arithmetic shows (the outputs are below 1, far from saturating).
   const Fp8Slot slot0{.scale_inv = 0.4f, .amax = 0, .scale = 2.5f, .fp8_max = 448};
   DeviceVec<Fp8Slot> d_slot(std::vector<Fp8Slot>{slot0}), d_ref_slot(std::vector<Fp8Slot>{slot0});
   DeviceVec<fp8> d_out8(rows * H * D), d_ref8(rows * H * D);
   for (int query_warps : {1, 2, 4})
-    for (int key_splits : {1, 2, 3, 0}) {
+    for (int key_splits : {1, 2, 3, 8, 0}) {
       cudaMemset(d_out.get(), 0xff, rows * H * D * sizeof(bf16));  // NaN unless written
-      cudaMemset(d_partials.get(), 0xff, partial_n * sizeof(float));
       cudaMemset(&d_slot.get()->amax, 0, sizeof(float));
       cudaMemset(d_out8.get(), 0xff, rows * H * D);
       const Fp8Out out8{d_out8.get(), d_slot.get(), false};
-      window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(),
-                       d_partials.get(), nullptr, query_warps, key_splits, &out8);
+      window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(), nullptr,
+                       query_warps, key_splits, &out8);
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const auto got = gpu_test::to_float(d_out.download());
       float amax = 0;
@@ -125,6 +122,18 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
                    nullptr, nullptr);
       ASSERT_EQ(d_out8.download(), d_ref8.download())
           << "query warps " << query_warps << ", key splits " << key_splits;
+      // The cast alone (a KV-cache window's stored scales): the same bytes, the slot left as it was.
+      const Fp8Slot poisoned{.scale_inv = 7.0f, .amax = 123.0f, .scale = 2.5f, .fp8_max = 448};
+      cudaMemcpy(d_slot.get(), &poisoned, sizeof(Fp8Slot), cudaMemcpyHostToDevice);
+      cudaMemset(d_out8.get(), 0xff, rows * H * D);
+      const Fp8Out cast_only{d_out8.get(), d_slot.get(), false, false};
+      window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(), nullptr,
+                       query_warps, key_splits, &cast_only);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      ASSERT_EQ(d_out8.download(), d_ref8.download()) << "cast only, query warps " << query_warps;
+      const Fp8Slot untouched = d_slot.download()[0];
+      EXPECT_EQ(untouched.amax, 123.0f);
+      EXPECT_EQ(untouched.scale_inv, 7.0f);
       const double err = rel_error(got, want);
       std::printf("[kv window attention] %dx%d h%d g%d d%d window [%d, %d) query warps %d key splits %d: rel error "
                   "%.2e\n", c.batch, c.seq, H, G, D, c.first, c.first + c.width, query_warps, key_splits, err);

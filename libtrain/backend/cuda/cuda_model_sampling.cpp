@@ -25,7 +25,6 @@ KvStore& store_for(CudaModel::Impl& I, int name, std::int64_t batch, std::int64_
   const std::int64_t n = batch * seq * I.groups * I.cfg.kv_channels;
   for (int l = 0; l < I.layers; ++l) store->k.push_back(store->arena.alloc<bf16>(n)), store->v.push_back(store->arena.alloc<bf16>(n));
   store->first = store->arena.alloc<int>(1);
-  store->partials = store->arena.alloc<float>(cuda::window_attention_partial_floats(I.cfg.kv_channels));
   if (I.sampling_fp8 && I.sampling_fp8->input_slot_count() > 0)
     store->fp8_input_scales = store->arena.alloc<cuda::Fp8Slot>(I.sampling_fp8->input_slot_count());
   slot = std::move(store);

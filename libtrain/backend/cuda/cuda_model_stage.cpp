@@ -93,7 +93,7 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
                                   I.cfg.kv_channels, kv->width};
     window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
-                     kvs.v[static_cast<std::size_t>(l)], A.att, kvs.partials, st, 0, 0,
+                     kvs.v[static_cast<std::size_t>(l)], A.att, st, 0, 0,
                      att_cast.slot ? &att_cast : nullptr);
     mark("window attention fwd");
   } else {

@@ -61,13 +61,16 @@ void swiglu_forward_fp8(const bf16* gu, int rows, int ffn, const Fp8Cast& cast, 
 void swiglu_backward_fp8(const bf16* dh, const bf16* gu, int rows, int ffn, const Fp8Cast& cast, fp8* out,
                          fp8* out_t, cudaStream_t stream);
 
-// A fused cast in a kernel that produces a GEMM operand (rmsnorm_forward, swiglu_forward): with `out` null only the
-// output's amax is max-ed into slot->amax (tensorwise: a fp8_quantize follows); with `out` set the output is also
-// cast with slot->scale as it is (delayed) into out, of the producer's output layout.
+// A fused cast in a kernel that produces a GEMM operand (rmsnorm_forward, swiglu_forward, window_attention): with
+// `out` null only the output's amax is max-ed into slot->amax (tensorwise: a fp8_quantize follows); with `out` set
+// the output is also cast with slot->scale as it is (delayed) into out, of the producer's output layout, and
+// slot->scale_inv set to its inverse. amax false (with `out` set): the cast alone, the slot left as it is (its
+// scale_inv already the scale's inverse: a KV-cache window's stored scales, Fp8Linears).
 struct Fp8Out {
   fp8* out;
   Fp8Slot* slot;
   bool e5m2;
+  bool amax = true;
 };
 
 }  // namespace dlm::train::cuda

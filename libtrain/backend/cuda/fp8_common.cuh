@@ -201,17 +201,26 @@ __device__ __forceinline__ void cast_tiled(const Fp8Cast& c, const Fp8Tile<kCols
   if (!c.current) block_amax_commit(m, c.slot);
   store_scale(c, s);
 }
-// A fused producer's cast of its eight outputs (Fp8Out): amax always, the cast with slot->scale when out is set.
-// Returns the eight's largest |value| for the caller's block_amax_commit.
-__device__ __forceinline__ float fused_fp8x8(const float* v, const Fp8Out& f, std::int64_t offset) {
+// A fused producer's cast scale (slot->scale where it casts, read before the producer's own work so that the load
+// is not a round trip after it).
+__device__ __forceinline__ float fused_fp8_scale(const Fp8Out& f) { return f.out ? f.slot->scale : 0.0f; }
+// A fused producer's cast of its eight outputs (Fp8Out) with `scale` (fused_fp8_scale's): the cast when out is set.
+// Returns the eight's largest |value| (where f.amax) for the caller's fused_fp8_commit.
+__device__ __forceinline__ float fused_fp8x8(const float* v, const Fp8Out& f, std::int64_t offset, float scale) {
   float m = 0.0f;
-  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
-  if (f.out) store_fp8x8(v, f.slot->scale, f.e5m2, f.out + offset);
+  if (f.amax)
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
+  if (f.out) store_fp8x8(v, scale, f.e5m2, f.out + offset);
   return m;
 }
 // A fused producer's first thread records the inverse of the scale it cast with (delayed).
 __device__ __forceinline__ void fused_fp8_scale_inv(const Fp8Out& f) {
   if (f.out && blockIdx.x == 0 && threadIdx.x == 0) f.slot->scale_inv = 1.0f / f.slot->scale;
+}
+// The end of a fused producer's block (every thread calls it, f alike in all): its amax max-ed into the slot and
+// the scale's inverse recorded, unless f.amax is off.
+__device__ __forceinline__ void fused_fp8_commit(float m, const Fp8Out& f) {
+  if (f.slot && f.amax) block_amax_commit(m, f.slot), fused_fp8_scale_inv(f);
 }
 
 }  // namespace dlm::train::cuda

@@ -140,7 +140,8 @@ void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
 
 Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t) {
   Fp8Slot* s = slot(l, g, kX);
-  if (inputs_prescaled()) return {xq_, s, false};
+  // With stored scales (a KV-cache window) the cast alone: no amax is wanted, and the slot's inverse is set.
+  if (inputs_prescaled()) return {xq_, s, false, fixed_x_slots_ == nullptr};
   return {nullptr, s, false};  // the amax alone (zeroed by begin_forward): cast_input casts with the scale it gives
 }
 
@@ -159,7 +160,7 @@ void Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* 
   if (forward_only_) {
     // h with its amax (into the slot begin_forward_only zeroed), then the row-major cast; with stored scales h
     // straight into FP8 as well.
-    const Fp8Out f8{inputs_prescaled() ? xq_ : nullptr, s, false};
+    const Fp8Out f8{inputs_prescaled() ? xq_ : nullptr, s, false, fixed_x_slots_ == nullptr};
     cuda::swiglu_forward(gu, h, rows, ffn, stream, &f8);
     return cast_input(l, kFc2, h, rows, true, stream);
   }

@@ -212,11 +212,11 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // `first` is in device memory, read by the kernel: a captured launch serves a window of its width at every position.
 // head_dim in {16, 32, 64, 128}. query_warps: the queries of a block in warps of 16 (4, 2 or 1; 0 chooses from the
 // shape and the GPU, as CudaModel calls it; tests name each). key_splits: at most this many blocks share a query
-// tile's keys (0 chooses: more than 1 only where the query tiles leave multiprocessors idle), their partial results
-// in `partials`: window_attention_partial_floats(head_dim) floats hold those of any automatic choice, and S splits
-// need S x batch x width x heads x (head_dim + 2). fp8 (may be null; the projection's FP8 input, as rmsnorm_forward
-// takes its Fp8Out): max |o| over the bf16 values written is max-ed into fp8->slot->amax, and with fp8->out set o is
-// also cast with fp8->slot->scale as it stands into fp8->out ([batch * width, heads * head_dim] e4m3).
+// tile's keys (0 chooses: more than 1 only where the query tiles leave multiprocessors idle; at most 8, a thread-block
+// cluster that merges their partial results). fp8 (may be null; the projection's FP8 input, as rmsnorm_forward takes
+// its Fp8Out): max |o| over the bf16 values written is max-ed into fp8->slot->amax (unless fp8->amax is off), and
+// with fp8->out set o is also cast with fp8->slot->scale as it stands into fp8->out ([batch * width, heads *
+// head_dim] e4m3).
 struct WindowAttentionShape {
   int batch, seq, heads, groups, head_dim;
   int width;
@@ -224,9 +224,8 @@ struct WindowAttentionShape {
 void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
               bf16* v, cudaStream_t stream);
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
-                      const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
-                      int query_warps = 0, int key_splits = 0, const Fp8Out* fp8 = nullptr);
-std::int64_t window_attention_partial_floats(int head_dim);
+                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps = 0,
+                      int key_splits = 0, const Fp8Out* fp8 = nullptr);
 
 // rows.cu: packed[i] = x[rows[i]] for i < count; and back: x[r] = packed[slot[r]], a zero row where slot[r] < 0
 // (every row r < rows written). bf16 rows of dim elements, dim % 8 == 0.

@@ -15,9 +15,10 @@
 //     of every 64-key tile), tiles are staged by cp.async two deep (the next one loads while this one is
 //     multiplied), and the warps' partial (m, l, o) are merged in shared memory at the end. QW is the largest of
 //     4, 2, 1 that still gives every multiprocessor a block. A grid that still leaves multiprocessors idle (a
-//     window of one batch row: 2 x 16 blocks) also splits the key tiles over S blocks (flash-decoding): each
-//     writes its unnormalised (o, m, l) to `partials` and window_combine merges the S of each query as the warps'
-//     are merged (the splits' tile rounds run side by side instead of one after the other). Where asked (FP8
+//     window of one batch row: 2 x 16 blocks) also splits the key tiles over S <= 8 blocks (flash-decoding), one
+//     thread-block cluster: each leaves its unnormalised (o, m, l) in its shared memory, and after the cluster's
+//     barrier each merges a share of the queries from all S as the warps' are merged (the splits' tile rounds run
+//     side by side instead of one after the other, and no second kernel merges them). Where asked (FP8
 //     sampling: an Fp8Out for the projection's input), the kernel that writes o also takes its amax, and with
 //     Fp8Out::out set casts o into FP8 with the slot's scale as it stands as well (fp8_cast.h's fused cast).
 #include <algorithm>
@@ -28,8 +29,12 @@
 #include "kernels.h"
 #include "mma.cuh"
 
+#include <cooperative_groups.h>
+
 namespace dlm::train::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;  // kv_store
 
@@ -39,9 +44,8 @@ __device__ __forceinline__ float abs_max2(std::uint32_t pair) {
   return fmaxf(fabsf(f.x), fabsf(f.y));
 }
 // A written pair's fused FP8 cast (Fp8Out with out set): the two bf16 values, scaled, into out[at], out[at + 1].
-__device__ __forceinline__ void store_fp8x2(std::uint32_t pair, const Fp8Out& f, std::int64_t at) {
+__device__ __forceinline__ void store_fp8x2(std::uint32_t pair, const Fp8Out& f, float scale, std::int64_t at) {
   const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
-  const float scale = f.slot->scale;
   const auto q = static_cast<std::uint16_t>(to_fp8(v.x * scale, f.e5m2) | (to_fp8(v.y * scale, f.e5m2) << 8));
   *reinterpret_cast<std::uint16_t*>(f.out + at) = q;
 }
@@ -65,6 +69,7 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kWarps = 4, kWindowThreads = 32 * kWarps;
 constexpr int kTile = 64;  // keys staged per round
+constexpr int kMaxSplits = 8;  // blocks sharing a query tile's keys: one cluster, of the portable size at most
 
 // 16 bytes global -> shared without passing through registers; zeros when !valid (then src is not read).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
@@ -79,11 +84,12 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Shared memory of a block: two staged tiles of K and V (rows of D + 8, the stride attention.cu's fragments read
-// without bank conflicts), reused at the end for each warp's partial o [16][D], m [16] and l [16].
+// without bank conflicts), reused at the end for each warp's partial o [16][D], m [16] and l [16], and after those
+// the block's merged (o, m, l) of its (at most 64) queries that its cluster reads under split keys.
 template <int D>
 constexpr std::size_t window_smem_bytes() {
   const std::size_t tiles = std::size_t{2} * 2 * kTile * (D + 8) * sizeof(bf16);
-  const std::size_t merge = std::size_t{kWarps} * 16 * ((D + 2) + 2) * sizeof(float);  // o rows, then m and l
+  const std::size_t merge = (std::size_t{kWarps} * 16 * ((D + 2) + 2) + std::size_t{64} * (D + 2)) * sizeof(float);
   return tiles > merge ? tiles : merge;
 }
 
@@ -92,7 +98,7 @@ template <int D, int KW>
 __global__ void __launch_bounds__(kWindowThreads)
     window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
                             const bf16* k_store, const bf16* v_store, bf16* out, float scale2, int splits,
-                            int tiles_per_split, float* partials, Fp8Out out8) {
+                            int tiles_per_split, Fp8Out out8) {
   constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
@@ -105,6 +111,7 @@ __global__ void __launch_bounds__(kWindowThreads)
   const int block_j = blockIdx.x / splits * 16 * QW, j0 = block_j + qi * 16;         // window columns
   const bool busy = j0 < s.width;
   const int first = *first_at;
+  const float scale8 = fused_fp8_scale(out8);
   // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
   // past the sequence.
   const auto stage = [&](int c0, int buf) {
@@ -186,7 +193,17 @@ __global__ void __launch_bounds__(kWindowThreads)
       *reinterpret_cast<float2*>(po + q * (D + 2) + nt * 8 + 2 * c) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
   }
   __syncthreads();
+  // A query's normalised o written (bf16, and where asked its FP8 cast and amax).
   float amax = 0.0f;  // of the values written (out8)
+  const auto emit = [&](std::int64_t at, int d, float o0, float o1, float sum) {
+    const float inv = 1.0f / sum;
+    const std::uint32_t o = pack(o0 * inv, o1 * inv);
+    *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
+    if (out8.amax) amax = fmaxf(amax, abs_max2(o));
+    if (out8.out) store_fp8x2(o, out8, scale8, at * D + d);
+  };
+  // Split keys: the block's (o unnormalised, m, l) of each query, [QW * 16][D + 2], for the cluster's merge.
+  float* const mine = pl + kWarps * 16;
   for (int i = threadIdx.x; i < QW * 16 * (D / 2); i += kWindowThreads) {
     const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
     if (j >= s.width) continue;
@@ -203,47 +220,37 @@ __global__ void __launch_bounds__(kWindowThreads)
       const float2 o = *reinterpret_cast<const float2*>(po + q_at * (D + 2) + d);
       o0 += e * o.x, o1 += e * o.y;
     }
-    const std::int64_t at = (row0 + j) * s.heads + h;  // the query's (row, head)
     if (splits > 1) {
-      // [split][row, head][D + 2]: o unnormalised, then m and l (exp2 units, as the warps' own).
-      float* pp = partials + (static_cast<std::int64_t>(split) * s.batch * s.width * s.heads + at) * (D + 2);
-      *reinterpret_cast<float2*>(pp + d) = make_float2(o0, o1);
-      if (d == 0) pp[D] = top, pp[D + 1] = sum;
+      *reinterpret_cast<float2*>(mine + q * (D + 2) + d) = make_float2(o0, o1);
+      if (d == 0) mine[q * (D + 2) + D] = top, mine[q * (D + 2) + D + 1] = sum;
       continue;
     }
-    const float inv = 1.0f / sum;
-    const std::uint32_t o = pack(o0 * inv, o1 * inv);
-    *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
-    amax = fmaxf(amax, abs_max2(o));
-    if (out8.out) store_fp8x2(o, out8, at * D + d);
+    emit((row0 + j) * s.heads + h, d, o0, o1, sum);
   }
-  if (out8.slot && splits == 1) block_amax_commit(amax, out8.slot), fused_fp8_scale_inv(out8);
-}
-
-// The S splits' partial (o, m, l) of each (row, head) merged: M = max_s m_s, o = sum_s e^(m_s - M) o_s /
-// sum_s e^(m_s - M) l_s. One block a (row, head), a thread per pair of head dimensions.
-template <int D>
-__global__ void window_combine_kernel(const float* partials, int splits, std::int64_t row_heads, bf16* out,
-                                      Fp8Out out8) {
-  const std::int64_t at = blockIdx.x;
-  const int d = 2 * threadIdx.x;
-  float top = -FLT_MAX;
-  for (int k = 0; k < splits; ++k) top = fmaxf(top, partials[(k * row_heads + at) * (D + 2) + D]);
-  float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
-  for (int k = 0; k < splits; ++k) {
-    const float* pp = partials + (k * row_heads + at) * (D + 2);
-    const float e = exp2f(pp[D] - top);
-    sum += e * pp[D + 1];
-    const float2 o = *reinterpret_cast<const float2*>(pp + d);
-    o0 += e * o.x, o1 += e * o.y;
+  if (splits > 1) {
+    // The query tile's S splits are one cluster: each block merges a share of the tile's (query, pair) items from
+    // every block's shared memory, M = max_s m_s, o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's results are in its shared memory
+    const int rank = static_cast<int>(cluster.block_rank());
+    for (int i = rank * kWindowThreads + threadIdx.x; i < QW * 16 * (D / 2); i += splits * kWindowThreads) {
+      const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
+      if (j >= s.width) continue;
+      float top = -FLT_MAX;
+      for (int k = 0; k < splits; ++k) top = fmaxf(top, cluster.map_shared_rank(mine, k)[q * (D + 2) + D]);
+      float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
+      for (int k = 0; k < splits; ++k) {
+        const float* pp = cluster.map_shared_rank(mine, k) + q * (D + 2);
+        const float e = exp2f(pp[D] - top);
+        sum += e * pp[D + 1];
+        const float2 o = *reinterpret_cast<const float2*>(pp + d);
+        o0 += e * o.x, o1 += e * o.y;
+      }
+      emit((row0 + j) * s.heads + h, d, o0, o1, sum);
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
   }
-  const float inv = 1.0f / sum;
-  const std::uint32_t o = pack(o0 * inv, o1 * inv);
-  *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
-  if (!out8.slot) return;
-  atomic_max_nonneg(&out8.slot->amax, abs_max2(o));  // D / 2 threads: not whole warps at D < 64
-  if (out8.out) store_fp8x2(o, out8, at * D + d);
-  fused_fp8_scale_inv(out8);
+  fused_fp8_commit(amax, out8);
 }
 
 // How the key tiles are split over blocks: `splits` blocks of `per` tiles each, none empty.
@@ -253,37 +260,39 @@ struct KeySplit {
 
 template <int D, int KW>
 void launch_window(const WindowAttentionShape& s, KeySplit ks, const int* first, const bf16* qkv_rot,
-                   const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
-                   Fp8Out out8, cudaStream_t stream) {
+                   const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, Fp8Out out8,
+                   cudaStream_t stream) {
   constexpr std::size_t smem = window_smem_bytes<D>();
+  const auto kernel = window_attention_kernel<D, KW>;
   if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(window_attention_kernel<D, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                "window attention: shared memory limit");
   const int queries = 16 * (kWarps / KW);
-  const dim3 grid((s.width + queries - 1) / queries * ks.splits, s.heads, s.batch);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3((s.width + queries - 1) / queries * ks.splits, s.heads, s.batch);
+  config.blockDim = dim3(kWindowThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  // A query tile's splits are one cluster (consecutive blocks along x: the block's rank is its split).
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(ks.splits), cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster, config.numAttrs = 1;
   const float scale2 = kLog2e / sqrtf(static_cast<float>(D));
-  window_attention_kernel<D, KW><<<grid, kWindowThreads, smem, stream>>>(s, first, qkv_rot, qkv_raw, k_store, v_store,
-                                                                         out, scale2, ks.splits, ks.per, partials,
-                                                                         out8);
-  if (ks.splits > 1) {
-    const std::int64_t row_heads = static_cast<std::int64_t>(s.batch) * s.width * s.heads;
-    window_combine_kernel<D><<<static_cast<unsigned>(row_heads), D / 2, 0, stream>>>(partials, ks.splits, row_heads,
-                                                                                     out, out8);
-  }
+  check_cuda(cudaLaunchKernelEx(&config, kernel, s, first, qkv_rot, qkv_raw, k_store, v_store, out, scale2, ks.splits,
+                                ks.per, out8),
+             "window attention");
 }
 
 template <int D>
 void window_d(const WindowAttentionShape& s, int query_warps, KeySplit ks, const int* first, const bf16* qkv_rot,
-              const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, float* partials,
-              Fp8Out out8, cudaStream_t stream) {
+              const bf16* qkv_raw, const bf16* k_store, const bf16* v_store, bf16* out, Fp8Out out8,
+              cudaStream_t stream) {
   switch (query_warps) {
-    case 4: return launch_window<D, 1>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                        out8, stream);
-    case 2: return launch_window<D, 2>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                        out8, stream);
-    default: return launch_window<D, 4>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                        out8, stream);
+    case 4: return launch_window<D, 1>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
+    case 2: return launch_window<D, 2>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
+    default: return launch_window<D, 4>(s, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
   }
 }
 
@@ -296,7 +305,7 @@ int window_query_warps(const WindowAttentionShape& s) {
 }
 
 // At most `want` splits (0: as many as fill the multiprocessors with the query tiles' blocks, 1 where those alone
-// do), each of the same whole number of tiles, none empty.
+// do) and at most kMaxSplits, each of the same whole number of tiles, none empty.
 KeySplit window_split(const WindowAttentionShape& s, int query_warps, int want) {
   const int tiles = (s.seq + kTile - 1) / kTile;
   if (want <= 0) {
@@ -304,18 +313,12 @@ KeySplit window_split(const WindowAttentionShape& s, int query_warps, int want) 
         static_cast<std::int64_t>(s.batch) * s.heads * ((s.width + 16 * query_warps - 1) / (16 * query_warps));
     want = blocks >= multiprocessors() ? 1 : static_cast<int>((multiprocessors() + blocks - 1) / blocks);
   }
-  want = std::max(1, std::min(want, tiles));
+  want = std::max(1, std::min({want, tiles, kMaxSplits}));
   const int per = (tiles + want - 1) / want;
   return {(tiles + per - 1) / per, per};
 }
 
 }  // namespace
-
-std::int64_t window_attention_partial_floats(int head_dim) {
-  // Splits only where the query tiles' blocks number fewer than the multiprocessors P, up to ceil(P / blocks) of
-  // them: splits x blocks < 2P, each block at most 64 queries of one head.
-  return std::int64_t{2} * multiprocessors() * 64 * (head_dim + 2);
-}
 
 void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, int groups, int head_dim, bf16* k,
               bf16* v, cudaStream_t stream) {
@@ -326,21 +329,17 @@ void kv_store(const bf16* qkv_rot, const bf16* qkv_raw, int tokens, int heads, i
 }
 
 void window_attention(const WindowAttentionShape& s, const int* first, const bf16* qkv_rot, const bf16* qkv_raw,
-                      const bf16* k_store, const bf16* v_store, bf16* out, float* partials, cudaStream_t stream,
-                      int query_warps, int key_splits, const Fp8Out* fp8) {
+                      const bf16* k_store, const bf16* v_store, bf16* out, cudaStream_t stream, int query_warps,
+                      int key_splits, const Fp8Out* fp8) {
   if (s.batch <= 0 || s.width <= 0) return;
   const Fp8Out out8 = fp8 ? *fp8 : Fp8Out{};
   const int qw = query_warps > 0 ? query_warps : window_query_warps(s);
   const KeySplit ks = window_split(s, qw, key_splits);
   switch (s.head_dim) {
-    case 16: return window_d<16>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out8, stream);
-    case 32: return window_d<32>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out8, stream);
-    case 64: return window_d<64>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out8, stream);
-    case 128: return window_d<128>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, partials,
-                                 out8, stream);
+    case 16: return window_d<16>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
+    case 32: return window_d<32>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
+    case 64: return window_d<64>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
+    case 128: return window_d<128>(s, qw, ks, first, qkv_rot, qkv_raw, k_store, v_store, out, out8, stream);
     default: return;  // the model refuses other head sizes (attention.cu's set) before it gets here
   }
 }

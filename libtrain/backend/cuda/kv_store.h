@@ -21,7 +21,6 @@ struct KvStore {
   // copy's source, alive as long as the store).
   int* first = nullptr;
   int first_host = 0;
-  float* partials = nullptr;  // window_attention's key splits (window_attention_partial_floats)
   // FP8 sampling: the storing forward's GEMM input scales, with which the windows over the store cast theirs
   // (Fp8Linears::keep_input_scales); null without FP8.
   Fp8Slot* fp8_input_scales = nullptr;

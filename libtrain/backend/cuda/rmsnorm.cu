@@ -25,6 +25,7 @@ int max_blocks() { return 2 * multiprocessors(); }
 __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf16* add, bf16* s_out, const float* w,
                                                         bf16* y, float* rstd, int dim, float eps, Fp8Out f8) {
   __shared__ float scratch[32];
+  const float scale8 = fused_fp8_scale(f8);
   const std::int64_t row = blockIdx.x;
   const auto* xr = reinterpret_cast<const Bf16x8*>(x + row * dim);
   const auto* ar = add ? reinterpret_cast<const Bf16x8*>(add + row * dim) : nullptr;
@@ -59,10 +60,10 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fwd(const bf16* x, const bf1
     yr[v] = p;
     if (f8.slot) {
       unpack8(p, a);
-      m = fmaxf(m, fused_fp8x8(a, f8, row * dim + v * 8));
+      m = fmaxf(m, fused_fp8x8(a, f8, row * dim + v * 8, scale8));
     }
   }
-  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+  fused_fp8_commit(m, f8);
 }
 
 // The forward with blockDim = dim / 8 (a multiple of 32, at most 1024): a thread's 8 elements stay in registers
@@ -73,6 +74,9 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   __shared__ float scratch[32];
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * dim;
   const int v = threadIdx.x;
+  // The weights and the FP8 scale loaded with x: they would otherwise be a memory round trip after the reduction.
+  const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
+  const float scale8 = fused_fp8_scale(f8);
   float a[8];
   unpack8(reinterpret_cast<const Bf16x8*>(x + base)[v], a);
   if (add) {
@@ -88,7 +92,6 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   ss = block_sum(ss, scratch);
   const float r = rsqrtf(ss / static_cast<float>(dim) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-  const float4 w0 = reinterpret_cast<const float4*>(w)[2 * v], w1 = reinterpret_cast<const float4*>(w)[2 * v + 1];
   const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
   for (int i = 0; i < 8; ++i) a[i] *= r * wv[i];
   const Bf16x8 p = pack8(a);
@@ -96,9 +99,9 @@ __global__ void __launch_bounds__(1024) rmsnorm_fwd_vec(const bf16* x, const bf1
   float m = 0.0f;  // the FP8 cast's amax
   if (f8.slot) {
     unpack8(p, a);
-    m = fused_fp8x8(a, f8, base + v * 8);
+    m = fused_fp8x8(a, f8, base + v * 8, scale8);
   }
-  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+  fused_fp8_commit(m, f8);
 }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_bwd(const bf16* dy, const bf16* s, const float* w,

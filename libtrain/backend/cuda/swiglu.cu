@@ -55,6 +55,7 @@ __device__ __forceinline__ void load_grad_inputs(const bf16* __restrict__ dh, co
 // Grid-stride: with an FP8 amax the grid is bounded (grid()), so that each block's one atomic stays few.
 __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, Fp8Out f8) {
   float m = 0.0f;  // the FP8 cast's amax; every thread reaches the block's commit below
+  const float scale8 = fused_fp8_scale(f8);
   const int per_row = ffn / 8;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -65,10 +66,10 @@ __global__ void swiglu_fwd(const bf16* gu, bf16* h, std::int64_t vecs, int ffn, 
     if (f8.slot) {
       float g[8];
       unpack8(p, g);
-      m = fmaxf(m, fused_fp8x8(g, f8, row * ffn + col));
+      m = fmaxf(m, fused_fp8x8(g, f8, row * ffn + col, scale8));
     }
   }
-  if (f8.slot) block_amax_commit(m, f8.slot), fused_fp8_scale_inv(f8);
+  fused_fp8_commit(m, f8);
 }
 
 __global__ void swiglu_bwd(const bf16* dh, const bf16* gu, bf16* dgu, std::int64_t vecs, int ffn, Fp8Slot* amax) {
