@@ -236,16 +236,25 @@ __global__ void __launch_bounds__(kWindowThreads)
     for (int i = rank * kWindowThreads + threadIdx.x; i < QW * 16 * (D / 2); i += splits * kWindowThreads) {
       const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
       if (j >= s.width) continue;
+      // Every split's (m, l) and o pair loaded before any is used: the remote reads overlap.
+      float2 ml[kMaxSplits], ov[kMaxSplits];
+#pragma unroll
+      for (int k = 0; k < kMaxSplits; ++k)
+        if (k < splits) {
+          const float* pp = cluster.map_shared_rank(mine, k) + q * (D + 2);
+          ml[k] = *reinterpret_cast<const float2*>(pp + D), ov[k] = *reinterpret_cast<const float2*>(pp + d);
+        }
       float top = -FLT_MAX;
-      for (int k = 0; k < splits; ++k) top = fmaxf(top, cluster.map_shared_rank(mine, k)[q * (D + 2) + D]);
+#pragma unroll
+      for (int k = 0; k < kMaxSplits; ++k)
+        if (k < splits) top = fmaxf(top, ml[k].x);
       float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
-      for (int k = 0; k < splits; ++k) {
-        const float* pp = cluster.map_shared_rank(mine, k) + q * (D + 2);
-        const float e = exp2f(pp[D] - top);
-        sum += e * pp[D + 1];
-        const float2 o = *reinterpret_cast<const float2*>(pp + d);
-        o0 += e * o.x, o1 += e * o.y;
-      }
+#pragma unroll
+      for (int k = 0; k < kMaxSplits; ++k)
+        if (k < splits) {
+          const float e = exp2f(ml[k].x - top);
+          sum += e * ml[k].y, o0 += e * ov[k].x, o1 += e * ov[k].y;
+        }
       emit((row0 + j) * s.heads + h, d, o0, o1, sum);
     }
     cluster.sync();  // no block leaves while another still reads its shared memory
