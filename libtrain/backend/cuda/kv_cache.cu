@@ -164,14 +164,14 @@ __global__ void __launch_bounds__(kWindowThreads)
       const bf16* sv = sk + kTile * ST;
       const int k0 = t * kTile + ks * BW;
       float sc[BW / 8][4];
-      tile_scores<BW, D>(sc, qf, sk, ST, gr, c);
+      tile_scores<BW, D, true>(sc, qf, sk, ST, gr, c);
 #pragma unroll
       for (int nt = 0; nt < BW / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           sc[nt][i] = k0 + nt * 8 + 2 * c + (i & 1) >= s.seq ? -INFINITY : sc[nt][i] * scale2;
       online_softmax<BW, D>(sc, m, l, acc);
-      accumulate_pv<BW, D>(acc, sc, sv, ST, gr, c);
+      accumulate_pv<BW, D, true>(acc, sc, sv, ST, gr, c);
     }
     __syncthreads();  // every warp is done with buffer `buf` before stage() refills it
   }

@@ -50,6 +50,26 @@ __device__ __forceinline__ void frag_b_cols(std::uint32_t* b, const bf16* t, int
   b[0] = pack(t[(k0 + 2 * c) * st + n0 + g], t[(k0 + 2 * c + 1) * st + n0 + g]);
   b[1] = pack(t[(k0 + 2 * c + 8) * st + n0 + g], t[(k0 + 2 * c + 9) * st + n0 + g]);
 }
+// ldmatrix: four 8x8 bf16 matrices of shared memory in one instruction, lane l naming row l % 8 of matrix l / 8;
+// the fragments are those frag_b_rows / frag_b_cols read element by element, so the products are the same bits.
+// B fragments of n-tiles n0 and n0 + 8: b[0..1] and b[2..3].
+//   rows:  B(k, n) = T[n0 + n][k0 + k]   (lane l: row n0 + (l / 16) * 8 + l % 8, column k0 + (l / 8 % 2) * 8)
+//   cols:  B(k, n) = T[k0 + k][n0 + n]   (transposed; lane l: row k0 + (l / 8 % 2) * 8 + l % 8, column n0 + (l / 16) * 8)
+// Row addresses must be 16-byte aligned (strides and column offsets multiples of 8 elements).
+__device__ __forceinline__ void frag_b_rows_x2(std::uint32_t (&b)[4], const bf16* t, int st, int n0, int k0, int lane) {
+  const bf16* p = t + (n0 + (lane / 16) * 8 + lane % 8) * st + k0 + (lane / 8 % 2) * 8;
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(at));
+}
+__device__ __forceinline__ void frag_b_cols_x2(std::uint32_t (&b)[4], const bf16* t, int st, int k0, int n0, int lane) {
+  const bf16* p = t + (k0 + (lane / 8 % 2) * 8 + lane % 8) * st + n0 + (lane / 16) * 8;
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(at));
+}
 // The accumulators of score tiles 2kc and 2kc+1 as the A fragment of keys 16kc..16kc+15.
 __device__ __forceinline__ void acc_to_a(std::uint32_t* a, const float* lo, const float* hi) {
   a[0] = pack(lo[0], lo[1]);
@@ -65,7 +85,8 @@ __device__ __forceinline__ void acc_to_a(std::uint32_t* a, const float* lo, cons
 // then acc += P V (sv: the tile's values, rows of stride st; any [BN, D] tile, as dS K in the backward). Base 2:
 // the scale holds log2(e). A tile whose keys are all masked leaves the state as it was (m starts at -FLT_MAX, so
 // no -inf - -inf arises).
-template <int BN, int D>
+// kLdsm: the B fragments by ldmatrix (the same values; sk, sv and st 16-byte aligned, BN / 8 and D / 8 even).
+template <int BN, int D, bool kLdsm = false>
 __device__ __forceinline__ void tile_scores(float (&sc)[BN / 8][4], const std::uint32_t (&qf)[D / 16][4],
                                             const bf16* sk, int st, int g, int c) {
 #pragma unroll
@@ -73,13 +94,24 @@ __device__ __forceinline__ void tile_scores(float (&sc)[BN / 8][4], const std::u
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[nt][i] = 0.0f;
 #pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc)
+  for (int kc = 0; kc < D / 16; ++kc) {
+    if constexpr (kLdsm) {
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      std::uint32_t bf[2];
-      frag_b_rows(bf, sk, st, nt * 8, kc * 16, g, c);
-      mma(sc[nt], qf[kc], bf);
+      for (int nt = 0; nt < BN / 8; nt += 2) {
+        std::uint32_t bf[4];
+        frag_b_rows_x2(bf, sk, st, nt * 8, kc * 16, 4 * g + c);
+        mma(sc[nt], qf[kc], bf);
+        mma(sc[nt + 1], qf[kc], bf + 2);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        std::uint32_t bf[2];
+        frag_b_rows(bf, sk, st, nt * 8, kc * 16, g, c);
+        mma(sc[nt], qf[kc], bf);
+      }
     }
+  }
 }
 template <int BN, int D>
 __device__ __forceinline__ void online_softmax(float (&sc)[BN / 8][4], float (&m)[2], float (&l)[2],
@@ -108,18 +140,28 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BN / 8][4], float (&m
       l[i / 2] += sc[nt][i];
     }
 }
-template <int BN, int D>
+template <int BN, int D, bool kLdsm = false>
 __device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const float (&sc)[BN / 8][4], const bf16* sv,
                                               int st, int g, int c) {
 #pragma unroll
   for (int kc = 0; kc < BN / 16; ++kc) {
     std::uint32_t af[4];
     acc_to_a(af, sc[2 * kc], sc[2 * kc + 1]);
+    if constexpr (kLdsm) {
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      std::uint32_t bf[2];
-      frag_b_cols(bf, sv, st, kc * 16, nt * 8, g, c);
-      mma(acc[nt], af, bf);
+      for (int nt = 0; nt < D / 8; nt += 2) {
+        std::uint32_t bf[4];
+        frag_b_cols_x2(bf, sv, st, kc * 16, nt * 8, 4 * g + c);
+        mma(acc[nt], af, bf);
+        mma(acc[nt + 1], af, bf + 2);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        std::uint32_t bf[2];
+        frag_b_cols(bf, sv, st, kc * 16, nt * 8, g, c);
+        mma(acc[nt], af, bf);
+      }
     }
   }
 }
