@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kWindowThreads)
     window_attention_kernel(WindowAttentionShape s, const int* first_at, const bf16* qkv_rot, const bf16* qkv_raw,
                             const bf16* k_store, const bf16* v_store, bf16* out, float scale2, int splits,
                             int tiles_per_split, Fp8Out out8) {
-  constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW, CH = D / 8;
+  constexpr int ST = D + 8, QW = kWarps / KW, BW = kTile / KW;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* const staged = reinterpret_cast<bf16*>(smem);  // [buffer][K, V][kTile][ST]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, c = lane % 4;
@@ -114,31 +114,30 @@ __global__ void __launch_bounds__(kWindowThreads)
   const float scale8 = fused_fp8_scale(out8);
   // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
   // past the sequence.
+  // A thread stages one row of K or V (kWindowThreads = 2 kTile): its source found once, then its D / 8 chunks (the
+  // kernel is latency-bound, so few instructions before the wait matter more than whole sectors per request).
+  static_assert(kWindowThreads == 2 * kTile);
   const auto stage = [&](int c0, int buf) {
-    bf16* sk = staged + buf * 2 * kTile * ST;
-    bf16* sv = sk + kTile * ST;
-    for (int i = threadIdx.x; i < kTile * CH; i += kWindowThreads) {
-      const int r = i / CH, part = (i % CH) * 8, col = c0 + r;
-      const bool live = col < s.seq, own = col >= first && col < first + s.width;
-      const bf16 *kp, *vp;
-      if (own) {
-        const std::int64_t at = (row0 + col - first) * ld;
-        kp = qkv_rot + at + static_cast<std::int64_t>(s.heads + g) * D;
-        vp = qkv_raw + at + static_cast<std::int64_t>(g * (per + 2) + per + 1) * D;
-      } else {
-        const std::int64_t at = ((static_cast<std::int64_t>(b) * s.seq + (live ? col : 0)) * s.groups + g) * D;
-        kp = k_store + at, vp = v_store + at;
-      }
-      cp_async16(sk + r * ST + part, kp + part, live);
-      cp_async16(sv + r * ST + part, vp + part, live);
+    const int is_v = threadIdx.x / kTile, r = threadIdx.x % kTile, col = c0 + r;
+    const bool live = col < s.seq, own = col >= first && col < first + s.width;
+    const bf16* src;
+    if (own) {
+      const std::int64_t at = (row0 + col - first) * ld;
+      src = is_v ? qkv_raw + at + static_cast<std::int64_t>(g * (per + 2) + per + 1) * D
+                 : qkv_rot + at + static_cast<std::int64_t>(s.heads + g) * D;
+    } else {
+      src = (is_v ? v_store : k_store) +
+            ((static_cast<std::int64_t>(b) * s.seq + (live ? col : 0)) * s.groups + g) * D;
     }
+    bf16* dst = staged + (buf * 2 + is_v) * kTile * ST + r * ST;
+#pragma unroll
+    for (int part = 0; part < D; part += 8) cp_async16(dst + part, src + part, live);
     cp_async_commit();
   };
   const int t_begin = split * tiles_per_split;
   const int t_end = min((s.seq + kTile - 1) / kTile, t_begin + tiles_per_split);  // never empty (window_split)
-  stage(t_begin * kTile, 0);
   // The warp's queries as A fragments, straight from the window's rows (past the window: its last row, computed
-  // and never written).
+  // and never written); loaded before the first tile is staged, so that their loads are in flight during it.
   std::uint32_t qf[D / 16][4];
   {
     const bf16* lo = qkv_rot + (row0 + min(j0 + gr, s.width - 1)) * ld + static_cast<std::int64_t>(h) * D;
@@ -151,6 +150,7 @@ __global__ void __launch_bounds__(kWindowThreads)
       qf[kc][3] = ld32(hi + kc * 16 + 8 + 2 * c);
     }
   }
+  stage(t_begin * kTile, 0);
   float acc[D / 8][4] = {};
   float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
   for (int t = t_begin; t < t_end; ++t) {
@@ -204,28 +204,38 @@ __global__ void __launch_bounds__(kWindowThreads)
   };
   // Split keys: the block's (o unnormalised, m, l) of each query, [QW * 16][D + 2], for the cluster's merge.
   float* const mine = pl + kWarps * 16;
-  for (int i = threadIdx.x; i < QW * 16 * (D / 2); i += kWindowThreads) {
-    const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
-    if (j >= s.width) continue;
-    const int w0 = (q / 16) * KW, rr = q % 16;  // the query's first warp and its row there
-    float top = -FLT_MAX;
+  // The block's QW x 16 queries, kTpr threads each: a query's weights e^(m_w - M) and sum found once, then its
+  // kPairs pairs of head dimensions (pair p0 + i kTpr: a warp's threads read neighbouring pairs).
+  constexpr int kRows = QW * 16, kTpr = kWindowThreads / kRows, kPairs = D / 2 / kTpr;
+  static_assert(kWindowThreads % kRows == 0 && (D / 2) % kTpr == 0);
+  {
+    const int q = threadIdx.x / kTpr, p0 = threadIdx.x % kTpr, j = block_j + q;
+    if (j < s.width) {
+      const int w0 = (q / 16) * KW, rr = q % 16;  // the query's first warp and its row there
+      float top = -FLT_MAX;
 #pragma unroll
-    for (int k = 0; k < KW; ++k) top = fmaxf(top, pm[(w0 + k) * 16 + rr]);
-    float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
+      for (int k = 0; k < KW; ++k) top = fmaxf(top, pm[(w0 + k) * 16 + rr]);
+      float e[KW], sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < KW; ++k) {
-      const int q_at = (w0 + k) * 16 + rr;
-      const float e = exp2f(pm[q_at] - top);
-      sum += e * pl[q_at];
-      const float2 o = *reinterpret_cast<const float2*>(po + q_at * (D + 2) + d);
-      o0 += e * o.x, o1 += e * o.y;
+      for (int k = 0; k < KW; ++k) {
+        const int q_at = (w0 + k) * 16 + rr;
+        e[k] = exp2f(pm[q_at] - top);
+        sum += e[k] * pl[q_at];
+      }
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i) {
+        const int d = 2 * (p0 + i * kTpr);
+        float o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KW; ++k) {
+          const float2 o = *reinterpret_cast<const float2*>(po + ((w0 + k) * 16 + rr) * (D + 2) + d);
+          o0 += e[k] * o.x, o1 += e[k] * o.y;
+        }
+        if (splits > 1) *reinterpret_cast<float2*>(mine + q * (D + 2) + d) = make_float2(o0, o1);
+        else emit((row0 + j) * s.heads + h, d, o0, o1, sum);
+      }
+      if (splits > 1 && p0 == 0) mine[q * (D + 2) + D] = top, mine[q * (D + 2) + D + 1] = sum;
     }
-    if (splits > 1) {
-      *reinterpret_cast<float2*>(mine + q * (D + 2) + d) = make_float2(o0, o1);
-      if (d == 0) mine[q * (D + 2) + D] = top, mine[q * (D + 2) + D + 1] = sum;
-      continue;
-    }
-    emit((row0 + j) * s.heads + h, d, o0, o1, sum);
   }
   if (splits > 1) {
     // The query tile's S splits are one cluster: each block merges a share of the tile's (query, pair) items from
