@@ -1,9 +1,11 @@
 // A CUPTI injection library that records every kernel a process runs, graph-replayed kernels included, with its
 // GPU start and end: `CUDA_INJECTION64_PATH=libdlm_kernel_trace.so DLM_KERNEL_TRACE=out.csv program ...` writes
-// one CSV line a kernel (start_ns,end_ns,graph_id,graph_node,grid,block,name) when the process exits. Used to see
+// one CSV line a kernel (start_ns,end_ns,graph_id,graph_node,grid,block,name; the name demangled, commas as ';')
+// when the process exits. Used to see
 // where a sampling step's time goes between and inside kernels (a profiler that replays kernels one by one with
 // flushed caches, as Nsight Compute does, cannot show the gaps of a graph replay).
 #include <cupti.h>
+#include <cxxabi.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -36,9 +38,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    std::string name = k->name ? k->name : "?";
+    int status = 0;
+    if (char* readable = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status)) {
+      if (status == 0) name = readable;
+      std::free(readable);
+    }
     kernels->push_back({k->start, k->end, k->graphNodeId, k->graphId,
                         static_cast<unsigned>(k->gridX * k->gridY * k->gridZ),
-                        static_cast<unsigned>(k->blockX * k->blockY * k->blockZ), k->name ? k->name : "?"});
+                        static_cast<unsigned>(k->blockX * k->blockY * k->blockZ), name});
   }
   std::free(buffer);
 }
