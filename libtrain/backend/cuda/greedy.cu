@@ -9,7 +9,7 @@
 namespace dlm::train::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
 
 // A thread's running (max, sum of e^(x - max), first index of the max) over the values it has seen.
 struct Running {
@@ -46,12 +46,24 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const bf16* logits, st
   r.arg = vocab;
   int j = threadIdx.x;
   if (ld % 8 == 0) {
+    // kBatch vectors' loads issued before any is used, so that their latencies overlap.
+    constexpr int kBatch = 4;
     const int vecs = vocab / 8;
-    for (int v = threadIdx.x; v < vecs; v += kThreads) {
-      float a[8];
-      unpack8(reinterpret_cast<const Bf16x8*>(x)[v], a);
+    const auto* xv = reinterpret_cast<const Bf16x8*>(x);
+    for (int v0 = threadIdx.x; v0 < vecs; v0 += kBatch * kThreads) {
+      Bf16x8 p[kBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) r.see(a[i], 8 * v + i);
+      for (int b = 0; b < kBatch; ++b)
+        if (v0 + b * kThreads < vecs) p[b] = xv[v0 + b * kThreads];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int v = v0 + b * kThreads;
+        if (v >= vecs) break;
+        float a[8];
+        unpack8(p[b], a);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) r.see(a[i], 8 * v + i);
+      }
     }
     j = 8 * vecs + threadIdx.x;  // the tail past the last whole vector
   }
