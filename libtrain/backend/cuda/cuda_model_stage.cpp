@@ -186,7 +186,8 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   } else if (f8) {
     // A window casts with the scales of the storing forward that filled its store (fp8_linear.h).
     Fp8Slot* stored = window ? kv->store->fp8_input_scales : nullptr;
-    if (window && !stored && f8->input_slot_count() > 0) fail("CudaModel: an FP8 window over a KV store without FP8 input scales");
+    if (window && !stored && f8->input_slot_count() > 0)
+      fail("CudaModel: an FP8 window over a KV store without FP8 input scales");
     f8->begin_forward_only(T, st, stored);
   }
   if (I.pre) {
