@@ -89,11 +89,13 @@ TEST_F(CudaFp8Sampling, ForwardFollowsBf16WithinFp8Error) {
   }
 }
 
-// A window's inputs are cast with the window rows' own amaxes, not the full forward's: its rows differ from the full
-// forward's by FP8 rounding, not by bf16's. Both are the exact forward plus an FP8 rounding error of the size the FP8
-// forward's distance from bf16 measures (e); where the two roundings are independent their difference is sqrt(2) e,
-// and they share the weights' rounding (the same copies), so sqrt(2) e bounds it. The bf16 model's window shows what
-// bf16 alone gives (about 1%).
+// A window's inputs are cast with the scales of the storing forward that filled its store: its rows differ from the
+// full forward's by FP8 rounding of slightly different bf16 values (the window attention's against cuDNN's). Both
+// are the exact forward plus an FP8 rounding error of the size the FP8 forward's distance from bf16 measures (e);
+// where the two roundings are independent their difference is sqrt(2) e, and they share the weights' rounding (the
+// same copies), so sqrt(2) e bounds it. The bf16 model's window shows what bf16 alone gives (about 1%). The scales
+// are the store's own: a storing forward of other tokens into another store between two windows over the first
+// changes nothing of the second window.
 TEST_F(CudaFp8Sampling, AWindowAfterAStoringForwardIsTheFullFp8ForwardsRows) {
   const auto c = sampling_config();
   const auto bf16 = gpu_test::model_with(c, {}, 42), fp8 = gpu_test::model_with(c, fp8_options(), 42);
@@ -119,6 +121,12 @@ TEST_F(CudaFp8Sampling, AWindowAfterAStoringForwardIsTheFullFp8ForwardsRows) {
     EXPECT_LT(err, std::sqrt(2.0) * fp8_vs_bf16);
     EXPECT_GT(gpu_test::cosine(window, want), 0.99);
   }
+  const ColumnWindow w{16, 48};
+  const auto before = fp8->forward_logits(batch, seq, false, ids, {}, {Mode::kWindow, 0, w});
+  auto other = random_ids(rng, batch * seq);
+  fp8->forward_logits(batch, seq, false, other, {}, {Mode::kStore, 1});  // other inputs, other amaxes
+  EXPECT_EQ(fp8->forward_logits(batch, seq, false, ids, {}, {Mode::kWindow, 0, w}), before)
+      << "a window over store 0 after a storing forward into store 1";
 }
 
 // Three padding groups (gpu_test::three_prompts): rows of 29, 27 and 25 columns, no multiple of 16.
