@@ -159,8 +159,8 @@ void Fp8Linears::swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* 
   Fp8Slot* s = slot(l, kFc2, kX);
   if (forward_only_) {
     // h with its amax (into the slot begin_forward_only zeroed), then the row-major cast; with stored scales h
-    // straight into FP8 as well.
-    const Fp8Out f8{inputs_prescaled() ? xq_ : nullptr, s, false, fixed_x_slots_ == nullptr};
+    // straight into FP8 as well (the producer's cast, as producer_out gives it).
+    const Fp8Out f8 = producer_out(l, kFc2, stream);
     cuda::swiglu_forward(gu, h, rows, ffn, stream, &f8);
     return cast_input(l, kFc2, h, rows, true, stream);
   }

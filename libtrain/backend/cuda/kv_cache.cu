@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(kWindowThreads)
   const int first = *first_at;
   const float scale8 = fused_fp8_scale(out8);
   // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
-  // past the sequence.
-  // A thread stages one row of K or V (kWindowThreads = 2 kTile): its source found once, then its D / 8 chunks (the
-  // kernel is latency-bound, so few instructions before the wait matter more than whole sectors per request).
+  // past the sequence. A thread stages one row of K or V (kWindowThreads = 2 kTile): its source found once, then its
+  // D / 8 chunks (the kernel is latency-bound, so few instructions before the wait matter more than whole sectors
+  // per request).
   static_assert(kWindowThreads == 2 * kTile);
   const auto stage = [&](int c0, int buf) {
     const int is_v = threadIdx.x / kTile, r = threadIdx.x % kTile, col = c0 + r;
