@@ -8,7 +8,7 @@
 // layout, every slot but V in the projection layout; the output is poisoned before the call. The output's amax (FP8
 // sampling's projection input scale) is taken as it is written: the largest |value| of what the call wrote; its FP8
 // cast (a window step's, with the slot's scale as it stands) is fp8_quantize's of the bf16 output, bit for bit, also
-// as the cast alone (Fp8Out::amax off), which leaves the slot as it was.
+// as the cast alone (Fp8Out::amax off) without the bf16 output, which leaves the slot as it was.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,12 +122,13 @@ TEST_P(WindowAttentionTest, MatchesReferenceAtEveryQueryTiling) {
                    nullptr, nullptr);
       ASSERT_EQ(d_out8.download(), d_ref8.download())
           << "query warps " << query_warps << ", key splits " << key_splits;
-      // The cast alone (a KV-cache window's stored scales): the same bytes, the slot left as it was.
+      // The cast alone (a KV-cache window's stored scales) and no bf16 output: the same bytes, the slot left as it
+      // was.
       const Fp8Slot poisoned{.scale_inv = 7.0f, .amax = 123.0f, .scale = 2.5f, .fp8_max = 448};
       cudaMemcpy(d_slot.get(), &poisoned, sizeof(Fp8Slot), cudaMemcpyHostToDevice);
       cudaMemset(d_out8.get(), 0xff, rows * H * D);
       const Fp8Out cast_only{d_out8.get(), d_slot.get(), false, false};
-      window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), d_out.get(), nullptr,
+      window_attention(s, d_first.get(), d_rot.get(), d_raw.get(), d_k.get(), d_v.get(), nullptr, nullptr,
                        query_warps, key_splits, &cast_only);
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       ASSERT_EQ(d_out8.download(), d_ref8.download()) << "cast only, query warps " << query_warps;

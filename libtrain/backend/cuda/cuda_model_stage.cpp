@@ -92,8 +92,9 @@ void enqueue_layer_forward(Impl& I, const MicroInputs& in, LayerActs& A, int l, 
     const KvStore& kvs = *kv->store;
     const WindowAttentionShape ws{static_cast<int>(kvs.batch), static_cast<int>(kvs.seq), I.heads, I.groups,
                                   I.cfg.kv_channels, kv->width};
+    // Cast with the store's scales, the projection reads the FP8 output alone: no bf16 copy is written.
     window_attention(ws, kvs.first, A.qkv_rot, A.qkv_raw, kvs.k[static_cast<std::size_t>(l)],
-                     kvs.v[static_cast<std::size_t>(l)], A.att, st, 0, 0,
+                     kvs.v[static_cast<std::size_t>(l)], att_cast.out ? nullptr : A.att, st, 0, 0,
                      att_cast.slot ? &att_cast : nullptr);
     mark("window attention fwd");
   } else {

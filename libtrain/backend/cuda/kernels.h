@@ -216,7 +216,7 @@ void attention_backward(const AttentionShape& s, const bf16* qkv, const bf16* o,
 // cluster that merges their partial results). fp8 (may be null; the projection's FP8 input, as rmsnorm_forward takes
 // its Fp8Out): max |o| over the bf16 values written is max-ed into fp8->slot->amax (unless fp8->amax is off), and
 // with fp8->out set o is also cast with fp8->slot->scale as it stands into fp8->out ([batch * width, heads *
-// head_dim] e4m3).
+// head_dim] e4m3); `out` may then be null (the cast alone is written: an FP8 window's projection reads only that).
 struct WindowAttentionShape {
   int batch, seq, heads, groups, head_dim;
   int width;

@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kWindowThreads)
   const auto emit = [&](std::int64_t at, int d, float o0, float o1, float sum) {
     const float inv = 1.0f / sum;
     const std::uint32_t o = pack(o0 * inv, o1 * inv);
-    *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
+    if (out) *reinterpret_cast<std::uint32_t*>(out + at * D + d) = o;
     if (out8.amax) amax = fmaxf(amax, abs_max2(o));
     if (out8.out) store_fp8x2(o, out8, scale8, at * D + d);
   };
@@ -267,7 +267,10 @@ __global__ void __launch_bounds__(kWindowThreads)
         }
       emit((row0 + j) * s.heads + h, d, o0, o1, sum);
     }
-    cluster.sync();  // no block leaves while another still reads its shared memory
+    // No block leaves while another still reads its shared memory. Relaxed: what a block read it has used, so
+    // nothing of its own needs ordering before it arrives (cluster.sync's release costs a memory barrier).
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait;\n" ::: "memory");
   }
   fused_fp8_commit(amax, out8);
 }
