@@ -23,7 +23,8 @@ fp32 accumulation, bf16 outputs); fp32 is printed beside it as the floor of what
 usage: fp8_emulation.py [--steps 40] [--seeds 31] [--data-seeds 8] [--recipes all] [--width 128]
 Prints per run the first and last losses and the mean of the last ten (the test's statistic), and per recipe the
 mean and spread over the seeds of (recipe - bf16) in that statistic.
---sampling-forward: instead, FP8 sampling's forward (dlm-generate --fp8: tensorwise e4m3 at any row count) against
+--sampling-forward: instead, FP8 sampling's forward (dlm-generate --fp8: tensorwise e4m3 at any row count, the output
+layer included) against
 bf16's on tests/gpu/cuda_fp8_sampling_test.cpp's model (seed 41, init std 0.05, FFN 384) and inputs (std::mt19937
 seeded 1, ids below 499, shape after shape): the logits' relative L2 error per shape, the bound that test derives.
 """
@@ -297,7 +298,8 @@ class EmulatedLinear(torch.nn.Module):
         return LinearFn.apply(x, self.weight, self)
 
 
-def build(c, recipe, seed, std=0.02):
+def build(c, recipe, seed, std=0.02, head=False):
+    """head: the output layer follows `recipe` too (FP8 sampling's, Fp8Linears' head_tensor)."""
     torch.manual_seed(0)
     model = ref.Model(c)
     load_dlm_init(model, c["layers"], seed, std)
@@ -307,6 +309,9 @@ def build(c, recipe, seed, std=0.02):
             lin = EmulatedLinear(getattr(block, name).weight, recipe)
             setattr(block, name, lin)
             linears.append(lin)
+    if head:
+        model.out = EmulatedLinear(model.out.weight, recipe)
+        linears.append(model.out)
     model.fp8_linears = linears
     return model, linears
 
@@ -379,7 +384,7 @@ def sampling_forward_errors(shapes, seed=41, std=0.05, ffn=384):
     """The FP8 sampling forward's logits against bf16's, relative L2, per (batch, seq) of `shapes` (ids drawn in
     turn from one std::mt19937 seeded 1, as the GPU test draws them)."""
     c = dict(layers=2, hidden=128, heads=4, groups=2, head_dim=32, ffn=ffn, vocab=PADDED_VOCAB, qk_norm=True)
-    models = {r.name: build(c, r, seed, std)[0] for r in (RECIPES["bf16"], SAMPLING)}
+    models = {r.name: build(c, r, seed, std, head=r is SAMPLING)[0] for r in (RECIPES["bf16"], SAMPLING)}
     rng, errors = MT19937(1), []
     for batch, seq in shapes:
         ids = torch.tensor([rng() % 499 for _ in range(batch * seq)]).view(batch, seq)

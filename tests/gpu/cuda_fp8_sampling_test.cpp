@@ -52,9 +52,9 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
 // independently of dlm's kernels (benchmarks/train/fp8_emulation.py --sampling-forward: PyTorch on the CPU, dlm's
 // initial weights, the same ids; tensorwise e4m3 casts of each GEMM's operands, fp32 GEMMs on the dequantized values):
 // the logits' relative L2 error per shape below. Each GEMM's operand rounding (~0.04 norm-wise, Fp8Gemm's test)
-// compounds over the two layers' eight GEMMs to 0.12-0.14. The GPU must land within 10% of the emulation's value
-// (the two bf16 paths, cuDNN's attention against PyTorch's, differ by under 1%); a wrong scale (a weight's amax read
-// as an input's, a stale scale_inv) moves the logits by orders of magnitude, bf16 alone by nothing.
+// compounds over the two layers' eight GEMMs and the output layer's to 0.12-0.15. The GPU must land within 10% of the
+// emulation's value (the two bf16 paths, cuDNN's attention against PyTorch's, differ by under 1%); a wrong scale (a
+// weight's amax read as an input's, a stale scale_inv) moves the logits by orders of magnitude, bf16 alone by nothing.
 struct EmulatedShape {
   std::int64_t batch, seq;
   double emulated;
@@ -73,8 +73,8 @@ TEST_F(CudaFp8Sampling, ForwardFollowsBf16WithinFp8Error) {
   const auto bf16 = gpu_test::model_with(c, {}, 41), fp8 = gpu_test::model_with(c, fp8_options(), 41);
   std::mt19937 rng(1);
   // 2 x 40 = 80 rows (a multiple of 16), 1 x 37 and 3 x 23 (not); 40 x 128 and 41 x 125 (5120 and 5125 rows).
-  for (const auto [batch, seq, emulated] : {EmulatedShape{2, 40, 0.1377}, {1, 37, 0.1256}, {3, 23, 0.1155},
-                                            {40, 128, 0.1201}, {41, 125, 0.1214}}) {
+  for (const auto [batch, seq, emulated] : {EmulatedShape{2, 40, 0.1429}, {1, 37, 0.1313}, {3, 23, 0.1215},
+                                            {40, 128, 0.1257}, {41, 125, 0.1269}}) {
     SCOPED_TRACE(::testing::Message() << batch << " x " << seq);
     const auto ids = random_ids(rng, batch * seq);
     const auto want = bf16->forward_logits(batch, seq, false, ids, {});

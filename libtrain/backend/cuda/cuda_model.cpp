@@ -138,8 +138,10 @@ CudaModel::CudaModel(ckpt::ModelConfig config, CudaShard shard, CudaOptions opti
     Fp8Options sampling;  // every layer, e4m3, each input scaled by its own amax
     sampling.enabled = true, sampling.format = Fp8Options::Format::kE4m3;
     sampling.recipe = Fp8Options::Recipe::kTensorwise;
+    // The output layer too: the samplers run the whole model (sample_forward), whose head is the window step's
+    // largest GEMM.
     I.sampling_fp8 = std::make_unique<Fp8Linears>(sampling, I.params, linears, I.first_layer, I.cfg.num_layers,
-                                                  I.stream, Fp8Linears::Use::kForwardOnly);
+                                                  I.stream, Fp8Linears::Use::kForwardOnly, I.post ? I.out : -1);
   }
   I.swiglu_gemm = std::make_unique<SwigluBackwardGemm>();
   if (I.cfg.num_experts > 0) {

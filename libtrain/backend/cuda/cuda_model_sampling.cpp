@@ -122,6 +122,8 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
   SharedActs& w = I.acts.shared;
   const bf16* head_w = I.params.W(I.out);
   const std::int64_t chunk = I.acts.chunk;
+  // FP8 sampling's output layer reads the final norm's FP8 rows (Fp8Linears::head_forward).
+  Fp8Linears* f8_head = I.sampling_fp8 && I.sampling_fp8->has_head() ? I.sampling_fp8.get() : nullptr;
   if (greedy) {
     // Only the greedy window's rows go through the head: outside it the sampler changes nothing (earlier blocks
     // are decoded, later ones are not yet eligible), and the head is the largest GEMM of a short sequence.
@@ -148,14 +150,21 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
     I.graphs.run(shape, I.attention->workspace_bytes(), I.timer.enabled() || I.shard.expert != nullptr, st, [&] {
       enqueue_forward(I, in, la, kvp);
       const bf16* head_in = w.hf;
-      if (!all) {
-        // Packed into tmp, which is free once the forward has run.
+      const fp8* head_in8 = f8_head ? f8_head->head_input() : nullptr;
+      if (!all && f8_head) {
+        // Packed into tmp, which is free once the forward has run: an FP8 row's d bytes as d / 2 bf16 (FP8 widths
+        // are multiples of 16).
+        cuda::gather_rows(reinterpret_cast<const bf16*>(head_in8), in.head_rows, static_cast<int>(rows_in), d / 2,
+                          w.tmp, st);
+        head_in8 = reinterpret_cast<const fp8*>(w.tmp);
+      } else if (!all) {
         cuda::gather_rows(w.hf, in.head_rows, static_cast<int>(rows_in), d, w.tmp, st);
         head_in = w.tmp;
       }
       for (std::int64_t c0 = 0; c0 < rows_in; c0 += chunk) {
         const int rows = static_cast<int>(std::min<std::int64_t>(chunk, rows_in - c0));
-        gm.run(false, true, rows, V, d, head_in + c0 * d, d, head_w, d, w.logits, false, V, 0, st);
+        if (f8_head) f8_head->head_forward(gm, head_in8 + c0 * d, rows, w.logits, V, st);
+        else gm.run(false, true, rows, V, d, head_in + c0 * d, d, head_w, d, w.logits, false, V, 0, st);
         // The labels and per-row loss columns are free in a forward-only pass.
         cuda::greedy_tokens(w.logits, V, rows, static_cast<int>(I.cfg.vocab_size), in.labels + c0, in.loss_rows + c0,
                             st);
@@ -183,7 +192,8 @@ void CudaModel::sample_forward(const CudaBatch& b, std::vector<float>* logits_ou
   std::vector<bf16> host(static_cast<std::size_t>(n * vocab));
   for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
     const int rows = static_cast<int>(std::min<std::int64_t>(chunk, n - c0));
-    gm.run(false, true, rows, V, d, w.hf + c0 * d, d, head_w, d, w.logits, false, V, 0, st);
+    if (f8_head) f8_head->head_forward(gm, f8_head->head_input() + c0 * d, rows, w.logits, V, st);
+    else gm.run(false, true, rows, V, d, w.hf + c0 * d, d, head_w, d, w.logits, false, V, 0, st);
     check_cuda(cudaMemcpy2DAsync(host.data() + c0 * vocab, vocab * sizeof(bf16), w.logits, V * sizeof(bf16),
                                  vocab * sizeof(bf16), rows, cudaMemcpyDeviceToHost, st),
                "logits");

@@ -207,8 +207,13 @@ void enqueue_forward(Impl& I, const MicroInputs& in, std::vector<LayerActs>& la,
   if (I.post) {
     // With the last MLP on the loss rows, hf holds those rows, packed.
     const int packed = I.loss_rows_mlp(in), rows = packed ? packed : Ts;
-    rmsnorm_forward(last, w.tmp, w.res_f, ps.F(I.lnf), I.sp ? w.hloc : w.hf, w.rstd_f, rows, d, eps, st);
+    // The samplers' FP8 output layer: its input cast by the norm (as the layers' inputs are).
+    Fp8Out hf_cast{};
+    if (f8 && fp8_slot < 0 && f8->has_head() && !I.sp) hf_cast = f8->head_producer_out();
+    rmsnorm_forward(last, w.tmp, w.res_f, ps.F(I.lnf), I.sp ? w.hloc : w.hf, w.rstd_f, rows, d, eps, st,
+                    hf_cast.slot ? &hf_cast : nullptr);
     I.gather(w.hloc, w.hf);
+    if (hf_cast.slot) f8->cast_head_input(w.hf, rows, true, st);
     mark("rmsnorm fwd");
   } else {
     add_bf16(last, w.tmp, w.stage_out, static_cast<std::int64_t>(Ts) * d, st);

@@ -11,9 +11,10 @@ namespace dlm::train::cuda {
 
 Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
                        const std::vector<std::array<int, kLinears>>& weights, int first_layer, int num_layers,
-                       cudaStream_t stream, Use use)
+                       cudaStream_t stream, Use use, int head_tensor)
     : options_(options), forward_only_(use == Use::kForwardOnly) {
   if (forward_only_ && !tensorwise()) fail("FP8: a forward-only use scales tensorwise (current scaling)");
+  if (head_tensor >= 0 && !forward_only_) fail("FP8: the output layer runs in FP8 only forward-only");
   for (std::size_t l = 0; l < weights.size(); ++l) {
     if (!options.layer_in_fp8(first_layer + static_cast<int>(l), num_layers)) {
       base_.push_back(-1);
@@ -31,6 +32,15 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
       weights_.push_back({t, n, k, w8, forward_only_ ? nullptr : weight_arena_.alloc<fp8>(numel)});
       max_n_ = std::max(max_n_, n), max_k_ = std::max(max_k_, k);
     }
+  }
+  if (head_tensor >= 0) {
+    const auto& shape = ps.specs[static_cast<std::size_t>(head_tensor)].local_shape;
+    const int n = static_cast<int>(shape[0]), k = static_cast<int>(shape[1]);
+    if (n % 16 != 0 || k % 16 != 0)
+      fail(fmt::format("FP8: the output layer is {}x{}; FP8 GEMMs need both sizes multiples of 16", n, k));
+    head_ = static_cast<int>(weights_.size());
+    weights_.push_back({head_tensor, n, k, weight_arena_.alloc<fp8>(std::int64_t{n} * k), nullptr});
+    max_k_ = std::max(max_k_, k);  // its input shares the cast buffer (its n is no operand's width here)
   }
   dy_amax_ready_.assign(weights_.size(), 0);
   slot_count_ = static_cast<int>(weights_.size()) * kOperands;
@@ -138,16 +148,34 @@ void Fp8Linears::begin_backward(int act_slot, cudaStream_t stream) {
   if (tensorwise()) zero_amaxes(slots_ + kDy, static_cast<int>(weights_.size()), kOperands, stream);
 }
 
-Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t) {
-  Fp8Slot* s = slot(l, g, kX);
+Fp8Out Fp8Linears::producer_out(int l, Linear g, cudaStream_t) { return producer_out_at(index(l, g)); }
+
+Fp8Out Fp8Linears::producer_out_at(int i) const {
+  Fp8Slot* s = slot_at(i, kX);
   // With stored scales (a KV-cache window) the cast alone: no amax is wanted, and the slot's inverse is set.
   if (inputs_prescaled()) return {xq_, s, false, fixed_x_slots_ == nullptr};
   return {nullptr, s, false};  // the amax alone (zeroed by begin_forward): cast_input casts with the scale it gives
 }
 
 void Fp8Linears::cast_input(int l, Linear g, const bf16* x, int rows, bool fused, cudaStream_t stream) {
-  const Weight& w = weight(l, g);
-  Fp8Slot* s = slot(l, g, kX);
+  cast_input_at(index(l, g), x, rows, fused, stream);
+}
+
+Fp8Out Fp8Linears::head_producer_out() const { return producer_out_at(head_); }
+
+void Fp8Linears::cast_head_input(const bf16* x, int rows, bool fused, cudaStream_t stream) {
+  cast_input_at(head_, x, rows, fused, stream);
+}
+
+void Fp8Linears::head_forward(Gemm& gemm, const fp8* x, int rows, bf16* y, int ldy, cudaStream_t stream) {
+  const Weight& w = weights_[static_cast<std::size_t>(head_)];
+  gemm.run_fp8(rows, w.n, w.k, {x, w.k, false, &slot_at(head_, kX)->scale_inv},
+               {w.w8, w.k, false, &slot_at(head_, kW)->scale_inv}, y, false, ldy, 0.0f, true, stream);
+}
+
+void Fp8Linears::cast_input_at(int i, const bf16* x, int rows, bool fused, cudaStream_t stream) {
+  const Weight& w = weights_[static_cast<std::size_t>(i)];
+  Fp8Slot* s = slot_at(i, kX);
   const bool current = !inputs_prescaled();
   if (fused && !current) return;  // the producer cast it
   if (!fused && current) fp8_amax(x, std::int64_t{rows} * w.k, s, stream);  // zeroed by begin_forward

@@ -46,6 +46,10 @@
 // and with the scales known before the forward each input's producer casts as it writes (RMSNorm, the window
 // attention, SwiGLU), as delayed scaling's do: no amax pass and no cast pass, four kernels fewer a layer. A value
 // beyond the stored scale's range saturates (fp8_cast.h).
+// Forward-only, the output layer may run in FP8 too (the constructor's head_tensor; CudaModel passes it for the
+// samplers): its weight cast with the others, its input (the final norm's output) cast by that norm as the layers'
+// are (head_producer_out, cast_head_input: an input slot of its own, kept with the store's), the logits from one FP8
+// GEMM (head_forward) that reads half the bytes of the bf16 one, the largest GEMM of a window step.
 #pragma once
 
 #include <array>
@@ -67,8 +71,9 @@ class Fp8Linears {
   // weights[l]: local layer l's qkv, proj, fc1 and fc2 tensors in `ps`, all present (CudaModel refuses FP8 for MoE
   // models); the layers run in FP8 are those of options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a
   // width is not a multiple of 16, or for a forward-only use whose recipe is not tensorwise.
+  // head_tensor (forward-only; -1: none): the output layer's weight [vocabulary, hidden] in `ps`, run in FP8 as well.
   Fp8Linears(const Fp8Options& options, const ParameterStore& ps, const std::vector<std::array<int, kLinears>>& weights,
-             int first_layer, int num_layers, cudaStream_t stream, Use use = Use::kTraining);
+             int first_layer, int num_layers, cudaStream_t stream, Use use = Use::kTraining, int head_tensor = -1);
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
 
@@ -114,6 +119,14 @@ class Fp8Linears {
   void swiglu_forward(int l, const bf16* gu, int rows, int ffn, bf16* h, cudaStream_t stream);
   // y [rows, n] (leading dimension n) = x W^T, from the input cast_input just cast.
   void forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream);
+  // Forward-only, with head_tensor: the output layer's input cast (as producer_out and cast_input: the final norm's
+  // output, `rows` rows into the cast buffer), and logits [rows, vocabulary] (leading dimension ldy) = x W^T from
+  // FP8 rows x [rows, hidden] (head_input() + a row offset, or those rows gathered elsewhere).
+  bool has_head() const { return head_ >= 0; }
+  Fp8Out head_producer_out() const;
+  void cast_head_input(const bf16* x, int rows, bool fused, cudaStream_t stream);
+  const fp8* head_input() const { return xq_; }
+  void head_forward(Gemm& gemm, const fp8* x, int rows, bf16* y, int ldy, cudaStream_t stream);
   // The backward's calls below are training's only.
   // For the kernel that writes linear g's whole output gradient dy [rows, n] (tensorwise): the slot into which it
   // maxes dy's amax (rmsnorm_backward's dres_amax: the projection's and fc2's), and cast_backward then casts dy
@@ -144,11 +157,16 @@ class Fp8Linears {
   bool inputs_prescaled() const { return !tensorwise() || fixed_x_slots_; }
   // x's slot: tensorwise the current activation slot's (or begin_forward_only's stored ones), delayed the linear's
   // own (its history's).
-  Fp8Slot* slot(int l, Linear g, Operand o) const {
-    if (o == kX && fixed_x_slots_) return fixed_x_slots_ + index(l, g);
-    if (o == kX && tensorwise()) return x_slots_[static_cast<std::size_t>(act_slot_)] + index(l, g);
-    return slots_ + index(l, g) * kOperands + o;
+  Fp8Slot* slot(int l, Linear g, Operand o) const { return slot_at(index(l, g), o); }
+  Fp8Slot* slot_at(int i, Operand o) const {
+    if (o == kX && fixed_x_slots_) return fixed_x_slots_ + i;
+    if (o == kX && tensorwise()) return x_slots_[static_cast<std::size_t>(act_slot_)] + i;
+    return slots_ + i * kOperands + o;
   }
+  Fp8Out producer_out_at(int i) const;  // producer_out of weights_[i]'s input
+  // Casts x [rows, weights_[i].k] into xq_ with its input slot: fused (the producer cast it, or took its amax), or
+  // after an amax pass of its own (current scaling).
+  void cast_input_at(int i, const bf16* x, int rows, bool fused, cudaStream_t stream);
   const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
   // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
   void cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t, cudaStream_t stream);
@@ -159,7 +177,8 @@ class Fp8Linears {
 
   Fp8Options options_;
   std::vector<int> base_;         // per local layer: its first linear's index, -1 in bf16
-  std::vector<Weight> weights_;   // per FP8 linear
+  std::vector<Weight> weights_;   // per FP8 linear, then the output layer's (head_)
+  int head_ = -1;                 // the output layer's index in weights_, or -1
   Fp8Slot* slots_ = nullptr;      // per FP8 linear, per operand
   float* history_ = nullptr;      // per slot, amax_history_len (delayed)
   // Per activation slot, per FP8 linear: tensorwise its input's slot; delayed the scale_inv of a kept x^T.
