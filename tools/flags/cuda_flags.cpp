@@ -26,8 +26,9 @@ void add_cuda_flags(boost::program_options::options_description& opts, train::Cu
                        "GPU: launch each sampling forward's kernels one by one instead of replaying a captured CUDA "
                        "graph (slower; for debugging)")
                       ("fp8", po::bool_switch(&o.fp8_sampling),
-                       "GPU: the layers' QKV, projection and MLP GEMMs in FP8 e4m3 (weights cast once at load, inputs "
-                       "scaled per forward; embedding and output layer in bf16; docs/generation.md)");
+                       "GPU: the layers' QKV, projection and MLP GEMMs and the output layer in FP8 e4m3 (weights cast "
+                       "once at load, inputs scaled per forward; embedding, norms and attention in bf16; "
+                       "docs/generation.md)");
   }
 }
 

@@ -34,9 +34,10 @@ struct CudaOptions {
   Fp8Options fp8;
 
   // The samplers' forwards (forward_logits, greedy_tokens: exact, storing and window forwards; dlm-generate --fp8)
-  // with every layer's QKV, projection, fc1 and fc2 GEMMs in FP8 e4m3: the weights cast once after they change (an
-  // import, an init), each with its own per-tensor scale from its amax; each GEMM's input cast per forward with the
-  // scale of its own amax (tensorwise). The embedding, the output layer, the norms and attention stay as they are.
+  // with every layer's QKV, projection, fc1 and fc2 GEMMs and the output layer in FP8 e4m3: the weights cast once
+  // after they change (an import, an init), each with its own per-tensor scale from its amax; each GEMM's input cast
+  // per forward with the scale of its own amax (tensorwise), a KV-cache window's with its store's. The embedding, the
+  // norms and attention stay as they are.
   // Independent of `fp8` (training's). dlm::Error for an MoE model or a linear width not a multiple of 16.
   // Default: false (bf16).
   bool fp8_sampling = false;
