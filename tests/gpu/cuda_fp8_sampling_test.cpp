@@ -1,9 +1,10 @@
-// FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use): the FP8 forward's logits are as far from
-// the bf16 forward's as an independent emulation of the recipe puts them (any row count, 16 or not); a storing
-// forward is the plain FP8 forward bit for bit and a window right after it gives the full FP8 forward's rows within
-// FP8 rounding (its inputs are scaled by the window's own amaxes); the exact and the cached samplers run and decode
-// every position, refreshed every step the cached one is the exact one token for token; a captured forward replays
-// the eager one bit for bit, weights imported after the capture included (cast again outside the graph).
+// FP8 sampling (CudaOptions::fp8_sampling, Fp8Linears' forward-only use, the output layer included): the FP8
+// forward's logits are as far from the bf16 forward's as an independent emulation of the recipe puts them (any row
+// count, 16 or not); a storing forward is the plain FP8 forward bit for bit and a window right after it gives the full
+// FP8 forward's rows within FP8 rounding (its inputs cast with the store's scales); the greedy head of a window of
+// columns gives the argmax of the FP8 logits there; the exact and the cached samplers run and decode every position,
+// refreshed every step the cached one is the exact one token for token; a captured forward replays the eager one bit
+// for bit, weights imported after the capture included (cast again outside the graph).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -138,6 +139,40 @@ void expect_decoded(const std::vector<std::vector<std::int32_t>>& rows, std::int
       EXPECT_GE(t, 0) << what;
       EXPECT_LT(t, vocab) << what;
     }
+  }
+}
+
+// The greedy head of a window of columns reads the final norm's FP8 rows of those columns alone (gathered from the
+// forward's FP8 rows) and gives the argmax and probability of the FP8 logits there, on calls eager, captured and
+// replayed; the output layer's FP8 logits are the forward's (forward_logits).
+TEST_F(CudaFp8Sampling, GreedyTokensOfAWindowAreTheArgmaxOfTheFp8Logits) {
+  const auto c = sampling_config();
+  const auto fp8 = gpu_test::model_with(c, fp8_options(), 45);
+  std::mt19937 rng(12);
+  const std::int64_t batch = 3, seq = 40;
+  const ColumnWindow window{5, 29};
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE(::testing::Message() << "call " << call);
+    const auto ids = random_ids(rng, batch * seq);
+    std::vector<std::int32_t> tokens;
+    std::vector<float> confidence;
+    fp8->greedy_tokens(batch, seq, false, ids, {}, tokens, confidence, window);
+    const auto logits = fp8->forward_logits(batch, seq, false, ids, {});
+    const std::int64_t vocab = c.vocab_size;
+    for (std::int64_t r = 0; r < batch; ++r)
+      for (std::int64_t j = window.first; j < window.end; ++j) {
+        const auto i = r * seq + j;
+        const float* row = logits.data() + i * vocab;
+        std::int64_t best = 0;
+        for (std::int64_t v = 1; v < vocab; ++v)
+          if (row[v] > row[best]) best = v;
+        double sum = 0;
+        for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - row[best]);
+        // The same FP8 rows through the same weights, fewer of them: cuBLASLt may pick another kernel.
+        EXPECT_EQ(tokens[static_cast<std::size_t>(i)], best) << "row " << r << " column " << j;
+        EXPECT_NEAR(confidence[static_cast<std::size_t>(i)], 1.0 / sum, 2e-3 / sum + 1e-6)
+            << "row " << r << " column " << j;
+      }
   }
 }
 
