@@ -16,9 +16,10 @@
 //     multiplied), and the warps' partial (m, l, o) are merged in shared memory at the end. QW is the largest of
 //     4, 2, 1 that still gives every multiprocessor a block. A grid that still leaves multiprocessors idle (a
 //     window of one batch row: 2 x 16 blocks) also splits the key tiles over S <= 8 blocks (flash-decoding), one
-//     thread-block cluster: each leaves its unnormalised (o, m, l) in its shared memory, and after the cluster's
-//     barrier each merges a share of the queries from all S as the warps' are merged (the splits' tile rounds run
-//     side by side instead of one after the other, and no second kernel merges them). Where asked (FP8
+//     thread-block cluster: each sends its unnormalised (o, m, l) of query q to block q % S (asynchronous stores into
+//     that block's shared memory, counted on its transaction barrier), which merges them as the warps' are merged
+//     once its barrier has all the bytes (the splits' tile rounds run side by side instead of one after the other,
+//     no second kernel merges them, and no block waits on the cluster's barrier between its tiles and its merge). Where asked (FP8
 //     sampling: an Fp8Out for the projection's input), the kernel that writes o also takes its amax, and with
 //     Fp8Out::out set casts o into FP8 with the slot's scale as it stands as well (fp8_cast.h's fused cast).
 #include <algorithm>
@@ -84,13 +85,51 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Shared memory of a block: two staged tiles of K and V (rows of D + 8, the stride attention.cu's fragments read
-// without bank conflicts), reused at the end for each warp's partial o [16][D], m [16] and l [16], and after those
-// the block's merged (o, m, l) of its (at most 64) queries that its cluster reads under split keys.
+// without bank conflicts), reused at the end for each warp's partial o [16][D], m [16] and l [16]; after those, under
+// split keys, the block's inbox: the (o, m, l) of the queries it merges, from every block of its cluster
+// ([split][slot][D + 2]; at most 64 queries a tile, shared among the splits), apart from the tiles because another
+// block may send while this one still multiplies.
+template <int D>
+__host__ __device__ constexpr std::size_t window_stage_bytes() {
+  const std::size_t tiles = std::size_t{2} * 2 * kTile * (D + 8) * sizeof(bf16);
+  const std::size_t partials = std::size_t{kWarps} * 16 * ((D + 2) + 2) * sizeof(float);
+  return tiles > partials ? tiles : partials;
+}
 template <int D>
 constexpr std::size_t window_smem_bytes() {
-  const std::size_t tiles = std::size_t{2} * 2 * kTile * (D + 8) * sizeof(bf16);
-  const std::size_t merge = (std::size_t{kWarps} * 16 * ((D + 2) + 2) + std::size_t{64} * (D + 2)) * sizeof(float);
-  return tiles > merge ? tiles : merge;
+  return window_stage_bytes<D>() + std::size_t{64 + kMaxSplits} * (D + 2) * sizeof(float);
+}
+
+// The cluster's exchange (sm_90): a block's inbox is filled by the other blocks' asynchronous stores, each counting
+// its bytes on the inbox's transaction barrier, so the receiver waits on its own barrier alone.
+__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+// The same shared-memory offset in block `rank` of the cluster.
+__device__ __forceinline__ std::uint32_t in_block(std::uint32_t address, int rank) {
+  std::uint32_t mapped;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mapped) : "r"(address), "r"(rank));
+  return mapped;
+}
+// (a, b) into another block's shared memory at `to`, its bytes counted on that block's barrier `bar`.
+__device__ __forceinline__ void send2(std::uint32_t to, float a, float b, std::uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(to),
+               "f"(a), "f"(b), "r"(bar)
+               : "memory");
+}
+// The inbox barrier, set by one thread: one arrival (its own) and `bytes` to come; visible to the cluster once the
+// cluster barrier that follows has been passed.
+__device__ __forceinline__ void expect_bytes(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar));
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Until every byte the barrier expects has landed (its first phase completes).
+__device__ __forceinline__ void wait_bytes(std::uint32_t bar) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n @!done bra WAIT_%=;\n}\n" ::"r"(bar)
+      : "memory");
 }
 
 // D: head_dim; KW: the ways a block's keys are split (4 / KW warps of 16 queries each).
@@ -112,6 +151,19 @@ __global__ void __launch_bounds__(kWindowThreads)
   const bool busy = j0 < s.width;
   const int first = *first_at;
   const float scale8 = fused_fp8_scale(out8);
+  // Split keys: the inbox's barrier expects the other blocks' (o, m, l) of the queries this block merges (query q of
+  // the tile goes to block q % splits, slot q / splits), set before the cluster's first barrier, which the blocks pass
+  // before they send.
+  __shared__ alignas(8) std::uint64_t inbox_full;
+  constexpr int kRows = QW * 16;
+  const int rank = splits > 1 ? static_cast<int>(cg::this_cluster().block_rank()) : 0;
+  const int slots = (kRows + splits - 1) / splits, mine = (kRows - rank + splits - 1) / splits;
+  if (splits > 1) {
+    if (threadIdx.x == 0)
+      expect_bytes(shared_address(&inbox_full),
+                   static_cast<std::uint32_t>((splits - 1) * mine * (D + 2) * static_cast<int>(sizeof(float))));
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+  }
   // Keys [c0, c0 + kTile) of K and V into buffer `buf`: the window's own inside it, the store's elsewhere, zeros
   // past the sequence. A thread stages one row of K or V (kWindowThreads = 2 kTile): its source found once, then its
   // D / 8 chunks (the kernel is latency-bound, so few instructions before the wait matter more than whole sectors
@@ -202,15 +254,27 @@ __global__ void __launch_bounds__(kWindowThreads)
     if (out8.amax) amax = fmaxf(amax, abs_max2(o));
     if (out8.out) store_fp8x2(o, out8, scale8, at * D + d);
   };
-  // Split keys: the block's (o unnormalised, m, l) of each query, [QW * 16][D + 2], for the cluster's merge.
-  float* const mine = pl + kWarps * 16;
+  // Split keys: [split][slot][D + 2], slot s of split k holding block k's (o unnormalised, m, l) of query
+  // s * splits + rank.
+  float* const inbox = reinterpret_cast<float*>(smem + window_stage_bytes<D>());
+  const std::uint32_t inbox_at = shared_address(inbox), bar = shared_address(&inbox_full);
+  if (splits > 1) asm volatile("barrier.cluster.wait;\n" ::: "memory");  // every inbox's barrier is set
   // The block's QW x 16 queries, kTpr threads each: a query's weights e^(m_w - M) and sum found once, then its
-  // kPairs pairs of head dimensions (pair p0 + i kTpr: a warp's threads read neighbouring pairs).
-  constexpr int kRows = QW * 16, kTpr = kWindowThreads / kRows, kPairs = D / 2 / kTpr;
+  // kPairs pairs of head dimensions (pair p0 + i kTpr: a warp's threads read neighbouring pairs). Under split keys
+  // each is sent to the block that merges its query, a query past the window too (its bytes are expected).
+  constexpr int kTpr = kWindowThreads / kRows, kPairs = D / 2 / kTpr;
   static_assert(kWindowThreads % kRows == 0 && (D / 2) % kTpr == 0);
   {
     const int q = threadIdx.x / kTpr, p0 = threadIdx.x % kTpr, j = block_j + q;
-    if (j < s.width) {
+    const int to = q % splits;
+    const std::uint32_t own = inbox_at + static_cast<std::uint32_t>(((rank * slots + q / splits) * (D + 2)) * 4);
+    const std::uint32_t to_at = to == rank ? own : in_block(own, to), to_bar = to == rank ? bar : in_block(bar, to);
+    const auto keep = [&](int d, float a, float b) {
+      if (to == rank) *reinterpret_cast<float2*>(inbox + (rank * slots + q / splits) * (D + 2) + d) = make_float2(a, b);
+      else send2(to_at + static_cast<std::uint32_t>(d * 4), a, b, to_bar);
+    };
+    const bool live = j < s.width;
+    if (live || splits > 1) {
       const int w0 = (q / 16) * KW, rr = q % 16;  // the query's first warp and its row there
       float top = -FLT_MAX;
 #pragma unroll
@@ -231,27 +295,25 @@ __global__ void __launch_bounds__(kWindowThreads)
           const float2 o = *reinterpret_cast<const float2*>(po + ((w0 + k) * 16 + rr) * (D + 2) + d);
           o0 += e[k] * o.x, o1 += e[k] * o.y;
         }
-        if (splits > 1) *reinterpret_cast<float2*>(mine + q * (D + 2) + d) = make_float2(o0, o1);
+        if (splits > 1) keep(d, o0, o1);
         else emit((row0 + j) * s.heads + h, d, o0, o1, sum);
       }
-      if (splits > 1 && p0 == 0) mine[q * (D + 2) + D] = top, mine[q * (D + 2) + D + 1] = sum;
+      if (splits > 1 && p0 == 0) keep(D, top, sum);
     }
   }
   if (splits > 1) {
-    // The query tile's S splits are one cluster: each block merges a share of the tile's (query, pair) items from
-    // every block's shared memory, M = max_s m_s, o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's results are in its shared memory
-    const int rank = static_cast<int>(cluster.block_rank());
-    for (int i = rank * kWindowThreads + threadIdx.x; i < QW * 16 * (D / 2); i += splits * kWindowThreads) {
-      const int q = i / (D / 2), d = 2 * (i % (D / 2)), j = block_j + q;
+    // The query tile's S splits are one cluster: each block merges its queries from its inbox,
+    // M = max_s m_s, o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+    __syncthreads();      // its own share is in the inbox
+    wait_bytes(bar);      // and every other block's
+    for (int i = threadIdx.x; i < mine * (D / 2); i += kWindowThreads) {
+      const int slot = i / (D / 2), d = 2 * (i % (D / 2)), q = slot * splits + rank, j = block_j + q;
       if (j >= s.width) continue;
-      // Every split's (m, l) and o pair loaded before any is used: the remote reads overlap.
       float2 ml[kMaxSplits], ov[kMaxSplits];
 #pragma unroll
       for (int k = 0; k < kMaxSplits; ++k)
         if (k < splits) {
-          const float* pp = cluster.map_shared_rank(mine, k) + q * (D + 2);
+          const float* pp = inbox + (k * slots + slot) * (D + 2);
           ml[k] = *reinterpret_cast<const float2*>(pp + D), ov[k] = *reinterpret_cast<const float2*>(pp + d);
         }
       float top = -FLT_MAX;
@@ -267,8 +329,8 @@ __global__ void __launch_bounds__(kWindowThreads)
         }
       emit((row0 + j) * s.heads + h, d, o0, o1, sum);
     }
-    // No block leaves while another still reads its shared memory. Relaxed: what a block read it has used, so
-    // nothing of its own needs ordering before it arrives (cluster.sync's release costs a memory barrier).
+    // No block leaves before every block has its inbox: what it sent has landed. Relaxed: nothing of its own needs
+    // ordering before it arrives (a release would cost a memory barrier).
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
     asm volatile("barrier.cluster.wait;\n" ::: "memory");
   }
