@@ -168,9 +168,7 @@ void Fp8Linears::cast_head_input(const bf16* x, int rows, bool fused, cudaStream
 }
 
 void Fp8Linears::head_forward(Gemm& gemm, const fp8* x, int rows, bf16* y, int ldy, cudaStream_t stream) {
-  const Weight& w = weights_[static_cast<std::size_t>(head_)];
-  gemm.run_fp8(rows, w.n, w.k, {x, w.k, false, &slot_at(head_, kX)->scale_inv},
-               {w.w8, w.k, false, &slot_at(head_, kW)->scale_inv}, y, false, ldy, 0.0f, true, stream);
+  forward_at(gemm, head_, x, rows, y, ldy, stream);
 }
 
 void Fp8Linears::cast_input_at(int i, const bf16* x, int rows, bool fused, cudaStream_t stream) {
@@ -212,9 +210,13 @@ Fp8Slot* Fp8Linears::grad_amax(int l, Linear g, int rows) {
 }
 
 void Fp8Linears::forward(Gemm& gemm, int l, Linear g, int rows, bf16* y, cudaStream_t stream) {
-  const Weight& w = weight(l, g);
-  gemm.run_fp8(rows, w.n, w.k, {xq_, w.k, false, &slot(l, g, kX)->scale_inv},
-               {w.w8, w.k, false, &slot(l, g, kW)->scale_inv}, y, false, w.n, 0.0f, true, stream);
+  forward_at(gemm, index(l, g), xq_, rows, y, weight(l, g).n, stream);
+}
+
+void Fp8Linears::forward_at(Gemm& gemm, int i, const fp8* x, int rows, bf16* y, int ldy, cudaStream_t stream) {
+  const Weight& w = weights_[static_cast<std::size_t>(i)];
+  gemm.run_fp8(rows, w.n, w.k, {x, w.k, false, &slot_at(i, kX)->scale_inv},
+               {w.w8, w.k, false, &slot_at(i, kW)->scale_inv}, y, false, ldy, 0.0f, true, stream);
 }
 
 void Fp8Linears::swiglu_backward(int l, const bf16* dh, const bf16* gu, int rows, int ffn, cudaStream_t stream) {

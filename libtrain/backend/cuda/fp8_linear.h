@@ -167,6 +167,8 @@ class Fp8Linears {
   // Casts x [rows, weights_[i].k] into xq_ with its input slot: fused (the producer cast it, or took its amax), or
   // after an amax pass of its own (current scaling).
   void cast_input_at(int i, const bf16* x, int rows, bool fused, cudaStream_t stream);
+  // y [rows, n] (leading dimension ldy) = x W^T for weights_[i], x FP8 rows [rows, k] cast with its input slot.
+  void forward_at(Gemm& gemm, int i, const fp8* x, int rows, bf16* y, int ldy, cudaStream_t stream);
   const Weight& weight(int l, Linear g) const { return weights_[static_cast<std::size_t>(base_[static_cast<std::size_t>(l)] + g)]; }
   // Casts x [rows, cols] with slot s into out and/or out_t: tensorwise after its own amax, delayed as it stands.
   void cast(const bf16* x, int rows, int cols, Fp8Slot* s, bool e5m2, fp8* out, fp8* out_t, cudaStream_t stream);

@@ -19,9 +19,9 @@
 //     thread-block cluster: each sends its unnormalised (o, m, l) of query q to block q % S (asynchronous stores into
 //     that block's shared memory, counted on its transaction barrier), which merges them as the warps' are merged
 //     once its barrier has all the bytes (the splits' tile rounds run side by side instead of one after the other,
-//     no second kernel merges them, and no block waits on the cluster's barrier between its tiles and its merge). Where asked (FP8
-//     sampling: an Fp8Out for the projection's input), the kernel that writes o also takes its amax, and with
-//     Fp8Out::out set casts o into FP8 with the slot's scale as it stands as well (fp8_cast.h's fused cast).
+//     no second kernel merges them, and no block waits on the cluster's barrier between its tiles and its merge).
+//     Where asked (FP8 sampling: an Fp8Out for the projection's input), the kernel that writes o also takes its amax,
+//     and with Fp8Out::out set casts o into FP8 with the slot's scale as it stands as well (fp8_cast.h's fused cast).
 #include <algorithm>
 #include <cfloat>
 
