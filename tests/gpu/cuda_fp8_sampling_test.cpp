@@ -176,6 +176,31 @@ TEST_F(CudaFp8Sampling, GreedyTokensOfAWindowAreTheArgmaxOfTheFp8Logits) {
   }
 }
 
+// A vocabulary padded to no multiple of 16 (--make-vocab-size-divisible-by 8: 500 tokens in 504 rows; CudaModel takes
+// multiples of 8) is no FP8 GEMM width: the output layer stays bf16 and the layers run in FP8 as before; the logits
+// follow bf16's within FP8 error (the layers' rounding alone) and the greedy head gives their argmax.
+TEST_F(CudaFp8Sampling, AnOutputLayerNoFp8GemmTakesStaysBf16) {
+  auto c = sampling_config();
+  c.make_vocab_size_divisible_by = 8;
+  ASSERT_NE(c.padded_vocab_size() % 16, 0);
+  const auto bf16 = gpu_test::model_with(c, {}, 46), fp8 = gpu_test::model_with(c, fp8_options(), 46);
+  std::mt19937 rng(13);
+  const std::int64_t batch = 2, seq = 24;
+  const auto ids = random_ids(rng, batch * seq);
+  const auto want = bf16->forward_logits(batch, seq, false, ids, {});
+  const auto got = fp8->forward_logits(batch, seq, false, ids, {});
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_GT(rel_error(got, want), 0.01) << "the layers ran in bf16";
+  EXPECT_GT(gpu_test::cosine(got, want), 0.99);
+  std::vector<std::int32_t> tokens;
+  std::vector<float> confidence;
+  fp8->greedy_tokens(batch, seq, false, ids, {}, tokens, confidence);
+  for (std::int64_t i = 0; i < batch * seq; ++i) {
+    const float* row = got.data() + i * c.vocab_size;
+    EXPECT_EQ(tokens[static_cast<std::size_t>(i)], std::max_element(row, row + c.vocab_size) - row) << "row " << i;
+  }
+}
+
 TEST_F(CudaFp8Sampling, ExactAndCachedSamplersDecodeEveryPosition) {
   const auto c = sampling_config();
   const std::shared_ptr<CudaModel> fp8 = gpu_test::model_with(c, fp8_options(), 43),

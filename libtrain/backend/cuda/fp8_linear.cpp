@@ -36,11 +36,12 @@ Fp8Linears::Fp8Linears(const Fp8Options& options, const ParameterStore& ps,
   if (head_tensor >= 0) {
     const auto& shape = ps.specs[static_cast<std::size_t>(head_tensor)].local_shape;
     const int n = static_cast<int>(shape[0]), k = static_cast<int>(shape[1]);
-    if (n % 16 != 0 || k % 16 != 0)
-      fail(fmt::format("FP8: the output layer is {}x{}; FP8 GEMMs need both sizes multiples of 16", n, k));
-    head_ = static_cast<int>(weights_.size());
-    weights_.push_back({head_tensor, n, k, weight_arena_.alloc<fp8>(std::int64_t{n} * k), nullptr});
-    max_k_ = std::max(max_k_, k);  // its input shares the cast buffer (its n is no operand's width here)
+    // An output layer FP8 GEMMs cannot take (a vocabulary padded to no multiple of 16) stays bf16.
+    if (n % 16 == 0 && k % 16 == 0) {
+      head_ = static_cast<int>(weights_.size());
+      weights_.push_back({head_tensor, n, k, weight_arena_.alloc<fp8>(std::int64_t{n} * k), nullptr});
+      max_k_ = std::max(max_k_, k);  // its input shares the cast buffer (its n is no operand's width here)
+    }
   }
   dy_amax_ready_.assign(weights_.size(), 0);
   slot_count_ = static_cast<int>(weights_.size()) * kOperands;

@@ -71,7 +71,8 @@ class Fp8Linears {
   // weights[l]: local layer l's qkv, proj, fc1 and fc2 tensors in `ps`, all present (CudaModel refuses FP8 for MoE
   // models); the layers run in FP8 are those of options.layer_in_fp8(first_layer + l, num_layers). dlm::Error where a
   // width is not a multiple of 16, or for a forward-only use whose recipe is not tensorwise.
-  // head_tensor (forward-only; -1: none): the output layer's weight [vocabulary, hidden] in `ps`, run in FP8 as well.
+  // head_tensor (forward-only; -1: none): the output layer's weight [vocabulary, hidden] in `ps`, run in FP8 as well
+  // where both sizes are multiples of 16 (a vocabulary padded otherwise keeps the head bf16: has_head() false).
   Fp8Linears(const Fp8Options& options, const ParameterStore& ps, const std::vector<std::array<int, kLinears>>& weights,
              int first_layer, int num_layers, cudaStream_t stream, Use use = Use::kTraining, int head_tensor = -1);
   Fp8Linears(const Fp8Linears&) = delete;
